@@ -1,0 +1,353 @@
+"""`@self_correct`: parse and validate a reply; a failure becomes a correction turn."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import json
+import re
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Generic, Protocol, TypeVar, overload
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
+from typing_extensions import ParamSpec
+
+from ._errors import CorrectionExhausted, JsonParseError, ResponseValidationError
+from ._errtext import error_lines, error_path
+from ._flow import Call, Flow, run_async, run_sync
+from ._hooks import Event, emit
+from ._job import Job, enter_job, leave_job
+from ._replies import ReplyShapeError, reply_text, usage_of
+from ._retry import check_budget
+
+__all__ = ["MAX_CORRECTIONS_LIMIT", "CorrectionFailure", "self_correct"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+MAX_CORRECTIONS_LIMIT = 10
+"""The largest correction budget accepted per job."""
+
+CHECK_MARKER = "[Automated format check by the application, not a message from the user]"
+"""How every correction turn begins, so the model (and a reader) can tell it from the user."""
+
+_MAX_LISTED_ERRORS = 8
+_MAX_ERRORS_CHARS = 1500
+_FENCED = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\r?\n?(.*?)```", re.DOTALL)
+_MAX_PROSE_CANDIDATES = 16
+_OPENERS = re.compile(r"[{\[]")
+
+
+class CorrectionFailure:
+    """Why one reply was unusable: a parse failure or a validation failure."""
+
+    __slots__ = ("errors", "explanation", "kind", "summary")
+
+    def __init__(
+        self, kind: str, summary: str, explanation: str, errors: list[dict[str, Any]]
+    ) -> None:
+        self.kind = kind  # "parse" or "validation"
+        self.summary = summary
+        self.explanation = explanation
+        self.errors = errors
+
+    @property
+    def error_type(self) -> type[CorrectionExhausted]:
+        return JsonParseError if self.kind == "parse" else ResponseValidationError
+
+
+def _validation_failure(error: ValidationError) -> CorrectionFailure:
+    errors = error.errors(include_url=False, include_context=False)
+    lines = error_lines(errors, max_items=_MAX_LISTED_ERRORS, max_chars=_MAX_ERRORS_CHARS)
+    n = len(errors)
+    first = errors[0]
+    plural = "s" if n > 1 else ""
+    summary = f"{n} validation error{plural}, first: {error_path(first['loc'])}: {first['msg']}"
+    explanation = "Your previous reply was JSON but did not match the schema:\n" + "\n".join(lines)
+    return CorrectionFailure("validation", summary, explanation, [dict(e) for e in errors])
+
+
+def _parse_failure(text: str, detail: str | None = None) -> CorrectionFailure:
+    if detail is not None:
+        summary = detail
+        errors: list[dict[str, Any]] = [{"msg": detail}]
+    elif not text.strip():
+        summary = "the reply was empty"
+        errors = [{"msg": summary, "line": 1, "column": 1, "pos": 0}]
+    else:
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as e:
+            summary = f"{e.msg}: line {e.lineno} column {e.colno} (char {e.pos})"
+            errors = [{"msg": e.msg, "line": e.lineno, "column": e.colno, "pos": e.pos}]
+        except RecursionError:
+            summary = "the JSON is nested too deeply"
+            errors = [{"msg": summary}]
+        else:  # Python's json accepts what strict JSON does not (NaN, Infinity)
+            summary = "the reply is not strict JSON (NaN, Infinity and the like are not allowed)"
+            errors = [{"msg": summary}]
+    explanation = f"Your previous reply could not be parsed as JSON: {summary}."
+    return CorrectionFailure("parse", summary, explanation, errors)
+
+
+def _json_invalid(error: ValidationError) -> bool:
+    return error.error_count() == 1 and error.errors(include_url=False)[0]["type"] == "json_invalid"
+
+
+def _embedded_json(text: str) -> list[str]:
+    """JSON values found inside a fenced code block or surrounded by prose, in order."""
+    found = [m.group(1).strip() for m in _FENCED.finditer(text)]
+    decoder = json.JSONDecoder()
+    starts = itertools.islice(_OPENERS.finditer(text), _MAX_PROSE_CANDIDATES)
+    for start in (m.start() for m in starts):
+        try:
+            _, end = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            continue
+        found.append(text[start:end])
+        break
+    return found
+
+
+class _Parser(Generic[T]):
+    __slots__ = ("adapter", "schema_text")
+
+    def __init__(self, schema: Any) -> None:
+        try:
+            self.adapter: TypeAdapter[T] = TypeAdapter(schema)
+            self.schema_text = json.dumps(self.adapter.json_schema(), separators=(",", ":"))
+        except (PydanticSchemaGenerationError, PydanticUserError, TypeError) as e:
+            raise TypeError(
+                f"self_correct(schema={schema!r}): pydantic cannot validate this type ({e}). "
+                "Pass a pydantic model or a type pydantic.TypeAdapter accepts "
+                "(list[Item], a dataclass, a TypedDict, ...)."
+            ) from e
+
+    def parse(self, text: str) -> T | CorrectionFailure:
+        try:
+            return self.adapter.validate_json(text)
+        except ValidationError as e:
+            if not _json_invalid(e):
+                return _validation_failure(e)
+        except RecursionError:
+            return _parse_failure(text, "the JSON is nested too deeply")
+        for candidate in _embedded_json(text):
+            try:
+                return self.adapter.validate_json(candidate)
+            except ValidationError as e:
+                if not _json_invalid(e):
+                    return _validation_failure(e)
+            except RecursionError:
+                continue
+        return _parse_failure(text)
+
+    def correction(self, failure: CorrectionFailure) -> str:
+        return (
+            f"{CHECK_MARKER}\n{failure.explanation}\n\n"
+            "Reply again with only the corrected JSON (no prose, no code fences), "
+            f"matching this JSON schema:\n{self.schema_text}"
+        )
+
+
+def _conversation(messages: object, function: str) -> list[dict[str, Any]]:
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise TypeError(
+            f"{function} is decorated with @self_correct, so its first argument must be the "
+            "conversation: a list of message dicts such as {'role': 'user', 'content': '...'}; "
+            f"got {type(messages).__name__}"
+        )
+    copied: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or "role" not in m:
+            raise TypeError(
+                f"{function}: message {i} of the conversation must be a dict with a 'role', "
+                f"got {type(m).__name__}"
+            )
+        copied.append(dict(m))
+    return copied
+
+
+class _CorrectConfig(Generic[T]):
+    __slots__ = ("function", "max_corrections", "messages_name", "parser")
+
+    def __init__(self, fn: Callable[..., Any], parser: _Parser[T], max_corrections: int) -> None:
+        self.function = getattr(fn, "__qualname__", repr(fn))
+        params = list(inspect.signature(fn).parameters.values())
+        if not params or params[0].kind in (
+            inspect.Parameter.VAR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        ):
+            raise TypeError(
+                f"@self_correct needs {self.function} to take the conversation (a list of "
+                "message dicts) as its first argument"
+            )
+        self.messages_name = (
+            None if params[0].kind is inspect.Parameter.VAR_POSITIONAL else params[0].name
+        )
+        self.parser = parser
+        self.max_corrections = max_corrections
+
+    def split(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[object, tuple[Any, ...], dict[str, Any]]:
+        if args:
+            return args[0], args[1:], kwargs
+        if self.messages_name is not None and self.messages_name in kwargs:
+            rest = dict(kwargs)
+            return rest.pop(self.messages_name), (), rest
+        raise TypeError(f"{self.function}() is missing the conversation, its first argument")
+
+
+def _event(
+    cfg: _CorrectConfig[Any], job: Job, kind: Any, number: int, maximum: int, **fields: Any
+) -> Event:
+    return Event(
+        kind=kind,
+        decorator="self_correct",
+        function=cfg.function,
+        job_id=job.id,
+        attempt=number,
+        max_attempts=maximum,
+        is_last=number >= maximum,
+        usage=job.usage,
+        **fields,
+    )
+
+
+def _correct_flow(
+    cfg: _CorrectConfig[T],
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    job: Job,
+) -> Flow[T]:
+    messages, rest, rest_kwargs = cfg.split(args, kwargs)
+    conversation = _conversation(messages, cfg.function)
+    call = 0
+    while True:
+        call += 1
+        reply = yield Call(fn, (list(conversation), *rest), rest_kwargs)
+        usage = usage_of(reply)
+        if usage is not None:
+            job._add_usage(usage)
+        result: T | CorrectionFailure
+        try:
+            text = reply_text(reply)
+        except ReplyShapeError as e:
+            text, result = "", _parse_failure("", str(e))
+        else:
+            result = cfg.parser.parse(text)
+        possible = call + max(0, cfg.max_corrections - job.corrections_used)
+        emit(_event(cfg, job, "attempt", call, possible))
+        if not isinstance(result, CorrectionFailure):
+            return result
+        failure = result
+        conversation.append({"role": "assistant", "content": text})
+        if not job._take_correction(cfg.max_corrections):
+            error = failure.error_type(
+                failure.summary,
+                raw_reply=text,
+                errors=failure.errors,
+                conversation=conversation,
+                corrections_used=job.corrections_used,
+                usage=job.usage,
+            )
+            emit(
+                _event(
+                    cfg,
+                    job,
+                    "exhausted",
+                    call,
+                    call,
+                    error=f"{type(error).__name__}: {failure.summary}",
+                )
+            )
+            raise error
+        message = cfg.parser.correction(failure)
+        conversation.append({"role": "user", "content": message})
+        emit(
+            _event(
+                cfg,
+                job,
+                "correction",
+                job.corrections_used,
+                cfg.max_corrections,
+                error=failure.summary,
+                detail=message,
+            )
+        )
+
+
+class SelfCorrecting(Protocol[T_co]):
+    """The decorator `self_correct(schema=...)` returns; the call returns the schema's type."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[P, Coroutine[Any, Any, Any]], /
+    ) -> Callable[P, Coroutine[Any, Any, T_co]]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, Any], /) -> Callable[P, T_co]: ...
+
+
+def self_correct(*, schema: type[T], max_corrections: int = 2) -> SelfCorrecting[T]:
+    """Parse and validate the decorated function's reply; correct a bad one in conversation.
+
+    The function takes the conversation (a list of OpenAI-style message dicts) as its first
+    argument and returns the model's reply: a `str`, an OpenAI `ChatCompletion` or a message
+    (its text, or the arguments of its single tool call, is parsed). The decorated call
+    returns the validated value.
+
+    On a reply that does not parse or fails validation, while the job's budget lasts, the
+    failed reply is appended as an assistant message and a correction as a user message
+    (marked as an automated check; it states the errors and repeats the JSON schema), and the
+    function is called again with the grown conversation. The caller's list is never mutated.
+    Exceptions the function raises (timeouts, HTTP errors) propagate and cost no correction.
+
+    Args:
+        schema: A pydantic model, or any type `pydantic.TypeAdapter` accepts (`list[Item]`, a
+            dataclass, a TypedDict, ...).
+        max_corrections: The job's correction budget, 0 to 10. The budget belongs to the job
+            (the outermost refinekit call, or a `refinekit.job()` block): retries of an outer
+            `@retry_on_low_quality` share it rather than reset it.
+
+    Returns:
+        A decorator; the decorated function returns the schema's type (awaitable for
+        `async def`).
+
+    Raises:
+        ValueError: `max_corrections` is not an int from 0 to 10 (when decorating).
+        TypeError: pydantic cannot validate `schema`, or the function takes no argument for the
+            conversation (when decorating).
+    """
+    check_budget("max_corrections", max_corrections, MAX_CORRECTIONS_LIMIT)
+    parser: _Parser[T] = _Parser(schema)
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        cfg = _CorrectConfig(fn, parser, max_corrections)
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> T:
+                job, token = enter_job()
+                try:
+                    return await run_async(_correct_flow(cfg, fn, args, kwargs, job))
+                finally:
+                    leave_job(token)
+
+            return async_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> T:
+            job, token = enter_job()
+            try:
+                return run_sync(_correct_flow(cfg, fn, args, kwargs, job))
+            finally:
+                leave_job(token)
+
+        return wrapper
+
+    return decorate

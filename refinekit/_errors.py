@@ -1,0 +1,146 @@
+"""refinekit's exceptions.
+
+Errors (something went wrong and the caller must handle it)::
+
+    RefinekitError
+    └── CorrectionExhausted          @self_correct ran out of corrections
+        ├── JsonParseError           ... and the last reply was not JSON
+        └── ResponseValidationError  ... and the last reply was JSON that failed validation
+
+Control-flow signal (not an error, kept out of the tree above)::
+
+    LowQualityAnswer   raised by your function to ask @retry_on_low_quality for another
+                       attempt; raised to the caller, the same object, when attempts run out
+
+Configuration mistakes (a bad `max_retries`, an unknown `on_exhausted`, a schema pydantic
+cannot handle) raise `ValueError` or `TypeError` when the decorator is applied, not when the
+function is called. Any exception your function raises that is not `LowQualityAnswer`
+propagates unchanged and is never retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ._model import Attempt, Usage, Verdict
+
+__all__ = [
+    "CorrectionExhausted",
+    "JsonParseError",
+    "LowQualityAnswer",
+    "RefinekitError",
+    "RefinekitWarning",
+    "ResponseValidationError",
+]
+
+
+class RefinekitError(Exception):
+    """The base of every error refinekit raises."""
+
+
+class RefinekitWarning(UserWarning):
+    """Something went wrong that must not break the job (e.g. an event hook raised)."""
+
+
+class LowQualityAnswer(Exception):
+    """The answer is not good enough: raise it to ask for another attempt.
+
+    Raise it from a function decorated with `@retry_on_low_quality` when you can tell the
+    answer is poor yourself; the decorator raises it too, on your behalf, when its evaluator
+    rejects an answer. When attempts run out the caller receives the last one, with the
+    history filled in.
+
+    Args:
+        feedback: What is wrong, written for the model: it is passed to the next attempt.
+        verdict: The verdict behind the rejection, if there is one.
+        answer: The rejected answer, if there is one (it can then be returned as the best).
+
+    Attributes:
+        feedback: What is wrong with the answer.
+        verdict: The verdict (one is made from `feedback` when none was given).
+        answer: The rejected answer, or None.
+        attempts: Every attempt of the decorated call, filled in on exhaustion.
+        best: The best attempt (most criteria passed net of failed, the later on a tie).
+        usage: Token usage of the job when it surfaced.
+    """
+
+    def __init__(
+        self, feedback: str, *, verdict: Verdict | None = None, answer: Any = None
+    ) -> None:
+        super().__init__(feedback)
+        self.feedback = feedback
+        self.verdict = verdict if verdict is not None else Verdict(passed=False, feedback=feedback)
+        self.answer = answer
+        self.attempts: tuple[Attempt, ...] = ()
+        self.best: Attempt | None = None
+        self.usage: Usage = Usage()
+
+    def __str__(self) -> str:
+        base = f"answer rejected: {self.feedback}" if self.feedback else "answer rejected"
+        if self.attempts:
+            base += f" (after {len(self.attempts)} attempt{'s' if len(self.attempts) > 1 else ''})"
+        return base
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), (self.feedback,), self.__dict__))
+
+
+class CorrectionExhausted(RefinekitError):
+    """`@self_correct` used its whole correction budget and the reply is still unusable.
+
+    Attributes:
+        raw_reply: The text of the last reply.
+        errors: What was wrong with it: for a parse failure one entry with `msg`, `line`,
+            `column` and `pos`; for a validation failure pydantic's errors (`loc`, `msg`,
+            `type`, `input`) without documentation URLs.
+        conversation: The conversation as last sent, with the last reply appended.
+        corrections_used: Corrections the job had used when this surfaced.
+        usage: Token usage of the job when it surfaced.
+    """
+
+    problem = "reply was unusable"
+
+    def __init__(
+        self,
+        summary: str,
+        *,
+        raw_reply: str,
+        errors: Sequence[dict[str, Any]],
+        conversation: Sequence[dict[str, Any]],
+        corrections_used: int,
+        usage: Usage | None = None,
+    ) -> None:
+        super().__init__(summary)
+        self.summary = summary
+        self.raw_reply = raw_reply
+        self.errors = list(errors)
+        self.conversation = list(conversation)
+        self.corrections_used = corrections_used
+        self.usage = usage if usage is not None else Usage()
+
+    def __str__(self) -> str:
+        n = self.corrections_used
+        return f"{self.problem} after {n} correction{'' if n == 1 else 's'}: {self.summary}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), (self.summary,), self.__dict__))
+
+
+class JsonParseError(CorrectionExhausted):
+    """The last reply was not JSON (nor held a JSON value in a code block or in prose)."""
+
+    problem = "model reply did not parse as JSON"
+
+
+class ResponseValidationError(CorrectionExhausted):
+    """The last reply was JSON but failed validation against the schema."""
+
+    problem = "model reply failed validation"
+
+
+def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    obj = cls.__new__(cls)
+    BaseException.__init__(obj, *args)
+    obj.__dict__.update(state)
+    return obj

@@ -1,0 +1,41 @@
+"""Pydantic errors as short lines a model can act on (no documentation URLs)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+_MAX_INPUT_CHARS = 60
+
+
+def error_path(loc: Sequence[int | str]) -> str:
+    """`('items', 0, 'price')` as `items[0].price`; the empty path as `(the whole value)`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(the whole value)"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= _MAX_INPUT_CHARS else text[: _MAX_INPUT_CHARS - 3] + "..."
+
+
+def error_lines(errors: Sequence[Any], *, max_items: int, max_chars: int) -> list[str]:
+    """One `- path: message (got input)` line per error, capped in count and total length."""
+    lines: list[str] = []
+    size = 0
+    for i, e in enumerate(errors):
+        line = f"- {error_path(e['loc'])}: {e['msg']}"
+        if e["type"] != "missing":
+            line += f" (got {_short(e.get('input'))})"
+        if i >= max_items or size + len(line) > max_chars:
+            lines.append(f"- ... and {len(errors) - i} more error(s)")
+            break
+        lines.append(line)
+        size += len(line)
+    return lines

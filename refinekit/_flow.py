@@ -1,0 +1,116 @@
+"""The I/O-free way refinekit's loops are written once for sync and async.
+
+A loop (retry, correction, composite evaluation) is a generator that yields *commands*
+("call the function", "evaluate this", "sleep N seconds") and receives their results. Two thin
+drivers run the commands: `run_sync` with plain calls and `time.sleep`, `run_async` with
+`await` and `asyncio.sleep`. No behaviour lives in a driver, so none exists on one side only.
+This is the shape of httpx's auth flows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from ._model import EvaluationRequest, Verdict
+
+T = TypeVar("T")
+
+
+class Call:
+    """Call the wrapped function; the flow receives its return value (or its exception)."""
+
+    __slots__ = ("args", "fn", "kwargs")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+    def run_sync(self) -> Any:
+        return self.fn(*self.args, **self.kwargs)
+
+    async def run_async(self) -> Any:
+        result = self.fn(*self.args, **self.kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+class Evaluate:
+    """Judge a request with an evaluator (see `_evaluators.as_evaluator`)."""
+
+    __slots__ = ("evaluator", "request")
+
+    def __init__(self, evaluator: Any, request: EvaluationRequest):
+        self.evaluator = evaluator
+        self.request = request
+
+    def run_sync(self) -> Verdict:
+        result: Verdict = self.evaluator.evaluate(self.request)
+        return result
+
+    async def run_async(self) -> Verdict:
+        result: Verdict = await self.evaluator.aevaluate(self.request)
+        return result
+
+
+class Sleep:
+    """Wait before the next attempt."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def run_sync(self) -> None:
+        time.sleep(self.seconds)
+
+    async def run_async(self) -> None:
+        await asyncio.sleep(self.seconds)
+
+
+Command = Call | Evaluate | Sleep
+Flow = Generator[Command, Any, T]
+
+
+def run_sync(flow: Flow[T]) -> T:
+    """Drive a flow with blocking calls."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            command = flow.send(value) if error is None else flow.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        error = None
+        try:
+            value = command.run_sync()
+        except Exception as exc:
+            value, error = None, exc
+        except BaseException:
+            flow.close()
+            raise
+
+
+async def run_async(flow: Flow[T]) -> T:
+    """Drive a flow on the running event loop; never blocks it."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            command = flow.send(value) if error is None else flow.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        error = None
+        try:
+            value = await command.run_async()
+        except Exception as exc:
+            value, error = None, exc
+        except BaseException:
+            flow.close()
+            raise

@@ -1,0 +1,187 @@
+"""Events and the hook API; logging is one subscriber."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal
+
+from ._errors import RefinekitWarning
+from ._model import Usage, Verdict
+
+__all__ = ["Event", "EventKind", "Subscription", "subscribe"]
+
+logger = logging.getLogger("refinekit")
+logger.addHandler(logging.NullHandler())
+
+EventKind = Literal["attempt", "verdict", "skipped", "retry", "correction", "exhausted"]
+"""What happened:
+
+- `attempt`: the wrapped function returned (or raised `LowQualityAnswer`);
+- `verdict`: an evaluator judged the answer;
+- `skipped`: `skip=` said not to judge the answer, which is returned as it is;
+- `retry`: another attempt follows, after `wait` seconds, with `feedback`;
+- `correction`: `@self_correct` appended a correction turn (`error` says why);
+- `exhausted`: the budget ran out; the error named in `error` is raised (or the best
+  attempt returned).
+"""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened inside a refinekit call.
+
+    Attributes:
+        kind: What happened (see `EventKind`).
+        decorator: `retry_on_low_quality` or `self_correct`.
+        function: The qualified name of the decorated function.
+        job_id: The id of the job the call belongs to.
+        attempt: The attempt number (for `correction`: the number of the correction).
+        max_attempts: The most attempts (for `correction`: the job's correction budget).
+        is_last: Whether no further attempt (or correction) is possible after this one.
+        usage: The job's usage so far.
+        verdict: The verdict, on `verdict` and on `retry`/`exhausted` after a rejection.
+        feedback: The feedback passed on (retry) or the error explained (correction).
+        wait: Seconds waited before the next attempt (`retry`; reported even in testing mode).
+        duration: Seconds the attempt took (`attempt`).
+        error: A short summary of what failed (`correction`, `exhausted`).
+        detail: Long text for DEBUG logs only, such as the full correction message.
+    """
+
+    kind: EventKind
+    decorator: str
+    function: str
+    job_id: str
+    attempt: int
+    max_attempts: int
+    is_last: bool
+    usage: Usage
+    verdict: Verdict | None = None
+    feedback: str | None = None
+    wait: float | None = None
+    duration: float | None = None
+    error: str | None = None
+    detail: str | None = None
+
+
+Hook = Callable[[Event], object]
+
+_lock = threading.Lock()
+_hooks: tuple[Hook, ...] = ()
+
+
+class Subscription:
+    """A registered hook; `close()` (or leaving the `with` block) unsubscribes it."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self, hook: Hook) -> None:
+        self.hook = hook
+
+    def close(self) -> None:
+        """Stop calling the hook. Closing twice is harmless."""
+        global _hooks
+        with _lock:
+            _hooks = tuple(h for h in _hooks if h is not self.hook)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def subscribe(hook: Hook) -> Subscription:
+    """Call `hook(event)` for every refinekit event, in every thread and task.
+
+    A hook that raises does not break the job: the error is logged on the `refinekit` logger
+    with its traceback and issued as a `RefinekitWarning`, and the job goes on.
+
+    Args:
+        hook: A callable taking an `Event`; its return value is ignored.
+
+    Returns:
+        A `Subscription`; close it (or use it as a context manager) to unsubscribe.
+    """
+    if not callable(hook):
+        raise TypeError(f"a hook must be callable, got {type(hook).__name__}")
+    global _hooks
+    with _lock:
+        _hooks = (*_hooks, hook)
+    return Subscription(hook)
+
+
+def _report_hook_error(hook: Hook, event: Event, exc: Exception) -> None:
+    name = getattr(hook, "__qualname__", repr(hook))
+    message = f"refinekit event hook {name} raised {type(exc).__name__} on a {event.kind!r} event"
+    logger.error(message, exc_info=exc)
+    # A warnings filter that escalates to errors must not break the job: the log stands.
+    with contextlib.suppress(Exception):
+        warnings.warn(f"{message}: {exc}", RefinekitWarning, stacklevel=2)
+
+
+def emit(event: Event) -> None:
+    _log_event(event)
+    for hook in _hooks:
+        try:
+            hook(event)
+        except Exception as exc:
+            _report_hook_error(hook, event, exc)
+
+
+def _clip(text: str | None, limit: int = 300) -> str:
+    if text is None:
+        return ""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _log_event(event: Event) -> None:
+    if event.kind == "retry":
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "%s: attempt %d/%d rejected, retrying in %.2fs: %s",
+                event.function,
+                event.attempt,
+                event.max_attempts,
+                event.wait or 0.0,
+                _clip(event.feedback),
+            )
+    elif event.kind == "correction":
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "%s: correction %d/%d: %s",
+                event.function,
+                event.attempt,
+                event.max_attempts,
+                _clip(event.error),
+            )
+        if event.detail and logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s: correction message sent:\n%s", event.function, event.detail)
+    elif event.kind == "exhausted":
+        if logger.isEnabledFor(logging.WARNING):
+            logger.warning(
+                "%s: gave up after %d attempt(s): %s",
+                event.function,
+                event.attempt,
+                _clip(event.error),
+            )
+    elif logger.isEnabledFor(logging.DEBUG):
+        logger.debug(
+            "%s: %s %d/%d%s",
+            event.function,
+            event.kind,
+            event.attempt,
+            event.max_attempts,
+            "" if event.verdict is None else f" passed={event.verdict.passed}",
+        )

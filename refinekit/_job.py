@@ -1,0 +1,159 @@
+"""Jobs (budgets and usage shared by nested refinekit calls) and the current attempt."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar, Token
+from types import TracebackType
+from typing import Any
+
+from ._model import AttemptInfo, ContextDocument, Usage
+
+__all__ = ["Job", "current_attempt", "current_job", "job", "record_context"]
+
+_JOB: ContextVar[Job | None] = ContextVar("refinekit_job", default=None)
+_ATTEMPT: ContextVar[AttemptInfo | None] = ContextVar("refinekit_attempt", default=None)
+
+
+class Job:
+    """The budgets and usage of one unit of work.
+
+    The outermost refinekit call opens a job and every refinekit call inside it joins that job,
+    so a correction budget is spent once per job: an outer retry does not reset it. Jobs live
+    in a `contextvars` context, so concurrent jobs (threads, asyncio tasks started outside a
+    job) never share counters. Open one yourself with `refinekit.job()` to make, for example,
+    every re-run of one queue message a single job.
+
+    Attributes:
+        id: A short random id, carried by every event of the job.
+    """
+
+    __slots__ = ("_corrections_used", "_lock", "_token", "_usage", "id")
+
+    def __init__(self) -> None:
+        self.id = uuid.uuid4().hex[:12]
+        self._corrections_used = 0
+        self._usage = Usage()
+        self._lock = threading.Lock()
+        self._token: Token[Job | None] | None = None
+
+    @property
+    def corrections_used(self) -> int:
+        """Corrections `@self_correct` has used in this job so far."""
+        return self._corrections_used
+
+    @property
+    def usage(self) -> Usage:
+        """Token usage and model calls counted in this job so far."""
+        return self._usage
+
+    def _take_correction(self, limit: int) -> bool:
+        with self._lock:
+            if self._corrections_used >= limit:
+                return False
+            self._corrections_used += 1
+            return True
+
+    def _add_usage(self, usage: Usage) -> None:
+        with self._lock:
+            self._usage = self._usage + usage
+
+    def __enter__(self) -> Job:
+        if self._token is not None:
+            raise RuntimeError("this refinekit job is already open; call refinekit.job() again")
+        self._token = _JOB.set(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            _JOB.reset(self._token)
+            self._token = None
+
+    async def __aenter__(self) -> Job:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        return f"<refinekit.Job {self.id} corrections_used={self._corrections_used}>"
+
+
+def job() -> Job:
+    """Open a new job explicitly: `with refinekit.job(): ...` or `async with refinekit.job(): ...`.
+
+    Every refinekit call inside the block joins this job and shares its budgets, however
+    often your code re-runs them. A `job()` block always starts a fresh job, even inside
+    another one.
+
+    Returns:
+        The job, a sync and async context manager.
+    """
+    return Job()
+
+
+def current_job() -> Job | None:
+    """The job the calling code runs in, or None outside any refinekit call or `job()` block."""
+    return _JOB.get()
+
+
+def current_attempt() -> AttemptInfo | None:
+    """What attempt of `@retry_on_low_quality` is running, and the feedback it got.
+
+    Returns:
+        The attempt's number, its maximum, and the latest rejection's feedback and answer;
+        None when called outside a function decorated with `@retry_on_low_quality`.
+    """
+    return _ATTEMPT.get()
+
+
+def record_context(
+    documents: Iterable[ContextDocument | str | Mapping[str, Any]] | ContextDocument | str,
+) -> None:
+    """Record the documents the current answer is built from, for the evaluator to see.
+
+    Call it inside a function decorated with `@retry_on_low_quality`, e.g. right after
+    retrieval. The documents land in `EvaluationRequest.context` of this attempt only (a
+    retry records its own). Outside such a function it does nothing, so the function still
+    works undecorated.
+
+    Args:
+        documents: One document or several: `str`, a mapping with `text` (and `source`), or
+            `ContextDocument`.
+
+    Raises:
+        TypeError: A document has none of the accepted shapes.
+    """
+    if isinstance(documents, (str, ContextDocument, Mapping)):
+        docs = [ContextDocument.coerce(documents)]
+    else:
+        docs = [ContextDocument.coerce(d) for d in documents]
+    info = _ATTEMPT.get()
+    if info is not None:
+        info._context.extend(docs)
+
+
+def enter_job() -> tuple[Job, Token[Job | None] | None]:
+    """Join the current job, or open one; the token is None when a job was joined."""
+    current = _JOB.get()
+    if current is not None:
+        return current, None
+    new = Job()
+    return new, _JOB.set(new)
+
+
+def leave_job(token: Token[Job | None] | None) -> None:
+    if token is not None:
+        _JOB.reset(token)

@@ -1,0 +1,210 @@
+"""The data model every part of refinekit shares: requests, verdicts, attempts, usage.
+
+This module imports nothing from the rest of refinekit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Attempt",
+    "AttemptInfo",
+    "ContextDocument",
+    "CriterionResult",
+    "EvaluationRequest",
+    "Outcome",
+    "Usage",
+    "Verdict",
+]
+
+Outcome = Literal["pass", "fail", "uncertain", "skipped"]
+"""The outcome of one criterion."""
+
+
+class ContextDocument(BaseModel):
+    """One document the answer was supposed to be built from.
+
+    Attributes:
+        text: The document's text.
+        source: Where it came from (a path, a URL, an id); what `checks.cites_source()` looks for.
+        metadata: Anything else worth keeping with the document.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str
+    source: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def coerce(cls, value: ContextDocument | str | Mapping[str, Any]) -> ContextDocument:
+        """Turn a `str`, a mapping or a `ContextDocument` into a `ContextDocument`.
+
+        A mapping needs a `text` key (or `page_content`, as LangChain documents have); a
+        `source` key, or a `source`/`source_path` entry in its `metadata`, becomes the source.
+
+        Raises:
+            TypeError: The value is none of the accepted shapes.
+        """
+        if isinstance(value, ContextDocument):
+            return value
+        if isinstance(value, str):
+            return cls(text=value)
+        if isinstance(value, Mapping):
+            metadata = dict(value.get("metadata") or {})
+            text = value.get("text", value.get("page_content"))
+            if not isinstance(text, str):
+                raise TypeError(
+                    "a context document given as a mapping needs a 'text' string, "
+                    f"got keys {sorted(map(str, value))}"
+                )
+            source = value.get("source") or metadata.get("source") or metadata.get("source_path")
+            return cls(text=text, source=None if source is None else str(source), metadata=metadata)
+        raise TypeError(
+            "a context document must be a str, a mapping with 'text' (and optionally 'source'), "
+            f"or a refinekit.ContextDocument, not {type(value).__name__}"
+        )
+
+
+class EvaluationRequest(BaseModel):
+    """What an evaluator judges: the question, the answer and the context it was built from.
+
+    Attributes:
+        question: The question the answer is meant to answer ("" when the call has none).
+        answer: The answer as text (a pydantic model is serialised as JSON).
+        context: The documents the answer was supposed to rely on.
+        metadata: Extra facts about the call (the function's name, the attempt number, ...).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    question: str = ""
+    answer: str
+    context: tuple[ContextDocument, ...] = ()
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class CriterionResult(BaseModel):
+    """The result of one named criterion inside a verdict.
+
+    Attributes:
+        name: The criterion's name.
+        outcome: `pass`, `fail`, `uncertain` or `skipped` (not run, e.g. after an earlier failure).
+        probability: The probability that the criterion holds, when known.
+        source: Where `probability` came from (`code` for rule checks; model judges say `logprobs`
+            or `answer`).
+        feedback: What to fix when the criterion did not pass.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    outcome: Outcome
+    probability: float | None = None
+    source: str | None = None
+    feedback: str = ""
+
+
+class Verdict(BaseModel):
+    """An evaluator's judgement of one answer.
+
+    Attributes:
+        passed: Whether the answer is good enough.
+        score: A number from 0 to 1, when the evaluator has one.
+        feedback: What to fix, written for the model that produced the answer.
+        criteria: Per-criterion results, when the evaluator judged several things.
+        metadata: Anything else the evaluator wants to report.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    passed: bool
+    score: float | None = None
+    feedback: str = ""
+    criteria: tuple[CriterionResult, ...] = ()
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def net_criteria(self) -> int:
+        """Criteria passed net of criteria failed; a verdict without criteria counts as one.
+
+        This is the measure `on_exhausted="return_best"` ranks attempts by.
+        """
+        if not self.criteria:
+            return 1 if self.passed else -1
+        passed = sum(1 for c in self.criteria if c.outcome == "pass")
+        failed = sum(1 for c in self.criteria if c.outcome == "fail")
+        return passed - failed
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token usage and model calls added up over a job.
+
+    Attributes:
+        model_calls: Replies seen that carried usage (OpenAI `ChatCompletion` objects).
+        prompt_tokens: Prompt tokens over those replies.
+        completion_tokens: Completion tokens over those replies.
+    """
+
+    model_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.model_calls + other.model_calls,
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One call of a function wrapped by `@retry_on_low_quality`.
+
+    Attributes:
+        number: 1 for the first call, 2 for the first retry, and so on.
+        answer: What the function returned (None when it raised `LowQualityAnswer` without one).
+        verdict: The verdict on that answer.
+        duration: Seconds spent on the call and its judging.
+        feedback: The feedback this attempt was called with (None on the first).
+    """
+
+    number: int
+    answer: Any
+    verdict: Verdict
+    duration: float
+    feedback: str | None = None
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    """What `refinekit.current_attempt()` tells the function being retried.
+
+    Attributes:
+        number: 1 for the first call, 2 for the first retry, and so on.
+        max_attempts: The most calls this decorated call can make (`max_retries + 1`).
+        feedback: The latest rejection's feedback, None on the first attempt.
+        previous_answer: The answer the latest rejection was about, None on the first attempt.
+    """
+
+    number: int
+    max_attempts: int
+    feedback: str | None = None
+    previous_answer: Any = None
+    _context: list[ContextDocument] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def is_last(self) -> bool:
+        """Whether no retry follows this attempt."""
+        return self.number >= self.max_attempts

@@ -1,0 +1,396 @@
+"""`@retry_on_low_quality`: judge each answer, feed the defect back, try again within a cap."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar
+
+import tenacity
+from tenacity.wait import wait_base
+from typing_extensions import ParamSpec
+
+from . import _config
+from ._errors import LowQualityAnswer
+from ._evaluators import EvaluatorLike, _Adapted, as_evaluator
+from ._flow import Call, Evaluate, Flow, Sleep, run_async, run_sync
+from ._hooks import Event, emit
+from ._job import _ATTEMPT, Job, enter_job, leave_job
+from ._model import Attempt, AttemptInfo, ContextDocument, EvaluationRequest, Verdict
+from ._replies import answer_text, usage_of
+
+__all__ = ["DEFAULT_WAIT", "MAX_RETRIES_LIMIT", "retry_on_low_quality"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MAX_RETRIES_LIMIT = 100
+"""The largest `max_retries` accepted: "retry until it passes" does not exist."""
+
+DEFAULT_WAIT: wait_base = tenacity.wait_exponential_jitter(
+    initial=0.2, exp_base=2, max=5.0, jitter=0.2
+)
+"""The default backoff: 0.2 s doubling per retry, plus up to 0.2 s of jitter, capped at 5 s."""
+
+Wait = wait_base | Callable[[tenacity.RetryCallState], float] | float | int
+OnExhausted = Literal["raise", "return_best"]
+
+
+def check_budget(name: str, value: object, limit: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+        raise ValueError(
+            f"{name} must be an int from 0 to {limit}, got {value!r}: every refinekit loop is "
+            "bounded, there is no 'retry until it passes'"
+        )
+    return value
+
+
+def _check_wait(wait: object) -> Callable[[tenacity.RetryCallState], float]:
+    if isinstance(wait, bool):
+        raise TypeError("wait must be a tenacity wait strategy or a number of seconds, not a bool")
+    if isinstance(wait, (int, float)):
+        if wait < 0:
+            raise ValueError(f"wait must not be negative, got {wait!r}")
+        return tenacity.wait_fixed(wait)
+    if callable(wait):
+        return wait
+    raise TypeError(
+        "wait must be a tenacity wait strategy (e.g. tenacity.wait_exponential()), a callable "
+        f"taking a tenacity.RetryCallState, or a number of seconds; got {type(wait).__name__}"
+    )
+
+
+def _best(attempts: list[Attempt]) -> Attempt | None:
+    """Most criteria passed net of those failed; the later attempt wins a tie."""
+    best: Attempt | None = None
+    for attempt in attempts:
+        if attempt.answer is None:
+            continue
+        if best is None or attempt.verdict.net_criteria() >= best.verdict.net_criteria():
+            best = attempt
+    return best
+
+
+class _RetryConfig:
+    __slots__ = (
+        "accepts_feedback",
+        "answer",
+        "context",
+        "evaluator",
+        "feedback_index",
+        "function",
+        "max_retries",
+        "on_exhausted",
+        "question",
+        "signature",
+        "skip",
+        "wait",
+    )
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        evaluator: _Adapted | None,
+        max_retries: int,
+        wait: Callable[[tenacity.RetryCallState], float],
+        on_exhausted: OnExhausted,
+        question: str | Callable[[Mapping[str, Any]], str] | None,
+        answer: Callable[[Any], str] | None,
+        context: Callable[[Mapping[str, Any]], Iterable[Any]] | None,
+        skip: Callable[[EvaluationRequest], bool] | None,
+    ) -> None:
+        self.function = getattr(fn, "__qualname__", repr(fn))
+        self.signature = inspect.signature(fn)
+        params = list(self.signature.parameters.values())
+        names = [p.name for p in params]
+        if isinstance(question, str) and question not in names:
+            raise ValueError(
+                f"question={question!r} names no parameter of {self.function}{self.signature}"
+            )
+        feedback = self.signature.parameters.get("feedback")
+        self.accepts_feedback = feedback is not None and feedback.kind in (
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        )
+        self.feedback_index = (
+            names.index("feedback")
+            if feedback is not None and feedback.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+            else None
+        )
+        self.evaluator = evaluator
+        self.max_retries = max_retries
+        self.wait = wait
+        self.on_exhausted = on_exhausted
+        self.question = question
+        self.answer = answer
+        self.context = context
+        self.skip = skip
+
+    def with_feedback(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], feedback: str
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if not self.accepts_feedback:
+            return args, kwargs
+        i = self.feedback_index
+        if i is not None and len(args) > i:
+            return (*args[:i], feedback, *args[i + 1 :]), kwargs
+        return args, {**kwargs, "feedback": feedback}
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError:
+            return {}
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def request(
+        self, arguments: dict[str, Any], value: Any, recorded: list[ContextDocument], number: int
+    ) -> EvaluationRequest:
+        question = self.question
+        q: Any
+        if callable(question):
+            q = question(arguments)
+        elif isinstance(question, str):
+            q = arguments.get(question)
+        elif "question" in arguments:
+            q = arguments["question"]
+        else:
+            q = next((v for v in arguments.values() if isinstance(v, str)), "")
+        if self.answer is not None:
+            text = self.answer(value)
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"answer= of {self.function} must return a str, got {type(text).__name__}"
+                )
+        else:
+            text = answer_text(value)
+        documents: list[ContextDocument] = []
+        if self.context is not None:
+            given = self.context(arguments)
+            if isinstance(given, (str, ContextDocument, Mapping)):
+                given = [given]
+            documents.extend(ContextDocument.coerce(d) for d in given)
+        documents.extend(recorded)
+        return EvaluationRequest(
+            question="" if q is None else str(q),
+            answer=text,
+            context=tuple(documents),
+            metadata={"function": self.function, "attempt": number},
+        )
+
+
+def _event(cfg: _RetryConfig, job: Job, kind: Any, number: int, **fields: Any) -> Event:
+    max_attempts = cfg.max_retries + 1
+    return Event(
+        kind=kind,
+        decorator="retry_on_low_quality",
+        function=cfg.function,
+        job_id=job.id,
+        attempt=number,
+        max_attempts=max_attempts,
+        is_last=number >= max_attempts,
+        usage=job.usage,
+        **fields,
+    )
+
+
+def _retry_flow(
+    cfg: _RetryConfig,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    job: Job,
+) -> Flow[Any]:
+    max_attempts = cfg.max_retries + 1
+    attempts: list[Attempt] = []
+    arguments: dict[str, Any] | None = None
+    state: tenacity.RetryCallState | None = None
+    feedback: str | None = None
+    previous: Any = None
+    call_args, call_kwargs = args, kwargs
+    for number in range(1, max_attempts + 1):
+        info = AttemptInfo(number, max_attempts, feedback, previous)
+        started = time.perf_counter()
+        token = _ATTEMPT.set(info)
+        try:
+            value = yield Call(fn, call_args, call_kwargs)
+        except LowQualityAnswer as raised:
+            rejection: LowQualityAnswer | None = raised
+            value = raised.answer
+        else:
+            rejection = None
+        finally:
+            _ATTEMPT.reset(token)
+        emit(_event(cfg, job, "attempt", number, duration=time.perf_counter() - started))
+        if rejection is None:
+            usage = usage_of(value)
+            if usage is not None:
+                job._add_usage(usage)
+            if cfg.evaluator is None and cfg.skip is None:
+                return value
+            if arguments is None:
+                arguments = cfg.bind(args, kwargs)
+            request = cfg.request(arguments, value, info._context, number)
+            if cfg.skip is not None and cfg.skip(request):
+                emit(_event(cfg, job, "skipped", number))
+                return value
+            if cfg.evaluator is None:
+                return value
+            verdict: Verdict = yield Evaluate(cfg.evaluator, request)
+            emit(_event(cfg, job, "verdict", number, verdict=verdict))
+            if verdict.passed:
+                return value
+            rejection = LowQualityAnswer(
+                verdict.feedback or f"the answer was rejected by {cfg.evaluator.name}",
+                verdict=verdict,
+                answer=value,
+            )
+        attempts.append(
+            Attempt(number, value, rejection.verdict, time.perf_counter() - started, feedback)
+        )
+        if number == max_attempts:
+            break
+        feedback, previous = rejection.feedback, value
+        call_args, call_kwargs = cfg.with_feedback(args, kwargs, feedback)
+        if state is None:
+            state = tenacity.RetryCallState(None, fn, args, kwargs)  # type: ignore[arg-type]
+        state.attempt_number = number
+        delay = max(0.0, float(cfg.wait(state)))
+        state.idle_for += delay
+        emit(
+            _event(
+                cfg,
+                job,
+                "retry",
+                number,
+                verdict=rejection.verdict,
+                feedback=feedback,
+                wait=delay,
+            )
+        )
+        if delay > 0 and not _config._testing:
+            yield Sleep(delay)
+    assert rejection is not None
+    rejection.attempts = tuple(attempts)
+    rejection.best = _best(attempts)
+    rejection.usage = job.usage
+    emit(
+        _event(
+            cfg,
+            job,
+            "exhausted",
+            max_attempts,
+            verdict=rejection.verdict,
+            feedback=rejection.feedback,
+            error=f"LowQualityAnswer: {rejection.feedback}",
+        )
+    )
+    if cfg.on_exhausted == "return_best" and rejection.best is not None:
+        return rejection.best.answer
+    raise rejection
+
+
+def retry_on_low_quality(
+    *,
+    evaluator: EvaluatorLike | None = None,
+    max_retries: int = 2,
+    wait: Wait = DEFAULT_WAIT,
+    on_exhausted: OnExhausted = "raise",
+    question: str | Callable[[Mapping[str, Any]], str] | None = None,
+    answer: Callable[[Any], str] | None = None,
+    context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = None,
+    skip: Callable[[EvaluationRequest], bool] | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Judge every answer of the decorated function and retry a poor one with its feedback.
+
+    An attempt fails when the function raises `LowQualityAnswer` itself or when `evaluator`
+    rejects its return value. The next attempt is called with the same arguments plus the
+    latest feedback (as the `feedback` keyword, when the function declares that parameter;
+    always through `refinekit.current_attempt()`). Feedback never compounds: each retry is
+    built from the original call. Any other exception propagates at once, unretried. Works
+    on `def` and `async def` functions alike.
+
+    Args:
+        evaluator: What judges each answer: an evaluator, an async evaluator or a function
+            `(EvaluationRequest) -> Verdict | bool`. None: only `LowQualityAnswer` raised by the
+            function triggers a retry.
+        max_retries: Retries after the first attempt, 0 to 100 (2 means at most 3 calls).
+        wait: Backoff before each retry: any tenacity wait strategy, or seconds. Use
+            `refinekit.testing.set_testing()` to make it instant in tests.
+        on_exhausted: `"raise"` raises the last `LowQualityAnswer` (with `.attempts` and
+            `.best`); `"return_best"` returns the best attempt's answer instead (most criteria
+            passed net of failed, the later one on a tie).
+        question: Which argument is the question: a parameter name, or a callable of the bound
+            arguments (a dict). Default: the parameter `question`, else the first `str` argument.
+        answer: A callable turning the return value into the text to judge. Default: a `str` as
+            is, a `ChatCompletion`'s text, anything else (a pydantic model, ...) as JSON.
+        context: A callable of the bound arguments returning the context documents. Documents
+            recorded with `refinekit.record_context()` during the attempt are added to them.
+        skip: A predicate of the `EvaluationRequest`; when it is true the answer is returned
+            without judging.
+
+    Returns:
+        A decorator keeping the function's signature.
+
+    Raises:
+        ValueError: `max_retries` is not an int from 0 to 100, `on_exhausted` is unknown, or
+            `question` names no parameter (raised when decorating, not when calling).
+        TypeError: `evaluator` or `wait` cannot be used (also when decorating).
+    """
+    check_budget("max_retries", max_retries, MAX_RETRIES_LIMIT)
+    if on_exhausted not in ("raise", "return_best"):
+        raise ValueError(f"on_exhausted must be 'raise' or 'return_best', got {on_exhausted!r}")
+    adapted = None if evaluator is None else as_evaluator(evaluator)
+    wait_fn = _check_wait(wait)
+    for name, value in (
+        ("question", question),
+        ("answer", answer),
+        ("context", context),
+        ("skip", skip),
+    ):
+        if (
+            value is not None
+            and not callable(value)
+            and not (name == "question" and isinstance(value, str))
+        ):
+            raise TypeError(f"{name}= must be callable, got {type(value).__name__}")
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        cfg = _RetryConfig(
+            fn,
+            evaluator=adapted,
+            max_retries=max_retries,
+            wait=wait_fn,
+            on_exhausted=on_exhausted,
+            question=question,
+            answer=answer,
+            context=context,
+            skip=skip,
+        )
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                job, token = enter_job()
+                try:
+                    return await run_async(_retry_flow(cfg, fn, args, kwargs, job))
+                finally:
+                    leave_job(token)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            job, token = enter_job()
+            try:
+                return run_sync(_retry_flow(cfg, fn, args, kwargs, job))  # type: ignore[no-any-return]
+            finally:
+                leave_job(token)
+
+        return wrapper
+
+    return decorate
