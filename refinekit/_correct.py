@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import json
 import re
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeVar, overload
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
-from typing_extensions import ParamSpec
+from typing_extensions import ParamSpec, TypeAlias
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
 from ._errors import CorrectionExhausted, JsonParseError, ResponseValidationError
 from ._errtext import error_lines, error_path
@@ -70,7 +72,9 @@ def _validation_failure(error: ValidationError) -> CorrectionFailure:
     return CorrectionFailure("validation", summary, explanation, [dict(e) for e in errors])
 
 
-def _parse_failure(text: str, detail: str | None = None) -> CorrectionFailure:
+def _parse_failure(
+    text: str, detail: str | None = None, *, invalid_json: str | None = None
+) -> CorrectionFailure:
     if detail is not None:
         summary = detail
         errors: list[dict[str, Any]] = [{"msg": detail}]
@@ -86,8 +90,8 @@ def _parse_failure(text: str, detail: str | None = None) -> CorrectionFailure:
         except RecursionError:
             summary = "the JSON is nested too deeply"
             errors = [{"msg": summary}]
-        else:  # Python's json accepts what strict JSON does not (NaN, Infinity)
-            summary = "the reply is not strict JSON (NaN, Infinity and the like are not allowed)"
+        else:  # Python's json accepts what pydantic's parser rejects (deep nesting, surrogates)
+            summary = invalid_json or "the reply is not strict JSON"
             errors = [{"msg": summary}]
     explanation = f"Your previous reply could not be parsed as JSON: {summary}."
     return CorrectionFailure("parse", summary, explanation, errors)
@@ -101,15 +105,20 @@ def _embedded_json(text: str) -> list[str]:
     """JSON values found inside a fenced code block or surrounded by prose, in order."""
     found = [m.group(1).strip() for m in _FENCED.finditer(text)]
     decoder = json.JSONDecoder()
-    starts = itertools.islice(_OPENERS.finditer(text), _MAX_PROSE_CANDIDATES)
-    for start in (m.start() for m in starts):
+    end = tried = 0
+    for match in _OPENERS.finditer(text):
+        start = match.start()
+        if start < end:  # inside a value already found
+            continue
+        if tried == _MAX_PROSE_CANDIDATES:
+            break
+        tried += 1
         try:
             _, end = decoder.raw_decode(text, start)
         except (ValueError, RecursionError):
             continue
         found.append(text[start:end])
-        break
-    return found
+    return list(dict.fromkeys(found))
 
 
 class _Parser(Generic[T]):
@@ -132,17 +141,23 @@ class _Parser(Generic[T]):
         except ValidationError as e:
             if not _json_invalid(e):
                 return _validation_failure(e)
+            invalid_json = str(e.errors(include_url=False)[0]["msg"])
         except RecursionError:
             return _parse_failure(text, "the JSON is nested too deeply")
+        # The first embedded value that validates wins; if none does, the errors reported are
+        # those of the longest one (a "[1]" citation in the prose is not the answer).
+        rejected: tuple[int, ValidationError] | None = None
         for candidate in _embedded_json(text):
             try:
                 return self.adapter.validate_json(candidate)
             except ValidationError as e:
-                if not _json_invalid(e):
-                    return _validation_failure(e)
+                if not _json_invalid(e) and (rejected is None or len(candidate) > rejected[0]):
+                    rejected = (len(candidate), e)
             except RecursionError:
                 continue
-        return _parse_failure(text)
+        if rejected is not None:
+            return _validation_failure(rejected[1])
+        return _parse_failure(text, invalid_json=invalid_json)
 
     def correction(self, failure: CorrectionFailure) -> str:
         return (
@@ -281,16 +296,20 @@ def _correct_flow(
         )
 
 
+Reply: TypeAlias = "str | ChatCompletion | ChatCompletionMessage | Mapping[str, Any]"
+"""What a function decorated with `@self_correct` returns: the model's reply."""
+
+
 class SelfCorrecting(Protocol[T_co]):
     """The decorator `self_correct(schema=...)` returns; the call returns the schema's type."""
 
     @overload
     def __call__(
-        self, fn: Callable[P, Coroutine[Any, Any, Any]], /
+        self, fn: Callable[P, Awaitable[Reply]], /
     ) -> Callable[P, Coroutine[Any, Any, T_co]]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, Any], /) -> Callable[P, T_co]: ...
+    def __call__(self, fn: Callable[P, Reply], /) -> Callable[P, T_co]: ...
 
 
 def self_correct(*, schema: type[T], max_corrections: int = 2) -> SelfCorrecting[T]:

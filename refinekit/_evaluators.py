@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
@@ -85,8 +87,11 @@ def _run_coroutine_blocking(make: Callable[[], Awaitable[Any]]) -> Any:
         return asyncio.run(runner())
     # A loop is running in this thread (a sync call made from async code): run the coroutine
     # on a loop of its own in a worker thread rather than deadlock this one.
+    # The worker gets a copy of this context, as the no-loop path and `asyncio.to_thread` do,
+    # so the evaluator still sees the current job and attempt.
+    context = contextvars.copy_context()
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="refinekit") as pool:
-        return pool.submit(asyncio.run, runner()).result()
+        return pool.submit(context.run, asyncio.run, runner()).result()
 
 
 class _Adapted:
@@ -254,9 +259,14 @@ class _Weighted(FlowEvaluator):
             if not (isinstance(pair, tuple) and len(pair) == 2):
                 raise TypeError(f"weighted() takes (evaluator, weight) pairs, got {pair!r}")
             evaluator, weight = pair
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
+            if (
+                isinstance(weight, bool)
+                or not isinstance(weight, (int, float))
+                or not 0 < weight < math.inf  # also rejects NaN
+            ):
                 raise ValueError(
-                    f"weight of {evaluator_name(evaluator)} must be > 0, got {weight!r}"
+                    f"weight of {evaluator_name(evaluator)} must be a finite number > 0, "
+                    f"got {weight!r}"
                 )
             children.append(as_evaluator(evaluator))
             weights.append(float(weight))

@@ -29,8 +29,14 @@ R = TypeVar("R")
 MAX_RETRIES_LIMIT = 100
 """The largest `max_retries` accepted: "retry until it passes" does not exist."""
 
+# tenacity 9.1 renamed `initial` to `multiplier` (and warns on `initial`); 8.x only has `initial`.
+_START = (
+    "multiplier"
+    if "multiplier" in inspect.signature(tenacity.wait_exponential_jitter).parameters
+    else "initial"
+)
 DEFAULT_WAIT: wait_base = tenacity.wait_exponential_jitter(
-    initial=0.2, exp_base=2, max=5.0, jitter=0.2
+    exp_base=2, max=5.0, jitter=0.2, **{_START: 0.2}
 )
 """The default backoff: 0.2 s doubling per retry, plus up to 0.2 s of jitter, capped at 5 s."""
 
@@ -225,11 +231,13 @@ def _retry_flow(
             rejection = None
         finally:
             _ATTEMPT.reset(token)
+        # Count the reply's tokens before the event, so `attempt` events include this attempt;
+        # a rejected reply (returned, or carried by a raised LowQualityAnswer) was paid for too.
+        usage = usage_of(value)
+        if usage is not None:
+            job._add_usage(usage)
         emit(_event(cfg, job, "attempt", number, duration=time.perf_counter() - started))
         if rejection is None:
-            usage = usage_of(value)
-            if usage is not None:
-                job._add_usage(usage)
             if cfg.evaluator is None and cfg.skip is None:
                 return value
             if arguments is None:

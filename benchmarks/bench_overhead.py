@@ -1,0 +1,499 @@
+"""Per-call overhead of refinekit's decorators against the undecorated function.
+
+Run it from the repository root::
+
+    .venv/bin/python benchmarks/bench_overhead.py           # the figures in docs/performance.md
+    .venv/bin/python benchmarks/bench_overhead.py --quick   # a smoke run, a few hundred calls
+
+Every "model" here is a deterministic stand-in that returns a fixed reply, so what is timed is
+refinekit's own work, not a network. Each case pairs a decorated call with a baseline that does
+the same useful work without refinekit (the undecorated function; for `@self_correct`, the
+undecorated function plus `TypeAdapter(Invoice).validate_json` on its reply). Both are timed in
+the same run, in interleaved rounds (baseline and decorated alternate, their order flipping each
+round), with `time.perf_counter_ns`, timeit-style loops and the garbage collector off while a
+loop runs. The machine may be shared and noisy, so the table gives the minimum and the median
+over the rounds; "added" is decorated minus baseline, and the verdict on a target uses the
+median of the per-round differences (the more conservative of the two).
+
+This is a report, not a gate: the script exits 0 whatever the figures are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+import refinekit
+import refinekit.testing
+from refinekit import ContextDocument, checks, record_context, retry_on_low_quality, self_correct
+from refinekit._correct import _Parser
+
+RETRY_TARGET_US = 50.0
+"""The issue's target: under 50 us added per attempt for `retry_on_low_quality` + a rule check."""
+
+PARSE_ALLOWANCE_US = 0.5
+"""What "parsing no slower than validate_json" allows (see `parse_verdict`)."""
+
+# ---------------------------------------------------------------------------------------------
+# Stand-in "model" functions and data
+# ---------------------------------------------------------------------------------------------
+
+QUESTION = "How long do refunds take?"
+SOURCE = "docs/policies/refunds.md"
+DOCUMENT = ContextDocument(
+    text="Refunds are issued to the original payment method within 14 days of the return.",
+    source=SOURCE,
+)
+CITED = f"Refunds are issued within 14 days of the return (source: {SOURCE})."
+UNCITED = "Refunds are issued within 14 days of the return."
+FEEDBACK = f"The answer cites none of the sources it was given; cite at least one of: {SOURCE}."
+
+
+def answer(question: str, feedback: str | None = None) -> str:
+    record_context(DOCUMENT)
+    return CITED
+
+
+async def answer_async(question: str, feedback: str | None = None) -> str:
+    record_context(DOCUMENT)
+    return CITED
+
+
+def answer_cites_on_feedback(question: str, feedback: str | None = None) -> str:
+    """Forgets the citation on the first attempt, adds it once told to."""
+    record_context(DOCUMENT)
+    return UNCITED if feedback is None else CITED
+
+
+class LineItem(BaseModel):
+    description: str
+    quantity: int
+    unit_cents: int
+
+
+class Invoice(BaseModel):
+    number: str
+    customer: str
+    currency: str
+    total_cents: int
+    lines: list[LineItem] = []
+
+
+def _invoice_json(n_lines: int) -> str:
+    lines = [
+        LineItem(description=f"Item {i}: consulting, week {i % 52 + 1}", quantity=i % 7 + 1,
+                 unit_cents=1250 + 37 * i)
+        for i in range(n_lines)
+    ]  # fmt: skip
+    total = sum(line.quantity * line.unit_cents for line in lines)
+    invoice = Invoice(
+        number="INV-2026-0042", customer="ACME GmbH", currency="EUR", total_cents=total, lines=lines
+    )
+    return invoice.model_dump_json()
+
+
+SMALL_REPLY = _invoice_json(2)
+LARGE_REPLY = _invoice_json(50)
+BAD_REPLY = SMALL_REPLY[: len(SMALL_REPLY) // 2]  # a reply cut off half way: not JSON
+MESSAGES = [{"role": "user", "content": "Extract the invoice as JSON: ..."}]
+ADAPTER: TypeAdapter[Invoice] = TypeAdapter(Invoice)
+PARSER: _Parser[Invoice] = _Parser(Invoice)
+
+
+def extract_small(messages: list[dict[str, Any]]) -> str:
+    return SMALL_REPLY
+
+
+def extract_large(messages: list[dict[str, Any]]) -> str:
+    return LARGE_REPLY
+
+
+async def extract_small_async(messages: list[dict[str, Any]]) -> str:
+    return SMALL_REPLY
+
+
+def extract_once_wrong(messages: list[dict[str, Any]]) -> str:
+    """A truncated reply first; the good one once a correction turn is in the conversation."""
+    return BAD_REPLY if len(messages) == 1 else SMALL_REPLY
+
+
+# ---------------------------------------------------------------------------------------------
+# The cases: (decorated, baseline) pairs of zero-argument callables
+# ---------------------------------------------------------------------------------------------
+
+Thunk = Callable[[], Any]
+AsyncThunk = Callable[[], Awaitable[Any]]
+
+
+@dataclass
+class Case:
+    name: str
+    decorated: Thunk | AsyncThunk
+    baseline: Thunk | AsyncThunk
+    baseline_name: str
+    attempts: int = 1
+    kind: str = "retry"  # "retry" (the 50 us target), "parse" (no slower), "info" (no target)
+    is_async: bool = False
+    deco_ns: list[float] = field(default_factory=list)
+    base_ns: list[float] = field(default_factory=list)
+
+
+def build_cases() -> list[Case]:
+    rule = checks.cites_source()
+    retried = retry_on_low_quality(evaluator=rule)(answer)
+    retried_async = retry_on_low_quality(evaluator=rule)(answer_async)
+    retried_twice = retry_on_low_quality(evaluator=rule, max_retries=2)(answer_cites_on_feedback)
+    corrected_small = self_correct(schema=Invoice)(extract_small)
+    corrected_large = self_correct(schema=Invoice)(extract_large)
+    corrected_async = self_correct(schema=Invoice)(extract_small_async)
+    corrected_once = self_correct(schema=Invoice)(extract_once_wrong)
+    validate = ADAPTER.validate_json
+    parse = PARSER.parse
+
+    def retry_pass() -> Any:
+        return retried(QUESTION)
+
+    def plain_answer() -> Any:
+        return answer(QUESTION)
+
+    async def retry_pass_async() -> Any:
+        return await retried_async(QUESTION)
+
+    async def plain_answer_async() -> Any:
+        return await answer_async(QUESTION)
+
+    def retry_one_rejection() -> Any:
+        return retried_twice(QUESTION)
+
+    def plain_two_answers() -> Any:
+        answer_cites_on_feedback(QUESTION)
+        return answer_cites_on_feedback(QUESTION, feedback=FEEDBACK)
+
+    def correct_pass_small() -> Any:
+        return corrected_small(MESSAGES)
+
+    def plain_validate_small() -> Any:
+        return validate(extract_small(MESSAGES))
+
+    def correct_pass_large() -> Any:
+        return corrected_large(MESSAGES)
+
+    def plain_validate_large() -> Any:
+        return validate(extract_large(MESSAGES))
+
+    async def correct_pass_async() -> Any:
+        return await corrected_async(MESSAGES)
+
+    async def plain_validate_async() -> Any:
+        return validate(await extract_small_async(MESSAGES))
+
+    def correct_once() -> Any:
+        return corrected_once(MESSAGES)
+
+    def plain_correct_once() -> Any:
+        # The least a hand-written loop does: call, fail to validate, call again, validate.
+        reply = extract_once_wrong(MESSAGES)
+        try:
+            return validate(reply)
+        except ValidationError:
+            pass
+        turns = [
+            *MESSAGES,
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": "Reply again with only the corrected JSON."},
+        ]
+        return validate(extract_once_wrong(turns))
+
+    def parse_small() -> Any:
+        return parse(SMALL_REPLY)
+
+    def validate_small() -> Any:
+        return validate(SMALL_REPLY)
+
+    def parse_large() -> Any:
+        return parse(LARGE_REPLY)
+
+    def validate_large() -> Any:
+        return validate(LARGE_REPLY)
+
+    # Sanity: every pair computes the same thing, and the stand-ins behave as described.
+    assert retry_pass() == plain_answer() == CITED
+    assert retry_one_rejection() == plain_two_answers() == CITED
+    assert correct_pass_small() == plain_validate_small() == parse_small() == validate_small()
+    assert correct_pass_large() == plain_validate_large() == parse_large() == validate_large()
+    assert correct_once() == plain_correct_once()
+
+    return [
+        Case("retry: pass, 1st attempt", retry_pass, plain_answer, "answer()"),
+        Case(
+            "retry: pass, 1st attempt (async)",
+            retry_pass_async,
+            plain_answer_async,
+            "await answer()",
+            is_async=True,
+        ),
+        Case(
+            "retry: 1 rejection + pass",
+            retry_one_rejection,
+            plain_two_answers,
+            "answer() x2",
+            attempts=2,
+        ),
+        Case(
+            "self_correct: pass (2 lines)",
+            correct_pass_small,
+            plain_validate_small,
+            "extract()+validate_json",
+            kind="info",
+        ),
+        Case(
+            "self_correct: pass (50 lines)",
+            correct_pass_large,
+            plain_validate_large,
+            "extract()+validate_json",
+            kind="info",
+        ),
+        Case(
+            "self_correct: pass (async)",
+            correct_pass_async,
+            plain_validate_async,
+            "await extract()+v_json",
+            kind="info",
+            is_async=True,
+        ),
+        Case(
+            "self_correct: 1 correction",
+            correct_once,
+            plain_correct_once,
+            "hand-written loop",
+            attempts=2,
+            kind="info",
+        ),
+        Case("parse only (2 lines)", parse_small, validate_small, "validate_json", kind="parse"),
+        Case("parse only (50 lines)", parse_large, validate_large, "validate_json", kind="parse"),
+        Case("control: A/A", validate_small, validate_small, "validate_json", kind="info"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------
+
+LOOP = asyncio.new_event_loop()
+
+
+def _sync_loop(fn: Thunk, n: int) -> int:
+    it = itertools.repeat(None, n)
+    start = time.perf_counter_ns()
+    for _ in it:
+        fn()
+    return time.perf_counter_ns() - start
+
+
+async def _async_loop(fn: AsyncThunk, n: int) -> int:
+    it = itertools.repeat(None, n)
+    start = time.perf_counter_ns()
+    for _ in it:
+        await fn()
+    return time.perf_counter_ns() - start
+
+
+def time_loop(fn: Any, n: int, is_async: bool) -> float:
+    """Nanoseconds per call of `fn` over `n` calls, with the garbage collector off."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if is_async:
+            total = LOOP.run_until_complete(_async_loop(fn, n))
+        else:
+            total = _sync_loop(fn, n)
+    finally:
+        if enabled:
+            gc.enable()
+    return total / n
+
+
+def calibrate(fn: Any, is_async: bool, seconds: float) -> int:
+    """Calls per loop so that one loop takes about `seconds` (timeit's autorange, scaled)."""
+    n = 1
+    while True:
+        per_call = time_loop(fn, n, is_async)
+        if per_call * n >= 5e6 or n >= 1_000_000:  # 5 ms: long enough to extrapolate from
+            return max(1, min(1_000_000, int(seconds * 1e9 / per_call)))
+        n *= 10 if per_call * n < 5e5 else 2
+
+
+def measure(cases: list[Case], rounds: int, seconds: float, quick_n: int | None) -> None:
+    sizes: dict[int, tuple[int, int]] = {}
+    for case in cases:
+        if quick_n is not None:
+            sizes[id(case)] = (quick_n, quick_n)
+        else:
+            sizes[id(case)] = (
+                calibrate(case.decorated, case.is_async, seconds),
+                calibrate(case.baseline, case.is_async, seconds),
+            )
+    for r in range(rounds):
+        order = cases if r % 2 == 0 else cases[::-1]
+        for case in order:
+            n_deco, n_base = sizes[id(case)]
+            deco_first = (r + len(case.name)) % 2 == 0
+            if deco_first:
+                case.deco_ns.append(time_loop(case.decorated, n_deco, case.is_async))
+                case.base_ns.append(time_loop(case.baseline, n_base, case.is_async))
+            else:
+                case.base_ns.append(time_loop(case.baseline, n_base, case.is_async))
+                case.deco_ns.append(time_loop(case.decorated, n_deco, case.is_async))
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Figures:
+    deco_min: float
+    deco_med: float
+    base_min: float
+    base_med: float
+    added_min: float  # min(decorated) - min(baseline), us per call
+    added_med: float  # median over rounds of (decorated - baseline), us per call
+    ratio_min: float
+    ratio_med: float
+
+
+def figures(case: Case) -> Figures:
+    us = 1e-3
+    diffs = [d - b for d, b in zip(case.deco_ns, case.base_ns, strict=True)]
+    ratios = [d / b for d, b in zip(case.deco_ns, case.base_ns, strict=True)]
+    return Figures(
+        deco_min=min(case.deco_ns) * us,
+        deco_med=statistics.median(case.deco_ns) * us,
+        base_min=min(case.base_ns) * us,
+        base_med=statistics.median(case.base_ns) * us,
+        added_min=(min(case.deco_ns) - min(case.base_ns)) * us,
+        added_med=statistics.median(diffs) * us,
+        ratio_min=min(case.deco_ns) / min(case.base_ns),
+        ratio_med=statistics.median(ratios),
+    )
+
+
+def parse_verdict(f: Figures, noise_us: float) -> bool:
+    """Parsing is "no slower than validate_json" when refinekit adds only a fixed call's cost.
+
+    On a reply that validates, `_Parser.parse` is one Python method call around the very same
+    `validate_json` call; the extra is a frame and a `try`, independent of the reply's size.
+    So the parse passes when its median extra is at most `PARSE_ALLOWANCE_US` plus this run's
+    own noise (the A/A control's spread), on the small reply and the large one alike.
+    """
+    return f.added_med <= PARSE_ALLOWANCE_US + noise_us
+
+
+def machine() -> list[str]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    impl = platform.python_implementation()
+    return [
+        f"platform   {platform.platform()}",
+        f"cpu        {cpu}, {os.cpu_count()} CPUs ({usable} usable)",
+        f"python     {impl} {platform.python_version()} ({sys.executable})",
+        f"versions   refinekit {refinekit.__version__}, pydantic {version('pydantic')}, "
+        f"pydantic-core {version('pydantic-core')}, tenacity {version('tenacity')}",
+    ]
+
+
+def report(cases: list[Case], rounds: int, quick: bool) -> bool:
+    print("refinekit decorator overhead")
+    print("=" * 28)
+    for line in machine():
+        print(line)
+    mode = "quick smoke run (few calls; figures not meaningful)" if quick else "full run"
+    print(f"run        {mode}; {rounds} interleaved rounds; times in microseconds (us)")
+    print()
+
+    by_name = {case.name: figures(case) for case in cases}
+    control = by_name["control: A/A"]
+    aa = [d - b for d, b in zip(cases[-1].deco_ns, cases[-1].base_ns, strict=True)]
+    noise_us = max(abs(control.added_med), statistics.pstdev(aa) * 1e-3)
+
+    header = (
+        f"{'case':34} {'att':>3} {'decorated min/med':>19} {'baseline min/med':>18} "
+        f"{'baseline is':23} {'added/call':>10} {'added/att':>9} {'ratio':>6}  result"
+    )
+    print(header)
+    print("-" * len(header))
+    all_pass = True
+    for case in cases:
+        f = by_name[case.name]
+        per_attempt = f.added_med / case.attempts
+        if case.kind == "retry":
+            ok = per_attempt < RETRY_TARGET_US
+            result = f"{'PASS' if ok else 'FAIL'} (<{RETRY_TARGET_US:.0f} us/att)"
+        elif case.kind == "parse":
+            ok = parse_verdict(f, noise_us)
+            result = f"{'PASS' if ok else 'FAIL'} (no slower)"
+        else:
+            ok, result = True, "-"
+        all_pass = all_pass and ok
+        print(
+            f"{case.name:34} {case.attempts:>3} {f.deco_min:>9.2f}/{f.deco_med:<9.2f} "
+            f"{f.base_min:>8.2f}/{f.base_med:<9.2f} {case.baseline_name:23} "
+            f"{f.added_med:>10.2f} {per_attempt:>9.2f} {f.ratio_med:>6.2f}  {result}"
+        )
+    print()
+    print("added/call = median over rounds of (decorated - baseline); added/att = that / attempts;")
+    print("ratio = median over rounds of decorated / baseline.")
+    print(
+        f"noise floor (A/A control, validate_json against itself): {noise_us:.3f} us; "
+        f"'no slower' allows {PARSE_ALLOWANCE_US} us + that noise for the frame around the "
+        "same validate_json call."
+    )
+    print()
+    print(f"targets: {'all met' if all_pass else 'NOT all met'}")
+    return all_pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--quick", action="store_true", help="a fast smoke run: a few hundred calls per case"
+    )
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 15)")
+    parser.add_argument(
+        "--seconds", type=float, default=0.04, help="target duration of one timed loop"
+    )
+    args = parser.parse_args(argv)
+    rounds = args.rounds if args.rounds is not None else (3 if args.quick else 15)
+    with refinekit.testing.set_testing():  # the retry case's backoff is computed, never slept
+        cases = build_cases()
+        measure(cases, rounds, args.seconds, 200 if args.quick else None)
+    report(cases, rounds, args.quick)
+    LOOP.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

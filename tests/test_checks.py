@@ -1,0 +1,357 @@
+"""The rule checks of `refinekit.checks`: pass rules, scores, feedback, argument errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from pydantic import BaseModel
+from typing_extensions import TypedDict
+
+from refinekit import ContextDocument, EvaluationRequest, Verdict, checks
+from refinekit.checks import Check
+
+
+def request(answer: str, *sources: str | None) -> EvaluationRequest:
+    """A request whose context has one document per source (None: a document without one)."""
+    context = tuple(ContextDocument(text=f"document {i}", source=s) for i, s in enumerate(sources))
+    return EvaluationRequest(question="What is it?", answer=answer, context=context)
+
+
+async def judge(check: Check, req: EvaluationRequest) -> Verdict:
+    """Judge through both entry points; they must agree."""
+    sync_verdict = check.evaluate(req)
+    async_verdict = await check.aevaluate(req)
+    assert sync_verdict == async_verdict
+    return sync_verdict
+
+
+# --- cites_source ---------------------------------------------------------------------------
+
+
+async def test_cites_source_passes_when_one_source_is_cited() -> None:
+    verdict = await judge(
+        checks.cites_source(),
+        request("Refunds take 5 days (docs/refunds.md).", "docs/refunds.md", "docs/billing.md"),
+    )
+    assert verdict.passed
+    assert verdict.score == 0.5
+    assert verdict.feedback == ""
+    assert verdict.metadata["cited"] == ["docs/refunds.md"]
+    assert verdict.metadata["source"] == "code"
+
+
+async def test_cites_source_scores_the_share_of_sources_cited() -> None:
+    verdict = await judge(
+        checks.cites_source(),
+        request("See a.md, b.md and c.md.", "a.md", "b.md", "c.md", "d.md"),
+    )
+    assert verdict.passed
+    assert verdict.score == 0.75
+
+
+async def test_cites_source_counts_only_documents_that_have_a_source() -> None:
+    verdict = await judge(checks.cites_source(), request("As a.md says.", "a.md", None, None))
+    assert verdict.passed
+    assert verdict.score == 1.0
+
+
+async def test_cites_source_fails_naming_the_sources_when_none_is_cited() -> None:
+    verdict = await judge(
+        checks.cites_source(),
+        request("Refunds take 5 days.", "docs/refunds.md", "docs/billing.md"),
+    )
+    assert not verdict.passed
+    assert verdict.score == 0.0
+    assert "cite at least one of" in verdict.feedback
+    assert "docs/refunds.md" in verdict.feedback
+    assert "docs/billing.md" in verdict.feedback
+    assert verdict.metadata["cited"] == []
+
+
+async def test_cites_source_feedback_lists_at_most_five_sources() -> None:
+    sources = [f"s{i}.md" for i in range(7)]
+    verdict = await judge(checks.cites_source(), request("No citation here.", *sources))
+    assert not verdict.passed
+    assert "s4.md" in verdict.feedback
+    assert "s5.md" not in verdict.feedback
+    assert verdict.feedback.endswith(", ....")
+
+
+@pytest.mark.parametrize("sources", [(), (None,), (None, None)], ids=["no-docs", "one", "two"])
+async def test_cites_source_fails_clearly_when_no_document_has_a_source(
+    sources: tuple[None, ...],
+) -> None:
+    verdict = await judge(checks.cites_source(), request("Anything, docs/a.md.", *sources))
+    assert not verdict.passed
+    assert verdict.score == 0.0
+    assert "No context document with a source" in verdict.feedback
+
+
+# --- contains -------------------------------------------------------------------------------
+
+
+async def test_contains_all_is_case_insensitive_by_default() -> None:
+    verdict = await judge(
+        checks.contains("Paris", "FRANCE"), request("paris is the capital of France.")
+    )
+    assert verdict.passed
+    assert verdict.score == 1.0
+    assert verdict.feedback == ""
+
+
+async def test_contains_folds_case_fully() -> None:
+    verdict = await judge(checks.contains("Straße"), request("The STRASSE is closed."))
+    assert verdict.passed
+
+
+async def test_contains_all_fails_naming_only_the_missing_phrases() -> None:
+    verdict = await judge(
+        checks.contains("Paris", "Berlin", "Rome"), request("Paris and Rome, not the others.")
+    )
+    assert not verdict.passed
+    assert verdict.score == pytest.approx(2 / 3)
+    assert verdict.feedback == "The answer must mention 'Berlin'."
+    assert verdict.metadata["missing"] == ["Berlin"]
+
+
+async def test_contains_case_sensitive() -> None:
+    check = checks.contains("Paris", case_sensitive=True)
+    failed = await judge(check, request("paris is lowercase here."))
+    assert not failed.passed
+    assert "'Paris'" in failed.feedback
+    assert (await judge(check, request("Paris."))).passed
+
+
+async def test_contains_any_passes_with_one_phrase() -> None:
+    verdict = await judge(
+        checks.contains("refund", "credit", "voucher", all_required=False),
+        request("You get a Voucher."),
+    )
+    assert verdict.passed
+    assert verdict.score == pytest.approx(1 / 3)
+    assert verdict.feedback == ""
+
+
+async def test_contains_any_fails_naming_every_phrase() -> None:
+    verdict = await judge(
+        checks.contains("refund", "credit", all_required=False), request("Nothing to offer.")
+    )
+    assert not verdict.passed
+    assert verdict.score == 0.0
+    assert verdict.feedback == "The answer must mention at least one of 'refund', 'credit'."
+
+
+@pytest.mark.parametrize("phrases", [(), ("",), ("ok", "")], ids=["none", "empty", "one-empty"])
+def test_contains_rejects_no_phrase_or_an_empty_one(phrases: tuple[str, ...]) -> None:
+    with pytest.raises(ValueError, match="non-empty strings"):
+        checks.contains(*phrases)
+
+
+# --- matches --------------------------------------------------------------------------------
+
+
+async def test_matches_searches_anywhere_in_the_answer() -> None:
+    check = checks.matches(r"\d{4}-\d{2}-\d{2}")
+    passed = await judge(check, request("It shipped on 2026-01-31, on time."))
+    assert passed.passed
+    assert passed.score == 1.0
+    assert passed.feedback == ""
+    failed = await judge(check, request("It shipped last Tuesday."))
+    assert not failed.passed
+    assert failed.score == 0.0
+    assert (
+        failed.feedback
+        == r"The answer must contain text matching the pattern '\\d{4}-\\d{2}-\\d{2}'."
+    )
+
+
+async def test_matches_takes_a_compiled_pattern_with_its_flags() -> None:
+    check = checks.matches(re.compile(r"ticket #\d+", re.IGNORECASE))
+    assert (await judge(check, request("See TICKET #42."))).passed
+    failed = await judge(check, request("See the ticket."))
+    assert not failed.passed
+    assert "ticket #" in failed.feedback
+
+
+async def test_matches_uses_the_description_in_feedback() -> None:
+    check = checks.matches(r"\d{4}-\d{2}-\d{2}", description="a date like 2026-01-31")
+    verdict = await judge(check, request("soon"))
+    assert verdict.feedback == "The answer must contain a date like 2026-01-31."
+
+
+def test_matches_rejects_an_invalid_regex() -> None:
+    with pytest.raises(ValueError, match="invalid regular expression") as info:
+        checks.matches("(unclosed")
+    assert isinstance(info.value.__cause__, re.error)
+
+
+# --- max_length -----------------------------------------------------------------------------
+
+
+async def test_max_length_boundary() -> None:
+    check = checks.max_length(10)
+    at_limit = await judge(check, request("x" * 10))
+    assert at_limit.passed
+    assert at_limit.feedback == ""
+    over = await judge(check, request("x" * 11))
+    assert not over.passed
+    assert over.score == 0.0
+    assert over.feedback == (
+        "The answer is 11 characters long; shorten it to at most 10 characters."
+    )
+    assert over.metadata["length"] == 11
+
+
+@pytest.mark.parametrize("n", [0, -1, True, 2.5, "10", None])
+def test_max_length_rejects_anything_but_a_positive_int(n: object) -> None:
+    with pytest.raises(ValueError, match="positive int"):
+        checks.max_length(n)  # type: ignore[arg-type]
+
+
+# --- not_empty ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("answer", ["", " ", "\n\t  \r\n"])
+async def test_not_empty_fails_on_blank_answers(answer: str) -> None:
+    verdict = await judge(checks.not_empty(), request(answer))
+    assert not verdict.passed
+    assert verdict.feedback == "The answer is empty; answer the question."
+
+
+async def test_not_empty_passes_on_text() -> None:
+    verdict = await judge(checks.not_empty(), request("  ok  "))
+    assert verdict.passed
+    assert verdict.feedback == ""
+
+
+# --- json_schema ----------------------------------------------------------------------------
+
+
+class Item(BaseModel):
+    name: str
+    price_cents: int
+
+
+class Order(BaseModel):
+    number: str
+    items: list[Item]
+
+
+async def test_json_schema_passes_valid_json() -> None:
+    answer = '{"number": "A-1", "items": [{"name": "pen", "price_cents": 120}]}'
+    verdict = await judge(checks.json_schema(Order), request(answer))
+    assert verdict.passed
+    assert verdict.score == 1.0
+    assert verdict.feedback == ""
+
+
+async def test_json_schema_reports_invalid_json() -> None:
+    verdict = await judge(checks.json_schema(Order), request('{"number": "A-1", "items": ['))
+    assert not verdict.passed
+    assert verdict.feedback.startswith("The answer is not valid JSON for the schema:\n")
+    assert "(the whole value): Invalid JSON" in verdict.feedback
+
+
+async def test_json_schema_names_the_path_of_a_wrong_field() -> None:
+    answer = '{"number": "A-1", "items": [{"name": "pen", "price_cents": "cheap"}]}'
+    verdict = await judge(checks.json_schema(Order), request(answer))
+    assert not verdict.passed
+    assert "- items[0].price_cents: Input should be a valid integer" in verdict.feedback
+    assert '(got "cheap")' in verdict.feedback
+    assert "errors.pydantic.dev" not in verdict.feedback
+
+
+async def test_json_schema_names_a_missing_field() -> None:
+    verdict = await judge(checks.json_schema(Order), request('{"items": []}'))
+    assert not verdict.passed
+    assert "- number: Field required" in verdict.feedback
+
+
+async def test_json_schema_caps_the_number_of_errors() -> None:
+    answer = "[" + ", ".join(['{"name": 1}'] * 10) + "]"
+    verdict = await judge(checks.json_schema(list[Item]), request(answer))
+    assert not verdict.passed
+    lines = verdict.feedback.splitlines()[1:]
+    assert len(lines) == 6
+    assert lines[-1].startswith("- ... and ")
+
+
+class Point(TypedDict):
+    x: int
+    y: int
+
+
+@dataclasses.dataclass
+class Money:
+    amount: int
+    currency: str
+
+
+@pytest.mark.parametrize(
+    ("schema", "good", "bad"),
+    [
+        (list[Item], '[{"name": "a", "price_cents": 1}]', '[{"name": "a"}]'),
+        (Point, '{"x": 1, "y": 2}', '{"x": 1}'),
+        (Money, '{"amount": 5, "currency": "EUR"}', '{"amount": "five", "currency": "EUR"}'),
+    ],
+    ids=["list", "typeddict", "dataclass"],
+)
+async def test_json_schema_takes_any_type_pydantic_validates(
+    schema: object, good: str, bad: str
+) -> None:
+    check = checks.json_schema(schema)
+    assert (await judge(check, request(good))).passed
+    assert not (await judge(check, request(bad))).passed
+
+
+def test_json_schema_rejects_a_type_pydantic_cannot_handle() -> None:
+    class Opaque:
+        pass
+
+    with pytest.raises(TypeError, match="pydantic cannot validate"):
+        checks.json_schema(Opaque)
+
+
+# --- every check ----------------------------------------------------------------------------
+
+CASES = [
+    (checks.cites_source(), request("no cite", "a.md"), request("per a.md", "a.md")),
+    (checks.contains("x"), request("nothing"), request("an x")),
+    (checks.contains("x", "y", all_required=False), request("nothing"), request("a y")),
+    (checks.matches(r"\d"), request("none"), request("1")),
+    (checks.max_length(3), request("long"), request("ok")),
+    (checks.not_empty(), request(" "), request("ok")),
+    (checks.json_schema(Item), request("{}"), request('{"name": "a", "price_cents": 1}')),
+]
+
+
+@pytest.mark.parametrize(("check", "bad", "good"), CASES, ids=[c[0].name for c in CASES])
+async def test_every_check_explains_a_failure_and_says_nothing_on_a_pass(
+    check: Check, bad: EvaluationRequest, good: EvaluationRequest
+) -> None:
+    failed = await judge(check, bad)
+    assert not failed.passed
+    assert failed.feedback.startswith(("The answer", "No context document"))
+    assert len(failed.feedback) > len("The answer ")
+    passed = await judge(check, good)
+    assert passed.passed
+    assert passed.feedback == ""
+    assert passed.metadata["source"] == "code"
+    assert repr(check) == f"<check {check.name}>"
+
+
+async def test_a_custom_check_runs_on_both_paths() -> None:
+    def short_sentences(req: EvaluationRequest) -> Verdict:
+        longest = max(len(s) for s in req.answer.split("."))
+        return Verdict(
+            passed=longest <= 20,
+            feedback="" if longest <= 20 else "Use sentences under 20 characters.",
+        )
+
+    check = Check("short_sentences", short_sentences)
+    assert check.name == "short_sentences"
+    assert (await judge(check, request("Short. Fine."))).passed
+    verdict = await judge(check, request("This sentence is far too long for the rule."))
+    assert verdict.feedback == "Use sentences under 20 characters."

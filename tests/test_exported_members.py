@@ -1,0 +1,90 @@
+"""The public surface is pinned: adding or removing a name is a deliberate change."""
+
+from __future__ import annotations
+
+import inspect
+
+import refinekit
+import refinekit.checks
+import refinekit.testing
+
+PUBLIC = {
+    "AsyncEvaluator",
+    "Attempt",
+    "AttemptInfo",
+    "ContextDocument",
+    "CorrectionExhausted",
+    "CriterionResult",
+    "EvaluationRequest",
+    "Evaluator",
+    "EvaluatorLike",
+    "Event",
+    "EventKind",
+    "Job",
+    "JsonParseError",
+    "LowQualityAnswer",
+    "RefinekitError",
+    "RefinekitWarning",
+    "ResponseValidationError",
+    "Subscription",
+    "Usage",
+    "Verdict",
+    "all_of",
+    "any_of",
+    "checks",
+    "current_attempt",
+    "current_job",
+    "job",
+    "record_context",
+    "retry_on_low_quality",
+    "self_correct",
+    "subscribe",
+    "weighted",
+}
+
+
+def test_top_level_names() -> None:
+    assert set(refinekit.__all__) == PUBLIC
+    for name in PUBLIC:
+        assert getattr(refinekit, name) is not None
+
+
+def test_public_names_are_documented() -> None:
+    for name in refinekit.__all__:
+        obj = getattr(refinekit, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert getattr(obj, "__doc__", None), f"refinekit.{name} has no docstring"
+
+
+def test_checks_names() -> None:
+    assert set(refinekit.checks.__all__) == {
+        "Check",
+        "all_of",
+        "any_of",
+        "cites_source",
+        "contains",
+        "json_schema",
+        "matches",
+        "max_length",
+        "not_empty",
+        "weighted",
+    }
+
+
+def test_testing_names() -> None:
+    assert set(refinekit.testing.__all__) == {"is_testing", "set_testing"}
+
+
+def test_error_tree() -> None:
+    assert issubclass(refinekit.CorrectionExhausted, refinekit.RefinekitError)
+    assert issubclass(refinekit.JsonParseError, refinekit.CorrectionExhausted)
+    assert issubclass(refinekit.ResponseValidationError, refinekit.CorrectionExhausted)
+    # a control-flow signal, kept apart from the errors
+    assert not issubclass(refinekit.LowQualityAnswer, refinekit.RefinekitError)
+
+
+def test_implementation_modules_are_private() -> None:
+    for name in refinekit.__all__:
+        obj = getattr(refinekit, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert obj.__module__.startswith("refinekit._"), name

@@ -1,0 +1,80 @@
+"""Checked by mypy (strict) in CI: what type checkers see of refinekit's decorators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+from typing_extensions import assert_type
+
+import refinekit
+from refinekit import checks, retry_on_low_quality, self_correct
+
+
+class Invoice(BaseModel):
+    number: str
+    total_cents: int
+
+
+@dataclass
+class Item:
+    name: str
+
+
+@self_correct(schema=Invoice)
+def extract(messages: list[dict[str, Any]], *, model: str = "m") -> str:
+    return "{}"
+
+
+@self_correct(schema=Invoice, max_corrections=1)
+async def aextract(messages: list[dict[str, Any]]) -> str:
+    return "{}"
+
+
+@self_correct(schema=list[Item])
+def items(messages: list[dict[str, Any]]) -> str:
+    return "[]"
+
+
+@retry_on_low_quality(evaluator=checks.cites_source(), max_retries=2)
+def answer(question: str, feedback: str | None = None) -> str:
+    return question
+
+
+@retry_on_low_quality(evaluator=lambda request: bool(request.answer))
+async def aanswer(question: str) -> str:
+    return question
+
+
+async def use() -> None:
+    assert_type(extract([{"role": "user", "content": "x"}]), Invoice)
+    assert_type(extract([], model="other"), Invoice)
+    assert_type(await aextract([]), Invoice)
+    assert_type(items([]), list[Item])
+    assert_type(answer("q"), str)
+    assert_type(answer("q", feedback="f"), str)
+    assert_type(await aanswer("q"), str)
+    attempt = refinekit.current_attempt()
+    if attempt is not None:
+        assert_type(attempt.number, int)
+    with refinekit.job() as job:
+        assert_type(job.corrections_used, int)
+    try:
+        answer("q")
+    except refinekit.LowQualityAnswer as e:
+        assert_type(e.attempts, tuple[refinekit.Attempt, ...])
+    except refinekit.CorrectionExhausted as e:
+        assert_type(e.raw_reply, str)
+    verdict = refinekit.Verdict(passed=True, score=1.0)
+    assert_type(verdict.passed, bool)
+
+
+extract(42)  # type: ignore[arg-type]
+answer(1)  # type: ignore[arg-type]
+
+
+# A function whose reply is not a model reply is refused by the type checker.
+@self_correct(schema=Invoice)  # type: ignore[arg-type]
+def not_a_reply(messages: list[dict[str, Any]]) -> int:
+    return 1
