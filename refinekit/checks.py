@@ -71,12 +71,20 @@ def _verdict(passed: bool, feedback: str, score: float | None = None, **metadata
     )
 
 
+def _cited(source: str, answer: str) -> bool:
+    if source not in answer:  # the common, cheap answer
+        return False
+    pattern = rf"(?<![\w./\\-]){re.escape(source)}(?![\w/\\-]|\.\w)"
+    return re.search(pattern, answer) is not None
+
+
 def cites_source() -> Check:
     """The answer cites the source of at least one context document.
 
     A document's source is `ContextDocument.source` (a path, URL or id); it counts as cited
-    when it appears verbatim in the answer. The score is the share of documents with a source
-    that the answer cites. With no document carrying a source, the check fails and says so:
+    when it appears verbatim in the answer as a whole token: `a.md` is not cited by
+    `data.md` or `docs/a.md`, but is by `(a.md)` or `a.md.` at the end of a sentence. The score
+    is the share of distinct sources the answer cites. With no document carrying a source, the check fails and says so:
     there is nothing the answer could cite, which is a wiring problem worth seeing.
 
     Returns:
@@ -92,7 +100,7 @@ def cites_source() -> Check:
                 "the answer cannot be checked for citations.",
                 cited=[],
             )
-        cited = [s for s in sources if s in request.answer]
+        cited = [s for s in sources if _cited(s, request.answer)]
         listing = ", ".join(sources[:5]) + (", ..." if len(sources) > 5 else "")
         return _verdict(
             bool(cited),

@@ -51,6 +51,23 @@ async def test_cites_source_scores_the_share_of_sources_cited() -> None:
     assert verdict.score == 0.75
 
 
+@pytest.mark.parametrize(
+    ("answer", "cited"),
+    [
+        ("See a.md.", True),
+        ("See (a.md), then b.", True),
+        ("a.md, b.md", True),
+        ("See data.md.", False),
+        ("See docs/a.md.", False),
+        ("See a.md.bak.", False),
+        ("See a.mdx.", False),
+    ],
+)
+async def test_cites_source_matches_the_source_as_a_whole_token(answer: str, cited: bool) -> None:
+    verdict = await judge(checks.cites_source(), request(answer, "a.md"))
+    assert verdict.passed is cited
+
+
 async def test_cites_source_counts_only_documents_that_have_a_source() -> None:
     verdict = await judge(checks.cites_source(), request("As a.md says.", "a.md", None, None))
     assert verdict.passed

@@ -19,6 +19,11 @@ EXPECTED = {
         "corrections used in this job: 1",
     ],
     "hooks_example.py": ["caller got: Paris.", "retry 1"],
+    "evaluators_demo.py": [
+        "cites_source=fail",
+        "stand_in_judge=skipped",
+        "stand-in judge calls: 1",
+    ],
 }
 
 
