@@ -71,6 +71,13 @@ def _to_verdict(result: Any, name: str) -> Verdict:
             score=1.0 if result else 0.0,
             feedback="" if result else f"The answer failed the check {name!r}.",
         )
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()  # never awaited on purpose: no "never awaited" warning
+        raise TypeError(
+            f"evaluator {name!r} returned an awaitable from a plain call; declare it "
+            "`async def` or give it an `aevaluate` method"
+        )
     raise TypeError(
         f"evaluator {name!r} returned {type(result).__name__}; "
         "an evaluator must return a refinekit.Verdict or a bool"

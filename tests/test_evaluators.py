@@ -633,3 +633,12 @@ def test_a_failing_composite_becomes_the_retry_feedback() -> None:
     assert seen == [None, "strict wants a fix."]
     assert info.value.feedback == "strict wants a fix."
     assert log == ["strict", "strict"]
+
+
+def test_a_sync_function_returning_a_coroutine_is_refused_cleanly() -> None:
+    async def judge(request: EvaluationRequest) -> bool:
+        return True
+
+    evaluator = as_evaluator(lambda request: judge(request))
+    with pytest.raises(TypeError, match="async def"):
+        evaluator.evaluate(EvaluationRequest(answer="x"))
