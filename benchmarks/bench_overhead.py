@@ -12,8 +12,9 @@ undecorated function plus `TypeAdapter(Invoice).validate_json` on its reply). Bo
 the same run, in interleaved rounds (baseline and decorated alternate, their order flipping each
 round), with `time.perf_counter_ns`, timeit-style loops and the garbage collector off while a
 loop runs. The machine may be shared and noisy, so the table gives the minimum and the median
-over the rounds; "added" is decorated minus baseline, and the verdict on a target uses the
-median of the per-round differences (the more conservative of the two).
+over the rounds: "added" is decorated minus baseline, once from the best rounds (timeit's
+convention) and once as the median of the per-round differences, and each target is judged on
+both ("PASS at min, not at median" says the two disagree).
 
 This is a report, not a gate: the script exits 0 whatever the figures are.
 """
@@ -38,14 +39,22 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 import refinekit
 import refinekit.testing
-from refinekit import ContextDocument, checks, record_context, retry_on_low_quality, self_correct
+from refinekit import (
+    ContextDocument,
+    Verdict,
+    checks,
+    record_context,
+    retry_on_low_quality,
+    self_correct,
+)
 from refinekit._correct import _Parser
 
 RETRY_TARGET_US = 50.0
 """The issue's target: under 50 us added per attempt for `retry_on_low_quality` + a rule check."""
 
 PARSE_ALLOWANCE_US = 0.5
-"""What "parsing no slower than validate_json" allows (see `parse_verdict`)."""
+PARSE_ALLOWANCE_SHARE = 0.03
+"""What "parsing no slower than validate_json" allows: see `meets`."""
 
 # ---------------------------------------------------------------------------------------------
 # Stand-in "model" functions and data
@@ -153,7 +162,11 @@ class Case:
 
 def build_cases() -> list[Case]:
     rule = checks.cites_source()
+    fixed_verdict = Verdict(passed=True, score=1.0)
+    trivial = checks.Check("trivial", lambda request: fixed_verdict)
     retried = retry_on_low_quality(evaluator=rule)(answer)
+    retried_trivial = retry_on_low_quality(evaluator=trivial)(answer)
+    retried_unjudged = retry_on_low_quality()(answer)
     retried_async = retry_on_low_quality(evaluator=rule)(answer_async)
     retried_twice = retry_on_low_quality(evaluator=rule, max_retries=2)(answer_cites_on_feedback)
     corrected_small = self_correct(schema=Invoice)(extract_small)
@@ -168,6 +181,12 @@ def build_cases() -> list[Case]:
 
     def plain_answer() -> Any:
         return answer(QUESTION)
+
+    def retry_pass_trivial() -> Any:
+        return retried_trivial(QUESTION)
+
+    def retry_pass_unjudged() -> Any:
+        return retried_unjudged(QUESTION)
 
     async def retry_pass_async() -> Any:
         return await retried_async(QUESTION)
@@ -230,7 +249,7 @@ def build_cases() -> list[Case]:
         return validate(LARGE_REPLY)
 
     # Sanity: every pair computes the same thing, and the stand-ins behave as described.
-    assert retry_pass() == plain_answer() == CITED
+    assert retry_pass() == plain_answer() == retry_pass_trivial() == retry_pass_unjudged() == CITED
     assert retry_one_rejection() == plain_two_answers() == CITED
     assert correct_pass_small() == plain_validate_small() == parse_small() == validate_small()
     assert correct_pass_large() == plain_validate_large() == parse_large() == validate_large()
@@ -244,6 +263,16 @@ def build_cases() -> list[Case]:
             plain_answer_async,
             "await answer()",
             is_async=True,
+        ),
+        Case(
+            "retry: pass, check returns fixed",
+            retry_pass_trivial,
+            plain_answer,
+            "answer()",
+            kind="info",
+        ),
+        Case(
+            "retry: pass, no evaluator", retry_pass_unjudged, plain_answer, "answer()", kind="info"
         ),
         Case(
             "retry: 1 rejection + pass",
@@ -284,7 +313,12 @@ def build_cases() -> list[Case]:
         ),
         Case("parse only (2 lines)", parse_small, validate_small, "validate_json", kind="parse"),
         Case("parse only (50 lines)", parse_large, validate_large, "validate_json", kind="parse"),
-        Case("control: A/A", validate_small, validate_small, "validate_json", kind="info"),
+        Case(
+            "control: A/A (2 lines)", validate_small, validate_small, "validate_json", kind="info"
+        ),
+        Case(
+            "control: A/A (50 lines)", validate_large, validate_large, "validate_json", kind="info"
+        ),
     ]
 
 
@@ -317,10 +351,7 @@ def time_loop(fn: Any, n: int, is_async: bool) -> float:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        if is_async:
-            total = LOOP.run_until_complete(_async_loop(fn, n))
-        else:
-            total = _sync_loop(fn, n)
+        total = LOOP.run_until_complete(_async_loop(fn, n)) if is_async else _sync_loop(fn, n)
     finally:
         if enabled:
             gc.enable()
@@ -393,15 +424,30 @@ def figures(case: Case) -> Figures:
     )
 
 
-def parse_verdict(f: Figures, noise_us: float) -> bool:
-    """Parsing is "no slower than validate_json" when refinekit adds only a fixed call's cost.
+def meets(case: Case, added_per_attempt: float, baseline_us: float) -> bool | None:
+    """Whether one estimate of the added time meets the case's target (None: no target).
 
-    On a reply that validates, `_Parser.parse` is one Python method call around the very same
-    `validate_json` call; the extra is a frame and a `try`, independent of the reply's size.
-    So the parse passes when its median extra is at most `PARSE_ALLOWANCE_US` plus this run's
-    own noise (the A/A control's spread), on the small reply and the large one alike.
+    - retry: under `RETRY_TARGET_US` added per attempt.
+    - parse: "no slower than validate_json". On a reply that validates, `_Parser.parse` is one
+      Python method call around the very same `validate_json` call, so its only extra is a
+      frame and a `try`: a fixed cost well under a microsecond, whatever the reply's size.
+      What a measurement can show is that the difference is no larger than that or than the
+      timing noise, so a parse passes when it adds at most `PARSE_ALLOWANCE_US` or
+      `PARSE_ALLOWANCE_SHARE` of validate_json's own time, whichever is larger. The A/A
+      controls (validate_json timed against itself) show how large the noise is in the run.
     """
-    return f.added_med <= PARSE_ALLOWANCE_US + noise_us
+    if case.kind == "retry":
+        return added_per_attempt < RETRY_TARGET_US
+    if case.kind == "parse":
+        return added_per_attempt <= max(PARSE_ALLOWANCE_US, PARSE_ALLOWANCE_SHARE * baseline_us)
+    return None
+
+
+def loadavg() -> str:
+    try:
+        return "/".join(f"{x:.2f}" for x in os.getloadavg())
+    except (AttributeError, OSError):
+        return "n/a"
 
 
 def machine() -> list[str]:
@@ -425,55 +471,69 @@ def machine() -> list[str]:
     ]
 
 
-def report(cases: list[Case], rounds: int, quick: bool) -> bool:
+def report(cases: list[Case], rounds: int, quick: bool, load: tuple[str, str]) -> bool:
     print("refinekit decorator overhead")
     print("=" * 28)
     for line in machine():
         print(line)
-    mode = "quick smoke run (few calls; figures not meaningful)" if quick else "full run"
-    print(f"run        {mode}; {rounds} interleaved rounds; times in microseconds (us)")
+    mode = "quick smoke run (few calls: figures not meaningful)" if quick else "full run"
+    print(f"run        {mode}; {rounds} interleaved rounds; times in microseconds (us) per call")
+    print(f"load avg   {load[0]} before, {load[1]} after (1/5/15 min)")
     print()
 
     by_name = {case.name: figures(case) for case in cases}
-    control = by_name["control: A/A"]
-    aa = [d - b for d, b in zip(cases[-1].deco_ns, cases[-1].base_ns, strict=True)]
-    noise_us = max(abs(control.added_med), statistics.pstdev(aa) * 1e-3)
 
     header = (
-        f"{'case':34} {'att':>3} {'decorated min/med':>19} {'baseline min/med':>18} "
-        f"{'baseline is':23} {'added/call':>10} {'added/att':>9} {'ratio':>6}  result"
+        f"{'case':33} {'att':>3} | {'decorated':^15} | {'baseline':^15} | {'baseline is':23} | "
+        f"{'added/attempt':^15} | {'ratio':^11} | result"
+    )
+    sub = (
+        f"{'':33} {'':>3} | {'min':>7} {'med':>7} | {'min':>7} {'med':>7} | {'':23} | "
+        f"{'min':>7} {'med':>7} | {'min':>5} {'med':>5} |"
     )
     print(header)
+    print(sub)
     print("-" * len(header))
-    all_pass = True
+    pass_min = pass_med = True
     for case in cases:
         f = by_name[case.name]
-        per_attempt = f.added_med / case.attempts
-        if case.kind == "retry":
-            ok = per_attempt < RETRY_TARGET_US
-            result = f"{'PASS' if ok else 'FAIL'} (<{RETRY_TARGET_US:.0f} us/att)"
-        elif case.kind == "parse":
-            ok = parse_verdict(f, noise_us)
-            result = f"{'PASS' if ok else 'FAIL'} (no slower)"
+        at_min = meets(case, f.added_min / case.attempts, f.base_min)
+        at_med = meets(case, f.added_med / case.attempts, f.base_med)
+        if at_min is None:
+            result = "-"
+        elif at_min and at_med:
+            result = "PASS"
+        elif at_min:
+            result = "PASS at min, not at median"
         else:
-            ok, result = True, "-"
-        all_pass = all_pass and ok
+            result = "FAIL"
+        pass_min = pass_min and at_min is not False
+        pass_med = pass_med and at_med is not False
         print(
-            f"{case.name:34} {case.attempts:>3} {f.deco_min:>9.2f}/{f.deco_med:<9.2f} "
-            f"{f.base_min:>8.2f}/{f.base_med:<9.2f} {case.baseline_name:23} "
-            f"{f.added_med:>10.2f} {per_attempt:>9.2f} {f.ratio_med:>6.2f}  {result}"
+            f"{case.name:33} {case.attempts:>3} | {f.deco_min:>7.2f} {f.deco_med:>7.2f} | "
+            f"{f.base_min:>7.2f} {f.base_med:>7.2f} | {case.baseline_name:23} | "
+            f"{f.added_min / case.attempts:>7.2f} {f.added_med / case.attempts:>7.2f} | "
+            f"{f.ratio_min:>5.2f} {f.ratio_med:>5.2f} | {result}"
         )
     print()
-    print("added/call = median over rounds of (decorated - baseline); added/att = that / attempts;")
-    print("ratio = median over rounds of decorated / baseline.")
-    print(
-        f"noise floor (A/A control, validate_json against itself): {noise_us:.3f} us; "
-        f"'no slower' allows {PARSE_ALLOWANCE_US} us + that noise for the frame around the "
-        "same validate_json call."
-    )
+    print("Notes")
+    print("  min: best round (timeit's convention: the least disturbed); med: median over rounds.")
+    print("  added/attempt: (decorated - baseline) / attempts; min = min(dec) - min(base),")
+    print("    med = median over rounds of the paired difference. ratio = decorated / baseline.")
+    print(f"  targets: retry lines < {RETRY_TARGET_US:.0f} us added per attempt (rule check:")
+    print("    checks.cites_source()); parse lines 'no slower than validate_json' = at most")
+    allowance = f"max({PARSE_ALLOWANCE_US} us, {PARSE_ALLOWANCE_SHARE:.0%} of validate_json)"
+    print(f"    {allowance} extra: the frame around the same validate_json call,")
+    print("    or timing noise (the A/A lines show how much noise there is).")
+    print("  '-' lines have no target of their own; they show where the time goes:")
+    print("    'check returns fixed' judges with a check that returns a prebuilt Verdict,")
+    print("    'no evaluator' judges nothing (the decorator's own machinery only).")
     print()
-    print(f"targets: {'all met' if all_pass else 'NOT all met'}")
-    return all_pass
+    print(
+        f"targets: at min {'all met' if pass_min else 'NOT all met'}; "
+        f"at median {'all met' if pass_med else 'NOT all met'}"
+    )
+    return pass_min and pass_med
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -481,16 +541,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="a fast smoke run: a few hundred calls per case"
     )
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 15)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 25)")
     parser.add_argument(
-        "--seconds", type=float, default=0.04, help="target duration of one timed loop"
+        "--seconds", type=float, default=0.01, help="target duration of one timed loop"
     )
     args = parser.parse_args(argv)
-    rounds = args.rounds if args.rounds is not None else (3 if args.quick else 15)
+    rounds = args.rounds if args.rounds is not None else (3 if args.quick else 25)
+    before = loadavg()
     with refinekit.testing.set_testing():  # the retry case's backoff is computed, never slept
         cases = build_cases()
         measure(cases, rounds, args.seconds, 200 if args.quick else None)
-    report(cases, rounds, args.quick)
+    report(cases, rounds, args.quick, (before, loadavg()))
     LOOP.close()
     return 0
 

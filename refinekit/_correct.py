@@ -7,11 +7,10 @@ import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeAlias, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
-from typing_extensions import ParamSpec, TypeAlias
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessage
@@ -38,7 +37,6 @@ CHECK_MARKER = "[Automated format check by the application, not a message from t
 
 _MAX_LISTED_ERRORS = 8
 _MAX_ERRORS_CHARS = 1500
-_FENCED = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\r?\n?(.*?)```", re.DOTALL)
 _MAX_PROSE_CANDIDATES = 16
 _OPENERS = re.compile(r"[{\[]")
 
@@ -98,12 +96,42 @@ def _parse_failure(
 
 
 def _json_invalid(error: ValidationError) -> bool:
-    return error.error_count() == 1 and error.errors(include_url=False)[0]["type"] == "json_invalid"
+    """Whether the text could not be read as JSON at all (rather than failing validation).
+
+    A lone surrogate anywhere in the text (say in prose around the JSON) makes pydantic
+    refuse the whole text as `string_unicode` at the root: unreadable, not invalid.
+    """
+    if error.error_count() != 1:
+        return False
+    first = error.errors(include_url=False)[0]
+    return first["type"] == "json_invalid" or (
+        first["type"] == "string_unicode" and not first["loc"]
+    )
+
+
+def _fenced_blocks(text: str) -> list[str]:
+    """The contents of ``` fenced blocks, without a `json` tag.
+
+    A plain scan rather than a regex: a fence followed by a long run of blanks made the regex
+    this replaces backtrack in cubic time (seconds for a few thousand spaces).
+    """
+    blocks: list[str] = []
+    start = text.find("```")
+    while start != -1:
+        end = text.find("```", start + 3)
+        if end == -1:
+            break
+        body = text[start + 3 : end].strip()
+        if body[:4] in ("json", "JSON"):
+            body = body[4:].strip()
+        blocks.append(body)
+        start = text.find("```", end + 3)
+    return blocks
 
 
 def _embedded_json(text: str) -> list[str]:
     """JSON values found inside a fenced code block or surrounded by prose, in order."""
-    found = [m.group(1).strip() for m in _FENCED.finditer(text)]
+    found = _fenced_blocks(text)
     decoder = json.JSONDecoder()
     end = tried = 0
     for match in _OPENERS.finditer(text):
@@ -244,10 +272,13 @@ def _correct_flow(
     call = 0
     while True:
         call += 1
-        reply = yield Call(fn, (list(conversation), *rest), rest_kwargs)
+        # Fresh copies each call: edits the function makes to its messages never compound.
+        sent = [dict(m) for m in conversation]
+        counted = job._replies_counted()
+        reply = yield Call(fn, (sent, *rest), rest_kwargs)
         usage = usage_of(reply)
         if usage is not None:
-            job._add_usage(usage)
+            job._add_usage(usage, reply, counted)
         result: T | CorrectionFailure
         try:
             text = reply_text(reply)

@@ -130,6 +130,16 @@ def _report_hook_error(hook: Hook, event: Event, exc: Exception) -> None:
         warnings.warn(f"{message}: {exc}", RefinekitWarning, stacklevel=2)
 
 
+def wants_debug_events() -> bool:
+    """Whether an event logged only at DEBUG (attempt, verdict, skipped) reaches anyone.
+
+    Building an `Event` costs microseconds; when no hook is subscribed and the `refinekit`
+    logger drops DEBUG records, such an event would reach nobody, so callers skip building it.
+    The other kinds (retry, correction, exhausted) are always emitted.
+    """
+    return bool(_hooks) or logger.isEnabledFor(logging.DEBUG)
+
+
 def emit(event: Event) -> None:
     _log_event(event)
     for hook in _hooks:
@@ -171,7 +181,7 @@ def _log_event(event: Event) -> None:
     elif event.kind == "exhausted":
         if logger.isEnabledFor(logging.WARNING):
             logger.warning(
-                "%s: gave up after %d attempt(s): %s",
+                "%s: out of attempts after %d: %s",
                 event.function,
                 event.attempt,
                 _clip(event.error),

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import threading
-import uuid
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -30,12 +30,13 @@ class Job:
         id: A short random id, carried by every event of the job.
     """
 
-    __slots__ = ("_corrections_used", "_lock", "_token", "_usage", "id")
+    __slots__ = ("_corrections_used", "_counted", "_lock", "_token", "_usage", "id")
 
     def __init__(self) -> None:
-        self.id = uuid.uuid4().hex[:12]
+        self.id = os.urandom(6).hex()
         self._corrections_used = 0
         self._usage = Usage()
+        self._counted: list[object] = []
         self._lock = threading.Lock()
         self._token: Token[Job | None] | None = None
 
@@ -56,8 +57,21 @@ class Job:
             self._corrections_used += 1
             return True
 
-    def _add_usage(self, usage: Usage) -> None:
+    def _replies_counted(self) -> int:
+        """A mark to pass to `_add_usage` as `since`, taken before calling the wrapped function."""
+        return len(self._counted)
+
+    def _add_usage(self, usage: Usage, reply: object = None, since: int | None = None) -> None:
+        """Add a reply's usage, unless a nested refinekit call counted that reply after `since`.
+
+        An outer decorated function often returns the very reply an inner decorated call got;
+        it was paid for once, so it is counted once.
+        """
         with self._lock:
+            if reply is not None:
+                if since is not None and any(r is reply for r in self._counted[since:]):
+                    return
+                self._counted.append(reply)
             self._usage = self._usage + usage
 
     def __enter__(self) -> Job:
@@ -138,8 +152,13 @@ def record_context(
     """
     if isinstance(documents, (str, ContextDocument, Mapping)):
         docs = [ContextDocument.coerce(documents)]
-    else:
+    elif isinstance(documents, Iterable):
         docs = [ContextDocument.coerce(d) for d in documents]
+    else:
+        raise TypeError(
+            "record_context() takes a document (a str, a mapping with 'text', a "
+            f"ContextDocument) or an iterable of them, not {type(documents).__name__}"
+        )
     info = _ATTEMPT.get()
     if info is not None:
         info._context.extend(docs)

@@ -11,6 +11,7 @@ writes feedback that tells the model what to fix::
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -71,11 +72,14 @@ def _verdict(passed: bool, feedback: str, score: float | None = None, **metadata
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def _citation(source: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w./\\-]){re.escape(source)}(?![\w/\\-]|\.\w)")
+
+
 def _cited(source: str, answer: str) -> bool:
-    if source not in answer:  # the common, cheap answer
-        return False
-    pattern = rf"(?<![\w./\\-]){re.escape(source)}(?![\w/\\-]|\.\w)"
-    return re.search(pattern, answer) is not None
+    # The substring test settles most answers; the pattern rules out `data.md` for `a.md`.
+    return source in answer and _citation(source).search(answer) is not None
 
 
 def cites_source() -> Check:
@@ -84,8 +88,9 @@ def cites_source() -> Check:
     A document's source is `ContextDocument.source` (a path, URL or id); it counts as cited
     when it appears verbatim in the answer as a whole token: `a.md` is not cited by
     `data.md` or `docs/a.md`, but is by `(a.md)` or `a.md.` at the end of a sentence. The score
-    is the share of distinct sources the answer cites. With no document carrying a source, the check fails and says so:
-    there is nothing the answer could cite, which is a wiring problem worth seeing.
+    is the share of distinct sources the answer cites. With no document carrying a source, the
+    check fails and says so: there is nothing the answer could cite, which is a wiring problem
+    worth seeing.
 
     Returns:
         The check.
