@@ -283,7 +283,7 @@ def _correct_flow(
         try:
             text = reply_text(reply)
         except ReplyShapeError as e:
-            text, result = "", _parse_failure("", str(e))
+            text, result = e.text, _parse_failure(e.text, str(e))
         else:
             result = cfg.parser.parse(text)
         possible = call + max(0, cfg.max_corrections - job.corrections_used)

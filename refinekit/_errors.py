@@ -91,9 +91,9 @@ class CorrectionExhausted(RefinekitError):
 
     Attributes:
         raw_reply: The text of the last reply.
-        errors: What was wrong with it: for a parse failure one entry with `msg`, `line`,
-            `column` and `pos`; for a validation failure pydantic's errors (`loc`, `msg`,
-            `type`, `input`) without documentation URLs.
+        errors: What was wrong with it: for a parse failure one entry with `msg` (and `line`,
+            `column` and `pos` when the JSON decoder gave a position); for a validation failure
+            pydantic's errors (`loc`, `msg`, `type`, `input`) without documentation URLs.
         conversation: The conversation as last sent, with the last reply appended.
         corrections_used: Corrections the job had used when this surfaced.
         usage: Token usage of the job when it surfaced.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +13,14 @@ from ._model import Usage
 
 
 class ReplyShapeError(ValueError):
-    """A reply that holds no single text to parse (e.g. two tool calls); corrected like bad JSON."""
+    """A reply that holds no single text to parse (e.g. two tool calls); corrected like bad JSON.
+
+    `text` renders what the reply did hold, to show the model what it sent.
+    """
+
+    def __init__(self, message: str, text: str = "") -> None:
+        super().__init__(message)
+        self.text = text
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -29,8 +37,16 @@ def _message_text(message: Any) -> str:
     tool_calls = _get(message, "tool_calls")
     if tool_calls:
         if len(tool_calls) != 1:
+            rendered = [
+                {
+                    "name": _get(_get(call, "function"), "name"),
+                    "arguments": _get(_get(call, "function"), "arguments"),
+                }
+                for call in tool_calls
+            ]
             raise ReplyShapeError(
-                f"the reply made {len(tool_calls)} tool calls; exactly one was expected"
+                f"the reply made {len(tool_calls)} tool calls; exactly one was expected",
+                json.dumps(rendered, default=str),
             )
         function = _get(tool_calls[0], "function")
         arguments = _get(function, "arguments") if function is not None else None

@@ -1,0 +1,653 @@
+"""`@self_correct`: every rule, each checked on a `def` and on an `async def` function."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import inspect
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionMessage
+from pydantic import BaseModel, TypeAdapter
+from typing_extensions import TypedDict
+
+import refinekit
+from refinekit import (
+    CorrectionExhausted,
+    Event,
+    JsonParseError,
+    RefinekitError,
+    ResponseValidationError,
+    Usage,
+    self_correct,
+)
+from refinekit._correct import CHECK_MARKER
+
+# --- schemas and replies -------------------------------------------------------------------------
+
+
+class Invoice(BaseModel):
+    number: str
+    total_cents: int
+
+
+class Item(BaseModel):
+    name: str
+    price: int
+
+
+class Order(BaseModel):
+    items: list[Item]
+    total_cents: int
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Person(TypedDict):
+    name: str
+    age: int
+
+
+USER = [
+    {"role": "system", "content": "You extract invoices."},
+    {"role": "user", "content": "Extract the invoice: A-1, total 12.50"},
+]
+GOOD = '{"number": "A-1", "total_cents": 1250}'
+INVOICE = Invoice(number="A-1", total_cents=1250)
+GARBAGE = "Sorry, I cannot help with that."
+WRONG_TYPE = '{"number": "A-1", "total_cents": "lots"}'
+MISSING = '{"number": "A-1"}'
+
+
+def completion(
+    content: str | None = None, *, tool_args: Sequence[str] = (), usage: tuple[int, int] = (10, 5)
+) -> ChatCompletion:
+    """An OpenAI ChatCompletion with text `content` or one tool call per `tool_args`."""
+    return ChatCompletion.model_validate(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt-test",
+            "choices": [
+                {"index": 0, "finish_reason": "stop", "message": message(content, tool_args)}
+            ],
+            "usage": {
+                "prompt_tokens": usage[0],
+                "completion_tokens": usage[1],
+                "total_tokens": sum(usage),
+            },
+        }
+    )
+
+
+def message(content: str | None = None, tool_args: Sequence[str] = ()) -> dict[str, Any]:
+    calls = [
+        {"id": f"call_{i}", "type": "function", "function": {"name": "emit", "arguments": args}}
+        for i, args in enumerate(tool_args)
+    ]
+    return {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
+
+
+# --- helpers shared by the sync and async variants -----------------------------------------------
+
+
+@pytest.fixture(params=["sync", "async"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def events() -> Iterator[list[Event]]:
+    seen: list[Event] = []
+    with refinekit.subscribe(seen.append):
+        yield seen
+
+
+class Model:
+    """A stand-in model: plays `replies` in order (the last repeats; an exception is raised).
+
+    Records a deep copy of the conversation each call received, and the job it ran in.
+    """
+
+    def __init__(self, *replies: Any) -> None:
+        self.replies = replies
+        self.received: list[list[dict[str, Any]]] = []
+        self.jobs: list[refinekit.Job | None] = []
+
+    def __call__(self, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+        self.received.append(copy.deepcopy(messages))
+        self.jobs.append(refinekit.current_job())
+        reply = self.replies[min(len(self.received), len(self.replies)) - 1]
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    @property
+    def calls(self) -> int:
+        return len(self.received)
+
+    def correction(self, call: int = 2) -> str:
+        """The correction turn the `call`-th call (1-based) received last."""
+        last = self.received[call - 1][-1]
+        assert last["role"] == "user"
+        return str(last["content"])
+
+
+def decorated(kind: str, model: Callable[..., Any], **options: Any) -> Callable[..., Any]:
+    """`model` behind `@self_correct(**options)` (schema Invoice by default), def or async def."""
+    options.setdefault("schema", Invoice)
+    if kind == "sync":
+
+        def extract(messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+            return model(messages, *args, **kwargs)
+
+    else:
+
+        async def extract(messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0)
+            return model(messages, *args, **kwargs)
+
+    return self_correct(**options)(extract)
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a decorated function, running it on an event loop when it is async."""
+    result = fn(*args, **kwargs)
+    return asyncio.run(result) if inspect.iscoroutine(result) else result
+
+
+def run(kind: str, *replies: Any, **options: Any) -> tuple[Any, Model]:
+    model = Model(*replies)
+    return call(decorated(kind, model, **options), USER), model
+
+
+def fails(kind: str, *replies: Any, **options: Any) -> tuple[CorrectionExhausted, Model]:
+    model = Model(*replies)
+    fn = decorated(kind, model, **options)
+    with pytest.raises(CorrectionExhausted) as info:
+        call(fn, USER)
+    return info.value, model
+
+
+def schema_json(schema: Any) -> str:
+    return json.dumps(TypeAdapter(schema).json_schema(), separators=(",", ":"))
+
+
+def expected_correction(explanation: str, schema: Any = Invoice) -> str:
+    return (
+        f"{CHECK_MARKER}\n{explanation}\n\n"
+        "Reply again with only the corrected JSON (no prose, no code fences), "
+        f"matching this JSON schema:\n{schema_json(schema)}"
+    )
+
+
+# --- schemas -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("schema", "bad", "good", "expected"),
+    [
+        pytest.param(Invoice, WRONG_TYPE, GOOD, INVOICE, id="pydantic-model"),
+        pytest.param(
+            list[Item],
+            '[{"name": "pen"}]',
+            '[{"name": "pen", "price": 3}]',
+            [Item(name="pen", price=3)],
+            id="list-of-models",
+        ),
+        pytest.param(Point, '{"x": 1}', '{"x": 1, "y": 2}', Point(1, 2), id="dataclass"),
+        pytest.param(
+            Person,
+            '{"name": "Ada", "age": "old"}',
+            '{"name": "Ada", "age": 36}',
+            {"name": "Ada", "age": 36},
+            id="typeddict",
+        ),
+    ],
+)
+def test_each_schema_kind_is_validated_corrected_and_returned(
+    kind: str, schema: Any, bad: str, good: str, expected: Any
+) -> None:
+    value, model = run(kind, bad, good, schema=schema)
+    assert value == expected
+    assert type(value) is type(expected)
+    assert model.calls == 2
+    # the correction repeats the original instructions: the JSON schema of this very type
+    assert json.loads(model.correction().splitlines()[-1]) == TypeAdapter(schema).json_schema()
+
+
+def test_a_valid_first_reply_costs_one_call_and_no_correction(
+    kind: str, events: list[Event]
+) -> None:
+    value, model = run(kind, GOOD)
+    assert value == INVOICE
+    assert model.calls == 1
+    assert model.received[0] == USER
+    assert model.jobs[0] is not None
+    assert model.jobs[0].corrections_used == 0
+    assert not [e for e in events if e.kind in ("correction", "exhausted")]
+
+
+# --- replies -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(GOOD, id="str"),
+        pytest.param(completion(GOOD), id="completion-text"),
+        pytest.param(completion(tool_args=[GOOD]), id="completion-one-tool-call"),
+        pytest.param(ChatCompletionMessage.model_validate(message(GOOD)), id="message-text"),
+        pytest.param(
+            ChatCompletionMessage.model_validate(message(tool_args=[GOOD])), id="message-tool-call"
+        ),
+    ],
+)
+def test_each_reply_kind_is_parsed(kind: str, reply: Any) -> None:
+    value, model = run(kind, reply)
+    assert value == INVOICE
+    assert model.calls == 1
+
+
+def test_the_failed_reply_is_appended_as_its_text_not_the_object(kind: str) -> None:
+    _, model = run(kind, completion(tool_args=[WRONG_TYPE]), completion(GOOD))
+    assert model.received[1][len(USER)] == {"role": "assistant", "content": WRONG_TYPE}
+
+
+def test_two_tool_calls_are_corrected_like_unparsable_json(kind: str) -> None:
+    value, model = run(kind, completion(tool_args=[GOOD, GOOD]), GOOD)
+    assert value == INVOICE
+    assert model.calls == 2
+    correction = model.correction()
+    assert correction.startswith(CHECK_MARKER)
+    assert "could not be parsed as JSON" in correction
+    assert "2 tool calls" in correction
+    sent_back = json.loads(model.received[1][len(USER)]["content"])  # what the model sent
+    assert [call["arguments"] for call in sent_back] == [GOOD, GOOD]
+
+    error, _ = fails(kind, ChatCompletionMessage.model_validate(message(tool_args=[GOOD, GOOD])))
+    assert isinstance(error, JsonParseError)
+    assert json.loads(error.raw_reply)[0]["arguments"] == GOOD
+
+
+def test_a_return_value_that_is_no_reply_is_a_type_error_not_a_correction(kind: str) -> None:
+    model = Model(None)
+    with pytest.raises(TypeError, match="must return the model's reply"):
+        call(decorated(kind, model), USER)
+    assert model.calls == 1
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(GOOD, id="strict"),
+        pytest.param(f"\n  {GOOD}\n", id="strict-with-blanks"),
+        pytest.param(f"```json\n{GOOD}\n```", id="json-fence"),
+        pytest.param(f"```\n{GOOD}\n```", id="bare-fence"),
+        pytest.param(f"Here it is:\n```json\n{GOOD}\n```\nAnything else?", id="fence-in-prose"),
+        pytest.param(f"Sure! The invoice is {GOOD}. Hope this helps.", id="prose"),
+        pytest.param(f"As the document [1] says, the invoice is {GOOD}.", id="prose-citation"),
+        pytest.param(f"{GOOD} \ud83d", id="lone-surrogate-in-prose"),
+    ],
+)
+def test_json_is_accepted_strict_fenced_or_in_prose(kind: str, reply: str) -> None:
+    value, model = run(kind, reply)
+    assert value == INVOICE
+    assert model.calls == 1
+
+
+def test_a_long_run_of_blanks_after_an_unclosed_fence_still_finds_the_json(kind: str) -> None:
+    # A regression guard: the fence regex this replaced backtracked in cubic time on this
+    # reply (about 30 s for 2000 blanks), so a regression shows as a hang, not a timing.
+    value, _ = run(kind, "```" + " " * 2000 + GOOD)
+    assert value == INVOICE
+
+
+def test_json_nested_too_deeply_is_reported_as_such(kind: str) -> None:
+    _, model = run(kind, "[" * 300 + "]" * 300, GOOD)
+    correction = model.correction()
+    assert "could not be parsed as JSON: Invalid JSON: recursion limit exceeded" in correction
+    assert "NaN" not in correction
+
+
+# --- the correction turn -------------------------------------------------------------------------
+
+
+def test_a_parse_failure_correction_is_exactly_reply_then_marked_error_and_schema(
+    kind: str,
+) -> None:
+    bad = '{\n  "number": "A-1",\n  "total_cents": \n}'
+    _, model = run(kind, bad, GOOD)
+    explanation = (
+        "Your previous reply could not be parsed as JSON: "
+        "Expecting value: line 4 column 1 (char 39)."
+    )
+    assert model.received[1] == [
+        *USER,
+        {"role": "assistant", "content": bad},
+        {"role": "user", "content": expected_correction(explanation)},
+    ]
+
+
+def test_a_validation_failure_correction_lists_each_error_by_field_path(kind: str) -> None:
+    bad = '{"items": [{"name": "pen", "price": "abc"}]}'
+    good = '{"items": [{"name": "pen", "price": 3}], "total_cents": 3}'
+    value, model = run(kind, bad, good, schema=Order)
+    assert value.total_cents == 3
+    explanation = (
+        "Your previous reply was JSON but did not match the schema:\n"
+        "- items[0].price: Input should be a valid integer, unable to parse string as an integer "
+        '(got "abc")\n'
+        "- total_cents: Field required"
+    )
+    assert model.received[1] == [
+        *USER,
+        {"role": "assistant", "content": bad},
+        {"role": "user", "content": expected_correction(explanation, Order)},
+    ]
+
+
+def test_the_correction_carries_no_pydantic_url(kind: str) -> None:
+    _, model = run(kind, WRONG_TYPE, GOOD)
+    assert "errors.pydantic.dev" not in model.correction()
+    assert "total_cents" in model.correction()
+
+
+def test_many_errors_are_capped_with_a_count_of_the_rest(kind: str) -> None:
+    bad = json.dumps([{"name": 1, "price": "x"}] * 30)  # 60 errors
+    _, model = run(kind, bad, "[]", schema=list[Item])
+    correction = model.correction()
+    assert len([line for line in correction.splitlines() if line.startswith("- ")]) == 9
+    assert "- ... and 52 more error(s)" in correction
+
+
+def test_huge_wrong_values_keep_the_correction_short(kind: str) -> None:
+    bad = json.dumps([{"name": ["y"] * 5000, "price": "x" * 100_000}] * 20)
+    _, model = run(kind, bad, "[]", schema=list[Item])
+    correction = model.correction()
+    assert len(correction) - len(schema_json(list[Item])) < 2000
+    assert "x" * 100 not in correction
+
+
+# --- the caller's conversation -------------------------------------------------------------------
+
+
+def test_the_callers_list_and_dicts_are_untouched_even_when_the_function_mutates_its_own(
+    kind: str,
+) -> None:
+    messages = copy.deepcopy(USER)
+    dicts = list(messages)
+    received: list[list[dict[str, Any]]] = []
+
+    def rude_model(msgs: list[dict[str, Any]]) -> str:
+        received.append(copy.deepcopy(msgs))
+        msgs[0]["content"] += " Answer in JSON."
+        msgs.append({"role": "user", "content": "injected"})
+        return GOOD if len(received) == 3 else GARBAGE
+
+    assert call(decorated(kind, rude_model), messages) == INVOICE
+    assert messages == USER
+    assert all(a is b for a, b in zip(messages, dicts, strict=True))
+    # every call starts from the original turns, never from the previous call's edits
+    assert received[2][: len(USER)] == USER
+    assert received[2][len(USER) :] == [
+        {"role": "assistant", "content": GARBAGE},
+        {"role": "user", "content": received[1][-1]["content"]},
+        {"role": "assistant", "content": GARBAGE},
+        {"role": "user", "content": received[2][-1]["content"]},
+    ]
+
+
+def test_the_conversation_can_be_passed_by_keyword_and_other_arguments_reach_every_call(
+    kind: str,
+) -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    def model(messages: list[dict[str, Any]], model_name: str, *, temperature: float) -> str:
+        seen.append((len(messages), model_name, temperature))
+        return GARBAGE if len(seen) == 1 else GOOD
+
+    if kind == "sync":
+
+        def extract(messages: list[dict[str, Any]], model_name: str, temperature: float) -> str:
+            return model(messages, model_name, temperature=temperature)
+
+    else:
+
+        async def extract(
+            messages: list[dict[str, Any]], model_name: str, temperature: float
+        ) -> str:
+            return model(messages, model_name, temperature=temperature)
+
+    fn = self_correct(schema=Invoice)(extract)
+    assert call(fn, model_name="gpt-x", temperature=0.0, messages=USER) == INVOICE
+    assert seen == [(2, "gpt-x", 0.0), (4, "gpt-x", 0.0)]
+
+
+# --- the budget and exhaustion -------------------------------------------------------------------
+
+
+def test_the_default_budget_is_two_corrections(kind: str) -> None:
+    error, model = fails(kind, GARBAGE)
+    assert model.calls == 3
+    assert error.corrections_used == 2
+
+
+@pytest.mark.parametrize("budget", [0, 1, 3, 10])
+def test_calls_are_exactly_max_corrections_plus_one(kind: str, budget: int) -> None:
+    error, model = fails(kind, GARBAGE, max_corrections=budget)
+    assert model.calls == budget + 1
+    assert error.corrections_used == budget
+
+
+def test_max_corrections_zero_raises_on_the_first_failure(kind: str) -> None:
+    error, model = fails(kind, WRONG_TYPE, GOOD, max_corrections=0)
+    assert isinstance(error, ResponseValidationError)
+    assert model.calls == 1
+    assert error.conversation == [*USER, {"role": "assistant", "content": WRONG_TYPE}]
+
+
+def test_the_last_correction_can_still_succeed(kind: str) -> None:
+    value, model = run(kind, GARBAGE, WRONG_TYPE, GOOD)
+    assert value == INVOICE
+    assert model.calls == 3
+
+
+def test_exhaustion_on_an_unparsable_last_reply_is_a_json_parse_error(kind: str) -> None:
+    error, _ = fails(kind, WRONG_TYPE, WRONG_TYPE, GARBAGE)
+    assert type(error) is JsonParseError
+    assert isinstance(error, CorrectionExhausted)
+    assert isinstance(error, RefinekitError)
+    assert error.raw_reply == GARBAGE
+    assert error.errors == [{"msg": "Expecting value", "line": 1, "column": 1, "pos": 0}]
+
+
+def test_exhaustion_on_a_missing_field_is_a_response_validation_error(kind: str) -> None:
+    error, _ = fails(kind, GARBAGE, GARBAGE, MISSING)
+    assert type(error) is ResponseValidationError
+    assert isinstance(error, CorrectionExhausted)
+    assert isinstance(error, RefinekitError)
+    assert error.raw_reply == MISSING
+    assert [(e["type"], e["loc"]) for e in error.errors] == [("missing", ("total_cents",))]
+    assert all("url" not in e for e in error.errors)
+
+
+def test_the_exhausted_error_carries_the_conversation_ending_with_the_last_reply(
+    kind: str,
+) -> None:
+    error, model = fails(kind, GARBAGE, WRONG_TYPE, MISSING)
+    assert error.conversation == [
+        *model.received[2],
+        {"role": "assistant", "content": MISSING},
+    ]
+    assert [m["role"] for m in error.conversation[len(USER) :]] == [
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert error.corrections_used == 2
+    assert error.usage == Usage()  # str replies carry no usage
+    assert "after 2 corrections" in str(error)
+
+
+# --- transport errors ----------------------------------------------------------------------------
+
+
+def _timeout() -> openai.APITimeoutError:
+    return openai.APITimeoutError(
+        request=httpx2.Request("POST", "https://api.openai.com/v1/chat/completions")
+    )
+
+
+@pytest.mark.parametrize(
+    "make_error",
+    [
+        pytest.param(lambda: TimeoutError("read timed out"), id="TimeoutError"),
+        pytest.param(_timeout, id="openai.APITimeoutError"),
+        pytest.param(lambda: RuntimeError("boom"), id="RuntimeError"),
+    ],
+)
+def test_an_exception_from_the_function_propagates_unchanged_and_costs_no_correction(
+    kind: str, make_error: Callable[[], Exception], events: list[Event]
+) -> None:
+    error = make_error()
+    model = Model(GARBAGE, error, GOOD)
+    fn = decorated(kind, model)
+    with refinekit.job() as job, pytest.raises(type(error)) as info:
+        call(fn, USER)
+    assert info.value is error
+    assert model.calls == 2  # not called again: the exception is no correction turn
+    assert job.corrections_used == 1  # the garbage reply's correction only
+    assert [e.kind for e in events].count("correction") == 1
+    assert not [e for e in events if e.kind == "exhausted"]
+
+
+# --- decoration-time and call-time errors --------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [-1, 11, True, "2", 2.0, None])
+def test_a_bad_max_corrections_is_a_value_error_when_decorating(budget: Any) -> None:
+    with pytest.raises(ValueError, match="max_corrections"):
+        self_correct(schema=Invoice, max_corrections=budget)
+
+
+class Plain:  # no annotations: pydantic has no schema for it
+    pass
+
+
+@pytest.mark.parametrize("schema", [object(), Plain, 42], ids=["instance", "plain-class", "int"])
+def test_a_schema_pydantic_cannot_handle_is_a_type_error_when_decorating(schema: Any) -> None:
+    with pytest.raises(TypeError, match="pydantic cannot validate"):
+        self_correct(schema=schema)
+
+
+def _no_params() -> str:
+    return GOOD
+
+
+async def _no_params_async() -> str:
+    return GOOD
+
+
+def _keyword_only(*, messages: list[dict[str, Any]]) -> str:
+    return GOOD
+
+
+@pytest.mark.parametrize("fn", [_no_params, _no_params_async, _keyword_only])
+def test_a_function_without_a_conversation_parameter_is_a_type_error(
+    fn: Callable[..., Any],
+) -> None:
+    with pytest.raises(TypeError, match="first argument"):
+        self_correct(schema=Invoice)(fn)
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        pytest.param("Extract the invoice", id="str"),
+        pytest.param(["Extract the invoice"], id="list-of-str"),
+        pytest.param({"role": "user", "content": "hi"}, id="a-single-dict"),
+        pytest.param([{"content": "no role"}], id="dict-without-role"),
+        pytest.param(None, id="None"),
+    ],
+)
+def test_a_first_argument_that_is_not_a_conversation_is_a_type_error(
+    kind: str, messages: Any
+) -> None:
+    model = Model(GOOD)
+    with pytest.raises(TypeError, match=r"conversation|message 0"):
+        call(decorated(kind, model), messages)
+    assert model.calls == 0
+
+
+# --- usage ---------------------------------------------------------------------------------------
+
+
+def test_completion_usage_adds_up_per_call_without_rewriting_the_replies(kind: str) -> None:
+    replies = [
+        completion(GARBAGE, usage=(10, 5)),
+        completion(WRONG_TYPE, usage=(20, 7)),
+        completion(GOOD, usage=(30, 9)),
+    ]
+    before = [r.model_dump() for r in replies]
+    value, model = run(kind, *replies)
+    assert value == INVOICE
+    job = model.jobs[-1]
+    assert job is not None
+    assert job.usage == Usage(model_calls=3, prompt_tokens=60, completion_tokens=21)
+    assert [r.model_dump() for r in replies] == before
+
+
+def test_the_exhausted_error_carries_the_usage_of_every_call(kind: str) -> None:
+    error, _ = fails(kind, completion(GARBAGE, usage=(10, 5)), completion(MISSING, usage=(1, 2)))
+    assert error.usage == Usage(model_calls=3, prompt_tokens=12, completion_tokens=9)
+    assert error.usage.total_tokens == 21
+
+
+# --- events --------------------------------------------------------------------------------------
+
+
+def test_correction_events_carry_the_correction_number_and_the_budget(
+    kind: str, events: list[Event]
+) -> None:
+    run(kind, GARBAGE, WRONG_TYPE, GOOD, max_corrections=3)
+    corrections = [e for e in events if e.kind == "correction"]
+    assert [(e.attempt, e.max_attempts, e.is_last) for e in corrections] == [
+        (1, 3, False),
+        (2, 3, False),
+    ]
+    assert all(e.decorator == "self_correct" for e in corrections)
+    assert "Expecting value" in (corrections[0].error or "")
+    assert "total_cents" in (corrections[1].error or "")
+    assert not [e for e in events if e.kind == "exhausted"]
+
+
+def test_exhaustion_emits_one_exhausted_event_naming_the_error(
+    kind: str, events: list[Event]
+) -> None:
+    error, _ = fails(kind, GARBAGE)
+    corrections = [e for e in events if e.kind == "correction"]
+    assert [(e.attempt, e.max_attempts, e.is_last) for e in corrections] == [
+        (1, 2, False),
+        (2, 2, True),
+    ]
+    (exhausted,) = [e for e in events if e.kind == "exhausted"]
+    assert (exhausted.error or "").startswith("JsonParseError")
+    assert exhausted.usage == error.usage
+    assert len({e.job_id for e in events}) == 1
