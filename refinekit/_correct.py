@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 from ._errors import CorrectionExhausted, JsonParseError, ResponseValidationError
 from ._errtext import error_lines, error_path
 from ._flow import Call, Flow, run_async, run_sync
-from ._hooks import Event, emit
+from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import Job, enter_job, leave_job
 from ._replies import ReplyShapeError, reply_text, usage_of
 from ._retry import check_budget
@@ -245,19 +245,9 @@ class _CorrectConfig(Generic[T]):
 
 
 def _event(
-    cfg: _CorrectConfig[Any], job: Job, kind: Any, number: int, maximum: int, **fields: Any
+    cfg: _CorrectConfig[Any], job: Job, kind: EventKind, number: int, maximum: int, **fields: Any
 ) -> Event:
-    return Event(
-        kind=kind,
-        decorator="self_correct",
-        function=cfg.function,
-        job_id=job.id,
-        attempt=number,
-        max_attempts=maximum,
-        is_last=number >= maximum,
-        usage=job.usage,
-        **fields,
-    )
+    return make_event(kind, "self_correct", cfg.function, job, number, maximum, **fields)
 
 
 def _correct_flow(
@@ -287,7 +277,8 @@ def _correct_flow(
         else:
             result = cfg.parser.parse(text)
         possible = call + max(0, cfg.max_corrections - job.corrections_used)
-        emit(_event(cfg, job, "attempt", call, possible))
+        if wants_debug_events():
+            emit(_event(cfg, job, "attempt", call, possible))
         if not isinstance(result, CorrectionFailure):
             return result
         failure = result

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 from ._errors import RefinekitWarning
 from ._model import Usage, Verdict
@@ -67,6 +67,29 @@ class Event:
     duration: float | None = None
     error: str | None = None
     detail: str | None = None
+
+
+def make_event(
+    kind: EventKind,
+    decorator: str,
+    function: str,
+    job: Any,
+    number: int,
+    maximum: int,
+    **fields: Any,
+) -> Event:
+    """An event of `job` (a `refinekit.Job`), with `is_last` and the usage so far filled in."""
+    return Event(
+        kind=kind,
+        decorator=decorator,
+        function=function,
+        job_id=job.id,
+        attempt=number,
+        max_attempts=maximum,
+        is_last=number >= maximum,
+        usage=job.usage,
+        **fields,
+    )
 
 
 Hook = Callable[[Event], object]

@@ -15,7 +15,7 @@ from . import _config
 from ._errors import LowQualityAnswer
 from ._evaluators import EvaluatorLike, _Adapted, as_evaluator
 from ._flow import Call, Evaluate, Flow, Sleep, run_async, run_sync
-from ._hooks import Event, emit, wants_debug_events
+from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import _ATTEMPT, Job, enter_job, leave_job
 from ._model import Attempt, AttemptInfo, ContextDocument, EvaluationRequest, Verdict
 from ._replies import answer_text, usage_of
@@ -214,18 +214,9 @@ class _RetryConfig:
         )
 
 
-def _event(cfg: _RetryConfig, job: Job, kind: Any, number: int, **fields: Any) -> Event:
-    max_attempts = cfg.max_retries + 1
-    return Event(
-        kind=kind,
-        decorator="retry_on_low_quality",
-        function=cfg.function,
-        job_id=job.id,
-        attempt=number,
-        max_attempts=max_attempts,
-        is_last=number >= max_attempts,
-        usage=job.usage,
-        **fields,
+def _event(cfg: _RetryConfig, job: Job, kind: EventKind, number: int, **fields: Any) -> Event:
+    return make_event(
+        kind, "retry_on_low_quality", cfg.function, job, number, cfg.max_retries + 1, **fields
     )
 
 
@@ -295,7 +286,11 @@ def _retry_flow(
         call_args, call_kwargs = cfg.with_feedback(args, kwargs, feedback)
         if state is None:
             state = tenacity.RetryCallState(None, fn, args, kwargs)  # type: ignore[arg-type]
+        # What tenacity's own loop would hold here, so any wait strategy works, including
+        # those reading the failure (`wait_exception`) or the time since the first call.
         state.attempt_number = number
+        state.outcome = tenacity.Future.construct(number, rejection, True)
+        state.outcome_timestamp = time.monotonic()
         delay = max(0.0, float(cfg.wait(state)))
         state.idle_for += delay
         emit(

@@ -1039,3 +1039,24 @@ def test_methods_work(method: str) -> None:
 def test_record_context_refuses_what_is_not_a_document() -> None:
     with pytest.raises(TypeError, match="record_context"):
         refinekit.record_context(42)  # type: ignore[arg-type]
+
+
+def test_wait_strategies_see_the_rejection_like_in_tenacity() -> None:
+    seen: list[BaseException | None] = []
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        assert state.outcome is not None
+        seen.append(state.outcome.exception())
+        assert state.seconds_since_start is not None
+        return 0.0
+
+    @retry_on_low_quality(evaluator=lambda r: False, max_retries=1, wait=wait)
+    def answer(question: str) -> str:
+        return "a"
+
+    with pytest.raises(LowQualityAnswer) as exc_info:
+        answer("q")
+    assert len(seen) == 1
+    assert isinstance(seen[0], LowQualityAnswer)
+    assert seen[0].answer == "a"
+    assert exc_info.value.attempts[0].verdict == seen[0].verdict
