@@ -150,12 +150,15 @@ def _embedded_json(text: str) -> list[str]:
 
 
 class _Parser(Generic[T]):
-    __slots__ = ("adapter", "schema_text")
+    __slots__ = ("adapter", "schema_text", "validate_json")
 
     def __init__(self, schema: Any) -> None:
         try:
             self.adapter: TypeAdapter[T] = TypeAdapter(schema)
             self.schema_text = json.dumps(self.adapter.json_schema(), separators=(",", ":"))
+            # pydantic-core's validator itself: what `TypeAdapter.validate_json` calls, minus
+            # its Python frame, so parsing a good reply costs exactly what pydantic costs.
+            self.validate_json: Callable[[str], T] = self.adapter.validator.validate_json
         except (PydanticSchemaGenerationError, PydanticUserError, TypeError) as e:
             raise TypeError(
                 f"self_correct(schema={schema!r}): pydantic cannot validate this type ({e}). "
@@ -165,7 +168,7 @@ class _Parser(Generic[T]):
 
     def parse(self, text: str) -> T | CorrectionFailure:
         try:
-            return self.adapter.validate_json(text)
+            return self.validate_json(text)
         except ValidationError as e:
             if not _json_invalid(e):
                 return _validation_failure(e)
@@ -177,7 +180,7 @@ class _Parser(Generic[T]):
         rejected: tuple[int, ValidationError] | None = None
         for candidate in _embedded_json(text):
             try:
-                return self.adapter.validate_json(candidate)
+                return self.validate_json(candidate)
             except ValidationError as e:
                 if not _json_invalid(e) and (rejected is None or len(candidate) > rejected[0]):
                     rejected = (len(candidate), e)
