@@ -12,6 +12,10 @@ from ._correct import self_correct
 from ._errors import (
     CorrectionExhausted,
     JsonParseError,
+    JudgeError,
+    JudgeMisconfigured,
+    JudgeReplyError,
+    JudgeUnavailable,
     LowQualityAnswer,
     RefinekitError,
     RefinekitWarning,
@@ -28,6 +32,7 @@ from ._model import (
     EvaluationRequest,
     Usage,
     Verdict,
+    VerdictStatus,
 )
 from ._retry import retry_on_low_quality
 
@@ -47,6 +52,10 @@ __all__ = [
     "EventKind",
     "Job",
     "JsonParseError",
+    "JudgeError",
+    "JudgeMisconfigured",
+    "JudgeReplyError",
+    "JudgeUnavailable",
     "LowQualityAnswer",
     "RefinekitError",
     "RefinekitWarning",
@@ -54,6 +63,7 @@ __all__ = [
     "Subscription",
     "Usage",
     "Verdict",
+    "VerdictStatus",
     "all_of",
     "any_of",
     "checks",

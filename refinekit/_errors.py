@@ -3,14 +3,25 @@
 Errors (something went wrong and the caller must handle it)::
 
     RefinekitError
-    └── CorrectionExhausted          @self_correct ran out of corrections
-        ├── JsonParseError           ... and the last reply was not JSON
-        └── ResponseValidationError  ... and the last reply was JSON that failed validation
+    ├── CorrectionExhausted          @self_correct ran out of corrections
+    │   ├── JsonParseError           ... and the last reply was not JSON
+    │   └── ResponseValidationError  ... and the last reply was JSON that failed validation
+    └── JudgeError                   a model judge could not judge
+        ├── JudgeUnavailable         connection error, timeout, HTTP 408/429/5xx, a malformed
+        │                            body (after the client's own retries): an outage
+        ├── JudgeMisconfigured       HTTP 400/401/403/404/422: a bad key, model or request;
+        │                            always raised, whatever the error policy
+        └── JudgeReplyError          the judge answered something that is not a verdict
 
 Control-flow signal (not an error, kept out of the tree above)::
 
     LowQualityAnswer   raised by your function to ask @retry_on_low_quality for another
                        attempt; raised to the caller, the same object, when attempts run out
+
+`judge_error_policy="fail_open"` (the default of `@retry_on_low_quality`) lets an answer
+through unjudged on `JudgeUnavailable` and `JudgeReplyError`; `"fail_closed"` raises them.
+An exception raised inside a rule check or a code criterion is a bug in the check: it is not
+a `JudgeError` and always propagates.
 
 Configuration mistakes (a bad `max_retries`, an unknown `on_exhausted`, a schema pydantic
 cannot handle) raise `ValueError` or `TypeError` when the decorator is applied, not when the
@@ -28,6 +39,10 @@ from ._model import Attempt, Usage, Verdict
 __all__ = [
     "CorrectionExhausted",
     "JsonParseError",
+    "JudgeError",
+    "JudgeMisconfigured",
+    "JudgeReplyError",
+    "JudgeUnavailable",
     "LowQualityAnswer",
     "RefinekitError",
     "RefinekitWarning",
@@ -137,6 +152,53 @@ class ResponseValidationError(CorrectionExhausted):
     """The last reply was JSON but failed validation against the schema."""
 
     problem = "model reply failed validation"
+
+
+class JudgeError(RefinekitError):
+    """A model judge could not judge the answer.
+
+    Attributes:
+        model: The judge model's name.
+        status_code: The HTTP status, when the endpoint answered with one.
+    """
+
+    def __init__(self, message: str, *, model: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.model = model
+        self.status_code = status_code
+        # Set by a judge whose own policy is "fail_closed": no outer policy lets it through.
+        self.fail_closed = False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class JudgeUnavailable(JudgeError):
+    """The judge could not be reached or did not answer usably: an outage, not a verdict.
+
+    Connection errors, timeouts, HTTP 408, 429 and 5xx, and bodies that are not a completion,
+    after the `openai` client's own retries.
+    """
+
+
+class JudgeMisconfigured(JudgeError):
+    """The judge endpoint refused the request: HTTP 400, 401, 403, 404 or 422.
+
+    A bad API key, a missing permission, an unknown model or an invalid request is a
+    misconfiguration, so it is always raised: it can never silently turn judging off.
+    """
+
+
+class JudgeReplyError(JudgeError):
+    """The judge answered, but its reply cannot be read as a verdict.
+
+    Attributes:
+        reply: The judge's reply text (shortened).
+    """
+
+    def __init__(self, message: str, *, model: str, reply: str = "") -> None:
+        super().__init__(message, model=model)
+        self.reply = reply
 
 
 def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> Any:

@@ -182,6 +182,8 @@ class FlowEvaluator:
 def _criteria_of(name: str, verdict: Verdict) -> tuple[CriterionResult, ...]:
     if verdict.criteria:
         return verdict.criteria
+    if not verdict.judged:
+        return (CriterionResult(name=name, outcome="skipped", feedback=verdict.reason or ""),)
     score = verdict.score if verdict.score is not None else (1.0 if verdict.passed else 0.0)
     return (
         CriterionResult(
@@ -196,6 +198,18 @@ def _criteria_of(name: str, verdict: Verdict) -> tuple[CriterionResult, ...]:
 
 def _skipped(children: Sequence[_Adapted]) -> tuple[CriterionResult, ...]:
     return tuple(CriterionResult(name=c.name, outcome="skipped") for c in children)
+
+
+def _unjudged(
+    verdict: Verdict, criteria: list[CriterionResult], rest: Sequence[_Adapted]
+) -> Verdict:
+    """A composite cannot judge when one of its parts could not: it says so, it never guesses."""
+    return Verdict(
+        passed=False,
+        status=verdict.status,
+        reason=verdict.reason,
+        criteria=(*criteria, *_skipped(rest)),
+    )
 
 
 def _score(verdict: Verdict) -> float:
@@ -215,6 +229,8 @@ class _AllOf(FlowEvaluator):
         for i, child in enumerate(self.children):
             verdict: Verdict = yield Evaluate(child, request)
             criteria.extend(_criteria_of(child.name, verdict))
+            if not verdict.judged:
+                return _unjudged(verdict, criteria, self.children[i + 1 :])
             scores.append(_score(verdict))
             if not verdict.passed:
                 criteria.extend(_skipped(self.children[i + 1 :]))
@@ -239,9 +255,13 @@ class _AnyOf(FlowEvaluator):
         criteria: list[CriterionResult] = []
         feedback: list[str] = []
         scores: list[float] = []
+        unjudged: Verdict | None = None
         for i, child in enumerate(self.children):
             verdict: Verdict = yield Evaluate(child, request)
             criteria.extend(_criteria_of(child.name, verdict))
+            if not verdict.judged:  # another evaluator may still pass the answer
+                unjudged = unjudged or verdict
+                continue
             scores.append(_score(verdict))
             if verdict.passed:
                 criteria.extend(_skipped(self.children[i + 1 :]))
@@ -253,6 +273,8 @@ class _AnyOf(FlowEvaluator):
                 )
             if verdict.feedback:
                 feedback.append(verdict.feedback)
+        if unjudged is not None:
+            return _unjudged(unjudged, criteria, ())
         text = feedback[0] if len(feedback) == 1 else "Fix at least one of: " + " | ".join(feedback)
         return Verdict(passed=False, score=max(scores), feedback=text, criteria=tuple(criteria))
 
@@ -292,9 +314,11 @@ class _Weighted(FlowEvaluator):
         criteria: list[CriterionResult] = []
         feedback: list[str] = []
         total = 0.0
-        for child, weight in zip(self.children, self.weights, strict=True):
+        for i, (child, weight) in enumerate(zip(self.children, self.weights, strict=True)):
             verdict: Verdict = yield Evaluate(child, request)
             criteria.extend(_criteria_of(child.name, verdict))
+            if not verdict.judged:
+                return _unjudged(verdict, criteria, self.children[i + 1 :])
             total += weight * _score(verdict)
             if not verdict.passed and verdict.feedback:
                 feedback.append(verdict.feedback)

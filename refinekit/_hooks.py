@@ -7,7 +7,7 @@ import logging
 import threading
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
@@ -19,12 +19,13 @@ __all__ = ["Event", "EventKind", "Subscription", "subscribe"]
 logger = logging.getLogger("refinekit")
 logger.addHandler(logging.NullHandler())
 
-EventKind = Literal["attempt", "verdict", "skipped", "retry", "correction", "exhausted"]
+EventKind = Literal["attempt", "verdict", "skipped", "unjudged", "retry", "correction", "exhausted"]
 """What happened:
 
 - `attempt`: the wrapped function returned (or raised `LowQualityAnswer`);
 - `verdict`: an evaluator judged the answer;
 - `skipped`: `skip=` said not to judge the answer, which is returned as it is;
+- `unjudged`: judging failed and the error policy let the answer through unjudged;
 - `retry`: another attempt follows, after `wait` seconds, with `feedback`;
 - `correction`: `@self_correct` appended a correction turn (`error` says why);
 - `exhausted`: the budget ran out; the error named in `error` is raised (or the best
@@ -44,7 +45,8 @@ class Event:
         attempt: The attempt number (for `correction`: the number of the correction).
         max_attempts: The most attempts (for `correction`: the job's correction budget).
         is_last: Whether no further attempt (or correction) is possible after this one.
-        usage: The job's usage so far.
+        usage: The job's usage of the answering model so far.
+        judge_usage: The job's usage of model judges so far.
         verdict: The verdict, on `verdict` and on `retry`/`exhausted` after a rejection.
         feedback: The feedback passed on (retry) or the error explained (correction).
         wait: Seconds waited before the next attempt (`retry`; reported even in testing mode).
@@ -61,6 +63,7 @@ class Event:
     max_attempts: int
     is_last: bool
     usage: Usage
+    judge_usage: Usage = field(default_factory=Usage)
     verdict: Verdict | None = None
     feedback: str | None = None
     wait: float | None = None
@@ -88,6 +91,7 @@ def make_event(
         max_attempts=maximum,
         is_last=number >= maximum,
         usage=job.usage,
+        judge_usage=job.judge_usage,
         **fields,
     )
 
@@ -201,6 +205,16 @@ def _log_event(event: Event) -> None:
             )
         if event.detail and logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s: correction message sent:\n%s", event.function, event.detail)
+    elif event.kind == "unjudged":
+        if logger.isEnabledFor(logging.WARNING):
+            reason = event.verdict.reason if event.verdict is not None else None
+            logger.warning(
+                "%s: attempt %d/%d returned unjudged: %s",
+                event.function,
+                event.attempt,
+                event.max_attempts,
+                _clip(reason),
+            )
     elif event.kind == "exhausted":
         if logger.isEnabledFor(logging.WARNING):
             logger.warning(

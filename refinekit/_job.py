@@ -30,12 +30,21 @@ class Job:
         id: A short random id, carried by every event of the job.
     """
 
-    __slots__ = ("_corrections_used", "_counted", "_lock", "_token", "_usage", "id")
+    __slots__ = (
+        "_corrections_used",
+        "_counted",
+        "_judge_usage",
+        "_lock",
+        "_token",
+        "_usage",
+        "id",
+    )
 
     def __init__(self) -> None:
         self.id = os.urandom(6).hex()
         self._corrections_used = 0
         self._usage = Usage()
+        self._judge_usage = Usage()
         self._counted: list[object] = []
         self._lock = threading.Lock()
         self._token: Token[Job | None] | None = None
@@ -47,8 +56,17 @@ class Job:
 
     @property
     def usage(self) -> Usage:
-        """Token usage and model calls counted in this job so far."""
+        """Token usage and calls of the answering model in this job so far (judges apart)."""
         return self._usage
+
+    @property
+    def judge_usage(self) -> Usage:
+        """Token usage and calls of model judges in this job so far, apart from `usage`."""
+        return self._judge_usage
+
+    def _add_judge_usage(self, usage: Usage) -> None:
+        with self._lock:
+            self._judge_usage = self._judge_usage + usage
 
     def _take_correction(self, limit: int) -> bool:
         with self._lock:

@@ -20,10 +20,14 @@ __all__ = [
     "Outcome",
     "Usage",
     "Verdict",
+    "VerdictStatus",
 ]
 
 Outcome = Literal["pass", "fail", "uncertain", "skipped"]
 """The outcome of one criterion."""
+
+VerdictStatus = Literal["judged", "unjudged"]
+"""Whether a verdict is a real judgement."""
 
 
 class ContextDocument(BaseModel):
@@ -119,6 +123,10 @@ class Verdict(BaseModel):
         feedback: What to fix, written for the model that produced the answer.
         criteria: Per-criterion results, when the evaluator judged several things.
         metadata: Anything else the evaluator wants to report.
+        status: `judged` for a real judgement; `unjudged` when judging itself failed and the
+            error policy let the answer through (`passed` is then False: an unjudged answer is
+            never a passed one).
+        reason: Why the verdict is not `judged` (e.g. `JudgeUnavailable: HTTP 503`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -128,6 +136,18 @@ class Verdict(BaseModel):
     feedback: str = ""
     criteria: tuple[CriterionResult, ...] = ()
     metadata: dict[str, Any] = Field(default_factory=dict)
+    status: VerdictStatus = "judged"
+    reason: str | None = None
+
+    @classmethod
+    def unjudged(cls, reason: str, **metadata: Any) -> Verdict:
+        """The verdict for an answer that could not be judged: not passed, status `unjudged`."""
+        return cls(passed=False, status="unjudged", reason=reason, metadata=metadata)
+
+    @property
+    def judged(self) -> bool:
+        """Whether this is a real judgement (status `judged`)."""
+        return self.status == "judged"
 
     def net_criteria(self) -> int:
         """Criteria passed net of criteria failed; a verdict without criteria counts as one.

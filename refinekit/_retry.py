@@ -12,7 +12,7 @@ import tenacity
 from tenacity.wait import wait_base
 
 from . import _config
-from ._errors import LowQualityAnswer
+from ._errors import JudgeReplyError, JudgeUnavailable, LowQualityAnswer
 from ._evaluators import EvaluatorLike, _Adapted, as_evaluator
 from ._flow import Call, Evaluate, Flow, Sleep, run_async, run_sync
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
@@ -41,6 +41,7 @@ DEFAULT_WAIT: wait_base = tenacity.wait_exponential_jitter(
 
 Wait = wait_base | Callable[[tenacity.RetryCallState], float] | float | int
 OnExhausted = Literal["raise", "return_best"]
+JudgeErrorPolicy = Literal["fail_open", "fail_closed"]
 
 
 def check_budget(name: str, value: object, limit: int) -> int:
@@ -50,6 +51,11 @@ def check_budget(name: str, value: object, limit: int) -> int:
             "bounded, there is no 'retry until it passes'"
         )
     return value
+
+
+def check_policy(policy: object) -> None:
+    if policy not in ("fail_open", "fail_closed"):
+        raise ValueError(f"judge_error_policy must be 'fail_open' or 'fail_closed', got {policy!r}")
 
 
 def _check_wait(wait: object) -> Callable[[tenacity.RetryCallState], float]:
@@ -87,6 +93,7 @@ class _RetryConfig:
         "evaluator",
         "feedback_index",
         "function",
+        "judge_error_policy",
         "max_retries",
         "names",
         "on_exhausted",
@@ -109,7 +116,9 @@ class _RetryConfig:
         answer: Callable[[Any], str] | None,
         context: Callable[[Mapping[str, Any]], Iterable[Any]] | None,
         skip: Callable[[EvaluationRequest], bool] | None,
+        judge_error_policy: JudgeErrorPolicy,
     ) -> None:
+        self.judge_error_policy = judge_error_policy
         self.function = getattr(fn, "__qualname__", repr(fn))
         self.signature = inspect.signature(fn)
         params = list(self.signature.parameters.values())
@@ -267,7 +276,15 @@ def _retry_flow(
                 return value
             if cfg.evaluator is None:
                 return value
-            verdict: Verdict = yield Evaluate(cfg.evaluator, request)
+            try:
+                verdict: Verdict = yield Evaluate(cfg.evaluator, request)
+            except (JudgeUnavailable, JudgeReplyError) as e:
+                if cfg.judge_error_policy == "fail_closed" or e.fail_closed:
+                    raise
+                verdict = Verdict.unjudged(f"{type(e).__name__}: {e}")
+            if not verdict.judged:  # judging failed, and the policy lets the answer through
+                emit(_event(cfg, job, "unjudged", number, verdict=verdict))
+                return value
             if wants_debug_events():
                 emit(_event(cfg, job, "verdict", number, verdict=verdict))
             if verdict.passed:
@@ -341,6 +358,7 @@ def retry_on_low_quality(
     answer: Callable[[Any], str] | None = None,
     context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = None,
     skip: Callable[[EvaluationRequest], bool] | None = None,
+    judge_error_policy: JudgeErrorPolicy = "fail_open",
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Judge every answer of the decorated function and retry a poor one with its feedback.
 
@@ -369,18 +387,24 @@ def retry_on_low_quality(
             recorded with `refinekit.record_context()` during the attempt are added to them.
         skip: A predicate of the `EvaluationRequest`; when it is true the answer is returned
             without judging.
+        judge_error_policy: What a judging failure does. `"fail_open"`: on `JudgeUnavailable`
+            or `JudgeReplyError` the answer is returned unjudged, with a warning and an
+            `unjudged` event (never counted as passed). `"fail_closed"`: they are raised.
+            `JudgeMisconfigured` is always raised, and a judge's own explicit policy wins.
 
     Returns:
         A decorator keeping the function's signature.
 
     Raises:
-        ValueError: `max_retries` is not an int from 0 to 100, `on_exhausted` is unknown, or
+        ValueError: `max_retries` is not an int from 0 to 100, `on_exhausted` or
+            `judge_error_policy` is unknown, or
             `question` names no parameter (raised when decorating, not when calling).
         TypeError: `evaluator` or `wait` cannot be used (also when decorating).
     """
     check_budget("max_retries", max_retries, MAX_RETRIES_LIMIT)
     if on_exhausted not in ("raise", "return_best"):
         raise ValueError(f"on_exhausted must be 'raise' or 'return_best', got {on_exhausted!r}")
+    check_policy(judge_error_policy)
     adapted = None if evaluator is None else as_evaluator(evaluator)
     wait_fn = _check_wait(wait)
     for name, value in (
@@ -407,6 +431,7 @@ def retry_on_low_quality(
             answer=answer,
             context=context,
             skip=skip,
+            judge_error_policy=judge_error_policy,
         )
         if inspect.iscoroutinefunction(fn):
 

@@ -22,6 +22,10 @@ PUBLIC = {
     "EventKind",
     "Job",
     "JsonParseError",
+    "JudgeError",
+    "JudgeMisconfigured",
+    "JudgeReplyError",
+    "JudgeUnavailable",
     "LowQualityAnswer",
     "RefinekitError",
     "RefinekitWarning",
@@ -29,6 +33,7 @@ PUBLIC = {
     "Subscription",
     "Usage",
     "Verdict",
+    "VerdictStatus",
     "all_of",
     "any_of",
     "checks",
@@ -79,6 +84,13 @@ def test_error_tree() -> None:
     assert issubclass(refinekit.CorrectionExhausted, refinekit.RefinekitError)
     assert issubclass(refinekit.JsonParseError, refinekit.CorrectionExhausted)
     assert issubclass(refinekit.ResponseValidationError, refinekit.CorrectionExhausted)
+    assert issubclass(refinekit.JudgeError, refinekit.RefinekitError)
+    for error in (
+        refinekit.JudgeUnavailable,
+        refinekit.JudgeMisconfigured,
+        refinekit.JudgeReplyError,
+    ):
+        assert issubclass(error, refinekit.JudgeError)
     # a control-flow signal, kept apart from the errors
     assert not issubclass(refinekit.LowQualityAnswer, refinekit.RefinekitError)
 
