@@ -10,10 +10,12 @@ This is the shape of httpx's auth flows.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import time
-from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from ._model import EvaluationRequest, Verdict
@@ -74,7 +76,50 @@ class Sleep:
         await asyncio.sleep(self.seconds)
 
 
-Command = Call | Evaluate | Sleep
+class Command(Protocol):
+    """Anything a flow may yield: it knows how to run blocking and how to run awaited."""
+
+    def run_sync(self) -> Any: ...
+
+    def run_async(self) -> Awaitable[Any]: ...
+
+
+class Gather:
+    """Run several commands at once: threads on the sync path, tasks on the async path.
+
+    The flow receives one result per command, in order; a command that raised gives its
+    exception as its result (as `asyncio.gather(..., return_exceptions=True)` does), so the
+    flow decides which failure matters. Each thread runs in a copy of the caller's context.
+    """
+
+    __slots__ = ("commands",)
+
+    def __init__(self, commands: Sequence[Command]):
+        self.commands = tuple(commands)
+
+    def run_sync(self) -> list[Any]:
+        if len(self.commands) <= 1:
+            return [_outcome(c.run_sync) for c in self.commands]
+        with ThreadPoolExecutor(len(self.commands), thread_name_prefix="refinekit") as pool:
+            futures = [
+                pool.submit(contextvars.copy_context().run, _outcome, c.run_sync)
+                for c in self.commands
+            ]
+            return [f.result() for f in futures]
+
+    async def run_async(self) -> list[Any]:
+        return list(
+            await asyncio.gather(*(c.run_async() for c in self.commands), return_exceptions=True)
+        )
+
+
+def _outcome(run: Callable[[], Any]) -> Any:
+    try:
+        return run()
+    except Exception as exc:
+        return exc
+
+
 Flow = Generator[Command, Any, T]
 
 

@@ -1,0 +1,41 @@
+"""Model-backed judges over any OpenAI-compatible endpoint.
+
+Each judge takes a `JudgeModel` (an `openai` client, sync or async, plus the judge's model
+name and settings) and is an evaluator: use it as `evaluator=` of `@retry_on_low_quality`,
+inside `all_of(...)` after the free rule checks, or call `evaluate` / `aevaluate` yourself::
+
+    from openai import OpenAI
+    from refinekit import judges, retry_on_low_quality
+
+    jm = judges.JudgeModel(OpenAI(), "gpt-4o-mini")
+    grounded = judges.criteria(jm, [
+        judges.Criterion("keeps_conditions", "Does the answer keep every condition the "
+                         "context puts on the refund?", when_false="Keep the conditions."),
+    ])
+
+Every prompt puts the question, the context and the answer inside delimiters and tells the
+judge that text inside them is data, never instructions. Judge calls' tokens are counted in
+the job's `judge_usage`, apart from the answering model's `usage`.
+"""
+
+from __future__ import annotations
+
+from ._base import Judge, JudgeErrorPolicy, JudgeModel
+from ._criteria import Criterion, criteria
+from ._pairwise import Pairwise, Winner, pairwise
+from ._rating import rating
+from ._yesno import fact_check, relevancy
+
+__all__ = [
+    "Criterion",
+    "Judge",
+    "JudgeErrorPolicy",
+    "JudgeModel",
+    "Pairwise",
+    "Winner",
+    "criteria",
+    "fact_check",
+    "pairwise",
+    "rating",
+    "relevancy",
+]

@@ -1,0 +1,138 @@
+"""Pairwise comparison, asked in both orders so position bias cannot decide."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from .._errors import JudgeReplyError
+from .._flow import Flow, Gather, run_async, run_sync
+from .._model import ContextDocument, EvaluationRequest
+from ._base import (
+    DATA_RULE,
+    Complete,
+    JudgeModel,
+    context_text,
+    delimit,
+    first_error,
+    first_word,
+    reply_text_of,
+)
+
+Winner = Literal["a", "b", "tie"]
+
+PAIRWISE_TASK = (
+    "Your task is to compare two answers to the question, given the context. Decide which "
+    "answer is better: more correct, better supported by the context, more complete. Reply with "
+    "one word: A if the first answer is better, B if the second is, or TIE if neither is."
+)
+
+
+class Pairwise:
+    """Compare two answers with a judge model; see `pairwise()`."""
+
+    def __init__(self, judge_model: JudgeModel) -> None:
+        if not isinstance(judge_model, JudgeModel):
+            raise TypeError(
+                f"pairwise() takes a refinekit.judges.JudgeModel, got {type(judge_model).__name__}"
+            )
+        self.judge_model = judge_model
+
+    def _messages(
+        self, request: EvaluationRequest, first: str, second: str
+    ) -> list[dict[str, Any]]:
+        content = "\n\n".join(
+            [
+                PAIRWISE_TASK,
+                delimit("question", request.question),
+                delimit("context", context_text(request)),
+                delimit("answer_a", first),
+                delimit("answer_b", second),
+            ]
+        )
+        return [{"role": "system", "content": DATA_RULE}, {"role": "user", "content": content}]
+
+    def _vote(self, completion: Any) -> Winner:
+        text = reply_text_of(self.judge_model, completion)
+        word = first_word(text)
+        if word in ("a", "b", "tie"):
+            return word  # type: ignore[return-value]
+        raise JudgeReplyError(
+            f"judge model {self.judge_model.model!r} did not answer A, B or TIE: {text[:200]!r}",
+            model=self.judge_model.model,
+            reply=text[:200],
+        )
+
+    def _flow(
+        self, question: str, answer_a: str, answer_b: str, context: Iterable[Any]
+    ) -> Flow[Winner]:
+        request = EvaluationRequest(
+            question=question,
+            answer="",
+            context=tuple(ContextDocument.coerce(d) for d in _documents(context)),
+        )
+        completions = yield Gather(
+            [
+                Complete(self.judge_model, self.judge_model.request(messages, 4))
+                for messages in (
+                    self._messages(request, answer_a, answer_b),
+                    self._messages(request, answer_b, answer_a),
+                )
+            ]
+        )
+        error = first_error(completions)
+        if error is not None:
+            raise error
+        first = self._vote(completions[0])
+        swapped = self._vote(completions[1])
+        second: Winner = {"a": "b", "b": "a", "tie": "tie"}[swapped]  # type: ignore[assignment]
+        return first if first == second else "tie"
+
+    def compare(
+        self, question: str, answer_a: str, answer_b: str, context: Iterable[Any] = ()
+    ) -> Winner:
+        """Which answer is better: "a", "b", or "tie" when the two orders disagree.
+
+        Args:
+            question: The question both answers answer.
+            answer_a: The first answer.
+            answer_b: The second answer.
+            context: The context documents (str, mapping with `text`, or `ContextDocument`).
+
+        Returns:
+            The winner.
+
+        Raises:
+            JudgeUnavailable: The judge could not be reached (after the client's retries).
+            JudgeMisconfigured: The endpoint refused the request (400/401/403/404/422).
+            JudgeReplyError: A reply was not A, B or TIE.
+        """
+        return run_sync(self._flow(question, answer_a, answer_b, context))
+
+    async def acompare(
+        self, question: str, answer_a: str, answer_b: str, context: Iterable[Any] = ()
+    ) -> Winner:
+        """`compare`, without blocking the event loop (both orders are asked concurrently)."""
+        return await run_async(self._flow(question, answer_a, answer_b, context))
+
+
+def _documents(context: Iterable[Any]) -> list[Any]:
+    if isinstance(context, (str, ContextDocument, Mapping)):
+        return [context]
+    return list(context)
+
+
+def pairwise(judge_model: JudgeModel) -> Pairwise:
+    """A pairwise judge: `pairwise(jm).compare(question, answer_a, answer_b, context=())`.
+
+    It asks the judge twice, concurrently, with the answers in both orders, and reports a tie
+    when the two verdicts disagree, so a judge's preference for the first (or second) position
+    cannot decide the outcome.
+
+    Args:
+        judge_model: The judge.
+
+    Returns:
+        The pairwise judge.
+    """
+    return Pairwise(judge_model)

@@ -1,0 +1,150 @@
+"""Yes/no judges: relevancy and fact checking."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from .._flow import Flow
+from .._model import EvaluationRequest, Verdict
+from ._base import (
+    DATA_RULE,
+    Complete,
+    Judge,
+    JudgeErrorPolicy,
+    JudgeModel,
+    context_text,
+    delimit,
+    reply_text_of,
+    yes_no,
+)
+
+RELEVANCY_TASK = (
+    "Your task is to evaluate whether the answer to the question is in line with the context "
+    "information provided. Reply with one word: YES if the answer is in line with the context "
+    "for the question, otherwise NO."
+)
+
+FACT_CHECK_TASK = (
+    "Your task is to evaluate whether the claim is supported by the document. Reply with one "
+    "word: YES if the document supports every part of the claim, otherwise NO."
+)
+
+
+def _messages(task: str, *parts: str) -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": DATA_RULE},
+        {"role": "user", "content": task + "\n\n" + "\n\n".join(parts)},
+    ]
+
+
+class _Relevancy(Judge):
+    name = "relevancy"
+
+    def __init__(
+        self, judge_model: JudgeModel, strict: bool, policy: JudgeErrorPolicy | None
+    ) -> None:
+        super().__init__(judge_model, policy)
+        self.strict = strict
+
+    def _judge(self, request: EvaluationRequest) -> Flow[Verdict]:
+        messages = _messages(
+            RELEVANCY_TASK,
+            delimit("question", request.question),
+            delimit("context", context_text(request)),
+            delimit("answer", request.answer),
+        )
+        completion = yield Complete(self.judge_model, self.judge_model.request(messages, 8))
+        text = reply_text_of(self.judge_model, completion)
+        # strict is Spring AI's rule: the whole reply is "yes", nothing else
+        passed = text.strip().lower() == "yes" if self.strict else yes_no(self.judge_model, text)
+        return Verdict(
+            passed=passed,
+            score=1.0 if passed else 0.0,
+            feedback=""
+            if passed
+            else "The answer is not in line with the context for the question: answer the "
+            "question from the context given.",
+            metadata={"judge": self.name, "reply": text[:200]},
+        )
+
+
+class _FactCheck(Judge):
+    name = "fact_check"
+
+    def __init__(
+        self,
+        judge_model: JudgeModel,
+        prompt: Literal["default", "minicheck"],
+        policy: JudgeErrorPolicy | None,
+    ) -> None:
+        super().__init__(judge_model, policy)
+        if prompt not in ("default", "minicheck"):
+            raise ValueError(f"prompt must be 'default' or 'minicheck', got {prompt!r}")
+        self.prompt = prompt
+
+    def _judge(self, request: EvaluationRequest) -> Flow[Verdict]:
+        document = "\n\n".join(d.text for d in request.context)
+        if self.prompt == "minicheck":
+            # The exact short prompt small fact-checking models (Bespoke-MiniCheck) are trained
+            # on: its labels are the delimiters, and there is no room for instructions.
+            messages: list[dict[str, Any]] = [
+                {"role": "user", "content": f"Document: {document}\nClaim: {request.answer}"}
+            ]
+        else:
+            messages = _messages(
+                FACT_CHECK_TASK, delimit("document", document), delimit("claim", request.answer)
+            )
+        completion = yield Complete(self.judge_model, self.judge_model.request(messages, 8))
+        text = reply_text_of(self.judge_model, completion)
+        passed = yes_no(self.judge_model, text)
+        return Verdict(
+            passed=passed,
+            score=1.0 if passed else 0.0,
+            feedback=""
+            if passed
+            else "The answer states something the context does not support: keep to what the "
+            "context says.",
+            metadata={"judge": self.name, "reply": text[:200]},
+        )
+
+
+def relevancy(
+    judge_model: JudgeModel,
+    strict: bool = False,
+    *,
+    judge_error_policy: JudgeErrorPolicy | None = None,
+) -> Judge:
+    """Is the answer in line with the context for the question (a yes/no model judge).
+
+    Args:
+        judge_model: The judge.
+        strict: True: pass only when the whole reply, stripped, is "yes" ignoring case (Spring
+            AI's rule). False: read the reply's first word, so "Yes, it is." passes and "No."
+            fails; a reply starting with neither is a `JudgeReplyError`.
+        judge_error_policy: None (the caller's policy decides), "fail_open" or "fail_closed".
+
+    Returns:
+        The judge, an evaluator.
+    """
+    return _Relevancy(judge_model, strict, judge_error_policy)
+
+
+def fact_check(
+    judge_model: JudgeModel,
+    prompt: Literal["default", "minicheck"] = "default",
+    *,
+    judge_error_policy: JudgeErrorPolicy | None = None,
+) -> Judge:
+    """Is the answer (the claim) supported by the context (the document).
+
+    Args:
+        judge_model: The judge.
+        prompt: "default" asks the question with the document and claim inside delimiters;
+            "minicheck" sends the short `Document: ... Claim: ...` prompt that small
+            fact-checking models such as Bespoke-MiniCheck expect.
+        judge_error_policy: None (the caller's policy decides), "fail_open" or "fail_closed".
+
+    Returns:
+        The judge, an evaluator.
+    """
+    return _FactCheck(judge_model, prompt, judge_error_policy)
