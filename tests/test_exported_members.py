@@ -77,7 +77,13 @@ def test_checks_names() -> None:
 
 
 def test_testing_names() -> None:
-    assert set(refinekit.testing.__all__) == {"is_testing", "set_testing"}
+    assert set(refinekit.testing.__all__) == {
+        "RecordedRequest",
+        "Reply",
+        "ScriptedOpenAI",
+        "is_testing",
+        "set_testing",
+    }
 
 
 def test_error_tree() -> None:

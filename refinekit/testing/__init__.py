@@ -1,0 +1,31 @@
+"""Helpers for testing code that uses refinekit.
+
+`set_testing()` makes every backoff instant, so a test suite never sleeps::
+
+    import pytest
+    import refinekit.testing
+
+    @pytest.fixture(autouse=True)
+    def instant_refinekit():
+        with refinekit.testing.set_testing():
+            yield
+
+`ScriptedOpenAI` is a real OpenAI-compatible HTTP server on 127.0.0.1 that answers from a
+script of `Reply` values, per model name, and records every request as a `RecordedRequest`;
+the real `openai` client and `instructor` run against it unchanged::
+
+    from refinekit.testing import Reply, ScriptedOpenAI
+
+    def test_judge_says_yes():
+        with ScriptedOpenAI() as server:
+            server.script("judge", [Reply.text("Yes", {"Yes": 0.9, "No": 0.1})])
+            with server.client() as client:
+                ...
+"""
+
+from __future__ import annotations
+
+from .._config import is_testing, set_testing
+from ._server import RecordedRequest, Reply, ScriptedOpenAI
+
+__all__ = ["RecordedRequest", "Reply", "ScriptedOpenAI", "is_testing", "set_testing"]

@@ -1,0 +1,688 @@
+"""`ScriptedOpenAI`: a real OpenAI-compatible HTTP server on 127.0.0.1, answering from a script."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import itertools
+import json
+import math
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socketserver import TCPServer
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = ["RecordedRequest", "Reply", "ScriptedOpenAI"]
+
+_API_KEY = "scripted-key"
+_CHAT_PATH = "/v1/chat/completions"
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+_CHUNKS = re.compile(r"\s*\S+|\s+")  # whitespace-preserving tokens: "a b " -> "a", " b", " "
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One HTTP request the scripted server received, as a test sees it.
+
+    Attributes:
+        method: The HTTP method, e.g. "POST".
+        path: The request path, e.g. "/v1/chat/completions".
+        headers: The request headers, names lower-cased; credentials (`authorization`,
+            `api-key`, ...) are redacted, e.g. "Bearer ***", so no secret is ever stored.
+        body: The parsed JSON body, or None when there was no JSON object.
+        model: The body's "model", or None.
+    """
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any] | None
+    model: str | None
+
+
+@dataclass(frozen=True)
+class _Response:
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class _Ids:
+    completions: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    tool_calls: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+
+class Reply(abc.ABC):
+    """A scripted reply of `ScriptedOpenAI`; build one with a classmethod.
+
+    `Reply.text`, `Reply.tool_call` and `Reply.error` answer at once; `Reply.delay` waits
+    first; `Reply.disconnect` and `Reply.malformed` are transport faults.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def text(
+        cls,
+        content: str,
+        top_logprobs: Mapping[str, float] | None = None,
+        *,
+        finish_reason: str = "stop",
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+    ) -> Reply:
+        """An assistant message with text content.
+
+        Args:
+            content: The assistant's text.
+            top_logprobs: Candidate first tokens and their probabilities, e.g.
+                `{"Yes": 0.9, "No": 0.1}`, returned as OpenAI logprobs when the request asks
+                for them. `content` must start with one of the candidates: that is the
+                first token (normally the most probable one).
+            finish_reason: The choice's finish reason, e.g. "stop" or "length".
+            prompt_tokens: The usage's prompt tokens (default: counted from the request).
+            completion_tokens: The usage's completion tokens (default: words in `content`).
+
+        Returns:
+            The reply.
+
+        Raises:
+            ValueError: A probability outside (0, 1], probabilities summing above 1, or a
+                `content` that starts with none of the candidates.
+        """
+        candidates = tuple(sorted((top_logprobs or {}).items(), key=lambda kv: -kv[1]))
+        if any(not 0.0 < p <= 1.0 for _, p in candidates):
+            raise ValueError(f"top_logprobs probabilities must be in (0, 1]: {top_logprobs}")
+        if sum(p for _, p in candidates) > 1.0 + 1e-9:
+            raise ValueError(f"top_logprobs probabilities sum above 1: {top_logprobs}")
+        if candidates and not any(content.startswith(token) for token, _ in candidates):
+            raise ValueError(
+                f"content {content[:40]!r} must start with one of the top_logprobs candidates "
+                f"{[token for token, _ in candidates]}"
+            )
+        return _Text(content, candidates, finish_reason, prompt_tokens, completion_tokens)
+
+    @classmethod
+    def tool_call(
+        cls,
+        name: str,
+        arguments: Mapping[str, Any] | str,
+        *,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+    ) -> Reply:
+        """An assistant message calling one function (what instructor's TOOLS mode reads).
+
+        Args:
+            name: The function name.
+            arguments: The arguments, as a mapping or a JSON string (sent as given).
+            prompt_tokens: The usage's prompt tokens (default: counted from the request).
+            completion_tokens: The usage's completion tokens (default: words in the
+                arguments).
+
+        Returns:
+            The reply.
+        """
+        args = arguments if isinstance(arguments, str) else json.dumps(dict(arguments))
+        return _ToolCall(name, args, prompt_tokens, completion_tokens)
+
+    @classmethod
+    def error(
+        cls,
+        status: int,
+        message: str = "scripted error",
+        *,
+        type: str | None = None,  # the field's name in OpenAI's error body
+        code: str | None = None,
+    ) -> Reply:
+        """An HTTP error with an OpenAI-shaped body, `{"error": {"message", "type", ...}}`.
+
+        Args:
+            status: The HTTP status, 400 to 599.
+            message: The error message.
+            type: The error type (default by status: "invalid_request_error" for 400, 404,
+                422 and other 4xx, "authentication_error" 401, "permission_error" 403,
+                "rate_limit_error" 429 (sent with `retry-after: 0`), "server_error" 5xx).
+            code: The error code, e.g. "model_not_found".
+
+        Returns:
+            The reply.
+
+        Raises:
+            ValueError: `status` is not an HTTP error status.
+        """
+        if not 400 <= status <= 599:
+            raise ValueError(f"an error status is 400 to 599, not {status}")
+        default = "server_error" if status >= 500 else _ERROR_TYPES.get(status)
+        return _Error(status, message, type or default or "invalid_request_error", code)
+
+    @classmethod
+    def delay(cls, seconds: float, then: str | Reply) -> Reply:
+        """Wait, then serve another reply: for testing client timeouts and concurrency.
+
+        The wait is real (it blocks the connection's server thread, not the server), so
+        keep it short in tests.
+
+        Args:
+            seconds: How long to wait, >= 0.
+            then: What to serve afterwards: text, or any reply.
+
+        Returns:
+            The reply.
+
+        Raises:
+            ValueError: `seconds` is negative.
+        """
+        if not seconds >= 0:
+            raise ValueError(f"a delay is >= 0 seconds, not {seconds}")
+        return _Delay(float(seconds), _as_reply(then))
+
+    @classmethod
+    def disconnect(cls) -> Reply:
+        """Close the connection without sending any response.
+
+        Returns:
+            The reply.
+        """
+        return _Disconnect()
+
+    @classmethod
+    def malformed(cls) -> Reply:
+        """HTTP 200, `Content-Type: application/json`, and a body that is not JSON.
+
+        Returns:
+            The reply.
+        """
+        return _Malformed()
+
+    @abc.abstractmethod
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response | None:
+        """The HTTP response to send (None: close the connection)."""
+
+
+@dataclass(frozen=True)
+class _Text(Reply):
+    content: str
+    candidates: tuple[tuple[str, float], ...]
+    finish_reason: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response:
+        message = {"role": "assistant", "content": self.content, "refusal": None}
+        body = request.body or {}
+        logprobs = _logprobs(self.content, self.candidates, body) if body.get("logprobs") else None
+        usage = _usage(request, self.content, self.prompt_tokens, self.completion_tokens)
+        return _completion(request, ids, message, logprobs, self.finish_reason, usage)
+
+
+@dataclass(frozen=True)
+class _ToolCall(Reply):
+    name: str
+    arguments: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response:
+        call_id = f"call_{next(ids.tool_calls)}"
+        function = {"name": self.name, "arguments": self.arguments}
+        message = {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+        }
+        usage = _usage(request, self.arguments, self.prompt_tokens, self.completion_tokens)
+        return _completion(request, ids, message, None, "tool_calls", usage)
+
+
+@dataclass(frozen=True)
+class _Error(Reply):
+    status: int
+    message: str
+    type: str
+    code: str | None
+
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response:
+        return _error(self.status, self.message, self.type, code=self.code)
+
+
+@dataclass(frozen=True)
+class _Delay(Reply):
+    seconds: float
+    then: Reply
+
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response | None:
+        time.sleep(self.seconds)
+        return self.then._respond(request, ids)
+
+
+@dataclass(frozen=True)
+class _Disconnect(Reply):
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class _Malformed(Reply):
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response:
+        return _Response(200, b'{"id": "chatcmpl-scripted", "choices": [{"message": ')
+
+
+_ReplyLike = str | Reply | Callable[[RecordedRequest], str | Reply]
+
+
+def _as_reply(reply: str | Reply) -> Reply:
+    if isinstance(reply, Reply):
+        return reply
+    if isinstance(reply, str):
+        return Reply.text(reply)
+    raise TypeError(f"a reply is a str or a Reply, not {type(reply).__name__}")
+
+
+def _words(text: str | None) -> int:
+    return len(text.split()) if text else 0
+
+
+def _usage(
+    request: RecordedRequest, output: str, prompt: int | None, completion: int | None
+) -> dict[str, int]:
+    if prompt is None:  # total words of the messages' text, plus one per message
+        messages = (request.body or {}).get("messages")
+        prompt = 0
+        for message in messages if isinstance(messages, list) else ():
+            content = message.get("content") if isinstance(message, dict) else None
+            parts = content if isinstance(content, list) else [{"text": content}]
+            texts = [part.get("text") for part in parts if isinstance(part, dict)]
+            prompt += 1 + sum(_words(text) for text in texts if isinstance(text, str))
+    if completion is None:
+        completion = max(1, _words(output))
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _token(token: str, logprob: float) -> dict[str, Any]:
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+
+def _logprobs(
+    content: str, candidates: tuple[tuple[str, float], ...], body: Mapping[str, Any]
+) -> dict[str, Any]:
+    """OpenAI's `choice.logprobs`: the first token from the candidates, the rest certain."""
+    top_n = body.get("top_logprobs")
+    top_n = top_n if isinstance(top_n, int) and top_n > 0 else 0
+    first = next(((t, p) for t, p in candidates if content.startswith(t)), None)
+    tokens = []
+    if first is not None:
+        top = [_token(t, math.log(p)) for t, p in candidates[:top_n]]
+        tokens.append({**_token(first[0], math.log(first[1])), "top_logprobs": top})
+        content = content[len(first[0]) :]
+    for chunk in _CHUNKS.findall(content):
+        tokens.append({**_token(chunk, 0.0), "top_logprobs": [_token(chunk, 0.0)][:top_n]})
+    return {"content": tokens, "refusal": None}
+
+
+def _completion(
+    request: RecordedRequest,
+    ids: _Ids,
+    message: dict[str, Any],
+    logprobs: dict[str, Any] | None,
+    finish_reason: str,
+    usage: dict[str, int],
+) -> _Response:
+    completion = {
+        "id": f"chatcmpl-scripted-{next(ids.completions)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
+        ],
+        "usage": usage,
+        "system_fingerprint": None,
+    }
+    return _Response(200, json.dumps(completion).encode())
+
+
+def _error(
+    status: int,
+    message: str,
+    type: str | None = None,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+) -> _Response:
+    error_type = type or ("server_error" if status >= 500 else "invalid_request_error")
+    body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    headers = (("retry-after", "0"),) if status == 429 else ()
+    return _Response(status, json.dumps(body).encode(), headers)
+
+
+def _redact(name: str, value: str) -> str:
+    if name not in _SECRET_HEADERS:
+        return value
+    scheme, _, secret = value.partition(" ")
+    return f"{scheme} ***" if secret and name.endswith("authorization") else "***"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the openai client's connection pool expects
+    disable_nagle_algorithm = True
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Keep test output clean: no access log."""
+
+    def _serve(self) -> None:
+        try:
+            length = int(self.headers.get("content-length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or "chunked" in self.headers.get("transfer-encoding", "").lower():
+            self.close_connection = True  # can't find the end of the body: don't reuse
+            response: _Response | None = _error(400, "scripted server: send a Content-Length")
+        else:
+            raw = self.rfile.read(length)
+            headers = {k.lower(): _redact(k.lower(), v) for k, v in self.headers.items()}
+            response = self.server.scripted._dispatch(self.command, self.path, headers, raw)
+        if response is None:  # Reply.disconnect()
+            self.close_connection = True
+            return
+        try:
+            self.send_response(response.status)
+            for name, value in (("Content-Type", "application/json"), *response.headers):
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(response.body)))
+            self.end_headers()
+            self.wfile.write(response.body)
+        except OSError:  # the client gave up (e.g. timed out during a Reply.delay)
+            self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """A threading server that tracks its connections, so stopping leaves no thread behind."""
+
+    daemon_threads = True
+    request_queue_size = 1024
+
+    def __init__(self, scripted: ScriptedOpenAI) -> None:
+        self.scripted = scripted
+        self._lock = threading.Lock()
+        self._connections: dict[socket.socket, threading.Thread] = {}
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def server_bind(self) -> None:
+        """Bind without HTTPServer's reverse DNS lookup of the host (no network but loopback)."""
+        TCPServer.server_bind(self)
+        self.server_name, self.server_port = "127.0.0.1", self.socket.getsockname()[1]
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve one connection in its own (tracked) thread."""
+        thread = threading.Thread(
+            target=self._serve_connection,
+            args=(request, client_address),
+            name="ScriptedOpenAI-connection",
+            daemon=True,
+        )
+        with self._lock:
+            self._connections[request] = thread
+        thread.start()
+
+    def _serve_connection(self, request: socket.socket, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._connections.pop(request, None)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away is not an error worth a traceback."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+    def close_connections(self) -> None:
+        """Hang up every open (keep-alive) connection and wait for its thread."""
+        with self._lock:
+            connections = list(self._connections.items())
+        for sock, _ in connections:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        for _, thread in connections:
+            thread.join()
+
+
+class ScriptedOpenAI:
+    """A real OpenAI-compatible HTTP server on 127.0.0.1 that answers from a script.
+
+    It speaks the Chat Completions API (`POST /v1/chat/completions`), so the real `openai`
+    client, sync or async, and `instructor` work against it unchanged. Each model name has
+    its own script of replies, served in order; every request is recorded::
+
+        with ScriptedOpenAI() as server:
+            server.script("judge", ["Yes", Reply.error(429)])
+            client = server.client()
+            reply = client.chat.completions.create(model="judge", messages=[...])
+            assert server.requests[0].body["messages"] == [...]
+
+    A request for a model with no script gets a 404 (`model_not_found`), a request beyond
+    the end of a script a 500, both naming the model, so a test fails loudly instead of
+    hanging. Streaming is not supported (400).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scripts: dict[str, list[_ReplyLike]] = {}
+        self._served: dict[str, int] = {}
+        self._requests: list[RecordedRequest] = []
+        self._ids = _Ids()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # lifecycle
+
+    def __enter__(self) -> ScriptedOpenAI:
+        if self._httpd is not None:
+            raise RuntimeError("this ScriptedOpenAI is already running")
+        self._httpd = _HTTPServer(self)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"ScriptedOpenAI-{self._httpd.server_port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        httpd, thread = self._httpd, self._thread
+        if httpd is None or thread is None:
+            return
+        httpd.shutdown()
+        httpd.server_close()
+        httpd.close_connections()
+        thread.join()
+        self._httpd = self._thread = None
+
+    async def __aenter__(self) -> ScriptedOpenAI:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)  # blocks for at most one poll interval (50 ms)
+
+    # clients
+
+    @property
+    def base_url(self) -> str:
+        """The API's base URL, `http://127.0.0.1:<port>/v1` (only while running)."""
+        if self._httpd is None:
+            raise RuntimeError("ScriptedOpenAI is not running: use it in a `with` block")
+        return f"http://127.0.0.1:{self._httpd.server_port}/v1"
+
+    def _client_options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "base_url": self.base_url,
+            "api_key": _API_KEY,
+            "max_retries": 0,
+            "timeout": 10.0,
+            **kwargs,
+        }
+
+    def client(self, **kwargs: Any) -> openai.OpenAI:
+        """A real `openai.OpenAI` client pointed at this server, client-side retries off.
+
+        Args:
+            **kwargs: Override or add client options, e.g. `max_retries=2`, `timeout=0.2`.
+
+        Returns:
+            The client (close it, or use it as a context manager).
+        """
+        import openai
+
+        return openai.OpenAI(**self._client_options(kwargs))
+
+    def async_client(self, **kwargs: Any) -> openai.AsyncOpenAI:
+        """A real `openai.AsyncOpenAI` client pointed at this server, client-side retries off.
+
+        Args:
+            **kwargs: Override or add client options, e.g. `max_retries=2`, `timeout=0.2`.
+
+        Returns:
+            The client (close it, or use it as an async context manager).
+        """
+        import openai
+
+        return openai.AsyncOpenAI(**self._client_options(kwargs))
+
+    # script and record
+
+    def script(self, model: str, replies: _ReplyLike | Iterable[_ReplyLike]) -> None:
+        """Add replies for one model name; they are served in order, one per request.
+
+        Calling it again for the same model appends to that model's script.
+
+        Args:
+            model: The model name requests carry.
+            replies: A reply or replies: a `str` (assistant text), a `Reply`, or a callable
+                taking the `RecordedRequest` and returning either.
+
+        Raises:
+            TypeError: A reply is none of these.
+        """
+        if isinstance(replies, (str, Reply)) or callable(replies):
+            items: list[_ReplyLike] = [replies]
+        else:
+            items = list(replies)
+        for item in items:
+            if not (isinstance(item, (str, Reply)) or callable(item)):
+                raise TypeError(f"a reply is a str, a Reply or a callable, not {item!r}")
+        with self._lock:
+            self._scripts.setdefault(model, []).extend(items)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far, in arrival order (a copy)."""
+        with self._lock:
+            return list(self._requests)
+
+    def requests_for(self, model: str) -> list[RecordedRequest]:
+        """The requests received so far for one model name, in arrival order.
+
+        Args:
+            model: The model name.
+
+        Returns:
+            The requests.
+        """
+        return [request for request in self.requests if request.model == model]
+
+    # serving (called in the connection's thread)
+
+    def _dispatch(
+        self, method: str, path: str, headers: dict[str, str], raw: bytes
+    ) -> _Response | None:
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+            bad_json = True
+        else:
+            bad_json = not isinstance(body, dict)
+        parsed = body if isinstance(body, dict) else None
+        model = parsed.get("model") if parsed is not None else None
+        request = RecordedRequest(
+            method, path, headers, parsed, model if isinstance(model, str) else None
+        )
+        with self._lock:
+            self._requests.append(request)
+        if (method, path.partition("?")[0]) != ("POST", _CHAT_PATH):
+            message = f"scripted server: no route {method} {path}; it serves POST {_CHAT_PATH}"
+            return _error(404, message)
+        if bad_json or parsed is None:
+            return _error(400, "scripted server: the request body is not a JSON object")
+        if parsed.get("stream"):
+            return _error(400, "scripted server: streaming is not supported", param="stream")
+        if request.model is None:
+            return _error(400, "scripted server: the request has no model", param="model")
+        with self._lock:
+            script = self._scripts.get(request.model)
+            served = self._served.get(request.model, 0)
+            if script is not None:
+                self._served[request.model] = served + 1
+        if script is None:
+            return _error(
+                404,
+                f"scripted server: no script for model {request.model!r}",
+                param="model",
+                code="model_not_found",
+            )
+        if served >= len(script):
+            return _error(
+                500,
+                f"scripted server: no reply left for model {request.model!r} "
+                f"({len(script)} scripted, this is request {served + 1})",
+            )
+        reply = script[served]
+        try:
+            if not isinstance(reply, (str, Reply)):
+                reply = reply(request)
+            return _as_reply(reply)._respond(request, self._ids)
+        except Exception as exc:  # a bug in a test's callable: fail the request loudly
+            return _error(
+                500,
+                f"scripted server: reply {served + 1} for model {request.model!r} raised "
+                f"{type(exc).__name__}: {exc}",
+            )
