@@ -6,6 +6,7 @@ import inspect
 
 import refinekit
 import refinekit.checks
+import refinekit.judges
 import refinekit.testing
 
 PUBLIC = {
@@ -74,6 +75,24 @@ def test_checks_names() -> None:
         "not_empty",
         "weighted",
     }
+
+
+def test_judges_names() -> None:
+    assert set(refinekit.judges.__all__) == {
+        "Criterion",
+        "Judge",
+        "JudgeErrorPolicy",
+        "JudgeModel",
+        "Pairwise",
+        "Winner",
+        "criteria",
+        "fact_check",
+        "pairwise",
+        "rating",
+        "relevancy",
+    }
+    for name in ("criteria", "fact_check", "pairwise", "rating", "relevancy", "JudgeModel"):
+        assert getattr(refinekit.judges, name).__doc__
 
 
 def test_testing_names() -> None:
