@@ -78,3 +78,29 @@ answer(1)  # type: ignore[arg-type]
 @self_correct(schema=Invoice)  # type: ignore[arg-type]
 def not_a_reply(messages: list[dict[str, Any]]) -> int:
     return 1
+
+
+def judges_are_evaluators() -> None:
+    from openai import AsyncOpenAI, OpenAI
+
+    from refinekit import judges
+
+    jm = judges.JudgeModel(OpenAI(api_key="x"), "judge", temperature=0.0, seed=None)
+    ajm = judges.JudgeModel(AsyncOpenAI(api_key="x"), "judge", timeout=5.0)
+    grounded = judges.criteria(
+        jm,
+        [
+            judges.Criterion("cites", lambda request: "[1]" in request.answer),
+            judges.Criterion("grounded", "Is every claim supported?", when_false="Stick to it."),
+        ],
+        uncertain="pass",
+    )
+
+    @retry_on_low_quality(evaluator=refinekit.all_of(checks.not_empty(), grounded))
+    def answer(question: str) -> str:
+        return question
+
+    assert_type(answer("q"), str)
+    assert_type(judges.pairwise(ajm).compare("q", "a", "b"), judges.Winner)
+    request = refinekit.EvaluationRequest(answer="a")
+    assert_type(judges.relevancy(jm, strict=True).evaluate(request), refinekit.Verdict)
