@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -68,6 +70,11 @@ class JudgeModel:
             raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
         self._sync = client if isinstance(client, openai.OpenAI) else None
         self._async = client if isinstance(client, openai.AsyncOpenAI) else None
+        # Async counterparts made from a sync client, one per event loop: an async HTTP
+        # connection pool must not outlive the loop it was made on.
+        self._async_per_loop: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, openai.AsyncOpenAI
+        ] = weakref.WeakKeyDictionary()
         self.model = model
         self.temperature = temperature
         self.seed = seed
@@ -91,10 +98,14 @@ class JudgeModel:
         return self._sync
 
     def async_client(self) -> openai.AsyncOpenAI:
-        if self._async is None:
-            assert self._sync is not None
-            self._async = openai.AsyncOpenAI(**_settings(self._sync))
-        return self._async
+        if self._async is not None:
+            return self._async
+        assert self._sync is not None
+        loop = asyncio.get_running_loop()
+        client = self._async_per_loop.get(loop)
+        if client is None:
+            client = self._async_per_loop[loop] = openai.AsyncOpenAI(**_settings(self._sync))
+        return client
 
     def request(
         self, messages: list[dict[str, Any]], default_max_tokens: int, **extra: Any
