@@ -1,15 +1,21 @@
-"""Every example runs, offline, and shows what it promises."""
+"""Every example runs, offline or on a scripted server, and shows what it promises."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from refinekit.testing import ScriptedOpenAI
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+JUDGE_EXAMPLES = [p for p in EXAMPLES if p.name.startswith("judge_")]
 
 EXPECTED = {
     "retry_example.py": ["attempt 2/3", "caller got: Refunds", "policies/refunds.md", "gave up"],
@@ -24,47 +30,110 @@ EXPECTED = {
         "stand_in_judge=skipped",
         "stand-in judge calls: 1",
     ],
+    "judge_relevancy.py": [
+        "on-topic answer: passed (the judge said 'Yes, it is in line with the context.')",
+        "off-topic answer: failed (the judge said 'No.')",
+        "feedback for the next attempt: The answer is not in line with the context",
+    ],
+    "judge_fact_check.py": [
+        "'An unused order can be refunded within a week of delivery.': supported",
+        "'Any order can be refunded within thirty days.': NOT supported",
+    ],
+    "judge_rating.py": [
+        "rating 2/4, score 0.50: failed",
+        "feedback: The answer drops the conditions: unused, within seven days.",
+        "rating 4/4, score 1.00: passed",
+    ],
+    "judge_criteria.py": [
+        "keeps_conditions=fail p=0.10 from logprobs",
+        "answers_question=pass p=0.95 from logprobs",
+        "cites_policy=fail p=0.00 from code",
+        "answers_question=skipped",
+        "feedback for the next attempt: Cite the policy's source path",
+        "'Yes, if the order is unused and you ask within seven days. [policies/refunds.md]': "
+        "passed",
+    ],
+    "judge_pairwise.py": ["winner: a", "winner: tie (the two orders disagreed)"],
 }
 
+# Whatever the developer's shell has set, an example under test never reaches a real endpoint.
+_ENDPOINT_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "REFINEKIT_JUDGE_MODEL")
 
-def run(path: Path) -> subprocess.CompletedProcess[str]:
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _ENDPOINT_VARIABLES}
+    return {**env, **extra}
+
+
+def run(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(path)], capture_output=True, text=True, timeout=60, cwd=ROOT
+        [sys.executable, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env if env is not None else clean_env(),
     )
 
 
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_every_example_is_checked() -> None:
-    assert {p.name for p in EXAMPLES} >= set(EXPECTED)
+    assert {p.name for p in EXAMPLES} == set(EXPECTED)
+
+
+def test_there_is_one_example_per_judge() -> None:
+    assert {p.stem for p in JUDGE_EXAMPLES} == {
+        "judge_relevancy",
+        "judge_fact_check",
+        "judge_rating",
+        "judge_criteria",
+        "judge_pairwise",
+    }
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_example_runs(path: Path) -> None:
     result = run(path)
     assert result.returncode == 0, result.stderr
-    assert "offline" in result.stdout.lower() or path.name == "hooks_example.py"
-    for text in EXPECTED.get(path.name, []):
-        assert text in result.stdout
-
-
-def test_demo_command_runs_both_decorators_offline() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "refinekit", "demo"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "OFFLINE" in out
-    assert "stand-in model" in out
-    assert "attempt 1/3 rejected" in out
-    assert "caller got: Invoice(number='INV-7', total_cents=1250)" in out
-    assert "correction 2/2" in out
-    assert "[Automated format check" in out
+    if path.name.startswith("judge_"):
+        assert "scripted" in out.lower()
+        assert "not a model's quality" in out
+    else:
+        assert "offline" in out.lower() or path.name == "hooks_example.py"
+    for text in EXPECTED[path.name]:
+        assert text in out
 
 
-def test_cli_without_command_prints_help() -> None:
-    from refinekit._cli import main
-
-    assert main([]) == 2
+@pytest.mark.parametrize("path", JUDGE_EXAMPLES, ids=lambda p: p.name)
+def test_judge_example_runs_on_a_configured_endpoint(
+    path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OPENAI_BASE_URL and REFINEKIT_JUDGE_MODEL point it at an endpoint: here another
+    scripted server, started by the test, under another model name and with a key."""
+    module = load(path)
+    with ScriptedOpenAI() as server:
+        server.script("my-judge", module.SCRIPTED)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("REFINEKIT_JUDGE_MODEL", "my-judge")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-example-test-key")
+        module.main()
+        requests = server.requests
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "real endpoint (OPENAI_BASE_URL), judge model 'my-judge'" in out
+    assert "scripted" not in out.lower()
+    assert "sk-example-test-key" not in out + captured.err
+    for text in EXPECTED[path.name]:
+        assert text in out
+    assert len(requests) == len(module.SCRIPTED)
+    assert {r.model for r in requests} == {"my-judge"}
+    assert all(r.headers["authorization"] == "Bearer ***" for r in requests)

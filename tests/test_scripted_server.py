@@ -177,6 +177,15 @@ async def test_no_logprobs_unless_asked(server: ScriptedOpenAI, create: Create) 
     assert completion.choices[0].logprobs is None
 
 
+async def test_a_reply_can_play_an_endpoint_that_ignores_logprobs(
+    server: ScriptedOpenAI, create: Create
+) -> None:
+    server.script("judge", [Reply.text("Yes", {"Yes": 0.9, "No": 0.1}, logprobs=False)])
+    completion = await create(model="judge", messages=USER, logprobs=True, top_logprobs=5)
+    assert completion.choices[0].logprobs is None
+    assert completion.choices[0].message.content == "Yes"
+
+
 async def test_first_token_is_the_candidate_the_content_starts_with(
     server: ScriptedOpenAI, create: Create
 ) -> None:

@@ -89,6 +89,7 @@ class Reply(abc.ABC):
         finish_reason: str = "stop",
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
+        logprobs: bool = True,
     ) -> Reply:
         """An assistant message with text content.
 
@@ -101,6 +102,8 @@ class Reply(abc.ABC):
             finish_reason: The choice's finish reason, e.g. "stop" or "length".
             prompt_tokens: The usage's prompt tokens (default: counted from the request).
             completion_tokens: The usage's completion tokens (default: words in `content`).
+            logprobs: False plays an endpoint that ignores a request for logprobs (as some
+                OpenAI-compatible servers do): `logprobs` is then always null.
 
         Returns:
             The reply.
@@ -119,7 +122,7 @@ class Reply(abc.ABC):
                 f"content {content[:40]!r} must start with one of the top_logprobs candidates "
                 f"{[token for token, _ in candidates]}"
             )
-        return _Text(content, candidates, finish_reason, prompt_tokens, completion_tokens)
+        return _Text(content, candidates, finish_reason, prompt_tokens, completion_tokens, logprobs)
 
     @classmethod
     def tool_call(
@@ -226,11 +229,13 @@ class _Text(Reply):
     finish_reason: str
     prompt_tokens: int | None
     completion_tokens: int | None
+    with_logprobs: bool
 
     def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response:
         message = {"role": "assistant", "content": self.content, "refusal": None}
         body = request.body or {}
-        logprobs = _logprobs(self.content, self.candidates, body) if body.get("logprobs") else None
+        asked = bool(body.get("logprobs")) and self.with_logprobs
+        logprobs = _logprobs(self.content, self.candidates, body) if asked else None
         usage = _usage(request, self.content, self.prompt_tokens, self.completion_tokens)
         return _completion(request, ids, message, logprobs, self.finish_reason, usage)
 
