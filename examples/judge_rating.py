@@ -11,14 +11,11 @@ needs a key); a server without JSON mode wants `judges.rating(jm, mode="MD_JSON"
 
 from __future__ import annotations
 
-import os
 from contextlib import ExitStack
-from typing import Any
 
-import openai
+from _endpoint import judge_model  # scripted server, or the endpoint you configured
 
 from refinekit import ContextDocument, EvaluationRequest, judges
-from refinekit.testing import ScriptedOpenAI
 
 POLICY = ContextDocument(
     text="An unused order may be refunded within seven days of delivery.",
@@ -33,20 +30,6 @@ SCRIPTED = [  # the scripted judge's replies: JSON, what instructor reads in JSO
     '{"rating": 2, "feedback": "The answer drops the conditions: unused, within seven days."}',
     '{"rating": 4, "feedback": "Correct, complete and supported by the policy."}',
 ]
-
-
-def judge_model(stack: ExitStack, scripted: list[Any]) -> judges.JudgeModel:
-    """The real endpoint when configured, else a scripted server answering `scripted`."""
-    model = os.environ.get("REFINEKIT_JUDGE_MODEL")
-    if os.environ.get("OPENAI_BASE_URL") and model:  # the client reads OPENAI_BASE_URL itself
-        print(f"real endpoint (OPENAI_BASE_URL), judge model {model!r}")
-        client = openai.OpenAI(api_key=os.environ.get("OPENAI_API_KEY", "not-needed"))
-        return judges.JudgeModel(stack.enter_context(client), model)
-    server = stack.enter_context(ScriptedOpenAI())
-    server.script("judge", scripted)
-    print("scripted: a ScriptedOpenAI server on 127.0.0.1 plays the judge; its replies are")
-    print("scripted, so this shows the wiring, not a model's quality")
-    return judges.JudgeModel(stack.enter_context(server.client()), "judge")
 
 
 def main() -> None:

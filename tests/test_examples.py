@@ -14,7 +14,7 @@ import pytest
 from refinekit.testing import ScriptedOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_"))
 JUDGE_EXAMPLES = [p for p in EXAMPLES if p.name.startswith("judge_")]
 
 EXPECTED = {
@@ -119,6 +119,7 @@ def test_judge_example_runs_on_a_configured_endpoint(
 ) -> None:
     """OPENAI_BASE_URL and REFINEKIT_JUDGE_MODEL point it at an endpoint: here another
     scripted server, started by the test, under another model name and with a key."""
+    monkeypatch.syspath_prepend(str(path.parent))  # as `python examples/x.py` has it
     module = load(path)
     with ScriptedOpenAI() as server:
         server.script("my-judge", module.SCRIPTED)
