@@ -38,3 +38,39 @@ def test_bench_overhead_quick_run_prints_the_table() -> None:
         "targets:",
     ):
         assert heading in out, f"{heading!r} missing from the benchmark's output:\n{out}"
+
+
+def test_bench_judges_quick_run_prints_the_table() -> None:
+    script = SCRIPT.with_name("bench_judges.py")
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for heading in (
+        "refinekit judges over HTTP",
+        "openai",
+        "load avg",
+        "figure (ms)",
+        "floor (ms)",
+        "floor is",
+        "ratio",
+        "target",
+        "result",
+        "criteria, 4 model criteria (sync)",
+        "criteria, 4 model criteria (async)",
+        "one bare call (sync)",
+        "one bare call (async)",
+        "4 bare calls in turn (sync)",
+        "4 bare calls in turn (async)",
+        "judged jobs (answer + judge)",
+        "bare asyncio, same calls",
+        "client CPU time of those rounds",
+        "requests   identical on both sides",
+        "targets:",
+    ):
+        assert heading in out, f"{heading!r} missing from the benchmark's output:\n{out}"
