@@ -18,6 +18,7 @@ __all__ = [
     "CriterionResult",
     "EvaluationRequest",
     "Outcome",
+    "ToolCall",
     "Usage",
     "Verdict",
     "VerdictStatus",
@@ -26,7 +27,7 @@ __all__ = [
 Outcome = Literal["pass", "fail", "uncertain", "skipped"]
 """The outcome of one criterion."""
 
-VerdictStatus = Literal["judged", "unjudged"]
+VerdictStatus = Literal["judged", "unjudged", "inconclusive"]
 """Whether a verdict is a real judgement."""
 
 
@@ -75,6 +76,27 @@ class ContextDocument(BaseModel):
         )
 
 
+class ToolCall(BaseModel):
+    """One tool call the answer may rest on: what was called, with what, and what came back.
+
+    Attributes:
+        name: The tool's name.
+        arguments: The arguments, as the JSON text the model sent (or a JSON rendering).
+        result: The tool's result as text; `error: <message>` when the tool raised; None when
+            no result was ever paired with the call (a trace issue).
+        id: The call's id, when the provider gave one.
+        ok: False when the tool raised (its result is then the error).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    arguments: str = "{}"
+    result: str | None = None
+    id: str | None = None
+    ok: bool = True
+
+
 class EvaluationRequest(BaseModel):
     """What an evaluator judges: the question, the answer and the context it was built from.
 
@@ -83,6 +105,12 @@ class EvaluationRequest(BaseModel):
         answer: The answer as text (a pydantic model is serialised as JSON).
         context: The documents the answer was supposed to rely on.
         metadata: Extra facts about the call (the function's name, the attempt number, ...).
+        tool_calls: The tool calls the answer was built on, with their results.
+        trace_issues: What is wrong with the evidence (a result with no call, a call with no
+            result); a judge asked to judge with trace issues returns an `inconclusive`
+            verdict instead of guessing.
+        max_chars: The most characters the serialised request may have for a judge; above
+            it a judge returns an `inconclusive` verdict instead of a truncated prompt.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -91,6 +119,9 @@ class EvaluationRequest(BaseModel):
     answer: str
     context: tuple[ContextDocument, ...] = ()
     metadata: dict[str, Any] = Field(default_factory=dict)
+    tool_calls: tuple[ToolCall, ...] = ()
+    trace_issues: tuple[str, ...] = ()
+    max_chars: int | None = None
 
 
 class CriterionResult(BaseModel):
@@ -124,9 +155,11 @@ class Verdict(BaseModel):
         criteria: Per-criterion results, when the evaluator judged several things.
         metadata: Anything else the evaluator wants to report.
         status: `judged` for a real judgement; `unjudged` when judging itself failed and the
-            error policy let the answer through (`passed` is then False: an unjudged answer is
+            error policy let the answer through; `inconclusive` when the evidence could not
+            support a judgement (`passed` is False for both: an answer that was not judged is
             never a passed one).
-        reason: Why the verdict is not `judged` (e.g. `JudgeUnavailable: HTTP 503`).
+        reason: Why the verdict is not `judged` (e.g. `JudgeUnavailable: HTTP 503`,
+            `INCOMPLETE_JUDGING_EVIDENCE`, `JUDGE_STATE_LIMIT`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -143,6 +176,16 @@ class Verdict(BaseModel):
     def unjudged(cls, reason: str, **metadata: Any) -> Verdict:
         """The verdict for an answer that could not be judged: not passed, status `unjudged`."""
         return cls(passed=False, status="unjudged", reason=reason, metadata=metadata)
+
+    @classmethod
+    def inconclusive(cls, reason: str, **metadata: Any) -> Verdict:
+        """The verdict when the evidence cannot support a judgement: not passed, `inconclusive`.
+
+        Args:
+            reason: `INCOMPLETE_JUDGING_EVIDENCE`, `JUDGE_STATE_LIMIT`, or your own code.
+            **metadata: Details, such as the trace issues.
+        """
+        return cls(passed=False, status="inconclusive", reason=reason, metadata=metadata)
 
     @property
     def judged(self) -> bool:

@@ -42,6 +42,7 @@ DEFAULT_WAIT: wait_base = tenacity.wait_exponential_jitter(
 Wait = wait_base | Callable[[tenacity.RetryCallState], float] | float | int
 OnExhausted = Literal["raise", "return_best"]
 JudgeErrorPolicy = Literal["fail_open", "fail_closed"]
+OnInconclusive = Literal["fail", "accept"]
 
 
 def check_budget(name: str, value: object, limit: int) -> int:
@@ -97,6 +98,7 @@ class _RetryConfig:
         "max_retries",
         "names",
         "on_exhausted",
+        "on_inconclusive",
         "plain",
         "question",
         "signature",
@@ -117,8 +119,10 @@ class _RetryConfig:
         context: Callable[[Mapping[str, Any]], Iterable[Any]] | None,
         skip: Callable[[EvaluationRequest], bool] | None,
         judge_error_policy: JudgeErrorPolicy,
+        on_inconclusive: OnInconclusive,
     ) -> None:
         self.judge_error_policy = judge_error_policy
+        self.on_inconclusive = on_inconclusive
         self.function = getattr(fn, "__qualname__", repr(fn))
         self.signature = inspect.signature(fn)
         params = list(self.signature.parameters.values())
@@ -282,7 +286,10 @@ def _retry_flow(
                 if cfg.judge_error_policy == "fail_closed" or e.fail_closed:
                     raise
                 verdict = Verdict.unjudged(f"{type(e).__name__}: {e}")
-            if not verdict.judged:  # judging failed, and the policy lets the answer through
+            accepted_unjudged = verdict.status == "unjudged" or (
+                verdict.status == "inconclusive" and cfg.on_inconclusive == "accept"
+            )
+            if accepted_unjudged:  # not judged, and the policy lets the answer through
                 emit(_event(cfg, job, "unjudged", number, verdict=verdict))
                 return value
             if wants_debug_events():
@@ -290,7 +297,12 @@ def _retry_flow(
             if verdict.passed:
                 return value
             rejection = LowQualityAnswer(
-                verdict.feedback or f"the answer was rejected by {cfg.evaluator.name}",
+                verdict.feedback
+                or (
+                    f"the answer could not be judged ({verdict.reason})"
+                    if verdict.status == "inconclusive"
+                    else f"the answer was rejected by {cfg.evaluator.name}"
+                ),
                 verdict=verdict,
                 answer=value,
             )
@@ -359,6 +371,7 @@ def retry_on_low_quality(
     context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = None,
     skip: Callable[[EvaluationRequest], bool] | None = None,
     judge_error_policy: JudgeErrorPolicy = "fail_open",
+    on_inconclusive: OnInconclusive = "fail",
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Judge every answer of the decorated function and retry a poor one with its feedback.
 
@@ -391,6 +404,10 @@ def retry_on_low_quality(
             or `JudgeReplyError` the answer is returned unjudged, with a warning and an
             `unjudged` event (never counted as passed). `"fail_closed"`: they are raised.
             `JudgeMisconfigured` is always raised, and a judge's own explicit policy wins.
+        on_inconclusive: What an `inconclusive` verdict (the evidence could not support a
+            judgement: incomplete tool-call pairing, a state over its size limit) does:
+            `"fail"` (the default) counts it as a rejection; `"accept"` returns the answer
+            unjudged, with an `unjudged` event.
 
     Returns:
         A decorator keeping the function's signature.
@@ -405,6 +422,8 @@ def retry_on_low_quality(
     if on_exhausted not in ("raise", "return_best"):
         raise ValueError(f"on_exhausted must be 'raise' or 'return_best', got {on_exhausted!r}")
     check_policy(judge_error_policy)
+    if on_inconclusive not in ("fail", "accept"):
+        raise ValueError(f"on_inconclusive must be 'fail' or 'accept', got {on_inconclusive!r}")
     adapted = None if evaluator is None else as_evaluator(evaluator)
     wait_fn = _check_wait(wait)
     for name, value in (
@@ -432,6 +451,7 @@ def retry_on_low_quality(
             context=context,
             skip=skip,
             judge_error_policy=judge_error_policy,
+            on_inconclusive=on_inconclusive,
         )
         if inspect.iscoroutinefunction(fn):
 

@@ -32,6 +32,7 @@ PUBLIC = {
     "RefinekitWarning",
     "ResponseValidationError",
     "Subscription",
+    "ToolCall",
     "Usage",
     "Verdict",
     "VerdictStatus",

@@ -405,6 +405,20 @@ class Judge(FlowEvaluator):
         raise NotImplementedError
 
     def _flow(self, request: EvaluationRequest) -> Flow[Verdict]:
+        # Evidence that cannot support a judgement gets an inconclusive verdict, not a guess,
+        # and costs no model call.
+        if request.trace_issues:
+            return Verdict.inconclusive(
+                "INCOMPLETE_JUDGING_EVIDENCE",
+                judge=self.name,
+                trace_issues=list(request.trace_issues),
+            )
+        if request.max_chars is not None:
+            size = len(request.model_dump_json())
+            if size > request.max_chars:
+                return Verdict.inconclusive(
+                    "JUDGE_STATE_LIMIT", judge=self.name, chars=size, max_chars=request.max_chars
+                )
         try:
             verdict = yield from self._judge(request)
         except (JudgeUnavailable, JudgeReplyError) as exc:
