@@ -36,6 +36,7 @@ from ._model import (
     VerdictStatus,
 )
 from ._retry import retry_on_low_quality
+from ._tools import tool
 
 __version__ = "0.1.0.dev0"
 
@@ -76,5 +77,6 @@ __all__ = [
     "retry_on_low_quality",
     "self_correct",
     "subscribe",
+    "tool",
     "weighted",
 ]

@@ -17,8 +17,9 @@ from ._evaluators import EvaluatorLike, _Adapted, as_evaluator
 from ._flow import Call, Evaluate, Flow, Sleep, run_async, run_sync
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import _ATTEMPT, Job, enter_job, leave_job
-from ._model import Attempt, AttemptInfo, ContextDocument, EvaluationRequest, Verdict
+from ._model import Attempt, AttemptInfo, ContextDocument, EvaluationRequest, ToolCall, Verdict
 from ._replies import answer_text, usage_of
+from ._tools import start_recording, stop_recording
 
 __all__ = ["DEFAULT_WAIT", "MAX_RETRIES_LIMIT", "retry_on_low_quality"]
 
@@ -192,7 +193,12 @@ class _RetryConfig:
         return dict(bound.arguments)
 
     def request(
-        self, arguments: dict[str, Any], value: Any, recorded: list[ContextDocument], number: int
+        self,
+        arguments: dict[str, Any],
+        value: Any,
+        recorded: list[ContextDocument],
+        number: int,
+        tool_calls: list[ToolCall],
     ) -> EvaluationRequest:
         question = self.question
         q: Any
@@ -224,6 +230,7 @@ class _RetryConfig:
             answer=text,
             context=tuple(documents),
             metadata={"function": self.function, "attempt": number},
+            tool_calls=tuple(tool_calls),
         )
 
 
@@ -251,6 +258,7 @@ def _retry_flow(
         info = AttemptInfo(number, max_attempts, feedback, previous)
         started = time.perf_counter()
         token = _ATTEMPT.set(info)
+        recorder = start_recording()  # this attempt's tool calls, for the judge
         counted = job._replies_counted()
         try:
             value = yield Call(fn, call_args, call_kwargs)
@@ -260,6 +268,7 @@ def _retry_flow(
         else:
             rejection = None
         finally:
+            stop_recording(recorder)
             _ATTEMPT.reset(token)
         # Count the reply's tokens before the event, so `attempt` events include this attempt;
         # a rejected reply (returned, or carried by a raised LowQualityAnswer) was paid for too.
@@ -269,11 +278,15 @@ def _retry_flow(
         if wants_debug_events():
             emit(_event(cfg, job, "attempt", number, duration=time.perf_counter() - started))
         if rejection is None:
+            if recorder.direct is not None:  # a return_direct tool's output: not judged
+                if wants_debug_events():
+                    emit(_event(cfg, job, "skipped", number))
+                return value
             if cfg.evaluator is None and cfg.skip is None:
                 return value
             if arguments is None:
                 arguments = cfg.bind(args, kwargs)
-            request = cfg.request(arguments, value, info._context, number)
+            request = cfg.request(arguments, value, info._context, number, recorder.calls)
             if cfg.skip is not None and cfg.skip(request):
                 if wants_debug_events():
                     emit(_event(cfg, job, "skipped", number))

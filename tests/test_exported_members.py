@@ -46,6 +46,7 @@ PUBLIC = {
     "retry_on_low_quality",
     "self_correct",
     "subscribe",
+    "tool",
     "weighted",
 }
 

@@ -1,0 +1,157 @@
+"""`refinekit.tool`: record the application's tool calls, so a judge sees the evidence."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Callable
+from contextvars import ContextVar, Token
+from typing import Any, ParamSpec, TypeVar, overload
+
+import pydantic_core
+
+from ._model import ToolCall
+
+__all__ = ["Recorder", "tool"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Recorder:
+    """The tool calls made while one decorated call (or one attempt) runs.
+
+    Recorders nest: a tool call is recorded by the innermost recorder and every one around it,
+    so an outer `@retry_on_low_quality` sees the tools an inner decorated function called.
+    """
+
+    __slots__ = ("_token", "calls", "direct", "parent")
+
+    def __init__(self, parent: Recorder | None) -> None:
+        self.parent = parent
+        self.calls: list[ToolCall] = []
+        self.direct: ToolCall | None = None  # the last return_direct call, if any
+        self._token: Token[Recorder | None] | None = None
+
+    def _add(self, call: ToolCall, direct: bool) -> None:
+        recorder: Recorder | None = self
+        while recorder is not None:
+            recorder.calls.append(call)
+            if direct:
+                recorder.direct = call
+            recorder = recorder.parent
+
+
+_RECORDER: ContextVar[Recorder | None] = ContextVar("refinekit_tool_recorder", default=None)
+
+
+def start_recording() -> Recorder:
+    """Open a recorder in the current context; close it with `stop_recording`."""
+    recorder = Recorder(_RECORDER.get())
+    recorder._token = _RECORDER.set(recorder)
+    return recorder
+
+
+def stop_recording(recorder: Recorder) -> None:
+    if recorder._token is not None:
+        _RECORDER.reset(recorder._token)
+        recorder._token = None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return pydantic_core.to_json(value).decode()
+    except pydantic_core.PydanticSerializationError:
+        return str(value)
+
+
+def _arguments(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return json.dumps({"args": _text(list(args)), "kwargs": _text(kwargs)})
+    return _text(dict(bound.arguments))
+
+
+@overload
+def tool(fn: Callable[P, R], /) -> Callable[P, R]: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, return_direct: bool = False
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def tool(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    return_direct: bool = False,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Record every call of an application tool, for the judge to see.
+
+    Use it bare (`@refinekit.tool`) or with options. Each call made while a refinekit decorator
+    runs is recorded with its arguments and its result (as text; `error: <message>` when the
+    tool raised, the exception still propagating), and lands in the `tool_calls` of that
+    attempt's `EvaluationRequest`. A retry re-runs the function, and so its tools. Outside any
+    refinekit call the tool runs unrecorded. Works on `def` and `async def` tools.
+
+    Args:
+        fn: The tool function (when used bare).
+        name: The name the judge sees; the function's name by default.
+        return_direct: The tool's output is the final answer, handed straight back: an attempt
+            in which such a tool ran is returned without judging.
+
+    Returns:
+        The tool, with its signature kept.
+    """
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        tool_name: str = name or getattr(fn, "__name__", None) or "tool"
+        signature = inspect.signature(fn)
+
+        def record(args: tuple[Any, ...], kwargs: dict[str, Any], result: str, ok: bool) -> None:
+            recorder = _RECORDER.get()
+            if recorder is not None:
+                call = ToolCall(
+                    name=tool_name,
+                    arguments=_arguments(signature, args, kwargs),
+                    result=result,
+                    ok=ok,
+                )
+                recorder._add(call, return_direct and ok)
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    result = await fn(*args, **kwargs)
+                except Exception as exc:
+                    record(args, kwargs, f"error: {exc}", False)
+                    raise
+                record(args, kwargs, _text(result), True)
+                return result
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                record(args, kwargs, f"error: {exc}", False)
+                raise
+            record(args, kwargs, _text(result), True)
+            return result
+
+        return wrapper
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate
