@@ -7,9 +7,10 @@ See https://github.com/refinekit/refinekit (docs/ in the repository) for the gui
 
 from __future__ import annotations
 
-from . import checks
+from . import checks, evidence
 from ._correct import self_correct
 from ._errors import (
+    AnswerRejected,
     CorrectionExhausted,
     JsonParseError,
     JudgeError,
@@ -22,6 +23,7 @@ from ._errors import (
     ResponseValidationError,
 )
 from ._evaluators import AsyncEvaluator, Evaluator, EvaluatorLike, all_of, any_of, weighted
+from ._guard import guarded
 from ._hooks import Event, EventKind, Subscription, subscribe
 from ._job import Job, current_attempt, current_job, job, record_context
 from ._model import (
@@ -36,11 +38,13 @@ from ._model import (
     VerdictStatus,
 )
 from ._retry import retry_on_low_quality
+from ._review import RevisionRequest, reviewed
 from ._tools import tool
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AnswerRejected",
     "AsyncEvaluator",
     "Attempt",
     "AttemptInfo",
@@ -62,6 +66,7 @@ __all__ = [
     "RefinekitError",
     "RefinekitWarning",
     "ResponseValidationError",
+    "RevisionRequest",
     "Subscription",
     "ToolCall",
     "Usage",
@@ -72,9 +77,12 @@ __all__ = [
     "checks",
     "current_attempt",
     "current_job",
+    "evidence",
+    "guarded",
     "job",
     "record_context",
     "retry_on_low_quality",
+    "reviewed",
     "self_correct",
     "subscribe",
     "tool",

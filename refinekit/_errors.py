@@ -3,6 +3,8 @@
 Errors (something went wrong and the caller must handle it)::
 
     RefinekitError
+    ├── AnswerRejected               @reviewed (enforce) found no answer it may publish: the
+    │                                draft failed review and no revision passed in budget
     ├── CorrectionExhausted          @self_correct ran out of corrections
     │   ├── JsonParseError           ... and the last reply was not JSON
     │   └── ResponseValidationError  ... and the last reply was JSON that failed validation
@@ -37,6 +39,7 @@ from typing import Any
 from ._model import Attempt, Usage, Verdict
 
 __all__ = [
+    "AnswerRejected",
     "CorrectionExhausted",
     "JsonParseError",
     "JudgeError",
@@ -140,6 +143,45 @@ class CorrectionExhausted(RefinekitError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), (self.summary,), self.__dict__))
+
+
+class AnswerRejected(RefinekitError):
+    """`@reviewed` in enforce mode has no answer it may publish, so it publishes none.
+
+    The draft failed review and no revision passed within `max_revisions` and the budget, or
+    the review itself could not be completed. The rejected draft is never returned: handle
+    this with an application message or a human review, never by republishing `drafts`.
+
+    Attributes:
+        reason: Why: `"rejected"` (the last draft still failed), `"budget"` (the time budget
+            ran out), `"judge_timeout"` (a judge call took longer than `judge_timeout`),
+            `"judge_error"` (the judge was unavailable or its reply unreadable),
+            `"inconclusive"` (the evidence could not support a verdict),
+            `"revision_used_tools"` (the reviser's reply called tools) or `"reviser_error"`
+            (the default reviser's model call failed).
+        verdicts: Every verdict of the call, in order (one per judged draft; a judge that
+            failed or timed out gives an `unjudged` verdict).
+        drafts: The original answer, then each revision's text, in order.
+        usage: Token usage of the job when it surfaced.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        verdicts: Sequence[Verdict] = (),
+        drafts: Sequence[str] = (),
+        usage: Usage | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.verdicts: tuple[Verdict, ...] = tuple(verdicts)
+        self.drafts: tuple[str, ...] = tuple(drafts)
+        self.usage = usage if usage is not None else Usage()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
 
 
 class JsonParseError(CorrectionExhausted):

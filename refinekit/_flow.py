@@ -10,6 +10,8 @@ This is the shape of httpx's auth flows.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import contextvars
 import inspect
 import time
@@ -111,6 +113,60 @@ class Gather:
         return list(
             await asyncio.gather(*(c.run_async() for c in self.commands), return_exceptions=True)
         )
+
+
+class TimedOut(TimeoutError):
+    """A `Timed` command gave no result within its seconds (its own errors pass unchanged)."""
+
+
+class Timed:
+    """Run a command with a time limit; past it, the flow receives `TimedOut`.
+
+    The sync path runs the command in a worker thread (in a copy of the caller's context) and
+    stops waiting at the limit; the async path runs it as a task and cancels it. A blocking
+    call cannot be interrupted: on the sync path (and for a sync evaluator run in a thread on
+    the async path) it finishes in the background and its result is dropped.
+    """
+
+    __slots__ = ("command", "seconds")
+
+    def __init__(self, command: Command, seconds: float):
+        self.command = command
+        self.seconds = seconds
+
+    def _timed_out(self) -> TimedOut:
+        return TimedOut(f"no result within {self.seconds:.3g} s")
+
+    def run_sync(self) -> Any:
+        pool = ThreadPoolExecutor(1, thread_name_prefix="refinekit-timed")
+        try:
+            future = pool.submit(contextvars.copy_context().run, self.command.run_sync)
+            try:
+                return future.result(timeout=self.seconds)
+            except concurrent.futures.TimeoutError:
+                if future.done() and not future.cancelled():
+                    # It finished after all, or raised a TimeoutError of its own: its outcome.
+                    return future.result()
+                raise self._timed_out() from None
+        finally:
+            pool.shutdown(wait=False)
+
+    async def run_async(self) -> Any:
+        task = asyncio.ensure_future(self.command.run_async())
+        timed_out = False
+        try:
+            await asyncio.wait({task}, timeout=self.seconds)
+        finally:
+            if not task.done():  # timed out, or the caller's task itself was cancelled
+                timed_out = True
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait({task})
+                if not task.cancelled():
+                    task.exception()  # retrieved: no "exception was never retrieved"
+        if timed_out:
+            raise self._timed_out()
+        return task.result()
 
 
 def _outcome(run: Callable[[], Any]) -> Any:

@@ -19,7 +19,19 @@ __all__ = ["Event", "EventKind", "Subscription", "subscribe"]
 logger = logging.getLogger("refinekit")
 logger.addHandler(logging.NullHandler())
 
-EventKind = Literal["attempt", "verdict", "skipped", "unjudged", "retry", "correction", "exhausted"]
+EventKind = Literal[
+    "attempt",
+    "verdict",
+    "skipped",
+    "unjudged",
+    "retry",
+    "correction",
+    "exhausted",
+    "blocked",
+    "review",
+    "revision",
+    "rejected",
+]
 """What happened:
 
 - `attempt`: the wrapped function returned (or raised `LowQualityAnswer`);
@@ -29,7 +41,15 @@ EventKind = Literal["attempt", "verdict", "skipped", "unjudged", "retry", "corre
 - `retry`: another attempt follows, after `wait` seconds, with `feedback`;
 - `correction`: `@self_correct` appended a correction turn (`error` says why);
 - `exhausted`: the budget ran out; the error named in `error` is raised (or the best
-  attempt returned).
+  attempt returned);
+- `blocked`: `@guarded`'s screen blocked an input or an output, and the refusal was returned
+  in its place (`error` says which and why, `verdict` is the screen's, and `detail` holds the
+  blocked text, which is logged at DEBUG only);
+- `review`: `@reviewed` judged a draft (`attempt`: 1 for the original, 2 for the first
+  revision); `verdict` is the verdict (`unjudged` when the judge failed or timed out, `error`
+  then says why), and its `metadata["review"]` holds the mode and the draft number;
+- `revision`: `@reviewed` asked the reviser for revision number `attempt`, with `feedback`;
+- `rejected`: `@reviewed` raises `AnswerRejected`; `error` starts with its reason.
 """
 
 
@@ -39,7 +59,7 @@ class Event:
 
     Attributes:
         kind: What happened (see `EventKind`).
-        decorator: `retry_on_low_quality` or `self_correct`.
+        decorator: `retry_on_low_quality`, `self_correct`, `guarded` or `reviewed`.
         function: The qualified name of the decorated function.
         job_id: The id of the job the call belongs to.
         attempt: The attempt number (for `correction`: the number of the correction).
@@ -51,8 +71,9 @@ class Event:
         feedback: The feedback passed on (retry) or the error explained (correction).
         wait: Seconds waited before the next attempt (`retry`; reported even in testing mode).
         duration: Seconds the attempt took (`attempt`).
-        error: A short summary of what failed (`correction`, `exhausted`).
-        detail: Long text for DEBUG logs only, such as the full correction message.
+        error: A short summary of what failed (`correction`, `exhausted`, `blocked`).
+        detail: Long text for DEBUG logs only, such as the full correction message or the
+            text `@guarded` blocked.
     """
 
     kind: EventKind
@@ -162,7 +183,8 @@ def wants_debug_events() -> bool:
 
     Building an `Event` costs microseconds; when no hook is subscribed and the `refinekit`
     logger drops DEBUG records, such an event would reach nobody, so callers skip building it.
-    The other kinds (retry, correction, exhausted) are always emitted.
+    The other kinds (retry, correction, exhausted, unjudged, blocked, review, revision,
+    rejected) are always emitted.
     """
     return bool(_hooks) or logger.isEnabledFor(logging.DEBUG)
 
@@ -214,6 +236,54 @@ def _log_event(event: Event) -> None:
                 event.attempt,
                 event.max_attempts,
                 _clip(reason),
+            )
+    elif event.kind == "blocked":
+        # The blocked text itself (`detail`) never goes above DEBUG.
+        if logger.isEnabledFor(logging.WARNING):
+            logger.warning("%s: %s; returned the refusal", event.function, _clip(event.error))
+        if event.detail is not None and logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s: blocked text:\n%s", event.function, event.detail)
+    elif event.kind == "review":
+        if logger.isEnabledFor(logging.INFO):
+            verdict = event.verdict
+            review = verdict.metadata.get("review") if verdict is not None else None
+            mode = review.get("mode", "") if isinstance(review, dict) else ""
+            if verdict is None:
+                outcome = "no verdict"
+            elif verdict.passed:
+                outcome = "passed"
+            else:
+                outcome = "failed" if verdict.judged else verdict.status
+            unjudged = verdict is not None and not verdict.judged
+            why = (verdict.reason if unjudged and verdict is not None else None) or (
+                event.feedback or event.error
+            )
+            logger.info(
+                "%s: %sreview of draft %d/%d: %s%s",
+                event.function,
+                f"{mode} " if mode else "",
+                event.attempt,
+                event.max_attempts,
+                outcome,
+                f": {_clip(why)}" if why else "",
+            )
+    elif event.kind == "revision":
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "%s: revision %d/%d requested: %s",
+                event.function,
+                event.attempt,
+                event.max_attempts,
+                _clip(event.feedback),
+            )
+    elif event.kind == "rejected":
+        if logger.isEnabledFor(logging.WARNING):
+            logger.warning(
+                "%s: answer rejected after %d draft%s: %s",
+                event.function,
+                event.attempt,
+                "" if event.attempt == 1 else "s",
+                _clip(event.error),
             )
     elif event.kind == "exhausted":
         if logger.isEnabledFor(logging.WARNING):

@@ -85,7 +85,8 @@ class ToolCall(BaseModel):
         result: The tool's result as text; `error: <message>` when the tool raised; None when
             no result was ever paired with the call (a trace issue).
         id: The call's id, when the provider gave one.
-        ok: False when the tool raised (its result is then the error).
+        ok: False when the tool raised (its result is then the error) or, in a judging
+            state built from messages, when the call never got a result.
     """
 
     model_config = ConfigDict(frozen=True)

@@ -54,6 +54,22 @@ EXPECTED = {
         "passed",
     ],
     "judge_pairwise.py": ["winner: a", "winner: tie (the two orders disagreed)"],
+    "reviewed_refund.py": [
+        "scripted",
+        "draft: Yes, you will get a full refund for order A-1001.",
+        "review of draft 1: failed: Keep the policy's conditions",
+        "revision 1 requested (text only, no tools offered)",
+        "review of draft 2: passed",
+        "published: Yes, order A-1001 can be refunded if it is unused and within seven days",
+        "answer ran 1 time, lookup_policy ran 1 time",
+        "the revision request offered tools: no",
+    ],
+    "guarded_example.py": [
+        "caller got: Refunds are accepted within 30 days (policies/refunds.md).",
+        "blocked: output blocked by screen 'no_card_numbers'",
+        "blocked: input blocked by screen 'no_card_numbers'; the function was not called",
+        "model calls: 3, screens: 5",
+    ],
 }
 
 # Whatever the developer's shell has set, an example under test never reaches a real endpoint.

@@ -6,10 +6,12 @@ import inspect
 
 import refinekit
 import refinekit.checks
+import refinekit.evidence
 import refinekit.judges
 import refinekit.testing
 
 PUBLIC = {
+    "AnswerRejected",
     "AsyncEvaluator",
     "Attempt",
     "AttemptInfo",
@@ -31,6 +33,7 @@ PUBLIC = {
     "RefinekitError",
     "RefinekitWarning",
     "ResponseValidationError",
+    "RevisionRequest",
     "Subscription",
     "ToolCall",
     "Usage",
@@ -41,9 +44,12 @@ PUBLIC = {
     "checks",
     "current_attempt",
     "current_job",
+    "evidence",
+    "guarded",
     "job",
     "record_context",
     "retry_on_low_quality",
+    "reviewed",
     "self_correct",
     "subscribe",
     "tool",
@@ -97,6 +103,13 @@ def test_judges_names() -> None:
         assert getattr(refinekit.judges, name).__doc__
 
 
+def test_evidence_names() -> None:
+    assert set(refinekit.evidence.__all__) == {"JudgingState", "called", "from_messages"}
+    for name in refinekit.evidence.__all__:
+        assert getattr(refinekit.evidence, name).__doc__, name
+    assert issubclass(refinekit.evidence.JudgingState, refinekit.EvaluationRequest)
+
+
 def test_testing_names() -> None:
     assert set(refinekit.testing.__all__) == {
         "RecordedRequest",
@@ -109,6 +122,7 @@ def test_testing_names() -> None:
 
 def test_error_tree() -> None:
     assert issubclass(refinekit.CorrectionExhausted, refinekit.RefinekitError)
+    assert issubclass(refinekit.AnswerRejected, refinekit.RefinekitError)
     assert issubclass(refinekit.JsonParseError, refinekit.CorrectionExhausted)
     assert issubclass(refinekit.ResponseValidationError, refinekit.CorrectionExhausted)
     assert issubclass(refinekit.JudgeError, refinekit.RefinekitError)

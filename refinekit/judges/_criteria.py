@@ -21,6 +21,7 @@ from ._base import (
     delimit,
     first_error,
     reply_text_of,
+    tool_calls_block,
     yes_no,
 )
 
@@ -137,6 +138,7 @@ class _Criteria(Judge):
                 f"Answer this yes/no question about the data below: {criterion.question}",
                 delimit("question", request.question),
                 delimit("context", context_text(request)),
+                *tool_calls_block(request),
                 delimit("answer", request.answer),
                 "Reply with one word: YES or NO.",
             ]
@@ -176,13 +178,19 @@ class _Criteria(Judge):
             if criterion.is_code:
                 check = criterion.question
                 assert callable(check)
-                verdict = _to_verdict(check(request), criterion.name)
+                result = check(request)
+                verdict = _to_verdict(result, criterion.name)
+                # A check returning a Verdict may say what is wrong (as evidence.called does);
+                # the criterion's own when_false wins.
+                own = result.feedback if isinstance(result, Verdict) else ""
                 results[criterion.name] = CriterionResult(
                     name=criterion.name,
                     outcome="pass" if verdict.passed else "fail",
                     probability=1.0 if verdict.passed else 0.0,
                     source="code",
-                    feedback="" if verdict.passed else criterion.feedback(),
+                    feedback=""
+                    if verdict.passed
+                    else criterion.when_false or own or criterion.feedback(),
                 )
         model_criteria = [c for c in self.criteria if not c.is_code]
         replies: dict[str, str] = {}

@@ -16,6 +16,7 @@ from ._base import (
     Structured,
     context_text,
     delimit,
+    tool_calls_block,
 )
 
 DEFAULT_RUBRIC = (
@@ -86,6 +87,7 @@ class _Rating(Judge):
                         task,
                         delimit("question", request.question),
                         delimit("context", context_text(request)),
+                        *tool_calls_block(request),
                         delimit("answer", request.answer),
                     ]
                 ),

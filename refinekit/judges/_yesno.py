@@ -15,6 +15,7 @@ from ._base import (
     context_text,
     delimit,
     reply_text_of,
+    tool_calls_block,
     yes_no,
 )
 
@@ -51,6 +52,7 @@ class _Relevancy(Judge):
             RELEVANCY_TASK,
             delimit("question", request.question),
             delimit("context", context_text(request)),
+            *tool_calls_block(request),
             delimit("answer", request.answer),
         )
         completion = yield Complete(self.judge_model, self.judge_model.request(messages, 8))
@@ -92,7 +94,10 @@ class _FactCheck(Judge):
             ]
         else:
             messages = _messages(
-                FACT_CHECK_TASK, delimit("document", document), delimit("claim", request.answer)
+                FACT_CHECK_TASK,
+                delimit("document", document),
+                *tool_calls_block(request),
+                delimit("claim", request.answer),
             )
         completion = yield Complete(self.judge_model, self.judge_model.request(messages, 8))
         text = reply_text_of(self.judge_model, completion)
