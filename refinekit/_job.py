@@ -146,7 +146,8 @@ def current_attempt() -> AttemptInfo | None:
 
     Returns:
         The attempt's number, its maximum, and the latest rejection's feedback and answer;
-        None when called outside a function decorated with `@retry_on_low_quality`.
+        inside a `@reviewed` function (which never re-runs it) attempt 1 of 1; None outside
+        both.
     """
     return _ATTEMPT.get()
 

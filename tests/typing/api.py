@@ -104,3 +104,31 @@ def judges_are_evaluators() -> None:
     assert_type(judges.pairwise(ajm).compare("q", "a", "b"), judges.Winner)
     request = refinekit.EvaluationRequest(answer="a")
     assert_type(judges.relevancy(jm, strict=True).evaluate(request), refinekit.Verdict)
+
+
+def guarded_reviewed_and_tools() -> None:
+    from openai import OpenAI
+
+    from refinekit import guarded, reviewed, tool
+
+    @tool
+    def lookup(order_id: str) -> dict[str, str]:
+        return {"order": order_id}
+
+    @tool(name="refund", return_direct=True)
+    async def refund(order_id: str) -> str:
+        return order_id
+
+    assert_type(lookup("A1"), dict[str, str])
+
+    @guarded(screen=checks.max_length(100), refusal="no")
+    def safe(question: str) -> str:
+        return question
+
+    assert_type(safe("q"), str)
+
+    @reviewed(judge=checks.not_empty(), client=OpenAI(api_key="x"), model="m")
+    def final(question: str) -> str:
+        return question
+
+    assert_type(final("q"), str)
