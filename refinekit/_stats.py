@@ -41,4 +41,6 @@ def wilson_interval(successes: int, total: int, confidence: float = 0.95) -> tup
     denominator = 1 + z * z / total
     centre = (p + z * z / (2 * total)) / denominator
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lower = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the edges, no
+    upper = 1.0 if successes == total else min(1.0, centre + half)  # float residue
+    return lower, upper
