@@ -28,8 +28,10 @@ def wilson_interval(successes: int, total: int, confidence: float = 0.95) -> tup
     """
     if isinstance(total, bool) or not isinstance(total, int) or total < 0:
         raise ValueError(f"total must be a non-negative int, got {total!r}")
-    if isinstance(successes, bool) or not isinstance(successes, int) or not (
-        0 <= successes <= total
+    if (
+        isinstance(successes, bool)
+        or not isinstance(successes, int)
+        or not (0 <= successes <= total)
     ):
         raise ValueError(f"successes must be an int from 0 to total ({total}), got {successes!r}")
     if not 0.0 < confidence < 1.0:

@@ -112,6 +112,7 @@ def test_evidence_names() -> None:
 
 def test_testing_names() -> None:
     assert set(refinekit.testing.__all__) == {
+        "FakeJudge",
         "RecordedRequest",
         "Reply",
         "ScriptedOpenAI",

@@ -21,11 +21,17 @@ the real `openai` client and `instructor` run against it unchanged::
             server.script("judge", [Reply.text("Yes", {"Yes": 0.9, "No": 0.1})])
             with server.client() as client:
                 ...
+
+`FakeJudge("fail: cite a source", "pass")` is an evaluator returning scripted verdicts in
+order and recording its requests. Installing refinekit also installs a pytest plugin (the
+fixtures `fake_judge`, `scripted_openai` and `refinekit_testing`, the `golden` and `live`
+markers and a pass-rate gate): see docs/testing.md.
 """
 
 from __future__ import annotations
 
 from .._config import is_testing, set_testing
+from ._fakes import FakeJudge
 from ._server import RecordedRequest, Reply, ScriptedOpenAI
 
-__all__ = ["RecordedRequest", "Reply", "ScriptedOpenAI", "is_testing", "set_testing"]
+__all__ = ["FakeJudge", "RecordedRequest", "Reply", "ScriptedOpenAI", "is_testing", "set_testing"]

@@ -1,0 +1,381 @@
+"""refinekit's pytest plugin, registered through the `pytest11` entry point.
+
+Installing refinekit is enough to get:
+
+- the fixtures `fake_judge`, `scripted_openai` and `refinekit_testing`;
+- `@pytest.mark.golden("cases.csv")`: one test case per row of a CSV or JSONL file, each
+  column passed as the argument of the same name;
+- a pass-rate gate over the golden cases (`--refinekit-min-pass-rate`, or the ini option
+  `refinekit_min_pass_rate`) on the lower end of the 95% Wilson score interval;
+- `@pytest.mark.live` tests, skipped unless `--refinekit-live` is given.
+
+refinekit itself is imported only when a fixture or the gate needs it, so the plugin costs
+nothing to a test run that does not use it.
+"""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .._job import Job
+    from ._fakes import FakeJudge
+    from ._server import ScriptedOpenAI
+
+__all__ = [
+    "LIVE_SKIP_REASON",
+    "fake_judge",
+    "pytest_addoption",
+    "pytest_configure",
+    "pytest_generate_tests",
+    "refinekit_testing",
+    "scripted_openai",
+]
+
+LIVE_SKIP_REASON = (
+    "live model test: run with --refinekit-live (uses OPENAI_BASE_URL / OPENAI_API_KEY)"
+)
+_MIN_PASS_RATE = "refinekit_min_pass_rate"
+_CONFIDENCE = 0.95
+
+
+@dataclass
+class _Gate:
+    """The golden cases' results over a session, and the gate's threshold."""
+
+    threshold: float | None
+    golden: set[str] = field(default_factory=set)  # node ids of golden cases
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    lower: float | None = None  # the Wilson lower bound, once computed
+
+    @property
+    def total(self) -> int:
+        return self.passed + self.failed
+
+
+# options and markers
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add refinekit's command-line and ini options."""
+    group = parser.getgroup("refinekit")
+    group.addoption(
+        "--refinekit-min-pass-rate",
+        dest=_MIN_PASS_RATE,
+        default=None,
+        metavar="P",
+        help="fail the run when the 95%% Wilson lower bound of the golden cases' pass rate "
+        "is below P (0 to 1); overrides the ini option refinekit_min_pass_rate",
+    )
+    group.addoption(
+        "--refinekit-live",
+        dest="refinekit_live",
+        action="store_true",
+        default=False,
+        help="run tests marked live against the real endpoint in OPENAI_BASE_URL / "
+        "OPENAI_API_KEY (skipped otherwise)",
+    )
+    parser.addini(
+        _MIN_PASS_RATE,
+        "minimum 95% Wilson lower bound of the golden cases' pass rate (0 to 1)",
+        default=None,
+    )
+
+
+def _threshold(config: pytest.Config) -> float | None:
+    raw: Any = config.getoption(_MIN_PASS_RATE)
+    where = "--refinekit-min-pass-rate"
+    if raw is None:
+        raw = config.getini(_MIN_PASS_RATE)
+        where = "the ini option refinekit_min_pass_rate"
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:  # also rejects NaN
+        raise pytest.UsageError(f"{where} must be a number from 0 to 1, got {raw!r}")
+    return value
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the `golden` and `live` markers and validate the gate's threshold."""
+    config.addinivalue_line(
+        "markers",
+        "golden(path): one case per row of a CSV or JSONL file (path relative to the test "
+        "file); each column arrives as the argument of the same name",
+    )
+    config.addinivalue_line(
+        "markers",
+        "live: runs against a real model endpoint; skipped unless --refinekit-live is given",
+    )
+    config.pluginmanager.register(_GateHooks(_Gate(threshold=_threshold(config))), "refinekit-gate")
+
+
+# golden sets
+
+
+class _GoldenError(Exception):
+    """A golden file that cannot be used; reported as the module's collection error."""
+
+
+def _slug(value: Any, limit: int = 30) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return re.sub(r"[^0-9a-zA-Z]+", "-", text).strip("-").lower()[:limit].rstrip("-")
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a CSV (header row first) or JSONL (one object a line) file."""
+    if not path.is_file():
+        raise _GoldenError(f"golden file not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            return [dict(row) for row in csv.DictReader(f)]
+    if suffix in (".jsonl", ".ndjson"):
+        rows: list[dict[str, Any]] = []
+        with path.open(encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise _GoldenError(f"{path}, line {number}: not JSON ({e})") from None
+                if not isinstance(row, dict):
+                    raise _GoldenError(f"{path}, line {number}: not a JSON object")
+                rows.append(row)
+        return rows
+    raise _GoldenError(f"golden file {path}: use a .csv or .jsonl file, not {suffix!r}")
+
+
+def _column(name: str, columns: list[str]) -> str | None:
+    """The column a parameter reads: its exact name, else spaces and dashes as underscores."""
+    if name in columns:
+        return name
+    for column in columns:
+        if re.sub(r"[\s\-]+", "_", column.strip()) == name:
+            return column
+    return None
+
+
+def _golden_cases(
+    test: str, path: Path, rows: list[dict[str, Any]], wanted: list[str]
+) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """Each row's values for the wanted arguments, and its id: the row number and a slug."""
+    columns = list(rows[0])
+    values: list[tuple[Any, ...]] = []
+    ids: list[str] = []
+    for number, row in enumerate(rows, 1):
+        keys = list(row)
+        case = []
+        for name in wanted:
+            column = _column(name, keys)
+            if column is None:
+                where = "" if number == 1 else f" in row {number}"
+                raise _GoldenError(
+                    f"{test} takes the argument {name!r} but golden file {path} has no "
+                    f"column {name!r}{where}; columns: {columns}"
+                )
+            case.append(row[column])
+        values.append(tuple(case))
+        first = row[keys[0]] if keys else None
+        slug = _slug(first) if first is not None else ""
+        ids.append(f"{number}-{slug}" if slug else str(number))
+    return values, ids
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise a test marked `golden`: one case per row of its file."""
+    marker = metafunc.definition.get_closest_marker("golden")
+    if marker is None:
+        return
+    test = metafunc.function.__name__
+    if len(marker.args) != 1 or not isinstance(marker.args[0], (str, Path)):
+        raise pytest.Collector.CollectError(
+            f"@pytest.mark.golden on {test}: give one path, relative to the test file, e.g. "
+            f"golden('cases.csv'), not golden{marker.args!r}"
+        )
+    path = Path(metafunc.definition.path).parent / marker.args[0]
+    # arguments parametrised otherwise, and fixtures no column names, are not columns
+    already = {
+        name.strip()
+        for mark in metafunc.definition.iter_markers("parametrize")
+        for name in (
+            mark.args[0].split(",") if isinstance(mark.args[0], str) else list(mark.args[0])
+        )
+    }
+    fixtures: Any = getattr(metafunc, "_arg2fixturedefs", {})
+    try:
+        rows = _read_rows(path)
+        if not rows:
+            raise _GoldenError(f"golden file {path} has no rows")
+        columns = list(rows[0])
+        wanted = [
+            name
+            for name, parameter in inspect.signature(metafunc.function).parameters.items()
+            if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+            and name not in ("self", "cls", "request")
+            and name not in already
+            and (_column(name, columns) is not None or name not in fixtures)
+        ]
+        if not wanted:
+            raise _GoldenError(
+                f"{test} takes no argument named after a column of {path}; columns: {columns}"
+            )
+        values, ids = _golden_cases(test, path, rows, wanted)
+    except _GoldenError as e:
+        raise pytest.Collector.CollectError(f"@pytest.mark.golden: {e}") from None
+    metafunc.parametrize(wanted, values, ids=ids)
+
+
+# selection: live tests; results: the gate
+
+
+class _GateHooks:
+    """Per-run hooks (registered in `pytest_configure`): live skips and the gate's counts.
+
+    An instance per config keeps nested runs (pytester) apart.
+    """
+
+    def __init__(self, gate: _Gate) -> None:
+        self.gate = gate
+
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """Skip `live` tests without `--refinekit-live`; note which items are golden cases."""
+        live = bool(config.getoption("refinekit_live"))
+        for item in items:
+            if item.get_closest_marker("golden") is not None:
+                self.gate.golden.add(item.nodeid)
+            if not live and item.get_closest_marker("live") is not None:
+                item.add_marker(pytest.mark.skip(reason=LIVE_SKIP_REASON))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Count a golden case: its call passed or failed, or it was skipped (or errored)."""
+        gate = self.gate
+        if report.nodeid not in gate.golden:
+            return
+        if report.when == "call":
+            if report.passed:
+                gate.passed += 1
+            elif report.failed:
+                gate.failed += 1
+            else:  # skipped in the call (pytest.skip(), xfail)
+                gate.skipped += 1
+        elif report.when == "setup" and not report.passed:
+            if report.skipped:
+                gate.skipped += 1
+            else:  # a setup error: the case did not pass
+                gate.failed += 1
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        """Fail an otherwise passing run whose pass rate's lower bound is under threshold."""
+        gate = self.gate
+        if gate.total == 0:
+            return
+        from .._stats import wilson_interval
+
+        gate.lower = wilson_interval(gate.passed, gate.total, _CONFIDENCE)[0]
+        failing = gate.threshold is not None and gate.lower < gate.threshold
+        if failing and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Print the golden cases' passes, total, rate and Wilson lower bound (and the gate)."""
+        gate = self.gate
+        if gate.total == 0 and gate.skipped == 0:
+            return
+        terminalreporter.write_sep("=", "refinekit golden set")
+        skipped = f"; {gate.skipped} skipped (not counted)" if gate.skipped else ""
+        if gate.total == 0 or gate.lower is None:
+            terminalreporter.write_line(f"no golden case passed or failed{skipped}")
+            return
+        rate = gate.passed / gate.total
+        terminalreporter.write_line(
+            f"{gate.passed}/{gate.total} passed, rate {rate:.3f}, "
+            f"95% Wilson lower bound {gate.lower:.3f}{skipped}"
+        )
+        if gate.threshold is not None:
+            verdict = "PASS" if gate.lower >= gate.threshold else "FAIL"
+            terminalreporter.write_line(
+                f"gate: lower bound {gate.lower:.3f} vs minimum pass rate "
+                f"{gate.threshold:.3f}: {verdict}",
+                red=verdict == "FAIL",
+                green=verdict == "PASS",
+            )
+
+
+# fixtures
+
+
+@pytest.fixture
+def fake_judge() -> Callable[..., FakeJudge]:
+    """A factory of `FakeJudge` evaluators returning scripted verdicts in order.
+
+    `fake_judge("fail: cite a source", "pass")` returns an evaluator whose first verdict
+    fails with that feedback and whose second passes; `.requests` records what it was asked
+    to judge. Judges are named `fake_judge-1`, `fake_judge-2`, ... unless given `name=`.
+
+    Returns:
+        The factory: `(*verdicts, name=None) -> FakeJudge`.
+    """
+    from ._fakes import FakeJudge
+
+    made = 0
+
+    def make(*verdicts: Any, name: str | None = None) -> FakeJudge:
+        nonlocal made
+        made += 1
+        return FakeJudge(*verdicts, name=name or f"fake_judge-{made}")
+
+    return make
+
+
+@pytest.fixture
+def scripted_openai() -> Iterator[ScriptedOpenAI]:
+    """A running `ScriptedOpenAI` server for the test, shut down after it.
+
+    Script replies with `.script(model, replies)`; `.client()` and `.async_client()` give
+    real `openai` clients pointed at it.
+
+    Yields:
+        The running server.
+    """
+    from ._server import ScriptedOpenAI
+
+    with ScriptedOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+def refinekit_testing() -> Iterator[Job]:
+    """Instant waits and a fresh refinekit job for the test.
+
+    The testing switch is on for the test and restored after it. The test runs inside a
+    new `refinekit.job()`: every refinekit call in the test joins that job, so budgets
+    start fresh for each test and are shared by the test's calls, and the job's `usage`
+    adds up the test's model calls. Nothing outlives the test: the previous job (normally
+    none) is restored afterwards.
+
+    Yields:
+        The test's job.
+    """
+    from .._config import set_testing
+    from .._job import job
+
+    with set_testing(), job() as current:
+        yield current

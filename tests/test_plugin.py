@@ -1,0 +1,391 @@
+"""The pytest plugin (loaded through the pytest11 entry point), tested with pytester."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from refinekit.testing import FakeJudge
+from refinekit.testing._plugin import LIVE_SKIP_REASON
+
+pytest_plugins = ["pytester"]
+
+INI = """
+[pytest]
+asyncio_mode = auto
+asyncio_default_fixture_loop_scope = function
+"""
+
+
+@pytest.fixture
+def tester(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makeini(INI)
+    return pytester
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args)
+
+
+def golden_tests(
+    tester: pytest.Pytester, passes: int, fails: int, *, ini: str = ""
+) -> pytest.Pytester:
+    """A CSV golden set of passes + fails rows and a test passing on the 'yes' rows."""
+    rows = ["question,ok"]
+    rows += [f"question {i},yes" for i in range(passes)]
+    rows += [f"question {passes + i},no" for i in range(fails)]
+    (tester.path / "cases.csv").write_text("\n".join(rows) + "\n")
+    if ini:
+        tester.makeini(INI + ini)
+    tester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.golden("cases.csv")
+        def test_case(ok):
+            assert ok == "yes"
+        """
+    )
+    return tester
+
+
+# the golden marker
+
+
+def test_golden_csv_one_case_per_row_with_ids_and_column_arguments(
+    tester: pytest.Pytester,
+) -> None:
+    sub = tester.mkdir("sub")
+    (sub / "golden.csv").write_text(
+        "question,expected source,mustMention\n"
+        "What is the refund window?,policy.md,30 days\n"
+        "Can I return a gift?,gifts.md,receipt\n"
+    )
+    (sub / "test_rows.py").write_text(
+        "import pytest\n"
+        "SEEN = []\n"
+        "@pytest.mark.golden('golden.csv')\n"
+        "def test_row(question, mustMention, expected_source, tmp_path):\n"
+        "    SEEN.append((question, mustMention, expected_source))\n"
+        "    assert tmp_path.exists()\n"
+        "def test_seen():\n"
+        "    assert SEEN == [\n"
+        "        ('What is the refund window?', '30 days', 'policy.md'),\n"
+        "        ('Can I return a gift?', 'receipt', 'gifts.md'),\n"
+        "    ]\n"
+    )
+    result = run(tester, "-v", "--strict-markers")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_row?1-what-is-the-refund-window? PASSED*",
+            "*test_row?2-can-i-return-a-gift? PASSED*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*refinekit golden set*", "2/2 passed, rate 1.000*"])
+
+
+def test_golden_jsonl_keeps_json_values(tester: pytest.Pytester) -> None:
+    lines = [
+        {"id": "A-1", "question": "q1", "must": ["x", "y"], "n": 1},
+        {"id": "B 2", "question": "q2", "must": [], "n": 2},
+    ]
+    (tester.path / "cases.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n\n")
+    tester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.golden("cases.jsonl")
+        def test_row(question, must, n):
+            assert isinstance(must, list) and isinstance(n, int)
+            assert question == f"q{n}"
+        """
+    )
+    result = run(tester, "-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_row?1-a-1? PASSED*", "*test_row?2-b-2? PASSED*"])
+
+
+def test_golden_missing_column_is_a_collection_error(tester: pytest.Pytester) -> None:
+    (tester.path / "cases.csv").write_text("question\nhello\n")
+    tester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.golden("cases.csv")
+        def test_row(question, answer):
+            pass
+        """
+    )
+    result = run(tester)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*test_row takes the argument 'answer' but golden file *cases.csv has no column*"]
+    )
+
+
+def test_golden_missing_file_is_a_collection_error(tester: pytest.Pytester) -> None:
+    tester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.golden("nowhere.csv")
+        def test_row(question):
+            pass
+        """
+    )
+    result = run(tester)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*golden file not found: *nowhere.csv*"])
+
+
+def test_markers_are_registered_for_strict_markers(tester: pytest.Pytester) -> None:
+    result = run(tester, "--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.golden(path):*", "@pytest.mark.live:*"])
+
+
+# the gate
+
+
+def test_gate_passes_when_the_lower_bound_clears_the_threshold(tester: pytest.Pytester) -> None:
+    result = run(golden_tests(tester, 19, 1), "--refinekit-min-pass-rate", "0.7")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # the one failing case
+    result.assert_outcomes(passed=19, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*refinekit golden set*",
+            "19/20 passed, rate 0.950, 95% Wilson lower bound 0.764",
+            "gate: lower bound 0.764 vs minimum pass rate 0.700: PASS",
+        ]
+    )
+
+
+def test_gate_turns_a_green_run_red(tester: pytest.Pytester) -> None:
+    tester = golden_tests(tester, 19, 0)
+    tester.makepyfile(
+        test_skips="""
+        import pytest
+
+        @pytest.mark.golden("cases.csv")
+        def test_skipped(question):
+            pytest.skip("not today")
+        """
+    )
+    passing = run(tester, "--refinekit-min-pass-rate", "0.8")
+    assert passing.ret == pytest.ExitCode.OK  # 19/19: bound 0.832
+    passing.stdout.fnmatch_lines(["19/19 passed*bound 0.832; 19 skipped (not counted)", "*PASS"])
+
+    failing = run(tester, "--refinekit-min-pass-rate", "0.9")
+    assert failing.ret == pytest.ExitCode.TESTS_FAILED
+    failing.assert_outcomes(passed=19, skipped=19)
+    failing.stdout.fnmatch_lines(["gate: lower bound 0.832 vs minimum pass rate 0.900: FAIL"])
+
+
+def test_gate_19_of_20_fails_at_0_8(tester: pytest.Pytester) -> None:
+    result = run(golden_tests(tester, 19, 1), "--refinekit-min-pass-rate=0.8")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["gate: lower bound 0.764 vs minimum pass rate 0.800: FAIL"])
+
+
+def test_gate_reads_the_ini_option_and_the_command_line_wins(tester: pytest.Pytester) -> None:
+    tester = golden_tests(tester, 10, 0, ini="refinekit_min_pass_rate = 0.9\n")
+    result = run(tester, "--strict-config")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # 10/10: bound 0.722
+    result.stdout.fnmatch_lines(["10/10 passed*0.722", "*0.900: FAIL"])
+    result = run(tester, "--refinekit-min-pass-rate", "0.5")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*0.500: PASS"])
+
+
+def test_no_threshold_reports_without_gating(tester: pytest.Pytester) -> None:
+    result = run(golden_tests(tester, 2, 0))
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["2/2 passed, rate 1.000, 95% Wilson lower bound 0.342"])
+    result.stdout.no_fnmatch_line("gate:*")
+
+
+def test_no_golden_case_no_summary(tester: pytest.Pytester) -> None:
+    tester.makepyfile("def test_plain():\n    pass\n")
+    result = run(tester, "--refinekit-min-pass-rate", "0.99")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.no_fnmatch_line("*refinekit golden set*")
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1", "high", "nan"])
+def test_threshold_is_validated(tester: pytest.Pytester, value: str) -> None:
+    tester.makepyfile("def test_plain():\n    pass\n")
+    result = run(tester, f"--refinekit-min-pass-rate={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--refinekit-min-pass-rate must be a number from 0 to 1*"])
+
+
+def test_ini_threshold_is_validated(tester: pytest.Pytester) -> None:
+    tester.makeini(INI + "refinekit_min_pass_rate = 2\n")
+    tester.makepyfile("def test_plain():\n    pass\n")
+    result = run(tester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*the ini option refinekit_min_pass_rate must be*"])
+
+
+# live tests
+
+
+def test_live_tests_are_skipped_without_the_option(tester: pytest.Pytester) -> None:
+    tester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.live
+        def test_model():
+            pass
+
+        def test_offline():
+            pass
+        """
+    )
+    result = run(tester, "-rs", "--strict-markers")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines([f"SKIPPED*{LIVE_SKIP_REASON}"])
+    result = run(tester, "--refinekit-live", "--strict-markers")
+    result.assert_outcomes(passed=2)
+
+
+# fixtures
+
+
+def test_fake_judge_through_retry_on_low_quality(tester: pytest.Pytester) -> None:
+    tester.makepyfile(
+        """
+        import pytest
+        from refinekit import LowQualityAnswer, retry_on_low_quality
+
+        def test_scripted_order(fake_judge, refinekit_testing):
+            judge = fake_judge("fail: cite a source", "pass")
+            calls = []
+
+            @retry_on_low_quality(evaluator=judge, max_retries=3)
+            def answer(question, feedback=None):
+                calls.append(feedback)
+                return f"answer {len(calls)}"
+
+            assert answer("Refund window?") == "answer 2"
+            assert calls == [None, "cite a source"]
+            assert [r.answer for r in judge.requests] == ["answer 1", "answer 2"]
+            assert [r.question for r in judge.requests] == ["Refund window?"] * 2
+            assert judge.remaining == 0
+            assert judge.name == "fake_judge-1"
+
+        async def test_async(fake_judge):
+            judge = fake_judge(False, True, name="strict")
+
+            @retry_on_low_quality(evaluator=judge, max_retries=1)
+            async def answer(question):
+                return "x"
+
+            assert await answer("q") == "x"
+            assert len(judge.requests) == 2
+
+        def test_over_asking(fake_judge, refinekit_testing):
+            judge = fake_judge("fail: again", name="stingy")
+
+            @retry_on_low_quality(evaluator=judge, max_retries=3)
+            def answer(question):
+                return "x"
+
+            answer("q")
+        """
+    )
+    result = run(tester)
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*AssertionError: fake judge 'stingy' was asked for verdict #2 but only 1 were*"]
+    )
+
+
+def test_fake_judge_verdicts() -> None:
+    judge = FakeJudge("PASS", "fail:  no source ", "fail", True)
+    assert [(v.passed, v.feedback) for v in judge.verdicts] == [
+        (True, ""),
+        (False, "no source"),
+        (False, ""),
+        (True, ""),
+    ]
+    with pytest.raises(ValueError, match="'maybe'"):
+        FakeJudge("maybe")
+    with pytest.raises(TypeError, match="not int"):
+        FakeJudge(1)  # type: ignore[arg-type]
+
+
+def test_scripted_openai_fixture_serves_its_client(tester: pytest.Pytester) -> None:
+    tester.makepyfile(
+        """
+        import pytest
+
+        SERVERS = []
+
+        def test_reply(scripted_openai):
+            SERVERS.append(scripted_openai)
+            scripted_openai.script("m", ["Hello there"])
+            with scripted_openai.client() as client:
+                reply = client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}]
+                )
+            assert reply.choices[0].message.content == "Hello there"
+            assert scripted_openai.requests_for("m")[0].body["messages"][0]["content"] == "hi"
+
+        async def test_async_reply(scripted_openai):
+            scripted_openai.script("m", ["async hello"])
+            async with scripted_openai.async_client() as client:
+                reply = await client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}]
+                )
+            assert reply.choices[0].message.content == "async hello"
+
+        def test_closed_after():
+            with pytest.raises(RuntimeError, match="not running"):
+                SERVERS[0].base_url
+        """
+    )
+    result = run(tester)
+    result.assert_outcomes(passed=3)
+
+
+def test_refinekit_testing_instant_waits_and_a_job_per_test(tester: pytest.Pytester) -> None:
+    tester.makepyfile(
+        """
+        import time
+        import refinekit
+        from refinekit import retry_on_low_quality
+        from refinekit.testing import is_testing, set_testing
+
+        JOBS = []
+        set_testing(False)  # whatever the outer run set: the fixture must restore this
+
+        def test_instant(refinekit_testing):
+            assert is_testing()
+            assert refinekit.current_job() is refinekit_testing
+            JOBS.append(refinekit_testing)
+
+            @retry_on_low_quality(evaluator=lambda r: r.answer == "ok", max_retries=2, wait=30)
+            def answer(question):
+                JOBS.append(refinekit.current_job())
+                return "ok" if len(JOBS) > 2 else "bad"
+
+            start = time.monotonic()
+            assert answer("q") == "ok"
+            assert time.monotonic() - start < 5
+            assert JOBS[1] is JOBS[2] is refinekit_testing
+
+        async def test_async_sees_its_own_job(refinekit_testing):
+            assert refinekit.current_job() is refinekit_testing
+            assert refinekit_testing is not JOBS[0]
+
+        def test_nothing_leaks():
+            assert refinekit.current_job() is None
+            assert not is_testing()
+        """
+    )
+    result = run(tester)
+    result.assert_outcomes(passed=3)
