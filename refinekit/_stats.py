@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
 from statistics import NormalDist
 
-__all__ = ["wilson_interval"]
+__all__ = [
+    "ReliabilityBin",
+    "cohen_kappa",
+    "expected_calibration_error",
+    "mcnemar_exact",
+    "reliability_table",
+    "wilson_interval",
+]
 
 
 def wilson_interval(successes: int, total: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -46,3 +56,207 @@ def wilson_interval(successes: int, total: int, confidence: float = 0.95) -> tup
     lower = 0.0 if successes == 0 else max(0.0, centre - half)  # exact at the edges, no
     upper = 1.0 if successes == total else min(1.0, centre + half)  # float residue
     return lower, upper
+
+
+def _check_count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    return value
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """The exact two-sided McNemar test p-value of a paired before/after comparison.
+
+    Only the discordant cases count: under the null hypothesis (no change) each is equally
+    likely to have gone either way, so min(b, c) is tested against Binomial(b + c, 1/2) and the
+    two-sided p-value is min(1, 2 * P(X <= min(b, c))). The binomial tail is summed exactly in
+    integers, so the result is the correctly rounded float even for thousands of cases.
+
+    Args:
+        b: Cases that passed before and fail after (regressions).
+        c: Cases that failed before and pass after (improvements).
+
+    Returns:
+        The p-value, in (0, 1]; 1.0 when there is no discordant case. Symmetric in b and c.
+
+    Raises:
+        ValueError: A count that is not a non-negative int.
+    """
+    b = _check_count("b", b)
+    c = _check_count("c", c)
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    tail = sum(math.comb(n, i) for i in range(k + 1))
+    return float(min(Fraction(1), Fraction(2 * tail, 2**n)))
+
+
+def cohen_kappa(pairs: Iterable[tuple[bool, bool]]) -> float:
+    """Cohen's kappa between two raters of pass/fail labels, such as a judge and a person.
+
+    Kappa is (p_o - p_e) / (1 - p_e): the observed agreement p_o corrected for the agreement
+    p_e two raters with the same label frequencies would reach by chance. 1 is perfect
+    agreement, 0 agreement at chance level, negative values worse than chance.
+
+    The chance agreement is 1 only when both raters gave the same single label to every item;
+    kappa is then undefined (0 / 0) and this function returns 1.0, since the observed agreement
+    is also perfect. (Were the observed agreement below 1 in that case it would return 0.0,
+    but with two labels that cannot happen.)
+
+    Args:
+        pairs: One `(judge_label, human_label)` tuple of bools per item, True for pass.
+
+    Returns:
+        Kappa, in [-1, 1].
+
+    Raises:
+        ValueError: No pairs, or an item that is not a pair of bools.
+    """
+    counts = {(True, True): 0, (True, False): 0, (False, True): 0, (False, False): 0}
+    for index, pair in enumerate(pairs):
+        if (
+            not isinstance(pair, tuple)
+            or len(pair) != 2
+            or not all(isinstance(label, bool) for label in pair)
+        ):
+            raise ValueError(f"pair {index} must be a tuple of two bools, got {pair!r}")
+        counts[pair] += 1
+    both_pass = counts[True, True]
+    judge_only = counts[True, False]
+    human_only = counts[False, True]
+    both_fail = counts[False, False]
+    n = both_pass + judge_only + human_only + both_fail
+    if n == 0:
+        raise ValueError("cohen_kappa needs at least one pair")
+    # In integers, scaled by n * n: observed and chance agreement.
+    observed = n * (both_pass + both_fail)
+    chance = (both_pass + judge_only) * (both_pass + human_only) + (human_only + both_fail) * (
+        judge_only + both_fail
+    )
+    if chance == n * n:
+        return 1.0 if observed == n * n else 0.0
+    return float(Fraction(observed - chance, n * n - chance))
+
+
+@dataclass(frozen=True)
+class ReliabilityBin:
+    """One equal-width probability bin of a reliability table.
+
+    Attributes:
+        lower: The bin's lower edge, included.
+        upper: The bin's upper edge, excluded except for the last bin, which includes 1.0.
+        count: Predictions whose probability fell in the bin (at least 1).
+        mean_probability: Their mean predicted probability of passing.
+        observed_rate: The fraction of them that actually passed.
+    """
+
+    lower: float
+    upper: float
+    count: int
+    mean_probability: float
+    observed_rate: float
+
+
+def _check_calibration_input(
+    probabilities: Sequence[float], outcomes: Sequence[bool], bins: int
+) -> None:
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"bins must be a positive int, got {bins!r}")
+    if len(probabilities) != len(outcomes):
+        raise ValueError(
+            f"probabilities and outcomes differ in length ({len(probabilities)} and "
+            f"{len(outcomes)})"
+        )
+    if not probabilities:
+        raise ValueError("at least one probability is needed")
+    for index, probability in enumerate(probabilities):
+        if (
+            isinstance(probability, bool)
+            or not isinstance(probability, (int, float))
+            or not 0.0 <= probability <= 1.0  # also rejects NaN
+        ):
+            raise ValueError(
+                f"probabilities[{index}] must be a number from 0 to 1, got {probability!r}"
+            )
+    for index, outcome in enumerate(outcomes):
+        if not isinstance(outcome, bool):
+            raise ValueError(f"outcomes[{index}] must be a bool, got {outcome!r}")
+
+
+def _bin_index(probability: float, bins: int) -> int:
+    index = min(int(probability * bins), bins - 1)
+    # Agree exactly with the edges index / bins despite float rounding in the product.
+    while index > 0 and probability < index / bins:
+        index -= 1
+    while index < bins - 1 and probability >= (index + 1) / bins:
+        index += 1
+    return index
+
+
+def reliability_table(
+    probabilities: Sequence[float], outcomes: Sequence[bool], bins: int = 10
+) -> list[ReliabilityBin]:
+    """Group predicted pass probabilities into equal-width bins and compare with outcomes.
+
+    Bin i covers [i / bins, (i + 1) / bins); the last bin is closed, so a probability of 1.0
+    lands in it. A well calibrated judge has each bin's observed rate close to its mean
+    probability; this is the data of a reliability diagram.
+
+    Args:
+        probabilities: The judge's probability that each answer passes, each from 0 to 1.
+        outcomes: Whether each answer actually passed (the human label), in the same order.
+        bins: The number of equal-width bins.
+
+    Returns:
+        The non-empty bins, in increasing order of probability; empty bins are left out.
+
+    Raises:
+        ValueError: Sequences of different or zero length, a probability outside [0, 1] or
+            not a number, an outcome that is not a bool, or `bins` not a positive int.
+    """
+    _check_calibration_input(probabilities, outcomes, bins)
+    grouped: dict[int, list[tuple[float, bool]]] = {}
+    for probability, outcome in zip(probabilities, outcomes, strict=True):
+        grouped.setdefault(_bin_index(probability, bins), []).append((probability, outcome))
+    table = []
+    for index in sorted(grouped):
+        members = grouped[index]
+        table.append(
+            ReliabilityBin(
+                lower=index / bins,
+                upper=(index + 1) / bins,
+                count=len(members),
+                mean_probability=math.fsum(p for p, _ in members) / len(members),
+                observed_rate=sum(1 for _, passed in members if passed) / len(members),
+            )
+        )
+    return table
+
+
+def expected_calibration_error(
+    probabilities: Sequence[float], outcomes: Sequence[bool], bins: int = 10
+) -> float:
+    """The expected calibration error of predicted pass probabilities.
+
+    The sum over the non-empty bins of `reliability_table` of count / N times the gap between
+    the bin's observed pass rate and its mean predicted probability: 0 for a perfectly
+    calibrated judge, up to 1 for one that is confidently wrong every time.
+
+    Args:
+        probabilities: The judge's probability that each answer passes, each from 0 to 1.
+        outcomes: Whether each answer actually passed (the human label), in the same order.
+        bins: The number of equal-width bins.
+
+    Returns:
+        The error, in [0, 1].
+
+    Raises:
+        ValueError: As for `reliability_table`.
+    """
+    table = reliability_table(probabilities, outcomes, bins)
+    total = len(probabilities)
+    error = math.fsum(
+        row.count / total * abs(row.observed_rate - row.mean_probability) for row in table
+    )
+    return min(1.0, error)
