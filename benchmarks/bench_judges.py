@@ -44,8 +44,6 @@ import asyncio
 import cProfile
 import gc
 import io
-import os
-import platform
 import pstats
 import statistics
 import subprocess
@@ -54,11 +52,11 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import openai
+from _machine import loadavg, machine
 
 import refinekit
 from refinekit import (
@@ -536,42 +534,6 @@ async def measure_jobs(
 # ---------------------------------------------------------------------------------------------
 
 
-def loadavg() -> str:
-    try:
-        return "/".join(f"{x:.2f}" for x in os.getloadavg())
-    except (AttributeError, OSError):
-        return "n/a"
-
-
-def _version(name: str) -> str:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "?"
-
-
-def machine() -> list[str]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    impl = platform.python_implementation()
-    return [
-        f"platform   {platform.platform()}",
-        f"cpu        {cpu}, {os.cpu_count()} CPUs ({usable} usable)",
-        f"python     {impl} {platform.python_version()} ({sys.executable})",
-        f"versions   refinekit {refinekit.__version__}, openai {_version('openai')}, "
-        f"{HTTPX} {_version(HTTPX)}, pydantic {_version('pydantic')}, "
-        f"instructor {_version('instructor')}",
-    ]
-
-
 def ratios(line: Line) -> tuple[float, float]:
     at_min = min(line.figure) / min(line.floor)
     at_med = statistics.median(f / b for f, b in zip(line.figure, line.floor, strict=True))
@@ -756,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
     header = [
         "refinekit judges over HTTP",
         "==========================",
-        *machine(),
+        *machine(["refinekit", "openai", HTTPX, "pydantic", "instructor"]),
         f"run        {mode}; {judge_rounds} rounds of A, {job_rounds} rounds of B, "
         f"{elapsed:.0f} s in all",
         f"server     ScriptedOpenAI in {where}, every reply after {args.latency * 1e3:.0f} ms",

@@ -25,16 +25,14 @@ import argparse
 import asyncio
 import gc
 import itertools
-import os
-import platform
 import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from importlib.metadata import version
 from typing import Any
 
+from _machine import loadavg, machine
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 import refinekit
@@ -443,38 +441,10 @@ def meets(case: Case, added_per_attempt: float, baseline_us: float) -> bool | No
     return None
 
 
-def loadavg() -> str:
-    try:
-        return "/".join(f"{x:.2f}" for x in os.getloadavg())
-    except (AttributeError, OSError):
-        return "n/a"
-
-
-def machine() -> list[str]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    impl = platform.python_implementation()
-    return [
-        f"platform   {platform.platform()}",
-        f"cpu        {cpu}, {os.cpu_count()} CPUs ({usable} usable)",
-        f"python     {impl} {platform.python_version()} ({sys.executable})",
-        f"versions   refinekit {refinekit.__version__}, pydantic {version('pydantic')}, "
-        f"pydantic-core {version('pydantic-core')}, tenacity {version('tenacity')}",
-    ]
-
-
 def report(cases: list[Case], rounds: int, quick: bool, load: tuple[str, str]) -> bool:
     print("refinekit decorator overhead")
     print("=" * 28)
-    for line in machine():
+    for line in machine(["refinekit", "pydantic", "pydantic-core", "tenacity"]):
         print(line)
     mode = "quick smoke run (few calls: figures not meaningful)" if quick else "full run"
     print(f"run        {mode}; {rounds} interleaved rounds; times in microseconds (us) per call")

@@ -17,6 +17,7 @@ from typing import Any
 
 import pydantic
 import pytest
+from helpers import answering
 from openai.types.chat import ChatCompletionMessage
 
 import refinekit
@@ -799,27 +800,10 @@ def judging_the_conversation(mode: str, judge: judges.Judge, conversation: list[
     return aevaluate
 
 
-def answering(mode: str, answer: str = "Yes, you can.") -> tuple[list[str], Callable[..., Any]]:
-    calls: list[str] = []
-    if mode == "sync":
-
-        def respond(question: str) -> str:
-            calls.append(question)
-            return answer
-
-        return calls, respond
-
-    async def arespond(question: str) -> str:
-        calls.append(question)
-        return answer
-
-    return calls, arespond
-
-
 async def test_retry_counts_an_inconclusive_verdict_as_a_rejection_by_default(
     server: ScriptedOpenAI, jm: JudgeModel, mode: str
 ) -> None:
-    calls, respond = answering(mode)
+    calls, respond = answering(mode, "Yes, you can.")
     evaluator = judging_the_conversation(mode, judges.relevancy(jm), INCOMPLETE[:-1])
     fn = retry_on_low_quality(evaluator=evaluator, max_retries=1)(respond)
     with pytest.raises(LowQualityAnswer) as caught:
@@ -833,7 +817,7 @@ async def test_retry_counts_an_inconclusive_verdict_as_a_rejection_by_default(
 async def test_retry_accepts_an_inconclusive_verdict_when_asked(
     server: ScriptedOpenAI, jm: JudgeModel, mode: str
 ) -> None:
-    calls, respond = answering(mode)
+    calls, respond = answering(mode, "Yes, you can.")
     evaluator = judging_the_conversation(mode, judges.relevancy(jm), INCOMPLETE[:-1])
     fn = retry_on_low_quality(evaluator=evaluator, on_inconclusive="accept")(respond)
     events: list[Event] = []
@@ -852,7 +836,7 @@ async def test_retry_accepts_an_inconclusive_verdict_when_asked(
 async def test_retry_with_a_state_over_its_limit_fails_by_default(
     server: ScriptedOpenAI, jm: JudgeModel, mode: str
 ) -> None:
-    _, respond = answering(mode)
+    _, respond = answering(mode, "Yes, you can.")
     big = [said("user", "q"), said("assistant", "y" * 500)]
     judge = judges.relevancy(jm)
     if mode == "sync":

@@ -16,6 +16,7 @@ from typing import Any
 
 import openai
 import pytest
+from helpers import completion
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
@@ -130,25 +131,6 @@ def events() -> Iterator[list[Event]]:
 
 def of_kind(events: list[Event], name: str) -> list[Event]:
     return [e for e in events if e.kind == name]
-
-
-def completion(text: str) -> ChatCompletion:
-    return ChatCompletion.model_validate(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "stand-in",
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": text},
-                }
-            ],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        }
-    )
 
 
 # --- what it does --------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from openai.types.chat import ChatCompletion
+from helpers import completion
 from pydantic import BaseModel
 
 import refinekit
@@ -82,29 +82,6 @@ def events() -> Iterator[list[Event]]:
     seen: list[Event] = []
     with refinekit.subscribe(seen.append):
         yield seen
-
-
-def completion(text: str, prompt_tokens: int, completion_tokens: int) -> ChatCompletion:
-    return ChatCompletion.model_validate(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "stand-in",
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": text},
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-    )
 
 
 # --- events of @retry_on_low_quality -------------------------------------------------------------

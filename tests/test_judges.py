@@ -20,6 +20,7 @@ from typing import Any
 
 import openai
 import pytest
+from helpers import answering
 
 import refinekit
 from refinekit import (
@@ -132,24 +133,6 @@ async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if inspect.isawaitable(result):
         result = await result
     return result
-
-
-def answering(mode: str, answer: str = "an answer") -> tuple[list[str], Callable[..., Any]]:
-    """A function to decorate (`def` or `async def` by mode) and the questions it was asked."""
-    calls: list[str] = []
-    if mode == "sync":
-
-        def respond(question: str) -> str:
-            calls.append(question)
-            return answer
-
-        return calls, respond
-
-    async def arespond(question: str) -> str:
-        calls.append(question)
-        return answer
-
-    return calls, arespond
 
 
 async def compare(mode: str, pairwise: judges.Pairwise, *args: Any, **kwargs: Any) -> str:

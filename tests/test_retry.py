@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import tenacity
+from helpers import completion
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
@@ -100,29 +101,6 @@ def events() -> Iterator[list[Event]]:
 
 def waits(events: list[Event]) -> list[float | None]:
     return [e.wait for e in events if e.kind == "retry"]
-
-
-def completion(text: str, prompt_tokens: int, completion_tokens: int) -> ChatCompletion:
-    return ChatCompletion.model_validate(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "stand-in",
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": text},
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-    )
 
 
 # --- the attempt cap -----------------------------------------------------------------------------
