@@ -6,19 +6,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_overhead.py"
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def test_bench_overhead_quick_run_prints_the_table() -> None:
+def quick_run(script: str, timeout: float) -> str:
+    """Run a benchmark's `--quick` smoke run; return its output after checking it exited 0."""
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick"],
+        [sys.executable, str(BENCHMARKS / script), "--quick"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    out = done.stdout
+    return done.stdout
+
+
+def test_bench_overhead_quick_run_prints_the_table() -> None:
+    out = quick_run("bench_overhead.py", timeout=120)
     for heading in (
         "refinekit decorator overhead",
         "pydantic",
@@ -41,16 +46,7 @@ def test_bench_overhead_quick_run_prints_the_table() -> None:
 
 
 def test_bench_judges_quick_run_prints_the_table() -> None:
-    script = SCRIPT.with_name("bench_judges.py")
-    done = subprocess.run(
-        [sys.executable, str(script), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = quick_run("bench_judges.py", timeout=180)
     for heading in (
         "refinekit judges over HTTP",
         "openai",
