@@ -15,10 +15,7 @@ nothing to a test run that does not use it.
 
 from __future__ import annotations
 
-import csv
 import inspect
-import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,50 +128,22 @@ class _GoldenError(Exception):
     """A golden file that cannot be used; reported as the module's collection error."""
 
 
-def _slug(value: Any, limit: int = 30) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return re.sub(r"[^0-9a-zA-Z]+", "-", text).strip("-").lower()[:limit].rstrip("-")
-
-
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a CSV (header row first) or JSONL (one object a line) file."""
-    if not path.is_file():
-        raise _GoldenError(f"golden file not found: {path}")
-    suffix = path.suffix.lower()
-    if suffix == ".csv":
-        with path.open(newline="", encoding="utf-8-sig") as f:
-            return [dict(row) for row in csv.DictReader(f)]
-    if suffix in (".jsonl", ".ndjson"):
-        rows: list[dict[str, Any]] = []
-        with path.open(encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise _GoldenError(f"{path}, line {number}: not JSON ({e})") from None
-                if not isinstance(row, dict):
-                    raise _GoldenError(f"{path}, line {number}: not a JSON object")
-                rows.append(row)
-        return rows
-    raise _GoldenError(f"golden file {path}: use a .csv or .jsonl file, not {suffix!r}")
+    from .._golden import DataFileError, read_rows
 
-
-def _column(name: str, columns: list[str]) -> str | None:
-    """The column a parameter reads: its exact name, else spaces and dashes as underscores."""
-    if name in columns:
-        return name
-    for column in columns:
-        if re.sub(r"[\s\-]+", "_", column.strip()) == name:
-            return column
-    return None
+    try:
+        return read_rows(path)
+    except DataFileError as e:
+        raise _GoldenError(f"golden {e}") from None
 
 
 def _golden_cases(
     test: str, path: Path, rows: list[dict[str, Any]], wanted: list[str]
 ) -> tuple[list[tuple[Any, ...]], list[str]]:
     """Each row's values for the wanted arguments, and its id: the row number and a slug."""
+    from .._golden import column_for
+    from .._golden import slug as make_slug
+
     columns = list(rows[0])
     values: list[tuple[Any, ...]] = []
     ids: list[str] = []
@@ -182,7 +151,7 @@ def _golden_cases(
         keys = list(row)
         case = []
         for name in wanted:
-            column = _column(name, keys)
+            column = column_for(name, keys)
             if column is None:
                 where = "" if number == 1 else f" in row {number}"
                 raise _GoldenError(
@@ -192,7 +161,7 @@ def _golden_cases(
             case.append(row[column])
         values.append(tuple(case))
         first = row[keys[0]] if keys else None
-        slug = _slug(first) if first is not None else ""
+        slug = make_slug(first) if first is not None else ""
         ids.append(f"{number}-{slug}" if slug else str(number))
     return values, ids
 
@@ -218,6 +187,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
     }
     fixtures: Any = getattr(metafunc, "_arg2fixturedefs", {})
+    from .._golden import column_for
     try:
         rows = _read_rows(path)
         if not rows:
@@ -229,7 +199,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
             and name not in ("self", "cls", "request")
             and name not in already
-            and (_column(name, columns) is not None or name not in fixtures)
+            and (column_for(name, columns) is not None or name not in fixtures)
         ]
         if not wanted:
             raise _GoldenError(
