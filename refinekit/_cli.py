@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 _DEMO_DESCRIPTION = """\
 Run both decorators end to end over HTTP with the real openai client: a refund answer judged
@@ -27,6 +28,159 @@ example (Ollama):
   refinekit demo --base-url http://localhost:11434/v1 --model qwen2.5 --judge-model qwen2.5"""
 
 
+_EVAL_DESCRIPTION = """\
+Run a golden set (CSV or JSONL, one case a row) through an answer function, judge each
+answer, and print a table and the pass rate with its 95% Wilson interval.
+
+The function (decorated or plain, sync or async) gets the row's columns as the arguments of
+the same name, or the question when it takes one argument. It may return a str, a model
+reply, a pydantic model, or a refinekit.evidence.JudgingState to show the judge its tool
+calls and context. Without --judge the file's own columns are the checks: a must_mention
+column must appear in the answer, an expected_source column must be cited. A context column
+is shown to the judge.
+
+Every run is stored (default .refinekit/runs.db): an interrupted run is resumed by the same
+command, without paying again for the cases it finished."""
+
+_EVAL_EPILOG = """\
+exit status:
+  0  done, every gate held       1  --min-pass-rate or --compare gate failed
+  2  usage error (nothing run)   3  stopped early (misconfigured or broken judge)
+  130 interrupted; the same command resumes the run
+
+example:
+  refinekit eval tests/golden.csv --target myapp.answers:answer \\
+      --judge myapp.judges:fact_check --min-pass-rate 0.8 --compare previous"""
+
+_CALIBRATE_DESCRIPTION = """\
+Run a judge over answers people have labelled (CSV or JSONL with question, answer, label
+pass/fail, and optionally context), and report how far it agrees with them: accuracy,
+precision and recall on failures, Cohen's kappa; for judges that give probabilities, a
+reliability table, the expected calibration error, and the pass and fail thresholds that
+keep the wrong decisions on each side under --target-error, with how many answers would
+fall in between ("uncertain")."""
+
+
+def _bounded(kind: type, low: float, high: float, what: str, *, open_low: bool = False) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what}, got {text!r}") from None
+        if value != value or value > high or value < low or (open_low and value == low):
+            raise argparse.ArgumentTypeError(f"{what}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _store_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db",
+        metavar="PATH",
+        help="the run store (default: $REFINEKIT_DB, else .refinekit/runs.db)",
+    )
+
+
+def _add_workflow_commands(commands: Any) -> None:
+    evaluate = commands.add_parser(
+        "eval",
+        help="run a golden set through an answer function and judge it; gate on the pass rate",
+        description=_EVAL_DESCRIPTION,
+        epilog=_EVAL_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    evaluate.add_argument("golden", metavar="GOLDEN", help="the golden set, .csv or .jsonl")
+    evaluate.add_argument(
+        "--target", required=True, metavar="MODULE:FUNCTION", help="the answer function"
+    )
+    evaluate.add_argument(
+        "--judge",
+        metavar="MODULE:OBJECT",
+        help="an evaluator (a refinekit judge, a check, a function) to judge each answer",
+    )
+    evaluate.add_argument(
+        "--concurrency",
+        type=_bounded(int, 1, 256, "a whole number from 1 to 256"),
+        default=4,
+        metavar="N",
+        help="cases in flight at once (default 4)",
+    )
+    evaluate.add_argument(
+        "--min-pass-rate",
+        type=_bounded(float, 0.0, 1.0, "a number from 0 to 1"),
+        metavar="P",
+        help="exit 1 when the 95%% Wilson lower bound of the pass rate is under P",
+    )
+    evaluate.add_argument(
+        "--repeat",
+        type=_bounded(int, 1, 50, "a whole number from 1 to 50"),
+        default=1,
+        metavar="K",
+        help="judge each answer K times and report how often the verdicts flip (default 1)",
+    )
+    evaluate.add_argument(
+        "--compare",
+        metavar="previous|ID",
+        help="compare with the previous complete run of this golden file, or run ID, on the "
+        "questions both share (exact McNemar test)",
+    )
+    evaluate.add_argument(
+        "--alpha",
+        type=_bounded(float, 0.0, 1.0, "a number between 0 and 1", open_low=True),
+        default=0.05,
+        metavar="A",
+        help="with --compare: exit 1 when regressions outnumber improvements with p < A "
+        "(default 0.05)",
+    )
+    evaluate.add_argument(
+        "--report", metavar="FILE.html", help="write a self-contained HTML report"
+    )
+    evaluate.add_argument(
+        "--fresh", action="store_true", help="start a new run even if the last one is unfinished"
+    )
+    _store_option(evaluate)
+
+    cal = commands.add_parser(
+        "calibrate",
+        help="measure a judge against human pass/fail labels; recommend thresholds",
+        description=_CALIBRATE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cal.add_argument("labelled", metavar="LABELLED", help="the labelled file, .csv or .jsonl")
+    cal.add_argument("--judge", required=True, metavar="MODULE:OBJECT", help="the judge")
+    cal.add_argument(
+        "--target-error",
+        type=_bounded(float, 0.0, 0.99, "a number from 0 to 0.99"),
+        default=0.1,
+        metavar="E",
+        help="the most wrong decisions allowed on each side of the thresholds (default 0.1)",
+    )
+    cal.add_argument(
+        "--bins",
+        type=_bounded(int, 1, 100, "a whole number from 1 to 100"),
+        default=10,
+        metavar="N",
+        help="bins of the reliability table (default 10)",
+    )
+    cal.add_argument(
+        "--concurrency",
+        type=_bounded(int, 1, 256, "a whole number from 1 to 256"),
+        default=4,
+        metavar="N",
+        help="items judged at once (default 4)",
+    )
+    cal.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
+    cal.add_argument(
+        "--fresh", action="store_true", help="start a new run even if the last one is unfinished"
+    )
+    _store_option(cal)
+
+    runs = commands.add_parser("runs", help="list the stored eval and calibrate runs")
+    runs.add_argument("--kind", choices=("eval", "calibrate"), help="only runs of this kind")
+    _store_option(runs)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `refinekit` command; return its exit status.
 
@@ -34,8 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: The arguments after the program's name; None for `sys.argv[1:]`.
 
     Returns:
-        The exit status: 0 on success, 1 when the demo did not end as expected, 2 on a usage
-        error.
+        The exit status: 0 on success; 1 when the demo did not end as expected or a gate of
+        `eval` failed; 2 on a usage error; 3 when a run stopped early; 130 when interrupted.
     """
     parser = argparse.ArgumentParser(
         prog="refinekit", description="Make LLM answer functions trustworthy by decoration."
@@ -55,7 +209,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     demo.add_argument("--model", metavar="NAME", help="the answering model")
     demo.add_argument("--judge-model", metavar="NAME", help="the judge model (may be the same)")
+    _add_workflow_commands(commands)
     args = parser.parse_args(argv)
+    if args.command in ("eval", "calibrate", "runs"):
+        from . import _commands
+
+        command = {
+            "eval": _commands.eval_command,
+            "calibrate": _commands.calibrate_command,
+            "runs": _commands.runs_command,
+        }[args.command]
+        return command(args)
     if args.command == "demo":
         from ._demo import DemoConfigError, endpoint_from_options, run_demo
 

@@ -188,6 +188,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     }
     fixtures: Any = getattr(metafunc, "_arg2fixturedefs", {})
     from .._golden import column_for
+
     try:
         rows = _read_rows(path)
         if not rows:

@@ -1,0 +1,193 @@
+"""How far a judge agrees with people: the figures of `refinekit calibrate`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from ._runstore import CaseRecord
+from ._stats import (
+    ReliabilityBin,
+    cohen_kappa,
+    expected_calibration_error,
+    reliability_table,
+    wilson_interval,
+)
+
+__all__ = ["Calibration", "Thresholds", "calibrate", "recommend_thresholds"]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Pass and fail thresholds on the judge's probability, and what they leave uncertain.
+
+    An answer passes at `pass_at` or above and fails at `fail_at` or below (as
+    `Criterion(pass_at=..., fail_at=...)` reads them); in between it is uncertain, for a
+    person to look at. Either threshold is None when no value keeps its side's error under
+    the target.
+
+    Attributes:
+        target_error: The most wrong decisions allowed on each side (a fraction).
+        pass_at: The lowest probability that passes, or None.
+        fail_at: The highest probability that fails, or None.
+        passes: Items at or above `pass_at`.
+        wrong_passes: Of those, items people failed.
+        pass_error_upper: The 95% Wilson upper bound of the wrong-pass rate.
+        fails: Items at or below `fail_at`.
+        wrong_fails: Of those, items people passed.
+        fail_error_upper: The 95% Wilson upper bound of the wrong-fail rate.
+        uncertain: Items between the thresholds (all items when neither exists).
+    """
+
+    target_error: float
+    pass_at: float | None
+    fail_at: float | None
+    passes: int
+    wrong_passes: int
+    pass_error_upper: float | None
+    fails: int
+    wrong_fails: int
+    fail_error_upper: float | None
+    uncertain: int
+
+
+def recommend_thresholds(
+    probabilities: Sequence[float], labels: Sequence[bool], target_error: float
+) -> Thresholds:
+    """The widest pass and fail regions whose observed error stays at or under the target.
+
+    `pass_at` is the lowest observed probability p such that, of the items at or above p, at
+    most `target_error` were failed by people; `fail_at` the highest observed probability
+    below `pass_at` such that, of the items at or below it, at most `target_error` were
+    passed by people.
+
+    Args:
+        probabilities: The judge's probability that each item passes.
+        labels: The people's labels, True for pass, in the same order.
+        target_error: The most wrong decisions allowed on each side, from 0 to 1.
+
+    Raises:
+        ValueError: Sequences of different lengths, or a target outside [0, 1).
+    """
+    if len(probabilities) != len(labels):
+        raise ValueError("probabilities and labels differ in length")
+    if not 0.0 <= target_error < 1.0:
+        raise ValueError(f"the target error must be from 0 to below 1, got {target_error!r}")
+    items = sorted(zip(probabilities, labels, strict=True), key=lambda item: -item[0])
+    candidates = sorted({p for p, _ in items}, reverse=True)
+    pass_at = None
+    best = (0, 0)
+    for t in candidates:  # descending; keep the lowest that holds
+        chosen = [label for p, label in items if p >= t]
+        wrong = sum(not label for label in chosen)
+        if wrong <= target_error * len(chosen):
+            pass_at, best = t, (len(chosen), wrong)
+    fail_at = None
+    worst = (0, 0)
+    for t in sorted(candidates):  # ascending; keep the highest that holds
+        if pass_at is not None and t >= pass_at:
+            break
+        chosen = [label for p, label in items if p <= t]
+        wrong = sum(label for label in chosen)
+        if wrong <= target_error * len(chosen):
+            fail_at, worst = t, (len(chosen), wrong)
+
+    def upper(n: int, wrong: int) -> float | None:
+        return wilson_interval(wrong, n)[1] if n else None
+
+    return Thresholds(
+        target_error=target_error,
+        pass_at=pass_at,
+        fail_at=fail_at,
+        passes=best[0],
+        wrong_passes=best[1],
+        pass_error_upper=upper(*best),
+        fails=worst[0],
+        wrong_fails=worst[1],
+        fail_error_upper=upper(*worst),
+        uncertain=len(items) - best[0] - worst[0],
+    )
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A judge against human labels.
+
+    Failures are the positive class: precision on failures is the share of the judge's
+    failures that people also failed, recall the share of people's failures the judge caught.
+
+    Attributes:
+        items: Labelled items the judge judged (pass or fail).
+        unavailable: Items the judge could not judge (left out of every figure).
+        inconclusive: Items with no verdict (left out of every figure).
+        both_fail: Judge and people failed it.
+        judge_fail_only: The judge failed it, people passed it.
+        human_fail_only: People failed it, the judge passed it.
+        both_pass: Both passed it.
+        accuracy: Agreement rate.
+        precision_fail: Of the judge's failures, the share people failed too; None without any.
+        recall_fail: Of people's failures, the share the judge failed; None without any.
+        kappa: Cohen's kappa (agreement corrected for chance); None without items.
+        with_probability: Items whose verdict carried a probability.
+        reliability: The reliability table, when every judged item had a probability.
+        ece: The expected calibration error, likewise.
+        thresholds: The recommended thresholds, likewise.
+    """
+
+    items: int
+    unavailable: int
+    inconclusive: int
+    both_fail: int
+    judge_fail_only: int
+    human_fail_only: int
+    both_pass: int
+    accuracy: float | None
+    precision_fail: float | None
+    recall_fail: float | None
+    kappa: float | None
+    with_probability: int
+    reliability: list[ReliabilityBin] | None
+    ece: float | None
+    thresholds: Thresholds | None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return a / b if b else None
+
+
+def calibrate(cases: Sequence[CaseRecord], *, target_error: float, bins: int = 10) -> Calibration:
+    """The figures of a calibration run's cases (each with its human `label`)."""
+    judged = [c for c in cases if c.outcome in ("passed", "failed") and c.label is not None]
+    pairs = [(c.outcome == "passed", c.label == "pass") for c in judged]
+    both_fail = sum(not j and not h for j, h in pairs)
+    judge_fail_only = sum(not j and h for j, h in pairs)
+    human_fail_only = sum(j and not h for j, h in pairs)
+    both_pass = sum(j and h for j, h in pairs)
+    probable = [c for c in judged if c.probability is not None]
+    reliability = ece = thresholds = None
+    if probable and len(probable) == len(judged):
+        probabilities = [float(c.probability) for c in probable if c.probability is not None]
+        labels = [c.label == "pass" for c in probable]
+        reliability = reliability_table(probabilities, labels, bins)
+        ece = expected_calibration_error(probabilities, labels, bins)
+        thresholds = recommend_thresholds(probabilities, labels, target_error)
+    return Calibration(
+        items=len(judged),
+        unavailable=sum(c.outcome == "unavailable" for c in cases),
+        inconclusive=sum(c.outcome == "inconclusive" for c in cases),
+        both_fail=both_fail,
+        judge_fail_only=judge_fail_only,
+        human_fail_only=human_fail_only,
+        both_pass=both_pass,
+        accuracy=_ratio(both_fail + both_pass, len(judged)),
+        precision_fail=_ratio(both_fail, both_fail + judge_fail_only),
+        recall_fail=_ratio(both_fail, both_fail + human_fail_only),
+        kappa=cohen_kappa(pairs) if pairs else None,
+        with_probability=len(probable),
+        reliability=reliability,
+        ece=ece,
+        thresholds=thresholds,
+    )

@@ -1,0 +1,528 @@
+"""`refinekit eval`, `refinekit calibrate` and `refinekit runs`: what they print and return.
+
+Exit statuses: 0 done (and every gate held); 1 a gate failed (the pass rate's lower bound
+under `--min-pass-rate`, or a significant regression against `--compare`); 2 a usage error
+(nothing was run); 3 the run stopped early (the judge is misconfigured or raised a bug; the
+finished cases are stored, and the same command resumes); 130 interrupted (likewise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from ._calibration import Calibration, calibrate
+from ._evaluation import (
+    CONFIDENCE,
+    Case,
+    Comparison,
+    EvalOptions,
+    Progress,
+    RateLimiter,
+    RunAborted,
+    Summary,
+    Target,
+    UsageProblem,
+    compare_runs,
+    has_column_checks,
+    labels_of,
+    load_cases,
+    load_object,
+    run_eval,
+    start,
+    summarise,
+)
+from ._runstore import DEFAULT_DB, CaseRecord, RunInfo, RunStore, RunStoreError
+from ._stats import wilson_interval
+
+__all__ = ["EXIT_ABORTED", "EXIT_GATE", "EXIT_USAGE", "calibrate_command", "eval_command"]
+
+EXIT_GATE = 1
+EXIT_USAGE = 2
+EXIT_ABORTED = 3
+EXIT_INTERRUPTED = 130
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def clean(text: str, width: int | None = None) -> str:
+    """Model or user text made safe for a terminal: one line, no control characters."""
+    text = _CONTROL.sub("?", " ".join(str(text).split()))
+    if width is not None and len(text) > width:
+        text = text[: max(1, width - 1)] + "\u2026"
+    return text
+
+
+def db_path(option: str | None) -> Path:
+    """The run store: `--db`, else `$REFINEKIT_DB`, else `.refinekit/runs.db`."""
+    return Path(option or os.environ.get("REFINEKIT_DB") or DEFAULT_DB)
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+class _Bar:
+    """A progress line on a terminal (stderr); nothing otherwise."""
+
+    def __init__(self, stream: TextIO, total: int) -> None:
+        self.stream = stream
+        self.total = total
+        self.on = stream.isatty() and os.environ.get("TERM") != "dumb"
+        self.last = 0.0
+
+    def __call__(self, progress: Progress, record: CaseRecord) -> None:
+        if not self.on:
+            return
+        now = time.monotonic()
+        if progress.done < progress.total and now - self.last < 0.1:
+            return
+        self.last = now
+        width = 30
+        filled = width * progress.done // max(1, progress.total)
+        counts = "  ".join(f"{k} {v}" for k, v in sorted(progress.counts.items()))
+        self.stream.write(
+            f"\r[{'#' * filled}{'-' * (width - filled)}] {progress.done}/{progress.total}  {counts}"
+            "\x1b[K"
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.on:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+@dataclass
+class _Io:
+    out: TextIO
+    err: TextIO
+
+    def say(self, text: str = "") -> None:
+        print(text, file=self.out)
+
+    def error(self, command: str, text: str) -> None:
+        print(f"refinekit {command}: error: {text}", file=self.err)
+
+
+def _pct(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _run_cases(
+    io: _Io,
+    command: str,
+    store: RunStore,
+    options: EvalOptions,
+    cases: list[Case],
+    *,
+    fresh: bool,
+    target: Target | None,
+    judge: Any,
+    labels: dict[str, str] | None = None,
+) -> tuple[RunInfo, RateLimiter | None, int | None]:
+    """Start or resume the run, run what is left; the exit status when it stopped early."""
+    started = start(store, options, cases, fresh=fresh, version=_version())
+    run = started.run
+    io.say(
+        f"refinekit {command}: {options.dataset} ({len(cases)} cases) -> run {run.id} in "
+        f"{store.path}"
+    )
+    if started.resumed:
+        io.say(
+            f"resuming run {run.id}: {started.resumed} of {len(cases)} cases already stored "
+            "(not run again; --fresh starts over)"
+        )
+    if started.dropped:
+        io.say(f"  {started.dropped} stored cases are no longer in the file: dropped from the run")
+    bar = _Bar(io.err, len(cases))
+    progress = Progress(total=len(cases), done=started.resumed, on_case=bar)
+    limiter: RateLimiter | None = None
+    status: int | None = None
+    try:
+        limiter = asyncio.run(
+            run_eval(
+                store,
+                run,
+                started.todo,
+                target=target,
+                judge=judge,
+                judge_name=options.judge,
+                options=options,
+                progress=progress,
+                labels=labels,
+            )
+        )
+    except RunAborted as e:
+        bar.close()
+        io.error(command, f"{e}")
+        status = EXIT_ABORTED
+    except KeyboardInterrupt:
+        bar.close()
+        io.error(command, "interrupted")
+        status = EXIT_INTERRUPTED
+    else:
+        bar.close()
+    if status is not None:
+        stored = len(store.case_keys(run.id))
+        store.finish_run(run.id, "incomplete", {"stored": stored, "cases": len(cases)})
+        io.say(
+            f"run {run.id} is incomplete: {stored} of {len(cases)} cases stored. Run the same "
+            "command again to finish it without paying again for those."
+        )
+    return store.run(run.id), limiter, status
+
+
+# eval
+
+
+def eval_command(
+    args: Any,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """`refinekit eval`; `args` are the parsed options. Returns the exit status."""
+    io = _Io(out or sys.stdout, err or sys.stderr)
+    try:
+        cases = load_cases(Path(args.golden))
+        columns = sorted({c for case in cases for c in case.row})
+        target = Target.load(args.target, columns)
+        judge = None if args.judge is None else load_object(args.judge, "--judge")
+        if judge is None and not has_column_checks(columns):
+            raise UsageProblem(
+                "nothing to judge the answers by: give --judge, or a golden file with a "
+                f"must_mention or expected_source column (columns: {columns})"
+            )
+        if judge is None and args.repeat > 1:
+            raise UsageProblem(
+                "--repeat measures a judge's consistency; without --judge the column checks "
+                "always agree with themselves"
+            )
+        with RunStore(db_path(args.db)) as store:
+            before = (
+                _before(store, args.compare) if args.compare not in (None, "previous") else None
+            )
+            options = EvalOptions(
+                dataset=Path(args.golden),
+                target=args.target,
+                judge=args.judge,
+                concurrency=args.concurrency,
+                repeat=args.repeat,
+            )
+            run, limiter, stopped = _run_cases(
+                io, "eval", store, options, cases, fresh=args.fresh, target=target, judge=judge
+            )
+            if stopped is not None:
+                return stopped
+            records = store.cases(run.id)
+            summary = summarise(records)
+            store.finish_run(
+                run.id,
+                "complete",
+                summary.as_dict()
+                | {
+                    "rate_limit_waits": limiter.waits if limiter else 0,
+                    "cases_in_file": len(cases),
+                },
+            )
+            run = store.run(run.id)
+            _print_cases(io, records)
+            status = _print_summary(io, summary, args.min_pass_rate, limiter, args.judge)
+            comparison = None
+            if args.compare is not None:
+                if before is None:
+                    before = store.previous(run)
+                if before is None:
+                    io.say(
+                        "compare: no earlier complete run of this golden file in the store; "
+                        "nothing to compare with"
+                    )
+                else:
+                    comparison = compare_runs(before, store.cases(before.id), run, records)
+                    if _print_comparison(io, comparison, args.alpha):
+                        status = EXIT_GATE
+            if args.report is not None:
+                from ._report import eval_report
+
+                html = eval_report(store, run.id, comparison)
+                Path(args.report).write_text(html, encoding="utf-8")
+                io.say(f"report: {args.report}")
+            return status
+    except (UsageProblem, RunStoreError) as e:
+        io.error("eval", str(e))
+        return EXIT_USAGE
+
+
+def _before(store: RunStore, which: str) -> RunInfo:
+    try:
+        number = int(which)
+    except ValueError:
+        raise UsageProblem(
+            f"--compare takes 'previous' or a run id (see `refinekit runs`), not {which!r}"
+        ) from None
+    return store.run(number)
+
+
+_MARK = {
+    "passed": "pass",
+    "failed": "FAIL",
+    "raised": "RAISED",
+    "unavailable": "unavail",
+    "inconclusive": "inconcl",
+}
+
+
+def _print_cases(io: _Io, records: Sequence[CaseRecord]) -> None:
+    io.say()
+    io.say(f"{'#':>4}  {'outcome':<8} {'verdicts':>8} {'att':>3} {'corr':>4}  question / note")
+    for r in records:
+        verdicts = f"{r.passes}/{r.judgements}" if r.judgements else "-"
+        io.say(
+            f"{r.position:>4}  {_MARK[r.outcome]:<8} {verdicts:>8} {r.attempts:>3} "
+            f"{r.corrections:>4}  {clean(r.question, 60)}"
+        )
+        note = r.error if r.outcome in ("raised", "unavailable", "inconclusive") else r.feedback
+        if r.outcome != "passed" and note:
+            io.say(f"{'':>33}-> {clean(note, 90)}")
+
+
+def _print_summary(
+    io: _Io,
+    s: Summary,
+    min_pass_rate: float | None,
+    limiter: RateLimiter | None,
+    judge: str | None,
+) -> int:
+    io.say()
+    if s.rate is None:
+        io.say(f"pass rate: n/a (none of the {s.cases} cases was judged)")
+    else:
+        io.say(
+            f"pass rate {s.rate:.3f} ({s.passed}/{s.counted}), 95% Wilson interval "
+            f"{s.lower:.3f} to {s.upper:.3f}, over the {s.counted} cases answered and judged "
+            f"({s.passed} passed, {s.failed} failed, {s.raised} raised: a function that raised "
+            "counts as failed)"
+        )
+    io.say(
+        f"not counted: {s.unavailable} unavailable (the judge could not judge), "
+        f"{s.inconclusive} inconclusive"
+    )
+    if s.repeated:
+        lo, hi = wilson_interval(s.flipped, s.repeated, CONFIDENCE)
+        io.say(
+            f"judge consistency: {s.flipped} of {s.repeated} answers judged more than once got "
+            f"differing verdicts (flip rate {s.flipped / s.repeated:.3f}, 95% {lo:.3f} to {hi:.3f})"
+        )
+    if s.criteria:
+        parts = []
+        for name, c in s.criteria.items():
+            decided = c.get("pass", 0) + c.get("fail", 0) + c.get("uncertain", 0)
+            parts.append(f"{name} {c.get('pass', 0)}/{decided}")
+        io.say("criteria passed: " + ", ".join(parts))
+    io.say(
+        f"attempts per answer: mean {s.attempts_mean:.2f}, max {s.attempts_max}; corrections: "
+        f"{s.corrections_total} in all, max {s.corrections_max} per answer"
+    )
+    roles = (
+        ("answer model", s.usage["answer"]),
+        ("judges inside the function", s.usage["answer_judge"]),
+        ("the run's judge", s.usage["judge"]),
+    )
+    spent = [f"{name} {_usage(u)}" for name, u in roles if u["model_calls"]]
+    io.say(
+        "model calls seen: " + ("; ".join(spent) if spent else "none")
+        if judge or spent
+        else "model calls seen: none (column checks only)"
+    )
+    if limiter is not None and limiter.waits:
+        io.say(f"rate limited: backed off {limiter.waits} times ({limiter.waited:.1f} s in all)")
+    if min_pass_rate is None:
+        return 0
+    if s.rate is None or s.lower < min_pass_rate:
+        io.say(
+            f"gate: lower bound {s.lower:.3f} is under --min-pass-rate {min_pass_rate:.3f}: FAIL"
+        )
+        return EXIT_GATE
+    io.say(f"gate: lower bound {s.lower:.3f} >= --min-pass-rate {min_pass_rate:.3f}: pass")
+    return 0
+
+
+def _usage(u: dict[str, int]) -> str:
+    tokens = u["prompt_tokens"] + u["completion_tokens"]
+    return (
+        f"{u['model_calls']} calls, {tokens:,} tokens "
+        f"({u['prompt_tokens']:,} prompt + {u['completion_tokens']:,} completion)"
+    )
+
+
+def _print_comparison(io: _Io, c: Comparison, alpha: float) -> bool:
+    io.say()
+    io.say(
+        f"compare with run {c.before.id}: {c.shared} questions judged in both runs; "
+        f"{len(c.regressed)} regressed, {len(c.improved)} improved; exact McNemar p = "
+        f"{c.p_value:.4f}"
+        + (
+            f" ({c.not_comparable} shared questions not judged in one run)"
+            if c.not_comparable
+            else ""
+        )
+    )
+    for title, pairs in (("regressed", c.regressed), ("improved", c.improved)):
+        for _, now in pairs:
+            note = now.error or now.feedback if title == "regressed" else ""
+            io.say(
+                f"  {title}: #{now.position} {clean(now.question, 60)}"
+                + (f" -> {clean(note, 60)}" if note else "")
+            )
+    failing = c.significant_regression(alpha)
+    if failing:
+        io.say(f"gate: significant regression (p {c.p_value:.4f} < --alpha {alpha}): FAIL")
+    return failing
+
+
+# calibrate
+
+
+def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """`refinekit calibrate`; `args` are the parsed options. Returns the exit status."""
+    io = _Io(out or sys.stdout, err or sys.stderr)
+    try:
+        cases = load_cases(Path(args.labelled))
+        labels = labels_of(cases)
+        judge = load_object(args.judge, "--judge")
+        with RunStore(db_path(args.db)) as store:
+            options = EvalOptions(
+                dataset=Path(args.labelled),
+                target=None,
+                judge=args.judge,
+                concurrency=args.concurrency,
+                kind="calibrate",
+            )
+            run, _, stopped = _run_cases(
+                io,
+                "calibrate",
+                store,
+                options,
+                cases,
+                fresh=args.fresh,
+                target=None,
+                judge=judge,
+                labels=labels,
+            )
+            if stopped is not None:
+                return stopped
+            records = store.cases(run.id)
+            result = calibrate(records, target_error=args.target_error, bins=args.bins)
+            store.finish_run(run.id, "complete", _calibration_summary(result))
+            _print_calibration(io, result)
+            if args.report is not None:
+                from ._report import calibration_report
+
+                html = calibration_report(store, run.id, result)
+                Path(args.report).write_text(html, encoding="utf-8")
+                io.say(f"report: {args.report}")
+            return 0
+    except (UsageProblem, RunStoreError) as e:
+        io.error("calibrate", str(e))
+        return EXIT_USAGE
+
+
+def _calibration_summary(c: Calibration) -> dict[str, Any]:
+    summary = c.as_dict()
+    return summary
+
+
+def _print_calibration(io: _Io, c: Calibration) -> None:
+    io.say()
+    left = c.unavailable + c.inconclusive
+    io.say(
+        f"judged {c.items} items"
+        + (
+            f" ({c.unavailable} unavailable and {c.inconclusive} inconclusive left out)"
+            if left
+            else ""
+        )
+    )
+    io.say(f"{'':>12}{'people pass':>13}{'people fail':>13}")
+    io.say(f"{'judge pass':>12}{c.both_pass:>13}{c.human_fail_only:>13}")
+    io.say(f"{'judge fail':>12}{c.judge_fail_only:>13}{c.both_fail:>13}")
+    io.say(
+        f"accuracy {_pct(c.accuracy)}, precision on failures {_pct(c.precision_fail)}, "
+        f"recall on failures {_pct(c.recall_fail)}, Cohen's kappa {_pct(c.kappa)}"
+    )
+    if c.reliability is None or c.thresholds is None:
+        io.say(
+            f"probabilities: {c.with_probability} of {c.items} verdicts carried one; a "
+            "reliability table and thresholds need one on every verdict (a criteria judge on "
+            "an endpoint that returns logprobs gives them)"
+        )
+        return
+    io.say(f"reliability ({c.items} items):")
+    io.say(f"  {'bin':<11}{'items':>6}{'mean p':>9}{'passed':>9}")
+    for b in c.reliability:
+        io.say(
+            f"  {b.lower:.1f}-{b.upper:.1f}{'':<4}{b.count:>6}{b.mean_probability:>9.3f}"
+            f"{b.observed_rate:>9.3f}"
+        )
+    io.say(f"expected calibration error {_pct(c.ece)}")
+    t = c.thresholds
+    io.say(f"recommended thresholds, at most {t.target_error:.0%} wrong on each side:")
+    if t.pass_at is None:
+        io.say("  pass: no threshold keeps wrong passes that low")
+    else:
+        io.say(
+            f"  pass at p >= {t.pass_at:.3f}: {t.passes} items, {t.wrong_passes} failed by "
+            f"people (95% upper bound {_pct(t.pass_error_upper)})"
+        )
+    if t.fail_at is None:
+        io.say("  fail: no threshold keeps wrong fails that low")
+    else:
+        io.say(
+            f"  fail at p <= {t.fail_at:.3f}: {t.fails} items, {t.wrong_fails} passed by "
+            f"people (95% upper bound {_pct(t.fail_error_upper)})"
+        )
+    share = t.uncertain / c.items if c.items else 0.0
+    io.say(f"  uncertain (for a person to look at): {t.uncertain} items ({share:.0%})")
+    if t.pass_at is not None and t.fail_at is not None:
+        io.say(
+            f"  as a criterion: Criterion(..., pass_at={t.pass_at:.3f}, fail_at={t.fail_at:.3f})"
+        )
+
+
+# runs
+
+
+def runs_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """`refinekit runs`: the stored runs, oldest first."""
+    io = _Io(out or sys.stdout, err or sys.stderr)
+    path = db_path(args.db)
+    if not path.exists():
+        io.say(f"no run store at {path}")
+        return 0
+    try:
+        with RunStore(path) as store:
+            runs = store.runs(kind=args.kind)
+    except RunStoreError as e:
+        io.error("runs", str(e))
+        return EXIT_USAGE
+    io.say(f"{'id':>4}  {'kind':<9} {'status':<10} {'started':<16} {'figure':<22} data file")
+    for r in runs:
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at))
+        figure = ""
+        if r.kind == "eval" and r.summary.get("rate") is not None:
+            figure = f"pass {r.summary['rate']:.3f} (>= {r.summary['lower']:.3f})"
+        elif r.kind == "calibrate" and r.summary.get("kappa") is not None:
+            figure = f"kappa {r.summary['kappa']:.3f}"
+        io.say(
+            f"{r.id:>4}  {r.kind:<9} {r.status:<10} {started:<16} {figure:<22} {clean(r.dataset)}"
+        )
+    return 0

@@ -1,0 +1,923 @@
+"""The engine behind `refinekit eval` and `refinekit calibrate`.
+
+Cases run concurrently on one event loop (a sync answer function or judge in a worker thread),
+each inside a refinekit job of its own, so its corrections, attempts and tokens are its own.
+A rate-limited model call (HTTP 429) is backed off and tried again, and while one case waits
+the others hold off too; every other error is recorded on its case and the run goes on, except
+a misconfigured judge or a bug in the judge, which stops the run (it would fail every case).
+Each finished case is stored at once, so an interrupted run keeps what it paid for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib
+import inspect
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import openai
+
+from ._config import is_testing
+from ._errors import JudgeError, JudgeMisconfigured, LowQualityAnswer, RefinekitError
+from ._evaluators import as_evaluator
+from ._golden import DataFileError, column_for, read_rows, row_key
+from ._hooks import Event, subscribe
+from ._job import job
+from ._model import ContextDocument, CriterionResult, EvaluationRequest, Usage, Verdict
+from ._replies import answer_text
+from ._runstore import CaseRecord, Outcome, RunInfo, RunStore
+from ._stats import mcnemar_exact, wilson_interval
+from .checks import _cited
+
+__all__ = [
+    "Case",
+    "Comparison",
+    "EvalOptions",
+    "RunAborted",
+    "Summary",
+    "UsageProblem",
+    "compare_runs",
+    "load_cases",
+    "load_object",
+    "run_eval",
+    "summarise",
+]
+
+CONFIDENCE = 0.95
+RATE_LIMIT_TRIES = 6
+RATE_LIMIT_MAX_WAIT = 60.0
+
+
+class UsageProblem(RefinekitError, ValueError):
+    """A command line that cannot run: a bad target or judge, a file without needed columns."""
+
+
+class RunAborted(RefinekitError):
+    """The run stopped before its end; the cases finished so far are stored."""
+
+
+# loading
+
+
+def load_object(spec: str, what: str) -> Any:
+    """The object a `package.module:attribute` names (the current folder is importable).
+
+    Raises:
+        UsageProblem: The spec is malformed, the module cannot be imported or lacks the name.
+    """
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise UsageProblem(
+            f"{what} must look like package.module:name (e.g. myapp.answers:answer), got {spec!r}"
+        )
+    cwd = str(Path.cwd())
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and module_name.startswith(e.name):
+            raise UsageProblem(
+                f"{what} {spec!r}: no module named {e.name!r} (run from the folder it is "
+                "importable from, or install its package)"
+            ) from None
+        raise UsageProblem(f"{what} {spec!r}: importing {module_name!r} failed: {e}") from e
+    except Exception as e:
+        raise UsageProblem(
+            f"{what} {spec!r}: importing {module_name!r} raised {type(e).__name__}: {e}"
+        ) from e
+    obj: Any = module
+    for part in attribute.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageProblem(f"{what} {spec!r}: {module_name!r} has no {attribute!r}") from None
+    return obj
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of a golden or labelled file."""
+
+    key: str
+    position: int
+    question: str
+    row: dict[str, Any]
+
+
+def load_cases(path: Path) -> list[Case]:
+    """The rows of a data file as cases; the same row twice is two cases.
+
+    Raises:
+        UsageProblem: The file is unusable or has no rows.
+    """
+    try:
+        rows = read_rows(path)
+    except DataFileError as e:
+        raise UsageProblem(str(e)) from None
+    if not rows:
+        raise UsageProblem(f"{path} has no rows")
+    seen: dict[str, int] = {}
+    cases = []
+    for position, row in enumerate(rows, 1):
+        key = row_key(row)
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > 1:
+            key = f"{key}-{seen[key]}"
+        column = column_for("question", list(row), loose=True)
+        first = next(iter(row.values()), "")
+        question = row[column] if column is not None else first
+        cases.append(Case(key, position, _as_text(question), row))
+    return cases
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def fingerprint(*parts: Any) -> str:
+    """What a re-run must match to resume a stored run."""
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
+
+
+# the answer function
+
+
+_SKIPPED_PARAMETERS = {"self", "cls", "feedback"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """The answer function, and how a row becomes its arguments."""
+
+    function: Callable[..., Any]
+    spec: str
+    columns: Mapping[str, str]  # parameter -> column
+    question_parameter: str | None  # gets the question when no parameter names a column
+
+    @classmethod
+    def load(cls, spec: str, columns: list[str]) -> Target:
+        function = load_object(spec, "--target")
+        if not callable(function):
+            raise UsageProblem(f"--target {spec!r} is a {type(function).__name__}, not a function")
+        try:
+            signature = inspect.signature(function)
+        except (TypeError, ValueError):
+            return cls(function, spec, {}, None)
+        mapping: dict[str, str] = {}
+        positional: list[str] = []
+        missing: list[str] = []
+        for name, parameter in signature.parameters.items():
+            if name in _SKIPPED_PARAMETERS or parameter.kind in (
+                parameter.VAR_POSITIONAL,
+                parameter.VAR_KEYWORD,
+            ):
+                continue
+            column = column_for(name, columns, loose=True)
+            if column is not None and parameter.kind != parameter.POSITIONAL_ONLY:
+                mapping[name] = column
+            elif parameter.default is parameter.empty:
+                if parameter.kind != parameter.KEYWORD_ONLY:
+                    positional.append(name)
+                missing.append(name)
+        question = None
+        if not mapping and len(positional) == 1 and missing == positional:
+            question, missing = positional[0], []
+        if missing:
+            raise UsageProblem(
+                f"--target {spec!r} needs {', '.join(repr(m) for m in missing)}, and the file "
+                f"has no column of that name; columns: {columns}. Name the function's "
+                "parameters after columns (or give it one parameter, which gets the question)."
+            )
+        return cls(function, spec, mapping, question)
+
+    def arguments(self, case: Case) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if self.question_parameter is not None:
+            return (case.question,), {}
+        return (), {name: case.row[column] for name, column in self.columns.items()}
+
+
+def _request_of(result: Any, case: Case, context: tuple[ContextDocument, ...]) -> EvaluationRequest:
+    """What the judge sees: the function's own request (a `JudgingState`), or one built here."""
+    if isinstance(result, EvaluationRequest):
+        return result.model_copy(
+            update={
+                "question": result.question or case.question,
+                "context": result.context or context,
+            }
+        )
+    return EvaluationRequest(question=case.question, answer=answer_text(result), context=context)
+
+
+def _context_of(case: Case) -> tuple[ContextDocument, ...]:
+    column = column_for("context", list(case.row), loose=True)
+    if column is None:
+        return ()
+    value = case.row[column]
+    items = value if isinstance(value, list) else [value]
+    docs = []
+    for item in items:
+        if item is None or (isinstance(item, str) and not item.strip()):
+            continue
+        try:
+            docs.append(
+                ContextDocument.coerce(item if isinstance(item, (str, Mapping)) else str(item))
+            )
+        except TypeError as e:
+            raise UsageProblem(f"row {case.position}: column {column!r}: {e}") from None
+    return tuple(docs)
+
+
+# column checks
+
+
+def _phrases(value: Any) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    return [str(v) for v in items if v is not None and str(v).strip()]
+
+
+def column_checks(case: Case, answer: str) -> list[CriterionResult]:
+    """The row's own checks, as criteria.
+
+    `must_mention`: each phrase appears in the answer (case-insensitive); `expected_source`:
+    each source is cited, as a whole token (`a.md` is not cited by `data.md`). A JSONL list
+    value means every item.
+    """
+    results = []
+    columns = list(case.row)
+    mention = column_for("must_mention", columns, loose=True)
+    if mention is not None and _phrases(case.row[mention]):
+        folded = answer.casefold()
+        absent = [p for p in _phrases(case.row[mention]) if p.casefold() not in folded]
+        results.append(
+            CriterionResult(
+                name="must_mention",
+                outcome="fail" if absent else "pass",
+                probability=0.0 if absent else 1.0,
+                source="code",
+                feedback=f"Mention {', '.join(repr(p) for p in absent)}." if absent else "",
+            )
+        )
+    source = column_for("expected_source", columns, loose=True)
+    if source is not None and _phrases(case.row[source]):
+        uncited = [s for s in _phrases(case.row[source]) if not _cited(s, answer)]
+        results.append(
+            CriterionResult(
+                name="expected_source",
+                outcome="fail" if uncited else "pass",
+                probability=0.0 if uncited else 1.0,
+                source="code",
+                feedback=f"Cite {', '.join(uncited)}." if uncited else "",
+            )
+        )
+    return results
+
+
+def has_column_checks(columns: list[str]) -> bool:
+    return any(column_for(c, columns, loose=True) for c in ("must_mention", "expected_source"))
+
+
+# rate limits
+
+
+def _is_rate_limit(exc: BaseException) -> bool:
+    if isinstance(exc, openai.RateLimitError):
+        return True
+    if isinstance(exc, openai.APIStatusError) and exc.status_code == 429:
+        return True
+    return isinstance(exc, JudgeError) and exc.status_code == 429
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            seconds = float(raw) * scale
+        except ValueError:
+            continue
+        if math.isfinite(seconds) and 0 <= seconds <= RATE_LIMIT_MAX_WAIT:
+            return seconds
+    return None
+
+
+class RateLimiter:
+    """Backs off rate-limited calls; while one waits, every case holds off."""
+
+    def __init__(self) -> None:
+        self.resume_at = 0.0
+        self.waits = 0
+        self.waited = 0.0
+
+    async def hold(self) -> None:
+        delay = self.resume_at - time.monotonic()
+        if delay > 0 and not is_testing():
+            await asyncio.sleep(delay)
+
+    async def call(self, make: Callable[[], Awaitable[Any]]) -> Any:
+        for attempt in range(1, RATE_LIMIT_TRIES + 1):
+            await self.hold()
+            try:
+                return await make()
+            except Exception as e:
+                if not _is_rate_limit(e) or attempt == RATE_LIMIT_TRIES:
+                    raise
+                wait = _retry_after(e)
+                if (
+                    wait is None
+                ):  # exponential with full jitter, as tenacity's wait_random_exponential
+                    wait = random.uniform(0, min(RATE_LIMIT_MAX_WAIT, 2.0**attempt))
+                self.waits += 1
+                self.waited += wait
+                self.resume_at = max(self.resume_at, time.monotonic() + wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+# attempts seen through events
+
+
+class _Attempts:
+    """The attempts `@retry_on_low_quality` made in each job, from its events."""
+
+    def __init__(self) -> None:
+        self.by_job: dict[str, int] = {}
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "attempt" and event.decorator == "retry_on_low_quality":
+            self.by_job[event.job_id] = max(self.by_job.get(event.job_id, 0), event.attempt)
+
+
+# running
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """What `run_eval` needs besides the store."""
+
+    dataset: Path
+    target: str | None
+    judge: str | None
+    concurrency: int = 4
+    repeat: int = 1
+    kind: str = "eval"
+
+
+@dataclass
+class Progress:
+    """Counts while the run goes; `on_case` is told of each finished case."""
+
+    total: int
+    done: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    on_case: Callable[[Progress, CaseRecord], None] | None = None
+
+    def add(self, record: CaseRecord) -> None:
+        self.done += 1
+        self.counts[record.outcome] = self.counts.get(record.outcome, 0) + 1
+        if self.on_case is not None:
+            self.on_case(self, record)
+
+
+def _verdict_dump(verdict: Verdict) -> dict[str, Any]:
+    return verdict.model_dump(mode="json", exclude={"metadata"}) | {
+        "metadata": json.loads(json.dumps(verdict.metadata, default=str))
+    }
+
+
+def _error_text(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:500]}" if text else type(exc).__name__
+
+
+def probability_of(verdict: Verdict) -> float | None:
+    """The judge's probability that the answer passes, when it gives one.
+
+    A criteria judge's weakest criterion (all must hold), when at least one criterion's
+    probability came from the model's token probabilities; else a `probability` the verdict
+    carries in its metadata; else None.
+    """
+    if any(c.source == "logprobs" for c in verdict.criteria):
+        known = [c.probability for c in verdict.criteria if c.probability is not None]
+        return min(known) if known else None
+    value = verdict.metadata.get("probability")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
+        return float(value)
+    return None
+
+
+class _Judging:
+    """The run's judge, called `repeat` times per answer, with the row's column checks."""
+
+    def __init__(self, judge: Any | None, name: str | None, repeat: int, limiter: RateLimiter):
+        self.evaluator = None if judge is None else as_evaluator(judge)
+        self.name = name or (self.evaluator.name if self.evaluator is not None else "checks")
+        self.repeat = repeat
+        self.limiter = limiter
+
+    async def judge_once(self, request: EvaluationRequest) -> Verdict:
+        evaluator = self.evaluator
+        assert evaluator is not None
+        try:
+            verdict: Verdict = await self.limiter.call(lambda: evaluator.aevaluate(request))
+            return verdict
+        except JudgeMisconfigured as e:
+            raise RunAborted(f"the judge is misconfigured: {e}") from e
+        except JudgeError as e:
+            return Verdict.unjudged(_error_text(e))
+        except Exception as e:
+            raise RunAborted(f"the judge raised {_error_text(e)} (a bug in the judge?)") from e
+
+    async def judge(
+        self, case: Case, request: EvaluationRequest
+    ) -> tuple[list[Verdict], Usage, float]:
+        checks = column_checks(case, request.answer)
+        started = time.perf_counter()
+        verdicts: list[Verdict] = []
+        async with job() as judging_job:
+            if self.evaluator is None:
+                verdicts.append(_combine(checks, None, self.name))
+            else:
+                for _ in range(self.repeat):
+                    verdicts.append(_combine(checks, await self.judge_once(request), self.name))
+        return verdicts, judging_job.judge_usage, time.perf_counter() - started
+
+
+def _combine(checks: list[CriterionResult], verdict: Verdict | None, name: str) -> Verdict:
+    """The row's checks and the judge's verdict as one verdict."""
+    failed = [c for c in checks if c.outcome == "fail"]
+    if verdict is None:
+        return Verdict(
+            passed=not failed,
+            score=1.0 if not failed else 0.0,
+            feedback=" ".join(c.feedback for c in failed),
+            criteria=tuple(checks),
+        )
+    if not verdict.judged:
+        return verdict.model_copy(update={"criteria": (*checks, *verdict.criteria)})
+    own = verdict.criteria or (
+        CriterionResult(
+            name=name,
+            outcome="pass" if verdict.passed else "fail",
+            probability=probability_of(verdict),
+            source="logprobs" if probability_of(verdict) is not None else None,
+            feedback=verdict.feedback,
+        ),
+    )
+    notes = [c.feedback for c in failed] + ([verdict.feedback] if not verdict.passed else [])
+    return verdict.model_copy(
+        update={
+            "passed": verdict.passed and not failed,
+            "criteria": (*checks, *own),
+            "feedback": " ".join(notes).strip(),
+        }
+    )
+
+
+def decide(
+    verdicts: Sequence[Verdict],
+) -> tuple[Outcome, int, int, bool, str | None]:
+    """A case's outcome from its verdicts: the majority of the judged ones.
+
+    Returns:
+        The outcome, the passing verdicts, the judged verdicts, whether they disagreed, and
+        the reason when the outcome is not a judgement.
+    """
+    judged = [v for v in verdicts if v.judged]
+    passes = sum(v.passed for v in judged)
+    flipped = 0 < passes < len(judged)
+    if not judged:
+        if any(v.status == "inconclusive" for v in verdicts):
+            reasons = [v.reason for v in verdicts if v.status == "inconclusive"]
+            return "inconclusive", 0, 0, False, reasons[0]
+        return "unavailable", 0, 0, False, verdicts[0].reason if verdicts else None
+    if passes * 2 > len(judged):
+        return "passed", passes, len(judged), flipped, None
+    if passes * 2 < len(judged):
+        return "failed", passes, len(judged), flipped, None
+    return "inconclusive", passes, len(judged), flipped, f"the judge split {passes}/{len(judged)}"
+
+
+async def _call(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if inspect.iscoroutinefunction(function):
+        return await function(*args, **kwargs)
+    result = await asyncio.to_thread(function, *args, **kwargs)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+async def _eval_case(
+    case: Case, target: Target, judging: _Judging, attempts: _Attempts
+) -> CaseRecord:
+    context = _context_of(case)
+    args, kwargs = target.arguments(case)
+    started = time.perf_counter()
+    error: Exception | None = None
+    async with job() as answer_job:
+        try:
+            result = await judging.limiter.call(lambda: _call(target.function, args, kwargs))
+        except Exception as e:
+            error = e
+    tried = max(1, attempts.by_job.pop(answer_job.id, 1))
+    cost: dict[str, Any] = {
+        "corrections": answer_job.corrections_used,
+        "answer_usage": answer_job.usage,
+        "answer_judge_usage": answer_job.judge_usage,
+        "answer_seconds": time.perf_counter() - started,
+    }
+    if error is not None:
+        answer = feedback = None
+        if isinstance(error, LowQualityAnswer):  # the rejected answer is kept, with why
+            tried = max(tried, len(error.attempts))
+            feedback = error.verdict.feedback
+            answer = None if error.answer is None else answer_text(error.answer)
+        return CaseRecord(
+            key=case.key,
+            position=case.position,
+            question=case.question,
+            row=case.row,
+            outcome="raised",
+            error=_error_text(error),
+            answer=answer,
+            feedback=feedback or "",
+            attempts=tried,
+            **cost,
+        )
+    request = _request_of(result, case, context)
+    verdicts, judge_usage, judge_seconds = await judging.judge(case, request)
+    return _record(
+        case, request.answer, verdicts, judge_usage, judge_seconds, attempts=tried, **cost
+    )
+
+
+def _record(
+    case: Case,
+    answer: str,
+    verdicts: list[Verdict],
+    judge_usage: Usage,
+    judge_seconds: float,
+    **fields: Any,
+) -> CaseRecord:
+    outcome, passes, judged, flipped, reason = decide(verdicts)
+    failing = [v for v in verdicts if v.judged and not v.passed]
+    scores = [v.score for v in verdicts if v.judged and v.score is not None]
+    probabilities = [p for v in verdicts if v.judged and (p := probability_of(v)) is not None]
+    return CaseRecord(
+        key=case.key,
+        position=case.position,
+        question=case.question,
+        row=case.row,
+        outcome=outcome,
+        answer=answer,
+        error=reason if outcome in ("unavailable", "inconclusive") else None,
+        feedback=failing[0].feedback if failing else "",
+        score=sum(scores) / len(scores) if scores else None,
+        probability=sum(probabilities) / len(probabilities) if probabilities else None,
+        verdicts=[_verdict_dump(v) for v in verdicts],
+        passes=passes,
+        judgements=judged,
+        flipped=flipped,
+        judge_usage=judge_usage,
+        judge_seconds=judge_seconds,
+        **fields,
+    )
+
+
+async def _calibrate_case(case: Case, judging: _Judging, label: str) -> CaseRecord:
+    answer_column = column_for("answer", list(case.row), loose=True)
+    assert answer_column is not None
+    request = EvaluationRequest(
+        question=case.question,
+        answer=_as_text(case.row[answer_column]),
+        context=_context_of(case),
+    )
+    verdicts, usage, seconds = await judging.judge(case, request)
+    return replace(
+        _record(case, request.answer, verdicts, usage, seconds, answer_seconds=0.0), label=label
+    )
+
+
+LABELS = {
+    "pass": "pass",
+    "passed": "pass",
+    "true": "pass",
+    "yes": "pass",
+    "1": "pass",
+    "good": "pass",
+    "fail": "fail",
+    "failed": "fail",
+    "false": "fail",
+    "no": "fail",
+    "0": "fail",
+    "bad": "fail",
+}
+
+
+def labels_of(cases: Sequence[Case]) -> dict[str, str]:
+    """Each labelled case's human label, `pass` or `fail`.
+
+    Raises:
+        UsageProblem: No label or answer column, or a label that is neither pass nor fail.
+    """
+    columns = list(cases[0].row)
+    for needed in ("answer",):
+        if column_for(needed, columns, loose=True) is None:
+            raise UsageProblem(f"the labelled file needs an {needed!r} column; columns: {columns}")
+    column = next(
+        (
+            c
+            for name in ("label", "human_label", "human", "expected")
+            if (c := column_for(name, columns, loose=True)) is not None
+        ),
+        None,
+    )
+    if column is None:
+        raise UsageProblem(
+            f"the labelled file needs a 'label' column (pass or fail); columns: {columns}"
+        )
+    labels = {}
+    for case in cases:
+        raw = case.row.get(column)
+        value = (
+            LABELS.get(str(raw).strip().lower())
+            if not isinstance(raw, bool)
+            else ("pass" if raw else "fail")
+        )
+        if value is None:
+            raise UsageProblem(
+                f"row {case.position}: label {raw!r} is neither pass nor fail (accepted: "
+                "pass/fail, true/false, yes/no, 1/0, good/bad)"
+            )
+        labels[case.key] = value
+    return labels
+
+
+async def _run_all(
+    cases: Sequence[Case],
+    work: Callable[[Case], Awaitable[CaseRecord]],
+    concurrency: int,
+    store: RunStore,
+    run_id: int,
+    progress: Progress,
+) -> None:
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(case: Case) -> None:
+        async with semaphore:
+            record = await work(case)
+        store.save_case(run_id, record)
+        progress.add(record)
+
+    tasks = [asyncio.ensure_future(one(case)) for case in cases]
+    try:
+        for task in asyncio.as_completed(tasks):
+            await task
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@dataclass
+class Started:
+    """A run about to go: the stored run, the cases still to do, what was resumed."""
+
+    run: RunInfo
+    todo: list[Case]
+    resumed: int = 0
+    dropped: int = 0
+
+
+def start(
+    store: RunStore, options: EvalOptions, cases: list[Case], *, fresh: bool, version: str
+) -> Started:
+    """Resume the newest unfinished run of the same command, or start a new one."""
+    from ._golden import file_sha256
+
+    sha = file_sha256(options.dataset)
+    key = fingerprint(
+        options.kind, str(options.dataset.resolve()), options.target, options.judge, options.repeat
+    )
+    previous = None if fresh else store.resumable(key)
+    if previous is not None:
+        run = store.resume(previous.id, sha)
+        keys = {c.key for c in cases}
+        stored = store.case_keys(run.id)
+        dropped = stored - keys
+        if dropped:
+            store.drop_cases(run.id, dropped)
+        todo = [c for c in cases if c.key not in stored]
+        return Started(run, todo, resumed=len(stored & keys), dropped=len(dropped))
+    run = store.start_run(
+        kind=options.kind,  # type: ignore[arg-type]
+        dataset=options.dataset,
+        dataset_sha256=sha,
+        target=options.target,
+        judge=options.judge,
+        options={"concurrency": options.concurrency, "repeat": options.repeat},
+        fingerprint=key,
+        version=version,
+    )
+    return Started(run, list(cases))
+
+
+async def run_eval(
+    store: RunStore,
+    run: RunInfo,
+    todo: Sequence[Case],
+    *,
+    target: Target | None,
+    judge: Any | None,
+    judge_name: str | None,
+    options: EvalOptions,
+    progress: Progress,
+    labels: Mapping[str, str] | None = None,
+) -> RateLimiter:
+    """Run the cases still to do, storing each as it finishes.
+
+    Raises:
+        RunAborted: The judge is misconfigured or raised a bug; finished cases are stored.
+    """
+    limiter = RateLimiter()
+    judging = _Judging(judge, judge_name, options.repeat, limiter)
+    attempts = _Attempts()
+    if target is not None:
+        tgt = target
+
+        async def work(case: Case) -> CaseRecord:
+            return await _eval_case(case, tgt, judging, attempts)
+    else:
+        assert labels is not None
+        lab = labels
+
+        async def work(case: Case) -> CaseRecord:
+            return await _calibrate_case(case, judging, lab[case.key])
+
+    with subscribe(attempts):
+        await _run_all(todo, work, options.concurrency, store, run.id, progress)
+    return limiter
+
+
+# figures
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The figures of an eval run.
+
+    The pass rate counts `raised` cases as failures (the user got no answer) and leaves out
+    `unavailable` and `inconclusive` ones (nothing was learnt about the answer); both are
+    counted apart.
+    """
+
+    cases: int
+    passed: int
+    failed: int
+    raised: int
+    unavailable: int
+    inconclusive: int
+    rate: float | None
+    lower: float
+    upper: float
+    repeated: int  # cases judged more than once
+    flipped: int
+    criteria: dict[str, dict[str, int]]
+    attempts_mean: float
+    attempts_max: int
+    corrections_total: int
+    corrections_max: int
+    usage: dict[str, dict[str, int]]
+    seconds: float
+
+    @property
+    def counted(self) -> int:
+        """The cases the pass rate is computed over."""
+        return self.passed + self.failed + self.raised
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def summarise(cases: Sequence[CaseRecord]) -> Summary:
+    """The figures of a run's cases."""
+    count = {o: 0 for o in ("passed", "failed", "raised", "unavailable", "inconclusive")}
+    criteria: dict[str, dict[str, int]] = {}
+    usage = {r: Usage() for r in ("answer", "answer_judge", "judge")}
+    for case in cases:
+        count[case.outcome] += 1
+        for criterion in case.criteria:
+            name = str(criterion.get("name"))
+            outcome = str(criterion.get("outcome"))
+            slot = criteria.setdefault(name, {"pass": 0, "fail": 0, "uncertain": 0, "skipped": 0})
+            slot[outcome] = slot.get(outcome, 0) + 1
+        usage["answer"] += case.answer_usage
+        usage["answer_judge"] += case.answer_judge_usage
+        usage["judge"] += case.judge_usage
+    counted = count["passed"] + count["failed"] + count["raised"]
+    lower, upper = wilson_interval(count["passed"], counted, CONFIDENCE)
+    repeated = [c for c in cases if c.judgements > 1]
+    return Summary(
+        cases=len(cases),
+        rate=count["passed"] / counted if counted else None,
+        lower=lower,
+        upper=upper,
+        repeated=len(repeated),
+        flipped=sum(c.flipped for c in repeated),
+        criteria=criteria,
+        attempts_mean=sum(c.attempts for c in cases) / len(cases) if cases else 0.0,
+        attempts_max=max((c.attempts for c in cases), default=0),
+        corrections_total=sum(c.corrections for c in cases),
+        corrections_max=max((c.corrections for c in cases), default=0),
+        usage={
+            role: {
+                "model_calls": u.model_calls,
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+            }
+            for role, u in usage.items()
+        },
+        seconds=sum(c.answer_seconds + c.judge_seconds for c in cases),
+        **count,
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two runs on the questions they share: what regressed, what improved, and McNemar's p."""
+
+    before: RunInfo
+    after: RunInfo
+    shared: int  # questions judged (pass or fail) in both
+    regressed: list[tuple[CaseRecord, CaseRecord]]
+    improved: list[tuple[CaseRecord, CaseRecord]]
+    p_value: float
+    not_comparable: int  # shared questions unavailable or inconclusive in either run
+
+    def significant_regression(self, alpha: float) -> bool:
+        """More regressions than improvements, and unlikely to be chance at level `alpha`."""
+        return len(self.regressed) > len(self.improved) and self.p_value < alpha
+
+
+def _by_question(cases: Sequence[CaseRecord]) -> dict[tuple[str, int], CaseRecord]:
+    seen: dict[str, int] = {}
+    out = {}
+    for case in sorted(cases, key=lambda c: c.position):
+        n = seen.get(case.question, 0)
+        seen[case.question] = n + 1
+        out[(case.question, n)] = case
+    return out
+
+
+def compare_runs(
+    before: RunInfo,
+    before_cases: Sequence[CaseRecord],
+    after: RunInfo,
+    after_cases: Sequence[CaseRecord],
+) -> Comparison:
+    """Pair the two runs' cases by question; a raised case counts as a failure."""
+    old, new = _by_question(before_cases), _by_question(after_cases)
+    regressed, improved = [], []
+    shared = not_comparable = 0
+    for key in old.keys() & new.keys():
+        a, b = old[key], new[key]
+        if a.outcome in ("unavailable", "inconclusive") or b.outcome in (
+            "unavailable",
+            "inconclusive",
+        ):
+            not_comparable += 1
+            continue
+        shared += 1
+        was, now = a.outcome == "passed", b.outcome == "passed"
+        if was and not now:
+            regressed.append((a, b))
+        elif now and not was:
+            improved.append((a, b))
+    regressed.sort(key=lambda p: p[1].position)
+    improved.sort(key=lambda p: p[1].position)
+    return Comparison(
+        before=before,
+        after=after,
+        shared=shared,
+        regressed=regressed,
+        improved=improved,
+        p_value=mcnemar_exact(len(regressed), len(improved)),
+        not_comparable=not_comparable,
+    )
