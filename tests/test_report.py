@@ -1,0 +1,825 @@
+"""The HTML reports of `refinekit eval` and `refinekit calibrate`, down to a real browser.
+
+The stores are real SQLite run stores in tmp_path, filled through `RunStore` (or by the CLI
+itself). The browser tests render the file with headless Chromium (`--dump-dom` and
+`--screenshot`) with every network path closed: the report loads nothing, and Chromium is
+told to resolve no host name and to use a proxy on a closed 127.0.0.1 port.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import textwrap
+import zlib
+from collections.abc import Iterator, Sequence
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from refinekit._calibration import Calibration, calibrate
+from refinekit._cli import main
+from refinekit._evaluation import compare_runs, summarise
+from refinekit._model import Usage
+from refinekit._report import (
+    ANSWER_LIMIT,
+    CSP,
+    DETAILED_LIMIT,
+    _e,
+    calibration_report,
+    eval_report,
+)
+from refinekit._runstore import CaseRecord, RunStore
+from refinekit._stats import wilson_interval
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(1)>',
+    "</style><script>alert(2)</script>",
+    "</pre></title><svg onload=alert(3)>",
+    "<a href='https://evil.example/steal'>click</a>",
+    '<img src="http://evil.example/x.png">',
+    "<iframe src=javascript:alert(4)></iframe>",
+]
+EVIL = " ".join(HOSTILE)
+
+
+# --- building stores ------------------------------------------------------------------------
+
+
+def criteria(*pairs: tuple[str, str], feedback: str = "") -> list[dict[str, Any]]:
+    return [
+        {
+            "name": name,
+            "outcome": outcome,
+            "probability": 0.9 if outcome == "pass" else 0.2,
+            "source": "logprobs",
+            "feedback": "" if outcome == "pass" else feedback,
+        }
+        for name, outcome in pairs
+    ]
+
+
+def case(position: int, outcome: str, **fields: Any) -> CaseRecord:
+    """A case with sensible defaults for its outcome; `fields` override them."""
+    judged = outcome in ("passed", "failed")
+    verdict_criteria = fields.pop(
+        "criteria",
+        criteria(
+            ("grounded", "pass" if outcome == "passed" else "fail"),
+            ("must_mention", "pass"),
+            feedback="Cite policy.md.",
+        ),
+    )
+    defaults: dict[str, Any] = {
+        "key": f"key-{position}",
+        "position": position,
+        "question": f"What is the refund window for order {position}?",
+        "row": {"question": f"order {position}", "must_mention": "30 days"},
+        "answer": f"Refunds within 30 days, order {position}.",
+        "verdicts": [{"passed": outcome == "passed", "criteria": verdict_criteria}]
+        if judged
+        else [],
+        "passes": int(outcome == "passed"),
+        "judgements": int(judged),
+        "answer_usage": Usage(1, 100, 20),
+        "judge_usage": Usage(1, 300, 10) if judged else Usage(),
+        "answer_seconds": 0.5,
+        "judge_seconds": 0.25,
+    }
+    return CaseRecord(outcome=outcome, **(defaults | fields))  # type: ignore[arg-type]
+
+
+def store_run(
+    store: RunStore,
+    dataset: Path,
+    cases: Sequence[CaseRecord],
+    *,
+    kind: str = "eval",
+    status: str = "complete",
+    target: str | None = "app.answers:answer",
+    judge: str | None = "app.judges:grounded",
+    summary: dict[str, Any] | None = None,
+) -> int:
+    run = store.start_run(
+        kind=kind,  # type: ignore[arg-type]
+        dataset=dataset,
+        dataset_sha256="ab" * 32,
+        target=target,
+        judge=judge,
+        options={"concurrency": 4, "repeat": 1},
+        fingerprint=f"{kind}-{dataset}",
+        version="0.1.0",
+    )
+    for record in cases:
+        store.save_case(run.id, record)
+    if summary is None:
+        summary = summarise(cases).as_dict() | {"cases_in_file": len(cases)}
+    store.finish_run(run.id, status, summary)  # type: ignore[arg-type]
+    return run.id
+
+
+def current_cases() -> list[CaseRecord]:
+    """7 passed, 1 failed, 1 raised (counted: 7/9), 1 unavailable, 1 inconclusive (not)."""
+    cases = [case(i, "passed") for i in range(1, 8)]
+    cases += [
+        case(
+            8,
+            "failed",
+            question="Failing question " + EVIL,
+            answer="Failing answer " + EVIL + "\n" + "x" * 3000,
+            feedback="Failing feedback " + EVIL,
+            criteria=criteria(("grounded", "fail"), ("must_mention", "pass"), feedback=EVIL),
+            row={"question": "q " + EVIL, "must_mention": ["30 days", EVIL]},
+            attempts=3,
+            corrections=2,
+        ),
+        case(
+            9,
+            "raised",
+            question="Raising question " + EVIL,
+            answer=None,
+            error="LowQualityAnswer: rejected " + EVIL,
+            attempts=3,
+        ),
+        case(10, "unavailable", error="JudgeUnavailable: HTTP 503 " + EVIL),
+        case(11, "inconclusive", error="the judge split 1/2", passes=1, judgements=2, flipped=True),
+    ]
+    return cases
+
+
+@pytest.fixture
+def golden(tmp_path: Path) -> Path:
+    path = tmp_path / "golden.csv"
+    path.write_text("question,must_mention\nq,30 days\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[RunStore]:
+    with RunStore(tmp_path / "runs.db") as s:
+        # Each stored case is a transaction, synced to disk (about 20 ms on a plain disk);
+        # these throwaway stores need not survive a power cut.
+        s._db.execute("PRAGMA synchronous = OFF")
+        yield s
+
+
+@pytest.fixture
+def eval_run(store: RunStore, golden: Path, tmp_path: Path) -> int:
+    """Run 6 of a store: three earlier complete runs and an incomplete one of the same file,
+    one of another file, then the current run."""
+    for fails in (1, 3, 2):
+        store_run(
+            store, golden, [case(i, "failed" if i <= fails else "passed") for i in (1, 2, 3, 4)]
+        )
+    store_run(store, golden, [case(1, "passed")], status="incomplete", summary={"stored": 1})
+    other = tmp_path / "other.csv"
+    other.write_text("question\nq\n", encoding="utf-8")
+    store_run(store, other, [case(1, "passed")])
+    return store_run(store, golden, current_cases())
+
+
+@pytest.fixture
+def eval_html(store: RunStore, eval_run: int) -> str:
+    return eval_report(store, eval_run)
+
+
+def calibration_cases(wrong: int = 3, probabilities: bool = True) -> list[CaseRecord]:
+    """Forty labelled items, the judge's probability rising with the row; `wrong` of them
+    judged against the label; one item the judge could not judge."""
+    out = []
+    for i in range(1, 41):
+        p = (i - 0.5) / 40
+        label = "pass" if p >= 0.5 else "fail"
+        outcome = "passed" if p >= 0.5 else "failed"
+        if i <= wrong:
+            outcome = "passed"
+        out.append(
+            case(
+                i,
+                outcome,
+                question=f"Labelled question {i} " + (EVIL if i <= wrong else ""),
+                answer=f"Labelled answer {i} " + (EVIL if i <= wrong else ""),
+                feedback="" if outcome == "passed" else "Judge feedback " + EVIL,
+                probability=(0.95 if i <= wrong else p) if probabilities else None,
+                label=label,
+                row={"question": f"{i}", "answer": "a", "label": label},
+            )
+        )
+    out.append(case(41, "unavailable", error="JudgeUnavailable: HTTP 503 " + EVIL, label="pass"))
+    return out
+
+
+def calibration_run(
+    store: RunStore, labelled: Path, cases: Sequence[CaseRecord]
+) -> tuple[int, Calibration]:
+    run_id = store_run(store, labelled, cases, kind="calibrate", target=None, summary={})
+    result = calibrate(store.cases(run_id), target_error=0.1, bins=10)
+    store.finish_run(run_id, "complete", result.as_dict())
+    return run_id, result
+
+
+@pytest.fixture
+def calibration_html(store: RunStore, tmp_path: Path) -> str:
+    labelled = tmp_path / "labelled.csv"
+    labelled.write_text("question,answer,label\nq,a,pass\n", encoding="utf-8")
+    calibration_run(store, labelled, calibration_cases(wrong=8))
+    calibration_run(store, labelled, calibration_cases(wrong=5))
+    run_id, result = calibration_run(store, labelled, calibration_cases(wrong=3))
+    return calibration_report(store, run_id, result)
+
+
+# --- looking at HTML ------------------------------------------------------------------------
+
+
+class Tags(HTMLParser):
+    """Every start tag with its attributes, and the text inside <style> and <script>."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+        self.raw: dict[str, list[str]] = {"style": [], "script": []}
+        self._open: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+        if tag in self.raw:
+            self._open = tag
+            self.raw[tag].append("")
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == self._open:
+            self._open = None
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            self.raw[self._open][-1] += data
+
+    def count(self, name: str) -> int:
+        return sum(tag == name for tag, _ in self.tags)
+
+
+def parse(document: str) -> Tags:
+    parser = Tags()
+    parser.feed(document)
+    parser.close()
+    return parser
+
+
+def assert_nothing_live(document: str) -> None:
+    """No script, image, frame, object or event handler; no link or source outside the page."""
+    tags = parse(document)
+    for name in ("script", "img", "iframe", "object", "embed", "link", "base", "form"):
+        assert tags.count(name) == 0, name
+    assert tags.count("style") == 1
+    assert tags.raw["style"][0].count("<") == 0  # no user text, no markup, in the style sheet
+    assert "url(" not in tags.raw["style"][0]
+    for tag, attrs in tags.tags:
+        for name, value in attrs:
+            assert not name.startswith("on"), (tag, name)
+            assert name not in ("src", "srcset", "action", "formaction", "xlink:href"), (tag, name)
+            if name == "href":
+                assert value is not None
+                assert value.startswith("#"), value  # in-page anchors only
+            if name == "style":
+                assert value is not None
+                assert "url(" not in value
+                assert all(ch in "0123456789.%:;width " for ch in value), value
+    csp = [dict(attrs) for tag, attrs in tags.tags if tag == "meta"]
+    assert {"http-equiv": "Content-Security-Policy", "content": CSP} in csp
+
+
+def assert_escaped(document: str, text: str) -> None:
+    assert text not in document
+    assert html.escape(text, quote=True) in document
+
+
+# --- the eval report ------------------------------------------------------------------------
+
+
+def test_eval_report_is_one_html5_document(eval_html: str) -> None:
+    assert eval_html.startswith("<!DOCTYPE html>\n")
+    assert eval_html.rstrip().endswith("</html>")
+    assert eval_html.count("<html") == 1
+    assert "default-src 'none'" in CSP
+    assert_nothing_live(eval_html)
+    # the only URLs are the hostile text's, shown as text
+    assert "://" not in eval_html.replace("://evil.example", "")
+
+
+def test_eval_report_shows_the_pass_rate_and_how_it_was_computed(eval_html: str) -> None:
+    lower, upper = wilson_interval(7, 9)
+    assert '<span class="big">0.778</span>' in eval_html
+    assert f"<b>{lower:.3f}</b> to <b>{upper:.3f}</b>" in eval_html
+    assert "passed / (passed + failed + raised) = 7 / 9" in eval_html
+    assert "1 unavailable" in eval_html
+    assert "1 inconclusive" in eval_html
+    tags = parse(eval_html)
+    headings = {"Pass rate", "Per-criterion pass rates", "Cost", "Failing cases (4)"}
+    text = eval_html
+    for heading in headings:
+        assert f">{heading}</h2>" in text
+    assert tags.count("svg") >= 1
+
+
+def test_eval_report_charts_every_complete_run_of_the_file(eval_html: str, eval_run: int) -> None:
+    chart = eval_html[eval_html.index('id="history"') :]
+    chart = chart[: chart.index("</svg>")]
+    # runs 1-3 and the current one; not the incomplete run 4 nor run 5 of another file
+    assert chart.count('class="pt"') == 4
+    assert chart.count('<g class="cur">') == 1
+    assert f"run {eval_run}: pass rate 0.778 (7/9)" in chart
+    for earlier, rate in ((1, 0.75), (2, 0.25), (3, 0.5)):
+        lower, upper = wilson_interval(int(rate * 4), 4)
+        assert (
+            f"run {earlier}: pass rate {rate:.3f} ({int(rate * 4)}/4), 95% {lower:.3f} to " in chart
+        )
+        assert f"{upper:.3f}" in chart
+    assert "run 4:" not in chart
+    assert "run 5:" not in chart
+
+
+def test_eval_report_per_criterion_rates_attempts_and_cost(eval_html: str) -> None:
+    criteria_part = eval_html[eval_html.index('id="criteria"') : eval_html.index('id="attempts"')]
+    # grounded: 7 pass, 1 fail (only the judged cases carry verdicts); must_mention 8/8
+    assert '<code>grounded</code></td><td class="n">7</td><td class="n">1</td>' in criteria_part
+    assert "<b>0.875</b>" in criteria_part
+    assert "<b>1.000</b>" in criteria_part
+    attempts_part = eval_html[eval_html.index('id="attempts"') : eval_html.index('id="cost"')]
+    assert "mean <b>1.364</b>, max <b>3</b>" in attempts_part  # (9 * 1 + 2 * 3) / 11
+    assert '<td class="n">3</td><td class="n">2</td><td class="n">0.182</td>' in attempts_part
+    assert "<b>2</b> in all, max <b>2</b> per answer" in attempts_part
+    cost_part = eval_html[eval_html.index('id="cost"') : eval_html.index('id="failing"')]
+    # the answer model: 11 calls, 1,100 + 220 tokens; the run's judge: 8 judged cases
+    assert '<td>answer model</td><td class="n">11</td><td class="n">1,100</td>' in cost_part
+    assert '<td>the run\'s judge</td><td class="n">8</td><td class="n">2,400</td>' in cost_part
+    assert "<b>8.250 s</b> in all" in cost_part
+
+
+def test_eval_report_lists_failing_cases_with_their_feedback(eval_html: str) -> None:
+    failing = eval_html[eval_html.index('id="failing"') : eval_html.index('id="cases"')]
+    assert failing.count("<article") == 4
+    for word in ("failed", "raised", "unavailable", "inconclusive"):
+        assert f'<article class="case {word}"' in failing
+    assert html.escape("Failing feedback " + EVIL, quote=True) in failing
+    assert html.escape("LowQualityAnswer: rejected " + EVIL, quote=True) in failing
+    assert html.escape("JudgeUnavailable: HTTP 503 " + EVIL, quote=True) in failing
+    assert "the judge split 1/2" in failing
+    assert "No answer: the function raised" in failing
+    # the long answer is cut, and says by how much
+    answer = "Failing answer " + EVIL + "\n" + "x" * 3000
+    assert f"[{len(answer) - ANSWER_LIMIT:,} more characters]" in failing
+    assert "x" * 3000 not in failing
+    # its criteria, with their own feedback
+    assert '<code>grounded</code></td><td><span class="badge fail">fail</span>' in failing
+    # passing cases are not listed
+    assert "order 1?" not in failing
+    table = eval_html[eval_html.index('id="cases"') :]
+    assert table.count("<tr>") == 12  # a header and the 11 cases
+    assert table.count('<a href="#case-') == 4
+
+
+def test_eval_report_escapes_hostile_text(eval_html: str) -> None:
+    for text in HOSTILE:
+        assert text not in eval_html, text
+    for text in ("Failing question ", "Failing feedback ", "LowQualityAnswer: rejected "):
+        assert_escaped(eval_html, text + EVIL)
+    assert_escaped(eval_html, "q " + EVIL)  # a row value
+    assert_nothing_live(eval_html)
+
+
+def test_eval_report_escapes_names_paths_and_odd_characters(
+    store: RunStore, tmp_path: Path
+) -> None:
+    folder = tmp_path / '"><script>x()<'
+    folder.mkdir()
+    dataset = folder / "golden.csv"
+    dataset.write_text("question\nq\n", encoding="utf-8")
+    run_id = store_run(
+        store,
+        dataset,
+        [case(1, "failed", feedback="nul \x00 bell \x07 end")],
+        target='app:answer"><img src=x onerror=1>',
+        judge="</code><script>j()</script>",
+    )
+    document = eval_report(store, run_id)
+    assert_nothing_live(document)
+    assert html.escape(str(dataset), quote=True) in document
+    assert html.escape('app:answer"><img src=x onerror=1>', quote=True) in document
+    assert html.escape("</code><script>j()</script>", quote=True) in document
+    assert "\x00" not in document
+    assert "\x07" not in document
+    assert "nul \ufffd bell \ufffd end" in document
+
+
+def test_a_lone_surrogate_cannot_break_the_file() -> None:
+    # the store cannot hold one (SQLite text is UTF-8), but the escaping copes all the same
+    assert _e("a \ud800 b") == "a ? b"
+
+
+def test_eval_report_with_a_comparison(store: RunStore, eval_run: int) -> None:
+    before = store.run(1)  # 3 passed, 1 failed
+    comparison = compare_runs(before, store.cases(1), store.run(eval_run), store.cases(eval_run))
+    document = eval_report(store, eval_run, comparison)
+    part = document[document.index('id="comparison"') : document.index('id="failing"')]
+    assert ">Compared with run 1</h2>" in part
+    assert len(comparison.regressed) == 0
+    assert [c.position for _, c in comparison.improved] == [1]
+    assert f'<div class="value">{comparison.p_value:.3f}</div>' in part
+    assert "exact McNemar p" in part
+    assert "order 1?" in part
+
+
+def test_eval_report_of_an_incomplete_run_and_of_nothing_judged(
+    store: RunStore, golden: Path
+) -> None:
+    run_id = store_run(
+        store,
+        golden,
+        [case(1, "unavailable", error="down")],
+        status="incomplete",
+        summary={"stored": 1, "cases": 5},
+    )
+    document = eval_report(store, run_id)
+    assert "This run is <b>incomplete</b>: 1 of 5 cases are stored" in document
+    assert '<span class="big">n/a</span>' in document
+    assert "No run has a pass rate yet." in document
+    assert_nothing_live(document)
+
+
+def test_eval_report_refuses_a_calibrate_run(store: RunStore, golden: Path) -> None:
+    run_id = store_run(store, golden, [case(1, "passed", label="pass")], kind="calibrate")
+    with pytest.raises(ValueError, match="not an eval run"):
+        eval_report(store, run_id)
+
+
+def test_a_thousand_case_run_makes_a_lean_report(store: RunStore, golden: Path) -> None:
+    cases = [
+        case(
+            i,
+            "failed" if i % 2 else "passed",
+            question=f"question {i} " + "q" * 2000,
+            answer=f"answer {i} " + "a" * 10_000,
+            feedback="f" * 500,
+        )
+        for i in range(1, 1001)
+    ]
+    document = eval_report(store, store_run(store, golden, cases))
+    assert len(document.encode()) < 2_500_000
+    assert document.count("<article") == DETAILED_LIMIT
+    assert f"{500 - DETAILED_LIMIT} more failing cases are not shown in full" in document
+    assert document.count("<tr>") > 1000  # every case is in the table
+
+
+# --- the calibration report -----------------------------------------------------------------
+
+
+def test_calibration_report_has_the_figures_and_the_reliability_diagram(
+    calibration_html: str,
+) -> None:
+    document = calibration_html
+    assert_nothing_live(document)
+    # 40 judged: the judge passed 3 items people failed, else agreed
+    assert '<td class="n agree">20</td><td class="n disagree">3</td>' in document
+    assert "0.925" in document  # accuracy 37/40
+    diagram = document[document.index('class="reliability"') :]
+    diagram = diagram[: diagram.index("</svg>")]
+    assert 'class="diag"' in diagram  # perfect calibration
+    assert diagram.count('class="obs"') == 10  # one point per bin
+    assert "n=4" in diagram
+    assert "Expected calibration error: <b>" in document
+    assert ">Recommended thresholds</h2>" in document
+    assert "uncertain items" in document
+    assert "Criterion(..., pass_at=" in document
+
+
+def test_calibration_report_history_and_disagreements(calibration_html: str) -> None:
+    document = calibration_html
+    history = document[document.index('id="history"') :]
+    history = history[: history.index("</svg>")]
+    assert history.count('class="pt"') == 3
+    assert history.count('<g class="cur">') == 1
+    part = document[document.index('id="disagreements"') :]
+    assert ">Disagreements (3)</h2>" in part
+    assert "The judge passed, people failed (3)" in part
+    assert "The judge failed, people passed (0)" in part
+    assert "people <b>fail</b>" in part
+    assert_escaped(document, "Labelled question 1 " + EVIL)
+    assert_escaped(document, "Labelled answer 1 " + EVIL)
+    assert ">Not judged (1)</h2>" in document
+    for text in HOSTILE:
+        assert text not in document
+
+
+def test_calibration_report_without_probabilities(store: RunStore, tmp_path: Path) -> None:
+    labelled = tmp_path / "labelled.jsonl"
+    labelled.write_text("{}\n", encoding="utf-8")
+    run_id, result = calibration_run(store, labelled, calibration_cases(probabilities=False))
+    assert result.reliability is None
+    document = calibration_report(store, run_id, result)
+    assert "The judge gave no probabilities: 0 of 40 verdicts carried one." in document
+    assert 'class="reliability"' not in document
+    assert "No thresholds" in document
+    assert_nothing_live(document)
+
+
+def test_calibration_report_refuses_an_eval_run(store: RunStore, eval_run: int) -> None:
+    result = calibrate(store.cases(eval_run), target_error=0.1)
+    with pytest.raises(ValueError, match="not a calibrate run"):
+        calibration_report(store, eval_run, result)
+
+
+# --- through the command line ---------------------------------------------------------------
+
+APP = """
+from refinekit import Verdict
+
+
+def answer(question):
+    if "boom" in question:
+        raise RuntimeError("no answer for " + question)
+    return "Refunds within 30 days. " + question
+
+
+def grounded(request):
+    ok = "30 days" in request.answer and "bad" not in request.question
+    return Verdict(
+        passed=ok,
+        feedback="" if ok else "Say 30 days. <b>bold</b>",
+        metadata={"probability": 0.9 if ok else 0.1},
+    )
+"""
+
+
+def test_the_cli_writes_both_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("REFINEKIT_DB", raising=False)
+    (tmp_path / "report_app_cli.py").write_text(textwrap.dedent(APP), encoding="utf-8")
+    (tmp_path / "golden.csv").write_text(
+        'question,must_mention\nrefund?,30 days\n"<script>boom()</script>",30 days\n'
+        "returns?,45 days\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "labelled.csv").write_text(
+        "question,answer,label\nq1,30 days,pass\nbad q2,30 days,fail\nq3,60 days,pass\n",
+        encoding="utf-8",
+    )
+    status = main(
+        [
+            "eval",
+            "golden.csv",
+            "--target",
+            "report_app_cli:answer",
+            "--report",
+            "eval.html",
+            "--db",
+            "runs.db",
+        ]
+    )
+    assert status == 0
+    document = (tmp_path / "eval.html").read_text(encoding="utf-8")
+    assert '<span class="big">0.333</span>' in document  # 1 passed, 1 failed, 1 raised
+    assert "Mention &#x27;45 days&#x27;." in document
+    assert "RuntimeError: no answer for &lt;script&gt;boom()&lt;/script&gt;" in document
+    assert "<code>report_app_cli:answer</code>" in document
+    assert_nothing_live(document)
+    status = main(
+        [
+            "calibrate",
+            "labelled.csv",
+            "--judge",
+            "report_app_cli:grounded",
+            "--report",
+            "cal.html",
+            "--db",
+            "runs.db",
+            "--bins",
+            "5",
+        ]
+    )
+    assert status == 0
+    document = (tmp_path / "cal.html").read_text(encoding="utf-8")
+    assert 'class="reliability"' in document
+    assert ">Disagreements (1)</h2>" in document  # q3: the judge failed, people passed
+    assert "Say 30 days. &lt;b&gt;bold&lt;/b&gt;" in document
+    assert_nothing_live(document)
+
+
+# --- in a real browser ----------------------------------------------------------------------
+
+
+def find_chromium(path: Path = CHROMIUM) -> Path:
+    """`path`; else a skip, or under CI (which installs Chromium) a failure."""
+    if not path.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{path} is missing; .ci/run installs Debian's chromium package")
+        pytest.skip(f"{path} is not installed (apt-get install chromium)")
+    return path
+
+
+@pytest.fixture
+def chromium() -> Path:
+    return find_chromium()
+
+
+def run_chromium(browser: Path, work: Path, *args: str) -> str:
+    """Run headless Chromium on a fresh profile, with no way out to the network."""
+    profile = work / f"profile-{len(list(work.glob('profile-*')))}"
+    command = [
+        str(browser),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--proxy-server=127.0.0.1:9",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,
+        env={**os.environ, "HOME": str(work)},
+    )
+    try:
+        out, err = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail("chromium took more than 60 s")
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    assert process.returncode == 0, err[-2000:]
+    return out
+
+
+def png_rows(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Width, height and the RGB(A) rows of an 8-bit, non-interlaced PNG (stdlib only)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    position, chunks = 8, []
+    width = height = depth = colour = interlace = -1
+    while position < len(data):
+        length, kind = struct.unpack(">I4s", data[position : position + 8])
+        body = data[position + 8 : position + 8 + length]
+        position += 12 + length
+        if kind == b"IHDR":
+            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            chunks.append(body)
+        elif kind == b"IEND":
+            break
+    assert depth == 8
+    assert colour in (2, 6)
+    assert interlace == 0
+    bpp = 3 if colour == 2 else 4
+    raw = zlib.decompress(b"".join(chunks))
+    stride = width * bpp
+    assert len(raw) == height * (stride + 1)
+    previous = bytearray(stride)
+    rows = []
+    for y in range(height):
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        if kind == 1:  # Sub
+            for i in range(bpp, stride):
+                line[i] = (line[i] + line[i - bpp]) & 0xFF
+        elif kind == 2:  # Up
+            line = bytearray((a + b) & 0xFF for a, b in zip(line, previous, strict=True))
+        elif kind == 3:  # Average
+            for i in range(stride):
+                left = line[i - bpp] if i >= bpp else 0
+                line[i] = (line[i] + (left + previous[i]) // 2) & 0xFF
+        elif kind == 4:  # Paeth
+            for i in range(stride):
+                a = line[i - bpp] if i >= bpp else 0
+                b, c = previous[i], previous[i - bpp] if i >= bpp else 0
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        else:
+            assert kind == 0
+        rows.append(
+            bytes(line[i] for i in range(stride) if i % bpp < 3) if bpp == 4 else bytes(line)
+        )
+        previous = line
+    return width, height, rows
+
+
+def colours(rows: Sequence[bytes]) -> set[tuple[int, int, int]]:
+    found = set()
+    for row in rows[::3]:
+        for i in range(0, len(row), 9):
+            found.add((row[i], row[i + 1], row[i + 2]))
+    return found
+
+
+def near(found: set[tuple[int, int, int]], want: tuple[int, int, int], slack: int = 6) -> bool:
+    return any(all(abs(a - b) <= slack for a, b in zip(c, want, strict=True)) for c in found)
+
+
+def render(browser: Path, document: str, tmp_path: Path, name: str) -> tuple[str, bytes]:
+    """The DOM Chromium built from the report, and a 1200 x 2000 screenshot of it."""
+    page = tmp_path / f"{name}.html"
+    page.write_text(document, encoding="utf-8")
+    dom = run_chromium(browser, tmp_path, "--dump-dom", page.as_uri())
+    shot = tmp_path / f"{name}.png"
+    run_chromium(
+        browser, tmp_path, f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri()
+    )
+    assert shot.is_file()
+    return dom, shot.read_bytes()
+
+
+def test_eval_report_renders_in_chromium(chromium: Path, eval_html: str, tmp_path: Path) -> None:
+    dom, png = render(chromium, eval_html, tmp_path, "eval")
+    # (a) the figures and headings are in the rendered page
+    for text in (
+        "refinekit eval \u2014 run 6",
+        ">Pass rate</h2>",
+        '<span class="big">0.778</span>',
+        ">Per-criterion pass rates</h2>",
+        ">Failing cases (4)</h2>",
+        "Failing feedback ",
+    ):
+        assert text in dom, text
+    # (b) the hostile text stayed text: no element came of it
+    tags = parse(dom)
+    assert tags.count("script") == 0
+    assert tags.count("img") == 0
+    assert tags.count("iframe") == 0
+    assert tags.count("svg") == 1  # the chart; not the hostile <svg onload>
+    assert all(not name.startswith("on") for _, attrs in tags.tags for name, _ in attrs)
+    links = [value or "" for _, attrs in tags.tags for name, value in attrs if name == "href"]
+    assert links
+    assert all(link.startswith("#") for link in links)  # the hostile <a href> stayed text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom
+    # (c) it painted: a real image, not one colour, the style sheet applied under the CSP
+    assert len(png) > 20_000
+    width, height, rows = png_rows(png)
+    assert (width, height) == (1200, 2000)
+    seen = colours(rows)
+    assert len(seen) > 50
+    assert near(seen, (255, 255, 255))
+    assert near(seen, (0x1A, 0x7F, 0x37))  # passed green: the outcome bar and the status badge
+    assert near(seen, (0xCF, 0x22, 0x2E))  # failed red
+    assert near(seen, (0x09, 0x69, 0xDA))  # the current run in the chart
+
+
+def test_calibration_report_renders_in_chromium(
+    chromium: Path, calibration_html: str, tmp_path: Path
+) -> None:
+    dom, png = render(chromium, calibration_html, tmp_path, "calibration")
+    for text in (
+        ">Agreement with people</h2>",
+        ">Reliability diagram</h2>",
+        'class="reliability"',
+        'class="diag"',
+        ">Disagreements (3)</h2>",
+    ):
+        assert text in dom, text
+    tags = parse(dom)
+    assert tags.count("script") == 0
+    assert tags.count("img") == 0
+    assert tags.count("svg") == 2  # the reliability diagram and the kappa history
+    assert tags.count("circle") >= 10
+    width, height, rows = png_rows(png)
+    assert (width, height) == (1200, 2000)
+    seen = colours(rows)
+    assert len(seen) > 50
+    assert near(seen, (0xDD, 0xF4, 0xFF))  # the reliability bars
+    assert near(seen, (0x09, 0x69, 0xDA))  # their points
+
+
+def test_a_missing_chromium_skips_only_outside_ci(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-chromium"
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        find_chromium(missing)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="installs Debian's chromium"):
+        find_chromium(missing)
