@@ -64,6 +64,16 @@ EXPECTED = {
         "answer ran 1 time, lookup_policy ran 1 time",
         "the revision request offered tools: no",
     ],
+    "eval_workflow.py": [
+        "-> Mention 'closed'.",
+        "attempts per answer: mean 1.10, max 2",
+        "rate limited: backed off 1 times",
+        "gate: lower bound 0.490 >= --min-pass-rate 0.400: pass",
+        "gate: lower bound 0.313 is under --min-pass-rate 0.400: FAIL",
+        "3 regressed, 1 improved; exact McNemar p = 0.6250",
+        "as a criterion: Criterion(..., pass_at=0.850, fail_at=0.450)",
+        "every outcome as expected",
+    ],
     "guarded_example.py": [
         "caller got: Refunds are accepted within 30 days (policies/refunds.md).",
         "blocked: output blocked by screen 'no_card_numbers'",
