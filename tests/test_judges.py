@@ -710,6 +710,35 @@ async def test_criteria_probability_from_logprobs(
         assert recorded.body["max_tokens"] == 4
 
 
+async def test_criteria_reads_a_reply_not_opening_with_yes_or_no_at_its_first_position(
+    server: ScriptedOpenAI, jm: JudgeModel, evaluate: Evaluate
+) -> None:
+    # Small models often open with "The answer..."; the odds of "Yes" and "No" among the
+    # first position's alternatives are what the model would have answered.
+    script_criteria(
+        server,
+        {
+            ANSWERS.question: Reply.text(
+                "The answer is not clear", {"The": 0.5, "Yes": 0.36, "No": 0.04}
+            ),
+            KEEPS.question: Reply.text("It does not", {"It": 0.6, "No": 0.3}),
+        },
+    )
+    verdict = await evaluate(judges.criteria(jm, [ANSWERS, KEEPS]), REQUEST)
+    answers, keeps = verdict.criteria
+    assert (answers.outcome, answers.source) == ("pass", "logprobs")
+    assert answers.probability == pytest.approx(0.9)
+    assert (keeps.outcome, keeps.source, keeps.probability) == ("fail", "logprobs", 0.0)
+
+
+async def test_criteria_reply_without_yes_or_no_anywhere_is_a_reply_error(
+    server: ScriptedOpenAI, jm: JudgeModel, evaluate: Evaluate
+) -> None:
+    script_criteria(server, {KEEPS.question: Reply.text("Maybe so", {"Maybe": 0.7, "I": 0.2})})
+    with pytest.raises(JudgeReplyError, match="did not answer yes or no"):
+        await evaluate(judges.criteria(jm, [KEEPS]), REQUEST)
+
+
 async def test_criteria_prompt(server: ScriptedOpenAI, jm: JudgeModel, evaluate: Evaluate) -> None:
     script_criteria(server, {KEEPS.question: "Yes"})
     await evaluate(judges.criteria(jm, [KEEPS]), REQUEST)

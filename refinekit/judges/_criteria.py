@@ -86,21 +86,28 @@ def _word(token: str) -> str:
     return token.strip().strip(".,!:;*\"'`").lower()
 
 
+def _yes_no_odds(candidates: Sequence[Any]) -> float | None:
+    p_yes = sum(math.exp(c.logprob) for c in candidates if _word(c.token) == "yes")
+    p_no = sum(math.exp(c.logprob) for c in candidates if _word(c.token) == "no")
+    return p_yes / (p_yes + p_no) if p_yes + p_no > 0 else None
+
+
 def _probability_from_logprobs(completion: Any) -> float | None:
-    """P(yes) from the first yes/no token's alternatives, or None when the reply has none."""
+    """P(yes) from the reply's token probabilities, or None when they say nothing of it.
+
+    The first token that is "yes" or "no" gives P(yes) from its alternatives. A reply that
+    does not start with either (small models often open with "The answer...") is read at its
+    first position: when "yes" or "no" is among that position's alternatives, their odds
+    there are the probability the model would have answered yes.
+    """
     logprobs = completion.choices[0].logprobs if completion.choices else None
     content = getattr(logprobs, "content", None)
     if not content:
         return None
     for token in content:
-        if _word(token.token) not in ("yes", "no"):
-            continue
-        candidates = token.top_logprobs or [token]
-        p_yes = sum(math.exp(c.logprob) for c in candidates if _word(c.token) == "yes")
-        p_no = sum(math.exp(c.logprob) for c in candidates if _word(c.token) == "no")
-        if p_yes + p_no > 0:
-            return p_yes / (p_yes + p_no)
-    return None
+        if _word(token.token) in ("yes", "no"):
+            return _yes_no_odds(token.top_logprobs or [token])
+    return _yes_no_odds(content[0].top_logprobs or [])
 
 
 class _Criteria(Judge):
