@@ -220,7 +220,12 @@ class JudgeUnavailable(JudgeError):
 
     Connection errors, timeouts, HTTP 408, 429 and 5xx, and bodies that are not a completion,
     after the `openai` client's own retries.
+
+    Attributes:
+        retry_after: The seconds the server asked to wait (its `Retry-After` header), if any.
     """
+
+    retry_after: float | None = None
 
 
 class JudgeMisconfigured(JudgeError):

@@ -1088,6 +1088,33 @@ async def test_pairwise_endpoint_failures(
             await compare(mode, judges.pairwise(jm), "q", FIRST, SECOND)
 
 
+async def test_a_server_refusing_the_request_with_a_500_is_misconfigured(
+    server: ScriptedOpenAI, jm: JudgeModel, evaluate: Evaluate
+) -> None:
+    # llama.cpp's server refuses response_format json_schema with HTTP 500 and a validation
+    # error: retrying cannot help, so it must not pass for an outage.
+    refusal = (
+        "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', "
+        "'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}"
+    )
+    server.script(JUDGE, [Reply.error(500, refusal)])
+    with pytest.raises(JudgeMisconfigured, match="does not support that mode") as caught:
+        await evaluate(judges.relevancy(jm), REQUEST)
+    assert caught.value.status_code == 500
+    server.script(JUDGE, [Reply.error(500, "CUDA out of memory")])  # a real outage stays one
+    with pytest.raises(JudgeUnavailable):
+        await evaluate(judges.relevancy(jm), REQUEST)
+
+
+async def test_a_rate_limited_judge_says_how_long_the_server_asked_to_wait(
+    server: ScriptedOpenAI, jm: JudgeModel, evaluate: Evaluate
+) -> None:
+    server.script(JUDGE, [Reply.error(429, "slow down")])  # sent with retry-after: 0
+    with pytest.raises(JudgeUnavailable) as caught:
+        await evaluate(judges.relevancy(jm), REQUEST)
+    assert (caught.value.status_code, caught.value.retry_after) == (429, 0.0)
+
+
 # --- usage ---------------------------------------------------------------------------------------
 
 

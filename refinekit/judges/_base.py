@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import threading
 import weakref
@@ -169,11 +170,47 @@ def judge_error(judge: JudgeModel, exc: Exception) -> JudgeError | None:
                 404: " (check the model name and base URL)",
             }.get(status, "")
             return JudgeMisconfigured(message + hint, model=judge.model, status_code=status)
+        if status >= 500 and _refused_request(detail):
+            # llama.cpp's server (and others built on FastAPI) answer a request they cannot
+            # take, e.g. response_format {"type": "json_schema"}, with a 500 and a validation
+            # error: no retry helps, so it is a misconfiguration, not an outage.
+            return JudgeMisconfigured(
+                message + " (the server refused the request itself; if it names response_format, "
+                "this server does not support that mode: try mode='JSON' or 'MD_JSON')",
+                model=judge.model,
+                status_code=status,
+            )
         if status == 408 or status == 429 or status >= 500:
-            return JudgeUnavailable(message, model=judge.model, status_code=status)
+            error = JudgeUnavailable(message, model=judge.model, status_code=status)
+            error.retry_after = _retry_after(exc)
+            return error
         return JudgeMisconfigured(message, model=judge.model, status_code=status)
     if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError)):
         return JudgeUnavailable(f"{where}: the reply was not a chat completion", model=judge.model)
+    return None
+
+
+def _refused_request(detail: str) -> bool:
+    """Whether an error message is a server's validation error about the request's body."""
+    lowered = detail.lower()
+    return "validation error" in lowered and ("'body'" in lowered or "response_format" in lowered)
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    """Seconds the server asked to wait (`retry-after-ms` or `retry-after`), if it said."""
+    headers = getattr(exc.response, "headers", None)
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            seconds = float(raw) * scale
+        except ValueError:
+            continue
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
     return None
 
 
