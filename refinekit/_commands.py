@@ -34,12 +34,12 @@ from ._evaluation import (
     has_column_checks,
     labels_of,
     load_cases,
-    load_object,
+    load_judge,
     run_eval,
     start,
     summarise,
 )
-from ._runstore import DEFAULT_DB, CaseRecord, RunInfo, RunStore, RunStoreError
+from ._runstore import DEFAULT_DB, CaseRecord, RunInfo, RunStore, RunStoreError, redact
 from ._stats import wilson_interval
 
 __all__ = ["EXIT_ABORTED", "EXIT_GATE", "EXIT_USAGE", "calibrate_command", "eval_command"]
@@ -111,7 +111,8 @@ class _Io:
         print(text, file=self.out)
 
     def error(self, command: str, text: str) -> None:
-        print(f"refinekit {command}: error: {text}", file=self.err)
+        # an error may quote a server's or a model's text: no credential, no control character
+        print(f"refinekit {command}: error: {clean(redact(text))}", file=self.err)
 
 
 def _pct(value: float | None, digits: int = 3) -> str:
@@ -196,7 +197,7 @@ def eval_command(
         cases = load_cases(Path(args.golden))
         columns = sorted({c for case in cases for c in case.row})
         target = Target.load(args.target, columns)
-        judge = None if args.judge is None else load_object(args.judge, "--judge")
+        judge = None if args.judge is None else load_judge(args.judge)
         if judge is None and not has_column_checks(columns):
             raise UsageProblem(
                 "nothing to judge the answers by: give --judge, or a golden file with a "
@@ -398,7 +399,7 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
     try:
         cases = load_cases(Path(args.labelled))
         labels = labels_of(cases)
-        judge = load_object(args.judge, "--judge")
+        judge = load_judge(args.judge)
         with RunStore(db_path(args.db)) as store:
             options = EvalOptions(
                 dataset=Path(args.labelled),
@@ -470,7 +471,7 @@ def _print_calibration(io: _Io, c: Calibration) -> None:
     io.say(f"  {'bin':<11}{'items':>6}{'mean p':>9}{'passed':>9}")
     for b in c.reliability:
         io.say(
-            f"  {b.lower:.1f}-{b.upper:.1f}{'':<4}{b.count:>6}{b.mean_probability:>9.3f}"
+            f"  {b.lower:.2f}-{b.upper:.2f}{'':<2}{b.count:>6}{b.mean_probability:>9.3f}"
             f"{b.observed_rate:>9.3f}"
         )
     io.say(f"expected calibration error {_pct(c.ece)}")

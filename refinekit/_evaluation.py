@@ -11,6 +11,8 @@ Each finished case is stored at once, so an interrupted run keeps what it paid f
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import hashlib
 import importlib
 import inspect
@@ -18,6 +20,7 @@ import json
 import math
 import random
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,8 +36,8 @@ from ._golden import DataFileError, column_for, read_rows, row_key
 from ._hooks import Event, subscribe
 from ._job import job
 from ._model import ContextDocument, CriterionResult, EvaluationRequest, Usage, Verdict
-from ._replies import answer_text
-from ._runstore import CaseRecord, Outcome, RunInfo, RunStore
+from ._replies import answer_text, usage_of
+from ._runstore import CaseRecord, Outcome, RunInfo, RunStore, redact
 from ._stats import mcnemar_exact, wilson_interval
 from .checks import _cited
 
@@ -47,6 +50,7 @@ __all__ = [
     "UsageProblem",
     "compare_runs",
     "load_cases",
+    "load_judge",
     "load_object",
     "run_eval",
     "summarise",
@@ -104,6 +108,20 @@ def load_object(spec: str, what: str) -> Any:
     return obj
 
 
+def load_judge(spec: str) -> Any:
+    """The `--judge` object, checked to be something that can judge (an evaluator).
+
+    Raises:
+        UsageProblem: As `load_object`, or the object is not an evaluator.
+    """
+    judge = load_object(spec, "--judge")
+    try:
+        as_evaluator(judge)
+    except TypeError as e:
+        raise UsageProblem(f"--judge {spec!r}: {e}") from None
+    return judge
+
+
 @dataclass(frozen=True)
 class Case:
     """One row of a golden or labelled file."""
@@ -118,7 +136,8 @@ def load_cases(path: Path) -> list[Case]:
     """The rows of a data file as cases; the same row twice is two cases.
 
     Raises:
-        UsageProblem: The file is unusable or has no rows.
+        UsageProblem: The file is unusable or has no rows, or a context value is not a
+            document.
     """
     try:
         rows = read_rows(path)
@@ -137,6 +156,8 @@ def load_cases(path: Path) -> list[Case]:
         first = next(iter(row.values()), "")
         question = row[column] if column is not None else first
         cases.append(Case(key, position, _as_text(question), row))
+    for case in cases:  # a bad context is a usage error before anything runs, not midway
+        _context_of(case)
     return cases
 
 
@@ -207,7 +228,7 @@ class Target:
     def arguments(self, case: Case) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if self.question_parameter is not None:
             return (case.question,), {}
-        return (), {name: case.row[column] for name, column in self.columns.items()}
+        return (), {name: case.row.get(column) for name, column in self.columns.items()}
 
 
 def _request_of(result: Any, case: Case, context: tuple[ContextDocument, ...]) -> EvaluationRequest:
@@ -397,13 +418,17 @@ class Progress:
 
 
 def _verdict_dump(verdict: Verdict) -> dict[str, Any]:
-    return verdict.model_dump(mode="json", exclude={"metadata"}) | {
+    dump = verdict.model_dump(mode="json", exclude={"metadata"}) | {
         "metadata": json.loads(json.dumps(verdict.metadata, default=str))
     }
+    if isinstance(dump.get("reason"), str):  # an unjudged verdict's reason quotes an error
+        dump["reason"] = redact(dump["reason"])
+    return dump
 
 
 def _error_text(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    """An error's type and message, on one line, with credentials redacted."""
+    text = redact(" ".join(str(exc).split()))
     return f"{type(exc).__name__}: {text[:500]}" if text else type(exc).__name__
 
 
@@ -435,11 +460,17 @@ class _Judging:
     async def judge_once(self, request: EvaluationRequest) -> Verdict:
         evaluator = self.evaluator
         assert evaluator is not None
+        # A sync-only judge runs in a thread of its own, as a sync answer function does.
+        judge_one: Callable[[], Awaitable[Verdict]] = (
+            (lambda: evaluator.aevaluate(request))
+            if evaluator._async is not None
+            else (lambda: _in_thread(evaluator.evaluate, request))
+        )
         try:
-            verdict: Verdict = await self.limiter.call(lambda: evaluator.aevaluate(request))
+            verdict: Verdict = await self.limiter.call(judge_one)
             return verdict
         except JudgeMisconfigured as e:
-            raise RunAborted(f"the judge is misconfigured: {e}") from e
+            raise RunAborted(f"the judge is misconfigured: {redact(str(e))}") from e
         except JudgeError as e:
             return Verdict.unjudged(_error_text(e))
         except Exception as e:
@@ -518,10 +549,42 @@ def decide(
 async def _call(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if inspect.iscoroutinefunction(function):
         return await function(*args, **kwargs)
-    result = await asyncio.to_thread(function, *args, **kwargs)
+    result = await _in_thread(function, *args, **kwargs)
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+async def _in_thread(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`function(*args, **kwargs)` in a daemon thread of its own, in a copy of this context.
+
+    Not `asyncio.to_thread`: the loop's default executor has min(32, CPUs + 4) threads, which
+    would cap `--concurrency` for sync functions, and its threads are joined when the loop
+    and the interpreter shut down, so an interrupted run would wait for (or hang on) every
+    call still in flight. A daemon thread is left behind instead, as the process exits.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():  # the case was cancelled meanwhile
+            return
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+    def run() -> None:
+        try:
+            result, error = context.run(function, *args, **kwargs), None
+        except BaseException as e:  # handed to the awaiting case, whatever it is
+            result, error = None, e
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="refinekit-eval", daemon=True).start()
+    return await future
 
 
 async def _eval_case(
@@ -532,10 +595,15 @@ async def _eval_case(
     started = time.perf_counter()
     error: Exception | None = None
     async with job() as answer_job:
+        counted = answer_job._replies_counted()
         try:
             result = await judging.limiter.call(lambda: _call(target.function, args, kwargs))
         except Exception as e:
             error = e
+        else:  # a reply returned as it came (no decorator counted it) was paid for too
+            usage = usage_of(result)
+            if usage is not None:
+                answer_job._add_usage(usage, result, counted)
     tried = max(1, attempts.by_job.pop(answer_job.id, 1))
     cost: dict[str, Any] = {
         "corrections": answer_job.corrections_used,
@@ -638,9 +706,12 @@ def labels_of(cases: Sequence[Case]) -> dict[str, str]:
         UsageProblem: No label or answer column, or a label that is neither pass nor fail.
     """
     columns = list(cases[0].row)
-    for needed in ("answer",):
-        if column_for(needed, columns, loose=True) is None:
-            raise UsageProblem(f"the labelled file needs an {needed!r} column; columns: {columns}")
+    for case in cases:  # every row: a JSONL row may lack what the first one has
+        if column_for("answer", list(case.row), loose=True) is None:
+            where = "" if case.position == 1 else f" (row {case.position} has none)"
+            raise UsageProblem(
+                f"the labelled file needs an 'answer' column{where}; columns: {list(case.row)}"
+            )
     column = next(
         (
             c
@@ -679,10 +750,20 @@ async def _run_all(
     progress: Progress,
 ) -> None:
     semaphore = asyncio.Semaphore(concurrency)
+    stopping = False
 
     async def one(case: Case) -> None:
+        nonlocal stopping
         async with semaphore:
-            record = await work(case)
+            # A case that failed the run hands its slot on before the others are cancelled:
+            # the next case must not start (and pay for a model call) in that moment.
+            if stopping:
+                return
+            try:
+                record = await work(case)
+            except BaseException:
+                stopping = True
+                raise
         store.save_case(run_id, record)
         progress.add(record)
 

@@ -22,8 +22,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a CSV (header row first) or JSONL (one object a line) file.
 
     Raises:
-        DataFileError: The file is missing, is neither .csv nor .jsonl, or a line is not a
-            JSON object.
+        DataFileError: The file is missing or unreadable, is neither .csv nor .jsonl, or a
+            line is not a JSON object.
     """
     if not path.is_file():
         raise DataFileError(f"file not found: {path}")
@@ -37,6 +37,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
                 ]
         except (UnicodeDecodeError, csv.Error) as e:
             raise DataFileError(f"{path}: not a UTF-8 CSV file ({e})") from None
+        except OSError as e:
+            raise DataFileError(f"{path}: cannot read it ({e.strerror or e})") from None
     if suffix in (".jsonl", ".ndjson"):
         rows: list[dict[str, Any]] = []
         try:
@@ -53,6 +55,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
                     rows.append(row)
         except UnicodeDecodeError as e:
             raise DataFileError(f"{path}: not a UTF-8 file ({e})") from None
+        except OSError as e:
+            raise DataFileError(f"{path}: cannot read it ({e.strerror or e})") from None
         return rows
     raise DataFileError(f"{path}: use a .csv or .jsonl file, not {suffix or 'no suffix'!r}")
 

@@ -57,11 +57,12 @@ RunStatus = Literal["running", "complete", "incomplete"]
 _SECRETS = [
     # bearer and basic credentials, as in an Authorization header
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 [redacted]"),
-    # header-like or keyword-like assignments of keys, tokens, passwords
+    # header-like or keyword-like assignments of keys, tokens, passwords (also quoted, as
+    # in a dict's repr or JSON: {'api_key': '...'})
     (
         re.compile(
             r"(?i)\b((?:x-)?api[_-]?key|authorization|access[_-]?token|token|password|secret)"
-            r"(\s*[=:]\s*['\"]?)[^\s'\",;}]{4,}"
+            r"(['\"]?\s*[=:]\s*['\"]?)[^\s'\",;}]{4,}"
         ),
         r"\1\2[redacted]",
     ),
@@ -327,13 +328,18 @@ class RunStore:
         return self.run(run_id)
 
     def resumable(self, fingerprint: str) -> RunInfo | None:
-        """The newest run with this fingerprint, when it did not complete; else None."""
+        """The newest run with this fingerprint, when it did not complete; else None.
+
+        A run still `running` (its process is alive) is not resumable: two processes would
+        run the same cases into one run.
+        """
         row = self._db.execute(
             "SELECT * FROM runs WHERE fingerprint = ? ORDER BY id DESC LIMIT 1", (fingerprint,)
         ).fetchone()
         if row is None or row["status"] == "complete":
             return None
-        return self._run(row)
+        run = self._run(row)
+        return None if run.status == "running" else run
 
     def resume(self, run_id: int, dataset_sha256: str) -> RunInfo:
         """Mark a stored run `running` again, with the data file's current hash."""

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import csv
+import importlib
+import itertools
+import json
+import os
+import re
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pytest
 from openai.types.chat import ChatCompletion
+
+from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 
 def completion(text: str, prompt_tokens: int = 10, completion_tokens: int = 5) -> ChatCompletion:
@@ -48,3 +62,139 @@ def answering(mode: str, answer: str = "an answer") -> tuple[list[str], Callable
         return answer
 
     return calls, arespond
+
+
+# --- the `refinekit eval` / `calibrate` / `runs` tests: a folder with data files and modules ---
+
+
+class Workspace:
+    """A folder standing for a user's project: data files and importable modules.
+
+    Modules get names unique in the process, so a module written by one test never answers
+    for another; `forget_modules` drops them from `sys.modules` after the test.
+    """
+
+    _made = itertools.count(1)
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.modules: list[str] = []
+
+    def module(self, source: str, stem: str = "mod") -> str:
+        """Write a module (dedented) into the folder; returns its import name."""
+        name = f"mod_{stem}_{os.getpid()}_{next(self._made)}"
+        (self.path / f"{name}.py").write_text(textwrap.dedent(source), encoding="utf-8")
+        importlib.invalidate_caches()
+        self.modules.append(name)
+        return name
+
+    def csv(self, name: str, rows: list[dict[str, Any]]) -> Path:
+        """A CSV file with a header row made of the first row's keys."""
+        path = self.path / name
+        with path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        return path
+
+    def jsonl(self, name: str, rows: list[dict[str, Any]]) -> Path:
+        """A JSONL file, one object a line."""
+        path = self.path / name
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        return path
+
+    def forget_modules(self) -> None:
+        for name in self.modules:
+            sys.modules.pop(name, None)
+
+
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+    """The body of a `ws` fixture: tmp_path importable and current, no $REFINEKIT_DB."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("REFINEKIT_DB", raising=False)
+    ws = Workspace(tmp_path)
+    yield ws
+    ws.forget_modules()
+
+
+def judge_replies(
+    probabilities: Mapping[str, float | Sequence[float | Reply]],
+) -> Callable[[RecordedRequest], Reply]:
+    """A scripted reply for criteria judge requests, by the answer the request carries.
+
+    Each answer maps to P(yes) (the same each time it is asked) or to a list of them, one per
+    time it is asked (a `Reply` in the list is served as it is, e.g. `Reply.error(503)`). A
+    probability p is sent as the reply "Yes" (p >= 0.5) or "No" with the top logprobs
+    {"Yes": p, "No": 1 - p}, so the judge reads p back from real logprobs.
+    """
+    asked: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def reply(request: RecordedRequest) -> Reply:
+        text = str((request.body or {})["messages"][-1]["content"])
+        found = re.search(r"<answer>\n(.*?)\n</answer>", text, re.DOTALL)
+        assert found is not None, text
+        answer = found.group(1)
+        plan = probabilities[answer]
+        with lock:
+            n = asked.get(answer, 0)
+            asked[answer] = n + 1
+        p = plan[n] if isinstance(plan, Sequence) else plan
+        if isinstance(p, Reply):
+            return p
+        return yes_no(p)
+
+    return reply
+
+
+def yes_no(p: float) -> Reply:
+    """A yes/no judge reply whose first token has P(yes) = p (0 < p < 1)."""
+    top = {"Yes": p, "No": round(1.0 - p, 9)}
+    return Reply.text("Yes" if p >= 0.5 else "No", top)
+
+
+@dataclass
+class Result:
+    """What a `refinekit` command returned and printed."""
+
+    code: int
+    out: str
+    err: str
+
+
+Cli = Callable[..., Result]
+
+
+def cli_runner(capsys: pytest.CaptureFixture[str]) -> Cli:
+    """`refinekit ARGS` in process: the exit status (argparse's too) and what it printed."""
+    from refinekit._cli import main
+
+    def run(*args: str | Path) -> Result:
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:  # argparse's usage errors
+            code = int(e.code or 0)
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
+
+
+def answers(by_question: Mapping[str, str]) -> Callable[[RecordedRequest], str]:
+    """A scripted reply of the answering model: the answer to the question it was sent."""
+
+    def reply(request: RecordedRequest) -> str:
+        return by_question[str((request.body or {})["messages"][-1]["content"])]
+
+    return reply
+
+
+def asked(server: ScriptedOpenAI, model: str = "answer") -> list[str]:
+    """The questions a model was sent (the last message of each request), in order."""
+    return [str((r.body or {})["messages"][-1]["content"]) for r in server.requests_for(model)]
+
+
+def table(out: str) -> dict[int, str]:
+    """The table `refinekit eval` printed: each case's number -> its outcome mark."""
+    return {int(m[1]): m[2] for m in re.finditer(r"^ +(\d+)  (\S+) ", out, re.MULTILINE)}

@@ -1,0 +1,1150 @@
+"""`refinekit eval` end to end, in process: golden files, targets and judges written into
+tmp_path, model traffic over real HTTP to the scripted server.
+
+The target and judge modules read the server's address from $RK_BASE_URL when called; every
+module has a name of its own (helpers.Workspace), so nothing leaks between tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import re
+import sqlite3
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from helpers import (
+    Cli,
+    Workspace,
+    answers,
+    asked,
+    cli_runner,
+    judge_replies,
+    table,
+    workspace,
+    yes_no,
+)
+
+from refinekit import JudgeUnavailable
+from refinekit._evaluation import RateLimiter, compare_runs
+from refinekit._runstore import CaseRecord, RunInfo, RunStore
+from refinekit._stats import mcnemar_exact, wilson_interval
+from refinekit.testing import Reply, ScriptedOpenAI, set_testing
+
+SECRET = "sk-proj-Zq81vXw2mNe4RtY6uI0oP9aS"
+BEARER = "Bearer eyJhbGciOiJIUzI1NiJ9.c2VjcmV0.dG9rZW4"
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+    yield from workspace(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
+    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
+    return scripted_openai
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    return cli_runner(capsys)
+
+
+def db_rows(db: Path, query: str) -> list[sqlite3.Row]:
+    with sqlite3.connect(db) as con:
+        con.row_factory = sqlite3.Row
+        return list(con.execute(query))
+
+
+SYNC_ANSWER = """
+import os
+import openai
+
+def answer(question):
+    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
+    with client:
+        reply = client.chat.completions.create(
+            model="answer", messages=[{"role": "user", "content": question}]
+        )
+    return reply.choices[0].message.content
+"""
+
+ASYNC_REPLY = """
+import os
+import openai
+
+async def answer(question):
+    client = openai.AsyncOpenAI(
+        base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0
+    )
+    async with client:
+        return await client.chat.completions.create(
+            model="answer", messages=[{"role": "user", "content": question}]
+        )
+"""
+
+CRITERIA_JUDGE = """
+import os
+import openai
+from refinekit import judges
+from refinekit.judges import Criterion, JudgeModel
+
+# The judge makes an async counterpart of this client for the run's event loop, and nothing
+# closes it when the loop ends; "Connection: close" leaves no socket open behind it.
+client = openai.OpenAI(
+    base_url=os.environ["RK_BASE_URL"],
+    api_key="sk-test",
+    max_retries=0,
+    default_headers={"Connection": "close"},
+)
+judge = judges.criteria(
+    JudgeModel(client, os.environ.get("RK_JUDGE_MODEL", "judge")),
+    [Criterion("correct", "Is the answer right?", when_false="Give the right answer.")],
+)
+"""
+
+
+# --- column checks, the table, the pass rate and its gate ---------------------------------------
+
+
+REFUNDS = [
+    {"question": "Refund window?", "must_mention": "seven days", "expected_source": "refunds.md"},
+    {"question": "Shipping cost?", "must_mention": "free", "expected_source": "shipping.md"},
+    {"question": "Who pays returns?", "must_mention": "buyer", "expected_source": "a.md"},
+    {"question": "Gift cards?", "must_mention": "", "expected_source": "gifts.md"},
+]
+REFUND_ANSWERS = {
+    "Refund window?": "Within Seven Days of delivery [refunds.md].",  # passes (any case)
+    "Shipping cost?": "It is free.",  # the source is not cited
+    "Who pays returns?": "The buyer, see data.md.",  # data.md does not cite a.md
+    "Gift cards?": "Never refunded (gifts.md).",  # no phrase to mention: only the source
+}
+
+
+def test_column_checks_judge_a_sync_target_and_the_table_says_why(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    golden = ws.csv("golden.csv", REFUNDS)
+    target = ws.module(SYNC_ANSWER)
+    server.script("answer", [answers(REFUND_ANSWERS)] * 4)
+
+    result = cli("eval", golden, "--target", f"{target}:answer", "--concurrency", "1")
+
+    assert result.code == 0, result.err
+    assert table(result.out) == {1: "pass", 2: "FAIL", 3: "FAIL", 4: "pass"}
+    assert "-> Cite shipping.md." in result.out
+    assert "-> Cite a.md." in result.out
+    lo, hi = wilson_interval(2, 4)
+    assert (
+        f"pass rate 0.500 (2/4), 95% Wilson interval {lo:.3f} to {hi:.3f}, over the 4 cases "
+        "answered and judged (2 passed, 2 failed, 0 raised" in result.out
+    )
+    assert "criteria passed: must_mention 3/3, expected_source 2/4" in result.out
+    assert "model calls seen: none (column checks only)" in result.out
+    assert asked(server) == [r["question"] for r in REFUNDS]  # over HTTP, one call each
+    assert result.err == ""  # no progress bar off a terminal
+
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:  # the default store
+        [run] = store.runs()
+        assert (run.kind, run.status, run.target) == ("eval", "complete", f"{target}:answer")
+        cases = store.cases(run.id)
+    assert [c.answer for c in cases] == list(REFUND_ANSWERS.values())
+    assert [c.outcome for c in cases] == ["passed", "failed", "failed", "passed"]
+    assert run.summary["passed"] == 2
+    assert run.summary["rate"] == 0.5
+
+
+def test_jsonl_list_values_mean_every_item(ws: Workspace, cli: Cli) -> None:
+    golden = ws.jsonl(
+        "golden.jsonl",
+        [
+            {"question": "q1", "must_mention": ["alpha", "beta"], "expected_source": ["x.md"]},
+            {"question": "q2", "must_mention": ["alpha", "gamma"]},
+        ],
+    )
+    target = ws.module("def answer(question):\n    return 'alpha and beta, from x.md'\n")
+
+    result = cli("eval", golden, "--target", f"{target}:answer")
+
+    assert result.code == 0, result.err
+    assert table(result.out) == {1: "pass", 2: "FAIL"}
+    assert "-> Mention 'gamma'." in result.out
+
+
+@pytest.mark.parametrize(
+    ("min_pass_rate", "code"), [("0", 0), ("0.150", 0), ("0.151", 1), ("0.9", 1)]
+)
+def test_min_pass_rate_gates_on_the_wilson_lower_bound(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli, min_pass_rate: str, code: int
+) -> None:
+    golden = ws.csv("golden.csv", REFUNDS)
+    target = ws.module(SYNC_ANSWER)
+    server.script("answer", [answers(REFUND_ANSWERS)] * 4)
+    lower = wilson_interval(2, 4)[0]
+    assert 0.150 <= lower < 0.151
+
+    result = cli("eval", golden, "--target", f"{target}:answer", "--min-pass-rate", min_pass_rate)
+
+    assert result.code == code
+    verdict = "FAIL" if code else "pass"
+    assert f"gate: lower bound {lower:.3f}" in result.out
+    assert result.out.rstrip().endswith(verdict)
+
+
+# --- a judge over HTTP; what is stored: answers, verdicts, model calls, tokens, timings ------
+
+
+def test_async_target_and_criteria_judge_store_calls_tokens_and_timings(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    golden = ws.csv(
+        "golden.csv",
+        [
+            {"question": "Refund window?", "context": "Refunds within seven days."},
+            {"question": "Shipping cost?", "context": "Shipping is free."},
+        ],
+    )
+    target = ws.module(ASYNC_REPLY)  # a plain function returning the reply as it came
+    judge = ws.module(CRITERIA_JUDGE)
+    server.script(
+        "answer",
+        [
+            answers({"Refund window?": "Seven days.", "Shipping cost?": "Ten euros."}),
+        ]
+        * 2,
+    )
+    server.script("judge", [judge_replies({"Seven days.": 0.93, "Ten euros.": 0.04})] * 2)
+
+    result = cli("eval", golden, "--target", f"{target}:answer", "--judge", f"{judge}:judge")
+
+    assert result.code == 0, result.err
+    assert table(result.out) == {1: "pass", 2: "FAIL"}
+    assert "-> Give the right answer." in result.out
+    assert "criteria passed: correct 1/2" in result.out
+    # the judge saw the row's context; it asked for logprobs
+    [refund] = [r for r in server.requests_for("judge") if "Seven days." in str(r.body)]
+    assert "Refunds within seven days." in refund.body["messages"][-1]["content"]  # type: ignore[index]
+    assert refund.body["logprobs"] is True  # type: ignore[index]
+
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+        [run] = store.runs()
+        cases = store.cases(run.id)
+    for case in cases:
+        assert case.answer_usage.model_calls == 1  # the returned reply was counted, once
+        assert case.answer_usage.prompt_tokens > 0
+        assert case.answer_usage.completion_tokens > 0
+        assert case.judge_usage.model_calls == 1
+        assert case.judge_usage.total_tokens > 0
+        assert case.answer_seconds > 0
+        assert case.judge_seconds > 0
+        [verdict] = case.verdicts
+        assert verdict["criteria"][0]["source"] == "logprobs"
+    assert cases[0].probability == pytest.approx(0.93)
+    assert cases[1].probability == pytest.approx(0.04)
+    assert run.summary["usage"]["answer"]["model_calls"] == 2
+    assert run.summary["usage"]["judge"]["model_calls"] == 2
+    roles = db_rows(run_db(ws), "SELECT role, SUM(model_calls) AS n FROM calls GROUP BY role")
+    assert {r["role"]: r["n"] for r in roles} == {"answer": 2, "judge": 2}
+    assert "model calls seen: answer model 2 calls" in result.out
+    assert "the run's judge 2 calls" in result.out
+
+
+def run_db(ws: Workspace) -> Path:
+    return ws.path / ".refinekit" / "runs.db"
+
+
+DECORATED = """
+import os
+import openai
+from refinekit import retry_on_low_quality
+
+def says_right(request):
+    return "right" in request.answer
+
+@retry_on_low_quality(evaluator=says_right, max_retries=2)
+async def answer(question, feedback=None):
+    client = openai.AsyncOpenAI(
+        base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0
+    )
+    async with client:
+        return await client.chat.completions.create(
+            model="answer", messages=[{"role": "user", "content": question}]
+        )
+
+@retry_on_low_quality(evaluator=says_right, max_retries=2)
+def sync_answer(question, feedback=None):
+    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
+    with client:
+        return client.chat.completions.create(
+            model="answer", messages=[{"role": "user", "content": question}]
+        )
+"""
+
+
+@pytest.mark.parametrize("function", ["answer", "sync_answer"])
+def test_decorated_target_attempts_and_each_reply_counted_once(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli, function: str
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1"}, {"question": "q2"}])
+    target = ws.module(DECORATED)
+    judge = ws.module(CRITERIA_JUDGE)
+    server.script("answer", ["wrong", "right", "right"])  # q1 needs a second attempt
+    server.script("judge", [yes_no(0.9)] * 2)
+
+    result = cli(
+        "eval", golden, "--target", f"{target}:{function}", "--judge", f"{judge}:judge",
+        "--concurrency", "1",
+    )  # fmt: skip
+
+    assert result.code == 0, result.err
+    with RunStore(run_db(ws)) as store:
+        cases = store.cases(store.runs()[0].id)
+    assert [c.attempts for c in cases] == [2, 1]
+    assert [c.answer_usage.model_calls for c in cases] == [2, 1]  # not counted twice
+    assert "attempts per answer: mean 1.50, max 2" in result.out
+
+
+# --- concurrency ----------------------------------------------------------------------------
+
+
+OVERLAPPING = """
+import asyncio
+import contextlib
+import io
+import json
+import os
+import openai
+
+in_flight = peak = 0
+_full = None
+
+async def answer(question):
+    global in_flight, peak, _full
+    if _full is None:
+        _full = asyncio.Event()
+    in_flight += 1
+    peak = max(peak, in_flight)
+    if in_flight >= int(os.environ["RK_EXPECT"]):
+        _full.set()
+    try:
+        await asyncio.wait_for(_full.wait(), 5)  # hold until the expected calls overlap
+        client = openai.AsyncOpenAI(
+            base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0
+        )
+        async with client:
+            reply = await client.chat.completions.create(
+                model="answer", messages=[{"role": "user", "content": question}]
+            )
+        return reply.choices[0].message.content
+    finally:
+        in_flight -= 1
+"""
+
+
+@pytest.mark.parametrize("concurrency", [1, 3, 8])
+def test_async_calls_overlap_up_to_concurrency_and_no_further(
+    ws: Workspace,
+    server: ScriptedOpenAI,
+    cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+    concurrency: int,
+) -> None:
+    questions = [f"q{i}" for i in range(1, 11)]
+    golden = ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in questions])
+    target = ws.module(OVERLAPPING)
+    monkeypatch.setenv("RK_EXPECT", str(concurrency))
+    server.script("answer", [answers({q: f"ok {q}" for q in questions})] * 10)
+
+    result = cli("eval", golden, "--target", f"{target}:answer", "--concurrency", str(concurrency))
+
+    assert result.code == 0, result.err
+    assert set(table(result.out).values()) == {"pass"}  # none timed out waiting for company
+    module = __import__(target)
+    assert module.peak == concurrency
+    assert sorted(asked(server)) == sorted(questions)
+
+
+BARRIER = """
+import os
+import threading
+
+N = int(os.environ["RK_EXPECT"])
+barrier = threading.Barrier(N, timeout=10)
+lock = threading.Lock()
+in_flight = peak = 0
+
+def answer(question):
+    global in_flight, peak
+    with lock:
+        in_flight += 1
+        peak = max(peak, in_flight)
+    try:
+        barrier.wait()  # returns only once N calls are in flight together
+    finally:
+        with lock:
+            in_flight -= 1
+    return "ok " + question
+"""
+
+
+def test_sync_target_calls_overlap_beyond_the_default_thread_pool(
+    ws: Workspace, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # asyncio's default executor has min(32, CPUs + 4) threads: 40 blocking calls at once
+    # need a thread each
+    n = 40
+    golden = ws.csv("golden.csv", [{"question": f"q{i}", "must_mention": "ok"} for i in range(n)])
+    target = ws.module(BARRIER)
+    monkeypatch.setenv("RK_EXPECT", str(n))
+
+    result = cli("eval", golden, "--target", f"{target}:answer", "--concurrency", str(n))
+
+    assert result.code == 0, result.err
+    assert f"pass rate 1.000 ({n}/{n})" in result.out
+    assert __import__(target).peak == n
+
+
+# --- rate limits ------------------------------------------------------------------------------
+
+
+def test_rate_limited_calls_are_backed_off_not_fatal(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1"}, {"question": "q2"}, {"question": "q3"}])
+    target = ws.module(SYNC_ANSWER)
+    judge = ws.module(CRITERIA_JUDGE)
+    slow_down = Reply.error(429, "Rate limit reached, retry shortly")
+    server.script("answer", [slow_down, slow_down, "a1", "a2", *[slow_down] * 6, "never"])
+    server.script("judge", [slow_down, yes_no(0.9), yes_no(0.9)])
+
+    result = cli(
+        "eval", golden, "--target", f"{target}:answer", "--judge", f"{judge}:judge",
+        "--concurrency", "1",
+    )  # fmt: skip
+
+    assert result.code == 0, result.err
+    # q1 and q2 got through after waits; q3 was rate limited all 6 tries: raised, run went on
+    assert table(result.out) == {1: "pass", 2: "pass", 3: "RAISED"}
+    assert "RateLimitError" in result.out
+    assert "rate limited: backed off 8 times" in result.out
+    assert asked(server) == ["q1", "q1", "q1", "q2", *["q3"] * 6]
+    with RunStore(run_db(ws)) as store:
+        [run] = store.runs()
+    assert run.summary["rate_limit_waits"] == 8
+
+
+@pytest.fixture
+def rate_limited(scripted_openai: ScriptedOpenAI) -> Callable[[dict[str, str]], Exception]:
+    """A real `openai.RateLimitError` from the scripted server, with the given headers."""
+
+    def make(headers: dict[str, str]) -> Exception:
+        scripted_openai.script("limited", Reply.error(429, "slow down"))
+        with scripted_openai.client() as client, pytest.raises(openai.RateLimitError) as e:
+            client.chat.completions.create(model="limited", messages=[])
+        del e.value.response.headers["retry-after"]  # the server's own: retry-after: 0
+        for name, value in headers.items():
+            e.value.response.headers[name] = value
+        return e.value
+
+    return make
+
+
+async def test_rate_limit_backoff_is_shared_by_every_case(
+    monkeypatch: pytest.MonkeyPatch, rate_limited: Callable[[dict[str, str]], Exception]
+) -> None:
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # what would be slept, without sleeping
+        slept.append(seconds)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    limiter = RateLimiter()
+    tries = 0
+
+    async def limited_once() -> str:
+        nonlocal tries
+        tries += 1
+        if tries == 1:
+            raise rate_limited({"retry-after": "7"})
+        return "ok"
+
+    async def fine() -> str:
+        return "fine"
+
+    with set_testing(False):
+        assert await limiter.call(limited_once) == "ok"
+        assert (limiter.waits, limiter.waited, tries) == (1, 7.0, 2)
+        assert slept == [pytest.approx(7.0, abs=0.5)]
+        slept.clear()
+        # another case, never rate limited itself, holds off until the wait is over
+        assert await limiter.call(fine) == "fine"
+        assert slept == [pytest.approx(7.0, abs=0.5)]
+    slept.clear()
+    with set_testing():  # the testing switch: the wait is computed, never slept
+        assert await limiter.call(fine) == "fine"
+    assert slept == []
+
+
+@pytest.mark.parametrize(
+    ("headers", "waited"),
+    [
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"retry-after": "2"}, 2.0),
+        ({"retry-after": "3600"}, None),  # beyond a minute: jittered instead
+        ({"retry-after": "soon"}, None),
+        ({}, None),
+        (None, None),  # a judge's JudgeUnavailable with status 429
+    ],
+)
+async def test_rate_limit_wait_from_retry_after_else_jittered(
+    rate_limited: Callable[[dict[str, str]], Exception],
+    headers: dict[str, str] | None,
+    waited: float | None,
+) -> None:
+    limiter = RateLimiter()
+    error = (
+        JudgeUnavailable("HTTP 429", model="judge", status_code=429)
+        if headers is None
+        else rate_limited(headers)
+    )
+    tries = 0
+
+    async def limited_once() -> str:
+        nonlocal tries
+        tries += 1
+        if tries == 1:
+            raise error
+        return "ok"
+
+    assert await limiter.call(limited_once) == "ok"
+    assert limiter.waits == 1
+    if waited is not None:
+        assert limiter.waited == waited
+    else:
+        assert 0 <= limiter.waited <= 2.0  # full jitter under 2 ** attempt
+
+
+async def test_other_errors_are_not_retried() -> None:
+    limiter = RateLimiter()
+    tries = 0
+
+    async def broken() -> str:
+        nonlocal tries
+        tries += 1
+        raise JudgeUnavailable("HTTP 503", model="judge", status_code=503)
+
+    with pytest.raises(JudgeUnavailable):
+        await limiter.call(broken)
+    assert (tries, limiter.waits) == (1, 0)
+
+
+# --- nothing dropped silently: raised, unavailable, inconclusive --------------------------------
+
+
+OUTCOMES_TARGET = f"""
+import os
+import openai
+
+def answer(question):
+    if question == "Broken?":
+        raise RuntimeError(
+            "upstream refused api_key={SECRET} with Authorization: {BEARER}"
+        )
+    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
+    with client:
+        reply = client.chat.completions.create(
+            model="answer", messages=[{{"role": "user", "content": question}}]
+        )
+    return reply.choices[0].message.content
+"""
+
+OUTCOMES_JUDGE = (
+    CRITERIA_JUDGE
+    + """
+from refinekit import Verdict
+
+forgiving = judges.criteria(  # an outage is an unjudged verdict, whose reason quotes it
+    JudgeModel(client, "judge"), [Criterion("correct", "Right?")], judge_error_policy="fail_open"
+)
+
+class Careful:
+    \"\"\"The criteria judge, except that it will not judge a question it is unsure of.\"\"\"
+
+    async def aevaluate(self, request):
+        if request.question == "Unsure?":
+            return Verdict.inconclusive("NOT_ENOUGH_EVIDENCE")
+        if request.question == "Down?":
+            return await forgiving.aevaluate(request)
+        return await judge.aevaluate(request)
+
+careful = Careful()
+"""
+)
+
+
+def test_raised_unavailable_and_inconclusive_are_counted_apart_and_secrets_redacted(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    golden = ws.csv(
+        "golden.csv",
+        [{"question": q} for q in ("Good?", "Bad?", "Broken?", "Outage?", "Unsure?", "Down?")],
+    )
+    target = ws.module(OUTCOMES_TARGET)
+    judge = ws.module(OUTCOMES_JUDGE)
+    server.script(
+        "answer",
+        [
+            answers(
+                {"Good?": "good", "Bad?": "bad", "Outage?": "late", "Unsure?": "hmm", "Down?": "x"}
+            )
+        ]
+        * 5,
+    )
+    outage = Reply.error(503, f"overloaded; the key {SECRET} is fine")
+    plan = {"good": 0.9, "bad": 0.1, "late": [outage], "x": [outage]}
+    server.script("judge", [judge_replies(plan)] * 4)
+
+    result = cli(
+        "eval", golden, "--target", f"{target}:answer", "--judge", f"{judge}:careful",
+        "--min-pass-rate", "0.01",
+    )  # fmt: skip
+
+    assert result.code == 0, result.err
+    assert table(result.out) == {
+        1: "pass",
+        2: "FAIL",
+        3: "RAISED",
+        4: "unavail",
+        5: "inconcl",
+        6: "unavail",
+    }
+    assert "-> RuntimeError: upstream refused api_key=[redacted]" in result.out
+    assert "-> JudgeUnavailable: judge model 'judge'" in result.out
+    assert "HTTP 503" in result.out
+    assert "-> NOT_ENOUGH_EVIDENCE" in result.out
+    assert (
+        "pass rate 0.333 (1/3), 95% Wilson interval "
+        f"{wilson_interval(1, 3)[0]:.3f} to {wilson_interval(1, 3)[1]:.3f}, over the 3 cases "
+        "answered and judged (1 passed, 1 failed, 1 raised: a function that raised counts as "
+        "failed)"
+    ) in result.out
+    assert "not counted: 2 unavailable (the judge could not judge), 1 inconclusive" in result.out
+
+    with RunStore(run_db(ws)) as store:
+        [run] = store.runs()
+        outcomes = [c.outcome for c in store.cases(run.id)]
+    assert outcomes == ["passed", "failed", "raised", "unavailable", "inconclusive", "unavailable"]
+    counts = {k: run.summary[k] for k in ("passed", "failed", "raised", "unavailable")}
+    assert counts == {"passed": 1, "failed": 1, "raised": 1, "unavailable": 2}
+    assert run.summary["inconclusive"] == 1
+    # the credentials the errors quoted are nowhere: not printed, not in the database file
+    stored = run_db(ws).read_bytes()
+    for secret in (SECRET, BEARER.split()[1]):
+        assert secret not in result.out + result.err
+        assert secret.encode() not in stored
+
+
+def test_control_characters_in_untrusted_text_are_neutralised(ws: Workspace, cli: Cli) -> None:
+    nasty = "\x1b[2J\x1b]0;pwned\x07 \r\u202etxt.exe\x00\x9b"
+    golden = ws.jsonl(
+        "golden.jsonl",
+        [
+            {"question": f"Clear the screen? {nasty}", "must_mention": f"phrase {nasty}"},
+            {"question": "Raise?", "must_mention": "x"},
+        ],
+    )
+    target = ws.module(
+        f"""
+        def answer(question):
+            if question == "Raise?":
+                raise ValueError({nasty!r})
+            return "nothing"
+        """
+    )
+
+    result = cli("eval", golden, "--target", f"{target}:answer")
+
+    assert result.code == 0, result.err
+    assert table(result.out) == {1: "FAIL", 2: "RAISED"}
+    printed = result.out + result.err
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e]", printed)
+    assert "Clear the screen? ?[2J?]0;pwned? ?txt.exe??" in result.out
+    with RunStore(run_db(ws)) as store:  # stored as given: only the terminal is protected
+        assert nasty in store.cases(store.runs()[0].id)[0].question
+
+
+# --- --repeat: how often the judge's verdict flipped ------------------------------------------
+
+
+def test_repeat_judges_each_answer_k_times_and_reports_flips(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": f"q{i}"} for i in range(1, 5)])
+    target = ws.module("def answer(question):\n    return 'answer ' + question\n")
+    judge = ws.module(CRITERIA_JUDGE)
+    plans: dict[str, list[float | Reply]] = {
+        "answer q1": [0.9, 0.95, 0.9],  # steady pass
+        "answer q2": [0.9, 0.1, 0.9],  # flipped, passes by majority
+        "answer q3": [0.1, 0.9, 0.05],  # flipped, fails by majority
+        "answer q4": [0.9, 0.1, Reply.error(503)],  # 1 of 2 judged: a split, inconclusive
+    }
+    server.script("judge", [judge_replies(plans)] * 12)
+
+    result = cli(
+        "eval", golden, "--target", f"{target}:answer", "--judge", f"{judge}:judge",
+        "--repeat", "3",
+    )  # fmt: skip
+
+    assert result.code == 0, result.err
+    rows = re.findall(r"^ +(\d) +(\S+) +(\d/\d) ", result.out, re.MULTILINE)
+    assert rows == [
+        ("1", "pass", "3/3"),
+        ("2", "pass", "2/3"),
+        ("3", "FAIL", "1/3"),
+        ("4", "inconcl", "1/2"),
+    ]
+    assert "-> the judge split 1/2" in result.out
+    lo, hi = wilson_interval(3, 4)
+    assert (
+        "judge consistency: 3 of 4 answers judged more than once got differing verdicts "
+        f"(flip rate 0.750, 95% {lo:.3f} to {hi:.3f})"
+    ) in result.out
+    assert len(server.requests_for("judge")) == 12
+    with RunStore(run_db(ws)) as store:
+        [run] = store.runs()
+        cases = store.cases(run.id)
+    assert [(c.passes, c.judgements, c.flipped) for c in cases] == [
+        (3, 3, False),
+        (2, 3, True),
+        (1, 3, True),
+        (1, 2, True),
+    ]
+    assert [len(c.verdicts) for c in cases] == [3, 3, 3, 3]
+    assert (run.summary["repeated"], run.summary["flipped"]) == (4, 3)
+    assert run.options["repeat"] == 3
+
+
+# --- --compare ---------------------------------------------------------------------------------
+
+
+FROM_FILE = """
+import json
+import pathlib
+
+def answer(question):
+    return json.loads(pathlib.Path("answers.json").read_text())[question]
+"""
+
+
+def test_compare_reports_regressions_and_improvements_with_exact_mcnemar(
+    ws: Workspace, cli: Cli
+) -> None:
+    questions = [f"q{i}" for i in range(1, 9)]
+    golden = ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in questions])
+    target = ws.module(FROM_FILE)
+    run = ("eval", golden, "--target", f"{target}:answer")
+
+    def answering(bad: set[str]) -> None:
+        answers = {q: "bad" if q in bad else "ok" for q in questions}
+        (ws.path / "answers.json").write_text(json.dumps(answers))
+
+    answering(set())
+    first = cli(*run, "--compare", "previous")
+    assert first.code == 0
+    assert "compare: no earlier complete run of this golden file" in first.out
+
+    answering({"q1", "q2", "q3", "q4", "q5", "q6"})  # 6 regressions, no improvement
+    second = cli(*run, "--compare", "previous")
+    p = mcnemar_exact(6, 0)
+    assert p == 2 / 2**6
+    assert second.code == 1  # p < 0.05: a significant regression
+    assert (
+        "compare with run 1: 8 questions judged in both runs; 6 regressed, 0 improved; exact "
+        f"McNemar p = {p:.4f}"
+    ) in second.out
+    assert "  regressed: #1 q1 -> Mention 'ok'." in second.out
+    assert "gate: significant regression (p 0.0312 < --alpha 0.05): FAIL" in second.out
+    assert "improved:" not in second.out
+
+    answering({"q1", "q2", "q3", "q4", "q5", "q6"})
+    lenient = cli(*run, "--compare", "1", "--alpha", "0.01")  # the same, by id, at 1%
+    assert lenient.code == 0
+    assert "compare with run 1:" in lenient.out
+    assert "6 regressed, 0 improved" in lenient.out
+
+    answering({"q8"})  # against run 3: q1..q6 improved, q8 regressed
+    third = cli(*run, "--compare", "previous")
+    assert third.code == 0  # more improvements than regressions: never a failing gate
+    assert (
+        f"compare with run 3: 8 questions judged in both runs; 1 regressed, 6 improved; "
+        f"exact McNemar p = {mcnemar_exact(1, 6):.4f}"
+    ) in third.out
+    assert "  regressed: #8 q8 -> Mention 'ok'." in third.out
+    assert [line for line in third.out.splitlines() if "improved: #" in line] == [
+        f"  improved: #{i} q{i}" for i in range(1, 7)
+    ]
+
+
+def record(position: int, question: str, outcome: str) -> CaseRecord:
+    return CaseRecord(
+        key=f"k{position}",
+        position=position,
+        question=question,
+        row={},
+        outcome=outcome,  # type: ignore[arg-type]
+    )
+
+
+def test_compare_runs_pairs_questions_and_leaves_out_what_was_not_judged() -> None:
+    info = RunInfo(1, "eval", "complete", "/g.csv", "", "m:f", None, {}, "", "", 0.0, None, {})
+    before = [
+        record(1, "same", "passed"),
+        record(2, "same", "passed"),  # the same question twice: paired by occurrence
+        record(3, "raises now", "passed"),
+        record(4, "fixed", "failed"),
+        record(5, "judge down", "passed"),
+        record(6, "gone", "passed"),
+    ]
+    after = [
+        record(1, "same", "passed"),
+        record(2, "same", "failed"),
+        record(3, "raises now", "raised"),  # a raised case counts as a failure
+        record(4, "fixed", "passed"),
+        record(5, "judge down", "unavailable"),
+        record(6, "new", "failed"),
+    ]
+    comparison = compare_runs(info, before, info, after)
+    assert comparison.shared == 4
+    assert comparison.not_comparable == 1
+    assert [now.position for _, now in comparison.regressed] == [2, 3]
+    assert [now.position for _, now in comparison.improved] == [4]
+    assert comparison.p_value == mcnemar_exact(2, 1) == 1.0
+    assert not comparison.significant_regression(0.05)
+
+
+# --- where runs are stored; `refinekit runs` ----------------------------------------------------
+
+
+def test_store_is_db_option_else_env_else_default(
+    ws: Workspace, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q", "must_mention": "ok"}])
+    target = ws.module("def answer(question):\n    return 'ok'\n")
+    run = ("eval", golden, "--target", f"{target}:answer")
+
+    assert cli("runs").out == f"no run store at {Path('.refinekit') / 'runs.db'}\n"
+    assert cli(*run).code == 0
+    assert (ws.path / ".refinekit" / "runs.db").is_file()
+
+    monkeypatch.setenv("REFINEKIT_DB", str(ws.path / "env.db"))
+    assert cli(*run).code == 0
+    assert cli(*run, "--db", ws.path / "option.db").code == 0
+    for db, runs in ((".refinekit/runs.db", 1), ("env.db", 1), ("option.db", 1)):
+        with RunStore(ws.path / db) as store:
+            assert len(store.runs()) == runs, db
+
+    listed = cli("runs")  # $REFINEKIT_DB
+    assert listed.code == 0
+    [header, line] = listed.out.splitlines()
+    assert header.split() == ["id", "kind", "status", "started", "figure", "data", "file"]
+    assert re.match(r" +1  eval +complete .* pass 1\.000 \(>= 0\.\d{3}\) +.*golden\.csv$", line)
+    assert cli("runs", "--kind", "calibrate").out.splitlines() == [header]
+    assert cli("runs", "--db", ws.path / "option.db").out.splitlines()[1:] == [line]
+
+
+# --- usage errors: exit 2, a message naming the fix, nothing run ---------------------------------
+
+
+USAGE_TARGET = """
+import pathlib
+
+def answer(question):
+    pathlib.Path("called").write_text("the target ran")
+    return "ok"
+
+def needs(question, customer_id):
+    pathlib.Path("called").write_text("the target ran")
+    return "ok"
+
+not_a_function = 42
+not_a_judge = 42
+"""
+
+
+@pytest.fixture
+def usage_ws(ws: Workspace) -> Workspace:
+    ws.csv("golden.csv", [{"question": "q", "must_mention": "ok"}])
+    ws.csv("unchecked.csv", [{"question": "q", "context": "c"}])
+    (ws.path / "header.csv").write_text("question,must_mention\n")
+    (ws.path / "blank.jsonl").write_text("\n\n")
+    (ws.path / "broken.jsonl").write_text('{"question": "q"}\n{"question": \n')
+    (ws.path / "list.jsonl").write_text('["q", "ok"]\n')
+    (ws.path / "latin1.csv").write_bytes(b"question,must_mention\ncaf\xe9,ok\n")
+    (ws.path / "notes.txt").write_text("question\nq\n")
+    ws.jsonl("badcontext.jsonl", [{"question": "q", "must_mention": "ok", "context": {"t": 1}}])
+    ws.module(USAGE_TARGET, stem="usage")
+    ws.module(f"raise RuntimeError('bad\x1b[2J config: api_key={SECRET}')\n", stem="config")
+    return ws
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["golden.csv", "--target", "{m}"], "--target must look like package.module:name"),
+        (["golden.csv", "--target", ":answer"], "--target must look like package.module:name"),
+        (["golden.csv", "--target", "nowhere_xyz:answer"], "no module named 'nowhere_xyz'"),
+        (["golden.csv", "--target", "{m}:missing"], "has no 'missing'"),
+        (["golden.csv", "--target", "{m}:not_a_function"], "is a int, not a function"),
+        (["golden.csv", "--target", "{m}:needs"], "needs 'customer_id', and the file has no"),
+        (["golden.csv", "--target", "{m}:answer", "--judge", "{m}:not_a_judge"], "not an evalua"),
+        (["golden.csv", "--target", "{m}:answer", "--judge", "{m}"], "--judge must look like"),
+        (["unchecked.csv", "--target", "{m}:answer"], "give --judge, or a golden file with a"),
+        (["golden.csv", "--target", "{m}:answer", "--repeat", "3"], "without --judge"),
+        (["missing.csv", "--target", "{m}:answer"], "file not found: missing.csv"),
+        (["header.csv", "--target", "{m}:answer"], "header.csv has no rows"),
+        (["blank.jsonl", "--target", "{m}:answer"], "blank.jsonl has no rows"),
+        (["broken.jsonl", "--target", "{m}:answer"], "broken.jsonl, line 2: not JSON"),
+        (["list.jsonl", "--target", "{m}:answer"], "list.jsonl, line 1: not a JSON object"),
+        (["latin1.csv", "--target", "{m}:answer"], "latin1.csv: not a UTF-8 CSV file"),
+        (["notes.txt", "--target", "{m}:answer"], "use a .csv or .jsonl file, not '.txt'"),
+        (["badcontext.jsonl", "--target", "{m}:answer"], "row 1: column 'context'"),
+        (["golden.csv", "--target", "{m}:answer", "--concurrency", "0"], "from 1 to 256"),
+        (["golden.csv", "--target", "{m}:answer", "--concurrency", "2.5"], "from 1 to 256"),
+        (["golden.csv", "--target", "{m}:answer", "--concurrency", "257"], "from 1 to 256"),
+        (["golden.csv", "--target", "{m}:answer", "--min-pass-rate", "1.2"], "from 0 to 1"),
+        (["golden.csv", "--target", "{m}:answer", "--min-pass-rate", "-0.1"], "from 0 to 1"),
+        (["golden.csv", "--target", "{m}:answer", "--min-pass-rate", "nan"], "from 0 to 1"),
+        (["golden.csv", "--target", "{m}:answer", "--min-pass-rate", "high"], "from 0 to 1"),
+        (["golden.csv", "--target", "{m}:answer", "--repeat", "0"], "from 1 to 50"),
+        (["golden.csv", "--target", "{m}:answer", "--alpha", "0"], "between 0 and 1"),
+        (["golden.csv", "--target", "{m}:answer", "--compare", "7"], "no run 7 in"),
+        (["golden.csv", "--target", "{m}:answer", "--compare", "last"], "'previous' or a run id"),
+        (["golden.csv"], "the following arguments are required: --target"),
+        (
+            ["golden.csv", "--target", "{c}:answer"],
+            "importing '{c}' raised RuntimeError: bad?[2J config: api_key=[redacted]",
+        ),
+    ],
+)
+def test_usage_errors_exit_2_with_the_fix_and_run_nothing(
+    usage_ws: Workspace, cli: Cli, args: list[str], message: str
+) -> None:
+    module, config = usage_ws.modules
+    result = cli("eval", *(a.replace("{m}", module).replace("{c}", config) for a in args))
+
+    assert result.code == 2
+    assert message.replace("{c}", config) in result.err
+    assert "Traceback" not in result.err
+    assert SECRET not in result.err
+    assert "\x1b" not in result.err
+    assert result.out == ""
+    assert not (usage_ws.path / "called").exists()
+    db = run_db(usage_ws)
+    if db.exists():
+        with RunStore(db) as store:
+            assert store.runs() == []
+
+
+@pytest.mark.parametrize("name", ["golden.csv", "golden.jsonl"])
+def test_an_unreadable_golden_file_is_a_usage_error(
+    ws: Workspace, cli: Cli, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    golden = ws.path / name
+    golden.write_text("question,must_mention\nq,ok\n")
+    target = ws.module("def answer(question):\n    return 'ok'\n")
+    opened = Path.open
+
+    def refuse(self: Path, *args: Any, **kwargs: Any) -> Any:  # as chmod 000 would, for root
+        if self.name == name:
+            raise PermissionError(13, "Permission denied", str(self))
+        return opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refuse)
+
+    result = cli("eval", golden, "--target", f"{target}:answer")
+
+    assert result.code == 2
+    assert f"{name}: cannot read it (Permission denied)" in result.err
+
+
+def test_a_store_that_is_not_one_is_a_usage_error(ws: Workspace, cli: Cli) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q", "must_mention": "ok"}])
+    target = ws.module("def answer(question):\n    return 'ok'\n")
+    (ws.path / "notes.db").write_text("these are my notes, not a database\n" * 100)
+
+    result = cli("eval", golden, "--target", f"{target}:answer", "--db", "notes.db")
+
+    assert result.code == 2
+    assert "notes.db is not a refinekit run store" in result.err
+    assert "use another --db" in result.err
+    assert cli("runs", "--db", "notes.db").code == 2
+
+
+# --- a misconfigured judge stops the run; the fixed judge resumes it ------------------------------
+
+
+def test_misconfigured_judge_stops_with_exit_3_and_the_fixed_judge_resumes(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": f"q{i}"} for i in (1, 2, 3)])
+    target = ws.module(SYNC_ANSWER)
+    judge = ws.module(CRITERIA_JUDGE)
+    run = (
+        "eval", golden, "--target", f"{target}:answer", "--judge", f"{judge}:judge",
+        "--concurrency", "1",
+    )  # fmt: skip
+    server.script("answer", [answers({"q1": "a1", "q2": "a2", "q3": "a3"})] * 4)
+    revoked = Reply.error(401, f"Incorrect API key provided: {SECRET}.")
+    server.script("judge-old-key", [yes_no(0.9), revoked])
+    monkeypatch.setenv("RK_JUDGE_MODEL", "judge-old-key")
+
+    stopped = cli(*run)
+
+    assert stopped.code == 3
+    assert "refinekit eval: error: the judge is misconfigured: judge model 'judge-old-key'" in (
+        stopped.err
+    )
+    assert "HTTP 401" in stopped.err
+    assert "(check the API key)" in stopped.err
+    assert SECRET not in stopped.err + stopped.out
+    assert "run 1 is incomplete: 1 of 3 cases stored" in stopped.out
+    with RunStore(run_db(ws)) as store:
+        [info] = store.runs()
+        assert info.status == "incomplete"
+        assert [c.question for c in store.cases(info.id)] == ["q1"]
+    assert cli("runs").out.splitlines()[1].split()[:3] == ["1", "eval", "incomplete"]
+
+    # the key is fixed (here: the judge module reads its model again) and the run resumes
+    monkeypatch.setenv("RK_JUDGE_MODEL", "judge")
+    monkeypatch.delitem(sys.modules, judge)
+    server.script("judge", [yes_no(0.9), yes_no(0.2)])
+
+    resumed = cli(*run)
+
+    assert resumed.code == 0, resumed.err
+    assert "resuming run 1: 1 of 3 cases already stored (not run again" in resumed.out
+    assert table(resumed.out) == {1: "pass", 2: "pass", 3: "FAIL"}
+    assert asked(server) == ["q1", "q2", "q2", "q3"]  # q1 was not paid for again
+    with RunStore(run_db(ws)) as store:
+        [info] = store.runs()
+        assert info.status == "complete"
+        assert len(store.cases(info.id)) == 3
+
+
+def test_a_judge_that_raises_a_bug_stops_the_run(ws: Workspace, cli: Cli) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1"}, {"question": "q2"}])
+    target = ws.module("def answer(question):\n    return 'ok'\n")
+    judge = ws.module(
+        f"""
+        def judge(request):
+            raise RuntimeError("no such field\x1b[2J; token={SECRET}")
+        """
+    )
+
+    result = cli("eval", golden, "--target", f"{target}:answer", "--judge", f"{judge}:judge")
+
+    assert result.code == 3
+    assert "the judge raised RuntimeError: no such field?[2J; token=[redacted]" in result.err
+    assert "(a bug in the judge?)" in result.err
+    assert SECRET not in result.err
+    assert "\x1b" not in result.err
+    with RunStore(run_db(ws)) as store:
+        assert store.runs()[0].status == "incomplete"
+
+
+# --- the progress bar: on a terminal only --------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("term", ["xterm-256color", "dumb"])
+def test_progress_bar_on_a_terminal_only(
+    ws: Workspace, cli: Cli, monkeypatch: pytest.MonkeyPatch, term: str
+) -> None:
+    monkeypatch.setenv("TERM", term)
+    golden = ws.csv("golden.csv", [{"question": f"q{i}", "must_mention": "ok"} for i in range(3)])
+    target = ws.module("def answer(question):\n    return 'ok'\n")
+    terminal = Terminal()
+
+    with contextlib.redirect_stderr(terminal):
+        result = cli("eval", golden, "--target", f"{target}:answer")
+
+    assert result.code == 0
+    if term == "dumb":
+        assert terminal.getvalue() == ""
+    else:
+        assert f"\r[{'#' * 30}] 3/3  passed 3\x1b[K" in terminal.getvalue()
+        assert terminal.getvalue().endswith("\r\x1b[K")  # cleared before the table
+    assert "\r" not in result.out
+
+
+# --- how a row becomes the target's arguments ------------------------------------------------
+
+
+def test_row_columns_become_arguments_or_the_question_the_only_one(ws: Workspace, cli: Cli) -> None:
+    golden = ws.jsonl(
+        "golden.jsonl",
+        [
+            {"Question": "q1", "Customer-Tier": "gold", "mustMention": "q1"},
+            {"Question": "q2", "Customer-Tier": "free", "mustMention": "q2"},
+        ],
+    )
+    module = ws.module(
+        """
+        seen = []
+
+        def only(text):  # one parameter, named after no column: it gets the question
+            seen.append(text)
+            return text
+
+        async def named(question, *, customer_tier, region="eu", feedback=None):
+            seen.append((question, customer_tier, region, feedback))
+            return question
+        """
+    )
+
+    assert cli("eval", golden, "--target", f"{module}:only").code == 0
+    assert cli("eval", golden, "--target", f"{module}:named").code == 0
+
+    assert __import__(module).seen == [
+        "q1",
+        "q2",
+        ("q1", "gold", "eu", None),
+        ("q2", "free", "eu", None),
+    ]
+
+
+def test_nothing_judged_is_no_pass_rate_and_fails_a_gate(ws: Workspace, cli: Cli) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1"}, {"question": "q2"}])
+    module = ws.module(
+        """
+        from refinekit import Verdict
+
+        def answer(question):
+            return "an answer"
+
+        def judge(request):
+            return Verdict.unjudged("the judge model is down")
+        """
+    )
+
+    result = cli(
+        "eval", golden, "--target", f"{module}:answer", "--judge", f"{module}:judge",
+        "--min-pass-rate", "0.5",
+    )  # fmt: skip
+
+    assert result.code == 1
+    assert "pass rate: n/a (none of the 2 cases was judged)" in result.out
+    assert "not counted: 2 unavailable (the judge could not judge), 0 inconclusive" in result.out
+    assert "gate: lower bound 0.000 is under --min-pass-rate 0.500: FAIL" in result.out

@@ -1,0 +1,428 @@
+"""The run store (SQLite): what it keeps, redaction, run status by pid, resuming; and the
+database surviving a real interrupted `python -m refinekit eval` (SIGKILL, SIGINT)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import Cli, Workspace, answers, asked, cli_runner, table, workspace
+
+from refinekit import Usage
+from refinekit._runstore import CaseRecord, RunInfo, RunStore, RunStoreError, redact
+from refinekit.testing import ScriptedOpenAI
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+    yield from workspace(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
+    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
+    return scripted_openai
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    return cli_runner(capsys)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[RunStore]:
+    with RunStore(tmp_path / "sub" / "runs.db") as s:  # the folder is made
+        yield s
+
+
+def start(store: RunStore, fingerprint: str = "fp", dataset: str = "golden.csv") -> RunInfo:
+    return store.start_run(
+        kind="eval",
+        dataset=Path(dataset),
+        dataset_sha256="abc",
+        target="app:answer",
+        judge=None,
+        options={"concurrency": 4, "repeat": 1},
+        fingerprint=fingerprint,
+        version="0.0.test",
+    )
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def set_pid(store: RunStore, run_id: int, pid: int | None) -> None:
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE runs SET pid = ? WHERE id = ?", (pid, run_id))
+
+
+# --- redaction ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("Incorrect API key provided: sk-proj-Zq81vXw2mNe4RtY6uI0oP9aS.", "Zq81vXw2mNe4Rt"),
+        ("key sk-Zq81vXw2mNe4RtY6uI0o rejected", "Zq81vXw2mNe4Rt"),
+        ("groq gsk_Zq81vXw2mNe4RtY6uI0o", "Zq81vXw2mNe4Rt"),
+        ("hub hf_Zq81vXw2mNe4RtY6uI0o", "Zq81vXw2mNe4Rt"),
+        ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.c2ln", "eyJhbGciOiJIUzI1NiJ9"),
+        ("proxy said Basic dXNlcjpodW50ZXIy", "dXNlcjpodW50ZXIy"),
+        ("https://host/v1?api_key=Zq81vXw2mNe4&x=1", "Zq81vXw2mNe4"),
+        ("x-api-key: Zq81vXw2mNe4", "Zq81vXw2mNe4"),
+        ("{'api_key': 'Zq81vXw2mNe4', 'model': 'm'}", "Zq81vXw2mNe4"),  # a dict's repr
+        ('{"password": "hunter2hunter2"}', "hunter2hunter2"),  # JSON
+        ("access_token=Zq81vXw2mNe4; path=/", "Zq81vXw2mNe4"),
+        ("secret: Zq81vXw2mNe4", "Zq81vXw2mNe4"),
+    ],
+)
+def test_redact_removes_credentials(text: str, secret: str) -> None:
+    redacted = redact(text)
+    assert secret not in redacted
+    assert "[redacted" in redacted
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "max_tokens: 4096 exceeded",
+        "the context has 1200 tokens",
+        "the answer is short (skill-based ranking)",
+        "HTTP 503: overloaded",
+        "RuntimeError: no such file: refunds.md",
+    ],
+)
+def test_redact_leaves_ordinary_text(text: str) -> None:
+    assert redact(text) == text
+
+
+# --- what a run keeps ---------------------------------------------------------------------
+
+
+def test_a_case_round_trips_with_its_calls_by_role_and_a_redacted_error(
+    store: RunStore,
+) -> None:
+    run = start(store)
+    assert (run.status, run.summary, run.finished_at) == ("running", {}, None)
+    assert run.dataset == str(Path("golden.csv").resolve())
+    case = CaseRecord(
+        key="k1",
+        position=1,
+        question="Refund?",
+        row={"question": "Refund?", "n": 3},
+        outcome="raised",
+        answer="partial",
+        error="RuntimeError: rejected sk-proj-Zq81vXw2mNe4RtY6uI0oP9aS",
+        feedback="Cite the policy.",
+        score=0.25,
+        probability=0.3,
+        verdicts=[{"passed": False, "criteria": [{"name": "c", "outcome": "fail"}]}],
+        passes=0,
+        judgements=1,
+        flipped=False,
+        attempts=3,
+        corrections=2,
+        answer_usage=Usage(3, 300, 30),
+        answer_judge_usage=Usage(),  # nothing: no row in `calls`
+        judge_usage=Usage(1, 50, 1),
+        answer_seconds=1.5,
+        judge_seconds=0.5,
+    )
+    store.save_case(run.id, case)
+
+    [back] = store.cases(run.id)
+    assert back.error == "RuntimeError: rejected [redacted key]"
+    assert back == CaseRecord(**{**case.__dict__, "error": back.error})
+    assert back.criteria == [{"name": "c", "outcome": "fail"}]
+    with sqlite3.connect(store.path) as db:
+        calls = sorted(db.execute("SELECT role, model_calls, prompt_tokens FROM calls"))
+    assert calls == [("answer", 3, 300), ("judge", 1, 50)]
+
+    # saving a case again replaces it, calls and all
+    store.save_case(
+        run.id, CaseRecord(key="k1", position=1, question="Refund?", row={}, outcome="passed")
+    )
+    [again] = store.cases(run.id)
+    assert (again.outcome, again.answer_usage) == ("passed", Usage())
+    with sqlite3.connect(store.path) as db:
+        assert list(db.execute("SELECT * FROM calls")) == []
+
+    store.finish_run(run.id, "complete", {"rate": 1.0})
+    done = store.run(run.id)
+    assert (done.status, done.summary) == ("complete", {"rate": 1.0})
+    assert done.finished_at is not None
+
+
+def test_not_a_store_or_a_newer_one_is_refused(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.db"
+    notes.write_text("not a database\n" * 200)
+    with pytest.raises(RunStoreError, match="is not a refinekit run store"):
+        RunStore(notes)
+    newer = tmp_path / "newer.db"
+    with sqlite3.connect(newer) as db:
+        db.execute("PRAGMA user_version = 99")
+    with pytest.raises(RunStoreError, match="written by a newer refinekit"):
+        RunStore(newer)
+    with RunStore(tmp_path / "ok.db") as store, pytest.raises(RunStoreError, match="no run 5"):
+        store.run(5)
+
+
+def test_status_comes_from_whether_the_runs_process_lives(store: RunStore) -> None:
+    mine = start(store)
+    assert mine.status == "running"  # this process: alive
+    set_pid(store, mine.id, dead_pid())
+    assert store.run(mine.id).status == "incomplete"  # died before it could say so
+    set_pid(store, mine.id, None)
+    assert store.run(mine.id).status == "incomplete"
+
+
+def test_resumable_is_the_newest_unfinished_run_no_live_process_is_running(
+    store: RunStore,
+) -> None:
+    assert store.resumable("fp") is None
+    first = start(store)
+    assert store.resumable("fp") is None  # running, in a live process: not to be shared
+    set_pid(store, first.id, dead_pid())
+    assert store.resumable("fp") == store.run(first.id)  # its process died
+    store.finish_run(first.id, "incomplete", {})
+    assert store.resumable("fp") == store.run(first.id)
+    assert store.resumable("other") is None
+    store.finish_run(first.id, "complete", {})
+    assert store.resumable("fp") is None
+
+
+def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: RunStore) -> None:
+    a = start(store)
+    b = start(store, dataset="other.csv")
+    c = start(store)
+    d = start(store)
+    for run in (a, b, c):
+        store.finish_run(run.id, "complete", {})
+    assert store.previous(d) == store.run(c.id)
+    assert store.previous(store.run(c.id)) == store.run(a.id)
+    assert store.previous(store.run(a.id)) is None
+    assert [r.id for r in store.runs(dataset="golden.csv")] == [a.id, c.id, d.id]
+    assert store.runs(kind="calibrate") == []
+
+
+# --- resuming through the command -----------------------------------------------------------
+
+
+SYNC_ANSWER = """
+import os
+import openai
+
+def answer(question):
+    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
+    with client:
+        reply = client.chat.completions.create(
+            model="answer", messages=[{"role": "user", "content": question}]
+        )
+    return reply.choices[0].message.content
+"""
+
+
+def test_a_resumed_run_skips_stored_cases_reruns_edited_rows_and_drops_removed_ones(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    target = ws.module(SYNC_ANSWER)
+    server.script("answer", [answers({f"q{i}": "ok" for i in range(1, 6)})] * 20)
+    rows = [{"question": f"q{i}", "must_mention": "ok"} for i in (1, 2, 3)]
+    golden = ws.csv("golden.csv", rows)
+    run = ("eval", golden, "--target", f"{target}:answer")
+    assert cli(*run).code == 0
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+        store.finish_run(1, "incomplete", {})  # as if it had been interrupted
+        keys = {c.question: c.key for c in store.cases(1)}
+
+    # q2 edited (a new case), q3 removed, q4 added
+    ws.csv(
+        "golden.csv",
+        [rows[0], {"question": "q2", "must_mention": "OK"}, rows[2] | {"question": "q4"}],
+    )
+    before = len(server.requests)
+    resumed = cli(*run)
+
+    assert resumed.code == 0, resumed.err
+    assert "resuming run 1: 1 of 3 cases already stored" in resumed.out
+    # the old q2 and q3
+    assert "2 stored cases are no longer in the file: dropped from the run" in resumed.out
+    assert asked(server)[before:] == ["q2", "q4"]  # q1 was not asked again
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+        [info] = store.runs()
+        cases = store.cases(info.id)
+    assert info.status == "complete"
+    assert [c.question for c in cases] == ["q1", "q2", "q4"]
+    assert cases[0].key == keys["q1"]
+    assert cases[1].key != keys["q2"]
+
+    fresh = cli(*run, "--fresh")  # a complete run is never resumed; --fresh never resumes
+    assert fresh.code == 0
+    assert "resuming" not in fresh.out
+    assert len(server.requests) == before + 5
+
+
+# --- a real interrupted process: SIGKILL and SIGINT --------------------------------------------
+
+
+BLOCKING = """
+import asyncio
+import os
+import pathlib
+import time
+import openai
+
+def blocks(question):
+    if question != os.environ.get("RK_BLOCK_ON"):
+        return False
+    pathlib.Path("started").write_text(question)  # tell the test, then wait for a file
+    return True                                    # that never appears
+
+def answer(question):
+    if blocks(question):
+        while not pathlib.Path("never").exists():
+            time.sleep(0.01)
+    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
+    with client:
+        reply = client.chat.completions.create(
+            model="answer", messages=[{"role": "user", "content": question}]
+        )
+    return reply.choices[0].message.content
+
+async def aanswer(question):
+    if blocks(question):
+        while not pathlib.Path("never").exists():
+            await asyncio.sleep(0.01)
+    client = openai.AsyncOpenAI(
+        base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0
+    )
+    async with client:
+        reply = await client.chat.completions.create(
+            model="answer", messages=[{"role": "user", "content": question}]
+        )
+    return reply.choices[0].message.content
+"""
+
+QUESTIONS = [f"q{i}" for i in range(1, 6)]
+
+
+def _default_sigint() -> None:  # a shell may start the test run with SIGINT ignored
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def interrupted_eval(
+    ws: Workspace, server: ScriptedOpenAI, function: str, sig: int
+) -> tuple[int, str, str]:
+    """`python -m refinekit eval` blocked on q3 (q1 and q2 done), then sent `sig`."""
+    golden = ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in QUESTIONS])
+    target = ws.module(BLOCKING, stem="blocking")
+    env = {k: v for k, v in os.environ.items() if k != "REFINEKIT_DB"}
+    env |= {"PYTHONPATH": str(ws.path), "RK_BASE_URL": server.base_url, "RK_BLOCK_ON": "q3"}
+    command = [sys.executable, "-m", "refinekit", "eval", golden.name]
+    command += ["--target", f"{target}:{function}", "--concurrency", "1"]
+    child = subprocess.Popen(
+        command,
+        cwd=ws.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (ws.path / "started").exists():
+            if child.poll() is not None or time.monotonic() > deadline:
+                out, err = child.communicate()
+                pytest.fail(f"the eval never reached q3 (exit {child.returncode}):\n{out}\n{err}")
+            time.sleep(0.02)
+        child.send_signal(sig)
+        out, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    return child.returncode, out, err
+
+
+def resume_in_process(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli, function: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run the same command again here (q3 no longer blocks): only q3 to q5 are asked."""
+    monkeypatch.delenv("RK_BLOCK_ON", raising=False)
+    [target] = ws.modules
+    resumed = cli("eval", "golden.csv", "--target", f"{target}:{function}", "--concurrency", "1")
+
+    assert resumed.code == 0, resumed.err
+    assert "resuming run 1: 2 of 5 cases already stored" in resumed.out
+    assert table(resumed.out) == dict.fromkeys(range(1, 6), "pass")
+    assert asked(server) == QUESTIONS  # q1 and q2 were asked once, by the killed process
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+        [run] = store.runs()
+        assert run.status == "complete"
+        assert len(store.cases(run.id)) == 5
+
+
+def test_sigkill_keeps_finished_cases_shows_the_run_incomplete_and_it_resumes(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.script("answer", [answers(dict.fromkeys(QUESTIONS, "ok"))] * 5)
+
+    code, out, _ = interrupted_eval(ws, server, "aanswer", signal.SIGKILL)
+
+    assert code == -signal.SIGKILL
+    assert "-> run 1 in .refinekit/runs.db" in out
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+        [run] = store.runs()
+        cases = store.cases(run.id)
+    assert run.status == "incomplete"  # it says "running", but its process is gone
+    assert run.finished_at is None
+    assert [(c.question, c.outcome, c.answer) for c in cases] == [
+        ("q1", "passed", "ok"),
+        ("q2", "passed", "ok"),
+    ]
+    listed = cli("runs")
+    assert listed.out.splitlines()[1].split()[:3] == ["1", "eval", "incomplete"]
+    assert asked(server) == ["q1", "q2"]
+
+    resume_in_process(ws, server, cli, "aanswer", monkeypatch)
+
+
+@pytest.mark.parametrize("function", ["answer", "aanswer"])
+def test_sigint_exits_130_marks_the_run_incomplete_and_it_resumes(
+    ws: Workspace,
+    server: ScriptedOpenAI,
+    cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+    function: str,
+) -> None:
+    # "answer" is a def blocked in its worker thread: Ctrl-C must not wait for it
+    server.script("answer", [answers(dict.fromkeys(QUESTIONS, "ok"))] * 5)
+
+    code, out, err = interrupted_eval(ws, server, function, signal.SIGINT)
+
+    assert code == 130, err
+    assert err.strip() == "refinekit eval: error: interrupted"
+    assert (
+        "run 1 is incomplete: 2 of 5 cases stored. Run the same command again to finish it "
+        "without paying again for those." in out
+    )
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+        [run] = store.runs()
+        assert [c.question for c in store.cases(run.id)] == ["q1", "q2"]
+    assert run.status == "incomplete"
+    assert run.finished_at is not None  # said so itself
+    assert run.summary == {"stored": 2, "cases": 5}
+
+    resume_in_process(ws, server, cli, function, monkeypatch)
