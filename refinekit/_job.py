@@ -146,8 +146,8 @@ def current_attempt() -> AttemptInfo | None:
 
     Returns:
         The attempt's number, its maximum, and the latest rejection's feedback and answer;
-        inside a `@reviewed` function (which never re-runs it) attempt 1 of 1; None outside
-        both.
+        inside a `@reviewed` function (which never re-runs it), and inside a case of
+        `refinekit eval`, attempt 1 of 1; None outside all of these.
     """
     return _ATTEMPT.get()
 
@@ -159,8 +159,10 @@ def record_context(
 
     Call it inside a function decorated with `@retry_on_low_quality`, e.g. right after
     retrieval. The documents land in `EvaluationRequest.context` of this attempt only (a
-    retry records its own). Outside such a function it does nothing, so the function still
-    works undecorated.
+    retry records its own); the accepted (or returned best) attempt's documents also go to an
+    enclosing attempt, so an outer evaluator sees what the answer was built on. Inside a case
+    of `refinekit eval` they reach the run's judge. Anywhere else it does nothing, so the
+    function still works undecorated.
 
     Args:
         documents: One document or several: `str`, a mapping with `text` (and `source`), or

@@ -240,6 +240,17 @@ def _event(cfg: _RetryConfig, job: Job, kind: EventKind, number: int, **fields: 
     )
 
 
+def _kept(value: Any, info: AttemptInfo, outer: AttemptInfo | None) -> Any:
+    """Return the accepted answer; the documents it was built from go to the enclosing attempt.
+
+    An answer built on an inner answer is built on that answer's context too, so an outer
+    evaluator (an outer `@retry_on_low_quality`, `refinekit eval`'s judge) sees it.
+    """
+    if outer is not None:
+        outer._context.extend(info._context)
+    return value
+
+
 def _retry_flow(
     cfg: _RetryConfig,
     fn: Callable[..., Any],
@@ -254,8 +265,11 @@ def _retry_flow(
     feedback: str | None = None
     previous: Any = None
     call_args, call_kwargs = args, kwargs
+    outer = _ATTEMPT.get()  # an enclosing attempt (or `refinekit eval`'s case), if any
+    infos: list[AttemptInfo] = []
     for number in range(1, max_attempts + 1):
         info = AttemptInfo(number, max_attempts, feedback, previous)
+        infos.append(info)
         started = time.perf_counter()
         token = _ATTEMPT.set(info)
         recorder = start_recording()  # this attempt's tool calls, for the judge
@@ -281,18 +295,18 @@ def _retry_flow(
             if recorder.direct is not None:  # a return_direct tool's output: not judged
                 if wants_debug_events():
                     emit(_event(cfg, job, "skipped", number))
-                return value
+                return _kept(value, info, outer)
             if cfg.evaluator is None and cfg.skip is None:
-                return value
+                return _kept(value, info, outer)
             if arguments is None:
                 arguments = cfg.bind(args, kwargs)
             request = cfg.request(arguments, value, info._context, number, recorder.calls)
             if cfg.skip is not None and cfg.skip(request):
                 if wants_debug_events():
                     emit(_event(cfg, job, "skipped", number))
-                return value
+                return _kept(value, info, outer)
             if cfg.evaluator is None:
-                return value
+                return _kept(value, info, outer)
             try:
                 verdict: Verdict = yield Evaluate(cfg.evaluator, request)
             except (JudgeUnavailable, JudgeReplyError) as e:
@@ -304,11 +318,11 @@ def _retry_flow(
             )
             if accepted_unjudged:  # not judged, and the policy lets the answer through
                 emit(_event(cfg, job, "unjudged", number, verdict=verdict))
-                return value
+                return _kept(value, info, outer)
             if wants_debug_events():
                 emit(_event(cfg, job, "verdict", number, verdict=verdict))
             if verdict.passed:
-                return value
+                return _kept(value, info, outer)
             rejection = LowQualityAnswer(
                 verdict.feedback
                 or (
@@ -369,7 +383,7 @@ def _retry_flow(
         )
     )
     if best is not None:
-        return best.answer
+        return _kept(best.answer, infos[best.number - 1], outer)
     raise rejection
 
 

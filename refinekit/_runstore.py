@@ -66,8 +66,11 @@ _SECRETS = [
         ),
         r"\1\2[redacted]",
     ),
-    # provider key shapes: sk-..., sk-proj-..., gsk_..., hf_...
-    (re.compile(r"\b(?:sk|gsk|hf|pk|rk)[-_][A-Za-z0-9_\-]{12,}"), "[redacted key]"),
+    # provider key shapes: sk-..., sk-proj-..., sk-ant-..., gsk_..., hf_..., xai-..., r8_...
+    (
+        re.compile(r"\b(?:sk-|gsk_|hf_|xai-|pplx-|r8_)[A-Za-z0-9][A-Za-z0-9_\-]{15,}"),
+        "[redacted key]",
+    ),
 ]
 
 
@@ -237,8 +240,13 @@ CREATE TABLE IF NOT EXISTS calls (
 _ROLES = ("answer", "answer_judge", "judge")
 
 
+def _storable(text: str) -> str:
+    """Text SQLite can hold: a lone UTF-16 surrogate (from a model or a file) becomes `?`."""
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return _storable(json.dumps(value, ensure_ascii=False, default=str))
 
 
 class RunStore:
@@ -261,6 +269,10 @@ class RunStore:
         self._db.row_factory = sqlite3.Row
         try:
             self._db.execute("PRAGMA foreign_keys = ON")
+            # WAL with NORMAL sync: a commit per case stays durable against a killed process
+            # (what resume needs) without an fsync per case
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > _SCHEMA_VERSION:
                 raise RunStoreError(
@@ -383,11 +395,16 @@ class RunStore:
         return [self._run(r) for r in self._db.execute(query + " ORDER BY id", params)]
 
     def previous(self, run: RunInfo) -> RunInfo | None:
-        """The newest complete run of the same kind and data file made before `run`."""
+        """The newest complete run of the same kind, data file and judge started before `run`.
+
+        Verdicts of another judge (or of the column checks alone) measure something else, so
+        they are not compared; the answer function may differ: that is what a comparison is
+        for.
+        """
         row = self._db.execute(
-            "SELECT * FROM runs WHERE kind = ? AND dataset = ? AND status = 'complete' "
-            "AND id < ? ORDER BY id DESC LIMIT 1",
-            (run.kind, run.dataset, run.id),
+            "SELECT * FROM runs WHERE kind = ? AND dataset = ? AND judge IS ? "
+            "AND status = 'complete' AND id < ? ORDER BY id DESC LIMIT 1",
+            (run.kind, run.dataset, run.judge, run.id),
         ).fetchone()
         return None if row is None else self._run(row)
 
@@ -428,12 +445,12 @@ class RunStore:
                     run_id,
                     case.key,
                     case.position,
-                    case.question,
+                    _storable(case.question),
                     _dumps(case.row),
                     case.outcome,
-                    case.answer,
-                    None if case.error is None else redact(case.error),
-                    case.feedback,
+                    None if case.answer is None else _storable(case.answer),
+                    None if case.error is None else _storable(redact(case.error)),
+                    _storable(case.feedback),
                     case.score,
                     case.probability,
                     case.label,

@@ -284,3 +284,134 @@ def test_calibrate_needs_a_judge_and_a_file(ws: Workspace, cli: Cli) -> None:
     missing = cli("calibrate", "missing.csv", "--judge", "m:j")
     assert missing.code == 2
     assert "file not found: missing.csv" in missing.err
+
+
+PLAIN_JUDGES = """
+from refinekit import Verdict
+
+def judge(request):
+    return request.answer == "good"
+
+def down(request):
+    return Verdict.unjudged("the judge model is down")
+"""
+# the judge passes q1 q2, fails q3 q4; people pass q1 q2 q4: agreement 3/4, by chance 1/2
+AGREEMENT = [
+    {"question": "q1", "answer": "good", "label": "pass"},
+    {"question": "q2", "answer": "good", "label": "pass"},
+    {"question": "q3", "answer": "bad", "label": "fail"},
+    {"question": "q4", "answer": "bad", "label": "pass"},
+]
+
+
+@pytest.mark.parametrize(
+    ("judge", "min_kappa", "code", "line"),
+    [
+        ("judge", "0.5", 0, "gate: Cohen's kappa 0.500 >= --min-kappa 0.500: pass"),
+        ("judge", "-1", 0, "gate: Cohen's kappa 0.500 >= --min-kappa -1.000: pass"),
+        ("judge", "0.6", 1, "gate: Cohen's kappa 0.500 is under --min-kappa 0.600: FAIL"),
+        ("down", "-1", 1, "gate: Cohen's kappa n/a is under --min-kappa -1.000: FAIL"),
+    ],
+)
+def test_min_kappa_gates_calibration_on_cohens_kappa(
+    ws: Workspace, cli: Cli, judge: str, min_kappa: str, code: int, line: str
+) -> None:
+    data = ws.jsonl("labelled.jsonl", AGREEMENT)
+    module = ws.module(PLAIN_JUDGES)
+
+    result = cli("calibrate", data, "--judge", f"{module}:{judge}", "--min-kappa", min_kappa)
+
+    assert result.code == code, result.err
+    assert result.out.splitlines()[-1] == line
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+        assert store.runs()[0].status == "complete"  # a failed gate is a finished run
+    ungated = cli("calibrate", data, "--judge", f"{module}:{judge}")
+    assert ungated.code == 0
+    assert "gate:" not in ungated.out
+
+
+@pytest.mark.parametrize("value", ["1.5", "-1.01", "high"])
+def test_min_kappa_outside_minus_1_to_1_is_a_usage_error(
+    ws: Workspace, cli: Cli, value: str
+) -> None:
+    data = ws.jsonl("labelled.jsonl", AGREEMENT)
+    module = ws.module(PLAIN_JUDGES)
+
+    result = cli("calibrate", data, "--judge", f"{module}:judge", "--min-kappa", value)
+
+    assert result.code == 2
+    assert "a number from -1 to 1" in result.err
+    assert not (ws.path / ".refinekit" / "runs.db").exists()
+
+
+def test_a_calibration_report_that_cannot_be_written_is_a_usage_error(
+    ws: Workspace, cli: Cli
+) -> None:
+    data = ws.jsonl("labelled.jsonl", AGREEMENT)
+    module = ws.module(PLAIN_JUDGES)
+
+    result = cli("calibrate", data, "--judge", f"{module}:judge", "--report", "no/such/c.html")
+
+    assert result.code == 2
+    assert result.err == (
+        "refinekit calibrate: error: cannot write the report to no/such/c.html: No such file or "
+        "directory\n"
+    )
+    assert "accuracy 0.750" in result.out
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+        assert store.runs()[0].status == "complete"
+
+
+CODE_CHECK_JUDGE = """
+import os
+import openai
+from refinekit import judges
+from refinekit.judges import Criterion, JudgeModel
+
+client = openai.OpenAI(
+    base_url=os.environ["RK_BASE_URL"],
+    api_key="sk-test",
+    max_retries=0,
+    default_headers={"Connection": "close"},
+)
+judge = judges.criteria(
+    JudgeModel(client, "judge"),
+    [
+        # a code check, run first: when it fails, the model criterion is not asked
+        Criterion("cites", lambda request: "[" in request.answer, when_false="Cite a source."),
+        Criterion("supported", "Does the context support the answer?"),
+    ],
+)
+"""
+
+
+def test_an_item_failed_by_a_code_check_keeps_the_reliability_table(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    items = {
+        "a1 [x.md]": (0.95, "pass"),
+        "a2 [x.md]": (0.85, "pass"),
+        "a3 [x.md]": (0.30, "fail"),
+        "a4 [x.md]": (0.10, "fail"),
+        "a5, citing nothing": (0.0, "fail"),  # fails the code check: certainly a fail
+    }
+    data = labelled(ws, items)
+    judge = ws.module(CODE_CHECK_JUDGE)
+    server.script("judge", [judge_replies({a: p for a, (p, _) in items.items()})] * 4)
+
+    result = cli("calibrate", data, "--judge", f"{judge}:judge", "--bins", "2")
+
+    assert result.code == 0, result.err
+    assert len(server.requests_for("judge")) == 4  # a5 cost no model call
+    assert "probabilities:" not in result.out
+    lines = result.out.splitlines()
+    start = lines.index("reliability (5 items):")
+    assert lines[start + 1 : start + 4] == [
+        "  bin         items   mean p   passed",
+        "  0.00-0.50       3    0.133    0.000",
+        "  0.50-1.00       2    0.900    1.000",
+    ]
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+        cases = store.cases(store.runs()[0].id)
+    assert [c.probability for c in cases] == [pytest.approx(p) for p, _ in items.values()]
+    assert cases[4].feedback == "Cite a source."

@@ -144,8 +144,8 @@ def test_column_checks_judge_a_sync_target_and_the_table_says_why(
     assert "-> Cite a.md." in result.out
     lo, hi = wilson_interval(2, 4)
     assert (
-        f"pass rate 0.500 (2/4), 95% Wilson interval {lo:.3f} to {hi:.3f}, over the 4 cases "
-        "answered and judged (2 passed, 2 failed, 0 raised" in result.out
+        f"pass rate 0.500 (2/4), 95% Wilson interval {lo:.3f} to {hi:.3f}, over 4 cases "
+        "(2 passed, 2 failed, 0 raised: a function that raised counts as failed)" in result.out
     )
     assert "criteria passed: must_mention 3/3, expected_source 2/4" in result.out
     assert "model calls seen: none (column checks only)" in result.out
@@ -434,11 +434,34 @@ def test_rate_limited_calls_are_backed_off_not_fatal(
     # q1 and q2 got through after waits; q3 was rate limited all 6 tries: raised, run went on
     assert table(result.out) == {1: "pass", 2: "pass", 3: "RAISED"}
     assert "RateLimitError" in result.out
-    assert "rate limited: backed off 8 times" in result.out
+    # the scripted server sends `retry-after: 0` with each 429: the answer model's reaches
+    # eval on the openai error, the judge's on the JudgeUnavailable
+    assert "rate limited: backed off 8 times (0.0 s not slept: testing switch on)" in result.out
     assert asked(server) == ["q1", "q1", "q1", "q2", *["q3"] * 6]
     with RunStore(run_db(ws)) as store:
         [run] = store.runs()
     assert run.summary["rate_limit_waits"] == 8
+
+
+@pytest.mark.parametrize(
+    ("testing", "line"),
+    [
+        (True, "rate limited: backed off once (0.0 s not slept: testing switch on)"),
+        (False, "rate limited: backed off once (0.0 s in all)"),
+    ],
+)
+def test_one_backoff_is_reported_once_and_whether_it_was_slept(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli, testing: bool, line: str
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1", "must_mention": "a1"}])
+    target = ws.module(SYNC_ANSWER)
+    server.script("answer", [Reply.error(429, "slow down"), "a1"])
+
+    with set_testing(testing):  # off: the server's `retry-after: 0` is a wait of nothing
+        result = cli("eval", golden, "--target", f"{target}:answer")
+
+    assert result.code == 0, result.err
+    assert line in result.out.splitlines()
 
 
 @pytest.fixture
@@ -530,6 +553,30 @@ async def test_rate_limit_wait_from_retry_after_else_jittered(
         assert limiter.waited == waited
     else:
         assert 0 <= limiter.waited <= 2.0  # full jitter under 2 ** attempt
+
+
+@pytest.mark.parametrize(("told", "waited"), [(3.0, 3.0), (0.0, 0.0), (3600.0, None)])
+async def test_a_judge_rate_limit_waits_the_retry_after_it_carries(
+    told: float, waited: float | None
+) -> None:
+    error = JudgeUnavailable("HTTP 429", model="judge", status_code=429)
+    error.retry_after = told  # what the judge read from the server's Retry-After header
+    limiter = RateLimiter()
+    tries = 0
+
+    async def limited_once() -> str:
+        nonlocal tries
+        tries += 1
+        if tries == 1:
+            raise error
+        return "ok"
+
+    assert await limiter.call(limited_once) == "ok"
+    assert limiter.waits == 1
+    if waited is not None:
+        assert limiter.waited == waited
+    else:  # beyond a minute: jittered instead
+        assert 0 <= limiter.waited <= 2.0
 
 
 async def test_other_errors_are_not_retried() -> None:
@@ -632,9 +679,8 @@ def test_raised_unavailable_and_inconclusive_are_counted_apart_and_secrets_redac
     assert "-> NOT_ENOUGH_EVIDENCE" in result.out
     assert (
         "pass rate 0.333 (1/3), 95% Wilson interval "
-        f"{wilson_interval(1, 3)[0]:.3f} to {wilson_interval(1, 3)[1]:.3f}, over the 3 cases "
-        "answered and judged (1 passed, 1 failed, 1 raised: a function that raised counts as "
-        "failed)"
+        f"{wilson_interval(1, 3)[0]:.3f} to {wilson_interval(1, 3)[1]:.3f}, over 3 cases "
+        "(1 passed, 1 failed, 1 raised: a function that raised counts as failed)"
     ) in result.out
     assert "not counted: 2 unavailable (the judge could not judge), 1 inconclusive" in result.out
 
@@ -1125,26 +1171,482 @@ def test_row_columns_become_arguments_or_the_question_the_only_one(ws: Workspace
     ]
 
 
-def test_nothing_judged_is_no_pass_rate_and_fails_a_gate(ws: Workspace, cli: Cli) -> None:
+NOT_JUDGING = """
+from refinekit import Verdict
+
+def answer(question):
+    return "an answer about " + question
+
+def down(request):
+    return Verdict.unjudged("the judge model is down")
+
+def unsure(request):
+    return Verdict.inconclusive("NOT_ENOUGH_EVIDENCE")
+
+def agree(request):
+    return True
+"""
+
+
+@pytest.mark.parametrize("gate", [[], ["--min-pass-rate", "0.5"]], ids=["no-gate", "gate"])
+@pytest.mark.parametrize(
+    ("judge", "counts"),
+    [("down", "2 unavailable (the judge could not judge), 0 inconclusive"),
+     ("unsure", "0 unavailable (the judge could not judge), 2 inconclusive")],
+)  # fmt: skip
+def test_a_run_with_no_pass_or_fail_outcome_fails_even_without_a_gate(
+    ws: Workspace, cli: Cli, gate: list[str], judge: str, counts: str
+) -> None:
     golden = ws.csv("golden.csv", [{"question": "q1"}, {"question": "q2"}])
-    module = ws.module(
-        """
-        from refinekit import Verdict
-
-        def answer(question):
-            return "an answer"
-
-        def judge(request):
-            return Verdict.unjudged("the judge model is down")
-        """
-    )
+    module = ws.module(NOT_JUDGING)
 
     result = cli(
-        "eval", golden, "--target", f"{module}:answer", "--judge", f"{module}:judge",
-        "--min-pass-rate", "0.5",
+        "eval", golden, "--target", f"{module}:answer", "--judge", f"{module}:{judge}", *gate
     )  # fmt: skip
 
     assert result.code == 1
     assert "pass rate: n/a (none of the 2 cases was judged)" in result.out
-    assert "not counted: 2 unavailable (the judge could not judge), 0 inconclusive" in result.out
-    assert "gate: lower bound 0.000 is under --min-pass-rate 0.500: FAIL" in result.out
+    assert f"not counted: {counts}" in result.out
+    assert result.out.endswith(
+        "gate: no case has a pass or fail outcome, so the run measured nothing: FAIL\n"
+    )
+    assert "lower bound" not in result.out
+    with RunStore(run_db(ws)) as store:
+        [run] = store.runs()
+    assert (run.status, run.summary["rate"]) == ("complete", None)
+
+
+@pytest.mark.parametrize(
+    ("judge", "mark", "outcome", "note"),
+    [
+        ("down", "unavail", "unavailable", "the judge model is down"),
+        ("unsure", "inconcl", "inconclusive", "NOT_ENOUGH_EVIDENCE"),
+    ],
+)
+def test_a_failing_row_check_fails_the_case_whatever_the_judge_could_not_say(
+    ws: Workspace, cli: Cli, judge: str, mark: str, outcome: str, note: str
+) -> None:
+    golden = ws.csv(
+        "golden.csv",
+        [{"question": "q1", "must_mention": "q1"}, {"question": "q2", "must_mention": "zebra"}],
+    )
+    module = ws.module(NOT_JUDGING)
+
+    result = cli(
+        "eval", golden, "--target", f"{module}:answer", "--judge", f"{module}:{judge}",
+        "--concurrency", "1",
+    )  # fmt: skip
+
+    # q1 passes its check, and the judge could not say: not counted; q2 fails its check
+    assert table(result.out) == {1: mark, 2: "FAIL"}
+    assert f"-> {note}" in result.out
+    assert "-> Mention 'zebra'." in result.out
+    assert "pass rate 0.000 (0/1)" in result.out
+    assert result.code == 0
+    with RunStore(run_db(ws)) as store:
+        cases = store.cases(store.runs()[0].id)
+    assert [c.outcome for c in cases] == [outcome, "failed"]
+    assert cases[1].feedback == "Mention 'zebra'."  # the check's, not the judge's (none)
+    assert cases[1].error is None
+
+
+def test_without_a_judge_a_row_with_empty_check_columns_is_inconclusive(
+    ws: Workspace, cli: Cli
+) -> None:
+    checked = {"question": "q1", "must_mention": "answer", "expected_source": ""}
+    unchecked = {"question": "q2", "must_mention": "", "expected_source": ""}
+    module = ws.module(NOT_JUDGING)
+    target = ("--target", f"{module}:answer")
+
+    result = cli("eval", ws.csv("golden.csv", [checked, unchecked]), *target)
+
+    assert result.code == 0, result.err
+    assert table(result.out) == {1: "pass", 2: "inconcl"}
+    assert "-> nothing to check: the row's check columns are empty" in result.out
+    assert "pass rate 1.000 (1/1)" in result.out
+    assert "not counted: 0 unavailable (the judge could not judge), 1 inconclusive" in result.out
+    # with a judge, the row is judged
+    judged = cli("eval", "golden.csv", *target, "--judge", f"{module}:agree")
+    assert table(judged.out) == {1: "pass", 2: "pass"}
+    # a file of rows with nothing to check measures nothing: the run fails
+    empty = cli("eval", ws.csv("empty.csv", [unchecked, unchecked | {"question": "q3"}]), *target)
+    assert empty.code == 1
+    assert table(empty.out) == {1: "inconcl", 2: "inconcl"}
+    assert "gate: no case has a pass or fail outcome, so the run measured nothing: FAIL" in (
+        empty.out
+    )
+
+
+def test_a_jsonl_row_without_a_field_gets_the_parameters_default_or_is_a_usage_error(
+    ws: Workspace, cli: Cli
+) -> None:
+    rows: list[dict[str, Any]] = [{"question": "q1", "tier": "gold", "must_mention": "q1"}]
+    rows += [{"question": f"q{i}", "must_mention": f"q{i}"} for i in range(2, 14)]
+    golden = ws.jsonl("golden.jsonl", rows)
+    module = ws.module(
+        """
+        import pathlib
+
+        seen = []
+
+        def answer(question, tier="standard"):
+            seen.append((question, tier))
+            return question
+
+        def needs(question, tier):
+            pathlib.Path("called").write_text("the target ran")
+            return question
+        """
+    )
+
+    result = cli("eval", golden, "--target", f"{module}:answer", "--concurrency", "1")
+
+    assert result.code == 0, result.err
+    defaults = [(f"q{i}", "standard") for i in range(2, 14)]
+    assert __import__(module).seen == [("q1", "gold"), *defaults]
+
+    needs = cli("eval", golden, "--target", f"{module}:needs")
+
+    assert needs.code == 2
+    assert (
+        f"refinekit eval: error: --target '{module}:needs' needs 'tier', and rows 2, 3, 4, 5, 6, "
+        "7, 8, 9, 10, 11 ... have no 'tier'; give every row that field, or the parameter a default"
+    ) in needs.err
+    assert needs.out == ""
+    assert not (ws.path / "called").exists()
+    with RunStore(run_db(ws)) as store:
+        assert len(store.runs()) == 1  # the first run only
+
+    one = cli("eval", ws.jsonl("one.jsonl", rows[:2]), "--target", f"{module}:needs")
+    assert one.code == 2
+    assert "needs 'tier', and row 2 has no 'tier'" in one.err
+
+
+# --- what the run's judge sees: the documents the function recorded, then the row's context ------
+
+
+CONTEXT_APP = """
+import asyncio
+from refinekit import current_attempt, record_context, retry_on_low_quality
+
+seen = {}
+
+def judge(request):
+    seen[request.question] = [(d.text, d.source) for d in request.context]
+    return True
+
+def plain(question):
+    record_context({"text": f"doc for {question}", "source": f"{question}.md"})
+    return "an answer"
+
+async def async_plain(question):
+    await asyncio.sleep(0)
+    record_context({"text": f"doc for {question}", "source": f"{question}.md"})
+    return "an answer"
+
+@retry_on_low_quality(evaluator=lambda request: request.metadata["attempt"] >= 2, max_retries=1)
+def retried(question, feedback=None):
+    number = current_attempt().number
+    record_context({"text": f"doc for {question}", "source": f"attempt {number}.md"})
+    return "an answer"
+"""
+
+
+@pytest.mark.parametrize(
+    ("function", "source"),
+    [("plain", "{q}.md"), ("async_plain", "{q}.md"), ("retried", "attempt 2.md")],
+)
+def test_documents_the_function_recorded_reach_the_judge_then_the_rows_context_each_once(
+    ws: Workspace, cli: Cli, function: str, source: str
+) -> None:
+    golden = ws.jsonl(
+        "golden.jsonl",
+        [
+            # the same document as the one recorded: shown once
+            {"question": "q1", "context": {"text": "doc for q1", "source": "q1.md"}},
+            {"question": "q2", "context": "the row's own context"},
+            {"question": "q3"},
+        ],
+    )
+    module = ws.module(CONTEXT_APP)
+
+    result = cli("eval", golden, "--target", f"{module}:{function}", "--judge", f"{module}:judge")
+
+    assert result.code == 0, result.err
+    recorded = {q: ("doc for " + q, source.format(q=q)) for q in ("q1", "q2", "q3")}
+    seen = __import__(module).seen
+    if function == "retried":  # the accepted attempt's document, not the rejected one's
+        assert seen["q1"] == [recorded["q1"], ("doc for q1", "q1.md")]
+    else:
+        assert seen["q1"] == [recorded["q1"]]
+    assert seen["q2"] == [recorded["q2"], ("the row's own context", None)]
+    assert seen["q3"] == [recorded["q3"]]
+
+
+def test_a_rate_limited_try_leaves_no_recorded_documents_behind(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1"}])
+    module = ws.module(
+        """
+        import os
+        import openai
+        from refinekit import record_context
+
+        seen = []
+        tries = 0
+
+        def judge(request):
+            seen.append([d.text for d in request.context])
+            return True
+
+        def answer(question):
+            global tries
+            tries += 1
+            record_context(f"retrieved on try {tries}")
+            client = openai.OpenAI(
+                base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0
+            )
+            with client:
+                reply = client.chat.completions.create(
+                    model="answer", messages=[{"role": "user", "content": question}]
+                )
+            return reply.choices[0].message.content
+        """
+    )
+    server.script("answer", [Reply.error(429, "slow down"), "a1"])
+
+    result = cli("eval", golden, "--target", f"{module}:answer", "--judge", f"{module}:judge")
+
+    assert result.code == 0, result.err
+    assert __import__(module).seen == [["retrieved on try 2"]]
+
+
+# --- a misconfigured answer function stops the run; the fixed one resumes it ---------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(401, "AuthenticationError"), (403, "PermissionDeniedError"), (404, "NotFoundError")],
+)
+def test_an_answer_function_refused_by_its_endpoint_stops_the_run_and_resumes(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli, status: int, error: str
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": f"q{i}", "must_mention": "a"} for i in (1, 2, 3)])
+    target = ws.module(SYNC_ANSWER)
+    run = ("eval", golden, "--target", f"{target}:answer", "--concurrency", "1")
+    server.script("answer", ["a1", Reply.error(status, f"refused: the key {SECRET}")])
+
+    stopped = cli(*run)
+
+    assert stopped.code == 3
+    assert f"refinekit eval: error: the answer function raised {error}: " in stopped.err
+    assert "a misconfiguration fails every case, so the run stops here" in stopped.err
+    assert SECRET not in stopped.err + stopped.out
+    assert "run 1 is incomplete: 1 of 3 cases stored" in stopped.out
+    with RunStore(run_db(ws)) as store:
+        [info] = store.runs()
+        assert info.status == "incomplete"
+        assert [c.question for c in store.cases(info.id)] == ["q1"]  # q2 is not stored
+
+    server.script("answer", ["a2", "a3"])
+    resumed = cli(*run)
+
+    assert resumed.code == 0, resumed.err
+    assert "resuming run 1: 1 of 3 cases already stored" in resumed.out
+    assert asked(server) == ["q1", "q2", "q2", "q3"]
+    with RunStore(run_db(ws)) as store:
+        [info] = store.runs()
+        assert info.status == "complete"
+        assert [c.outcome for c in store.cases(info.id)] == ["passed"] * 3
+
+
+def test_a_misconfigured_judge_inside_the_answer_function_stops_the_run(
+    ws: Workspace, cli: Cli
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1", "must_mention": "a"}])
+    target = ws.module(
+        """
+        from refinekit import JudgeMisconfigured, retry_on_low_quality
+
+        def inner_judge(request):
+            raise JudgeMisconfigured("HTTP 401: Incorrect API key provided", model="inner")
+
+        @retry_on_low_quality(evaluator=inner_judge)
+        def answer(question):
+            return "a"
+        """
+    )
+
+    result = cli("eval", golden, "--target", f"{target}:answer")
+
+    assert result.code == 3
+    assert "the answer function raised JudgeMisconfigured: HTTP 401" in result.err
+    with RunStore(run_db(ws)) as store:
+        [info] = store.runs()
+        assert (info.status, store.cases(info.id)) == ("incomplete", [])
+
+
+# --- --compare: the same file and judge; another file on the questions both have ---------------
+
+
+def test_compare_previous_skips_runs_of_another_judge(ws: Workspace, cli: Cli) -> None:
+    questions = [f"q{i}" for i in range(1, 5)]
+    golden = ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in questions])
+    module = ws.module(
+        FROM_FILE
+        + """
+def lenient(request):
+    return True
+
+def strict(request):
+    return False
+"""
+    )
+    checks_only = ("eval", golden, "--target", f"{module}:answer")
+    judged = (*checks_only, "--judge", f"{module}:lenient")
+    (ws.path / "answers.json").write_text(json.dumps({q: "ok" for q in questions}))
+
+    assert cli(*checks_only).code == 0  # run 1
+    assert cli(*judged).code == 0  # run 2
+    third = cli(*checks_only, "--compare", "previous")  # run 3: with run 1, not run 2
+    fourth = cli(*judged, "--compare", "previous")  # run 4: with run 2, not run 3
+    fifth = cli(*checks_only[:4], "--judge", f"{module}:strict", "--compare", "previous")
+
+    assert "compare with run 1: 4 questions judged in both runs" in third.out
+    assert "compare with run 2: 4 questions judged in both runs" in fourth.out
+    assert (
+        "compare: no earlier complete run of this golden file with the same judge in the "
+        "store; nothing to compare with"
+    ) in fifth.out
+    assert "compare with run" not in fifth.out
+
+
+def test_compare_with_a_run_of_another_file_pairs_the_questions_both_have(
+    ws: Workspace, cli: Cli
+) -> None:
+    old = ws.csv("old.csv", [{"question": f"q{i}", "must_mention": "ok"} for i in (1, 2, 3, 4)])
+    new = ws.csv("new.csv", [{"question": f"q{i}", "must_mention": "ok"} for i in (2, 3, 4, 5)])
+    target = ws.module(FROM_FILE)
+    (ws.path / "answers.json").write_text(
+        json.dumps({"q1": "ok", "q2": "ok", "q3": "ok", "q4": "bad", "q5": "ok"})
+    )
+    assert cli("eval", old, "--target", f"{target}:answer").code == 0
+    (ws.path / "answers.json").write_text(
+        json.dumps({"q1": "ok", "q2": "bad", "q3": "ok", "q4": "ok", "q5": "ok"})
+    )
+
+    result = cli("eval", new, "--target", f"{target}:answer", "--compare", "1")
+
+    assert result.code == 0, result.err
+    assert (
+        f"compare: run 1 is of another file ({old.resolve()}); comparing the questions both share"
+    ) in result.out
+    assert (
+        "compare with run 1: 3 questions judged in both runs; 1 regressed, 1 improved"
+    ) in result.out
+    assert "  regressed: #1 q2 -> Mention 'ok'." in result.out
+    assert "  improved: #3 q4" in result.out
+    # --compare previous looks at the same file only
+    again = cli("eval", new, "--target", f"{target}:answer", "--compare", "previous")
+    assert "compare with run 2:" in again.out
+    assert "another file" not in again.out
+
+
+def test_compare_with_a_calibrate_run_is_a_usage_error(ws: Workspace, cli: Cli) -> None:
+    labelled = ws.csv("labelled.csv", [{"question": "q", "answer": "a", "label": "pass"}])
+    golden = ws.csv("golden.csv", [{"question": "q", "must_mention": "ok"}])
+    module = ws.module(
+        """
+        import pathlib
+
+        def judge(request):
+            return True
+
+        def answer(question):
+            pathlib.Path("called").write_text("the target ran")
+            return "ok"
+        """
+    )
+    assert cli("calibrate", labelled, "--judge", f"{module}:judge").code == 0
+
+    result = cli("eval", golden, "--target", f"{module}:answer", "--compare", "1")
+
+    assert result.code == 2
+    assert "refinekit eval: error: --compare 1: run 1 is a calibrate run, not an eval" in result.err
+    assert result.out == ""
+    assert not (ws.path / "called").exists()
+    with RunStore(run_db(ws)) as store:
+        assert [r.kind for r in store.runs()] == ["calibrate"]
+
+
+# --- the report, the data file's text, Ctrl-C, --help -------------------------------------------
+
+
+def test_a_report_that_cannot_be_written_is_a_usage_error_after_a_stored_run(
+    ws: Workspace, cli: Cli
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q", "must_mention": "ok"}])
+    target = ws.module("def answer(question):\n    return 'ok'\n")
+
+    result = cli("eval", golden, "--target", f"{target}:answer", "--report", "no/such/r.html")
+
+    assert result.code == 2
+    assert result.err == (
+        "refinekit eval: error: cannot write the report to no/such/r.html: No such file or "
+        "directory\n"
+    )
+    assert "Traceback" not in result.err
+    assert "pass rate 1.000 (1/1)" in result.out  # the run itself was done
+    with RunStore(run_db(ws)) as store:
+        [run] = store.runs()
+    assert run.status == "complete"
+
+
+def test_lone_surrogates_in_a_jsonl_file_become_question_marks(ws: Workspace, cli: Cli) -> None:
+    # JSON can escape half of a UTF-16 pair; no file or database can hold the string it makes
+    (ws.path / "golden.jsonl").write_text(
+        '{"question": "Refund? \\ud800", "must_mention": "refund", '
+        '"note": {"k\\udc00": ["x\\ud83d", "paired \\ud83d\\ude00"]}}\n',
+        encoding="utf-8",
+    )
+    target = ws.module("def answer(question, note):\n    return question + ' refund'\n")
+
+    result = cli("eval", "golden.jsonl", "--target", f"{target}:answer")
+
+    assert result.code == 0, result.err
+    assert table(result.out) == {1: "pass"}
+    with RunStore(run_db(ws)) as store:
+        [case] = store.cases(store.runs()[0].id)
+    assert case.question == "Refund? ?"
+    assert case.answer == "Refund? ? refund"
+    assert case.row["note"] == {"k?": ["x?", "paired \U0001f600"]}  # a whole pair is kept
+
+
+@pytest.mark.parametrize("command", ["eval", "calibrate"])
+def test_ctrl_c_while_loading_exits_130_before_a_run_exists(
+    ws: Workspace, cli: Cli, command: str
+) -> None:
+    data = ws.csv("data.csv", [{"question": "q", "answer": "a", "label": "pass"}])
+    module = ws.module("raise KeyboardInterrupt  # as Ctrl-C during a slow import\n")
+    option = "--target" if command == "eval" else "--judge"
+
+    try:
+        result = cli(command, data, option, f"{module}:answer")
+    except KeyboardInterrupt:  # not pytest's own: it would stop the session
+        pytest.fail("the KeyboardInterrupt got out of refinekit's main()")
+
+    assert result.code == 130
+    assert result.err == f"refinekit {command}: interrupted\n"
+    assert result.out == ""
+    assert not run_db(ws).exists()
+
+
+def test_repeat_help_recommends_an_odd_k(cli: Cli) -> None:
+    result = cli("eval", "--help")
+
+    assert result.code == 0
+    assert (
+        "the outcome is the majority, and an even split is inconclusive, so prefer an odd K"
+        in " ".join(result.out.split())
+    )

@@ -67,11 +67,13 @@ EXPECTED = {
     "eval_workflow.py": [
         "-> Mention 'closed'.",
         "attempts per answer: mean 1.10, max 2",
-        "rate limited: backed off 1 times",
+        "over 10 cases (9 passed, 1 failed, 0 raised: a function that raised counts as failed)",
+        "rate limited: backed off once (0.0 s not slept: testing switch on)",
         "gate: lower bound 0.490 >= --min-pass-rate 0.400: pass",
         "gate: lower bound 0.313 is under --min-pass-rate 0.400: FAIL",
         "3 regressed, 1 improved; exact McNemar p = 0.6250",
         "as a criterion: Criterion(..., pass_at=0.850, fail_at=0.450)",
+        "gate: Cohen's kappa 0.667 >= --min-kappa 0.600: pass",
         "every outcome as expected",
     ],
     "guarded_example.py": [

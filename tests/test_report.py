@@ -166,9 +166,6 @@ def golden(tmp_path: Path) -> Path:
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[RunStore]:
     with RunStore(tmp_path / "runs.db") as s:
-        # Each stored case is a transaction, synced to disk (about 20 ms on a plain disk);
-        # these throwaway stores need not survive a power cut.
-        s._db.execute("PRAGMA synchronous = OFF")
         yield s
 
 

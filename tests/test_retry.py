@@ -567,6 +567,94 @@ def test_record_context_outside_a_decorated_function_does_nothing(kind: str) -> 
     assert judged(kind, answer, "q").context == ()
 
 
+def test_a_nested_calls_accepted_context_reaches_the_outer_evaluator() -> None:
+    @retry_on_low_quality(evaluator=passes_on(2), max_retries=1)
+    def inner(question: str) -> str:
+        attempt = refinekit.current_attempt()
+        assert attempt is not None
+        refinekit.record_context(f"inner doc of attempt {attempt.number}")
+        return "inner answer"
+
+    outer_judge = recording()
+
+    @retry_on_low_quality(evaluator=outer_judge)
+    def outer(question: str) -> str:
+        refinekit.record_context("outer doc")
+        return inner(question) + ", and more"
+
+    assert outer("q") == "inner answer, and more"
+    [request] = outer_judge.requests
+    # the rejected inner attempt's document is not what the answer was built on
+    assert [d.text for d in request.context] == ["outer doc", "inner doc of attempt 2"]
+
+
+async def test_a_nested_async_calls_accepted_context_reaches_the_outer_evaluator() -> None:
+    @retry_on_low_quality(evaluator=passes_on(2), max_retries=1)
+    async def inner(question: str) -> str:
+        attempt = refinekit.current_attempt()
+        assert attempt is not None
+        refinekit.record_context({"text": f"inner doc {attempt.number}", "source": "i.md"})
+        return "inner answer"
+
+    outer_judge = recording()
+
+    @retry_on_low_quality(evaluator=outer_judge)
+    async def outer(question: str) -> str:
+        return await inner(question)
+
+    await outer("q")
+    [request] = outer_judge.requests
+    assert [(d.text, d.source) for d in request.context] == [("inner doc 2", "i.md")]
+
+
+def test_a_nested_call_that_gave_up_passes_no_context_to_the_outer_evaluator() -> None:
+    @retry_on_low_quality(evaluator=reject_all, max_retries=1)
+    def inner(question: str) -> str:
+        refinekit.record_context("a rejected inner doc")
+        return "inner answer"
+
+    outer_judge = recording()
+
+    @retry_on_low_quality(evaluator=outer_judge)
+    def outer(question: str) -> str:
+        refinekit.record_context("outer doc")
+        try:
+            return inner(question)
+        except LowQualityAnswer:
+            return "a fallback answer"
+
+    assert outer("q") == "a fallback answer"
+    [request] = outer_judge.requests
+    assert [d.text for d in request.context] == ["outer doc"]
+
+
+def test_a_nested_calls_returned_best_attempt_passes_its_own_context_on() -> None:
+    def graded(request: EvaluationRequest) -> Verdict:  # attempt 2 is the best of three
+        good = request.answer == "answer 2"
+        return Verdict(
+            passed=False,
+            feedback="not yet",
+            criteria=(CriterionResult(name="c", outcome="pass" if good else "fail"),),
+        )
+
+    @retry_on_low_quality(evaluator=graded, max_retries=2, on_exhausted="return_best")
+    def inner(question: str) -> str:
+        attempt = refinekit.current_attempt()
+        assert attempt is not None
+        refinekit.record_context(f"inner doc {attempt.number}")
+        return f"answer {attempt.number}"
+
+    outer_judge = recording()
+
+    @retry_on_low_quality(evaluator=outer_judge)
+    def outer(question: str) -> str:
+        return inner(question)
+
+    assert outer("q") == "answer 2"
+    [request] = outer_judge.requests
+    assert [d.text for d in request.context] == ["inner doc 2"]
+
+
 def test_request_metadata_has_function_and_attempt(kind: str) -> None:
     answer, _ = stub()
     evaluator = recording(passes_on(2))
