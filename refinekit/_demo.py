@@ -458,9 +458,17 @@ class _Run:
     """One run of the demo: both scenarios, the events they emit, and what was expected."""
 
     def __init__(
-        self, say: _Output, client: openai.OpenAI, model: str, judge_model: str, scripted: bool
+        self,
+        say: _Output,
+        client: openai.OpenAI,
+        model: str,
+        judge_model: str,
+        scripted: bool,
+        local: bool = False,
     ) -> None:
         self.say = say
+        self.local = local
+        self.gave_up = False
         self.client = client
         self.model = model
         self.judge_model = judge_model
@@ -537,6 +545,19 @@ class _Run:
         self.say.wrapped(f"   outcome: {word}: ", text, 6)
         return expected
 
+    def typed_outcome(self, got: bool, success: str, refusal: str) -> bool:
+        """On the tiny local model: as expected when the caller got a value or a typed error."""
+        if got:
+            return self.outcome(True, f"the caller got {success}.")
+        if self.gave_up:
+            self.gave_up = False
+            return self.outcome(
+                True,
+                f"the caller got {refusal}: a typed refusal, never a value with a hole in it "
+                "(expected often from a 135M model).",
+            )
+        return self.outcome(False, "the run failed outside the decorators' promise (see above).")
+
     def failed(self, exc: BaseException) -> None:
         self.say.wrapped(f"   {self.say.bad('failed')}: ", f"{type(exc).__name__}: {exc}", 6)
 
@@ -560,6 +581,7 @@ class _Run:
             try:
                 result = answer(QUESTION)
             except LowQualityAnswer as e:
+                self.gave_up = True
                 say.wrapped(
                     f"   {say.bad('gave up')} after {len(e.attempts)} attempts; last feedback: ",
                     e.feedback,
@@ -572,6 +594,12 @@ class _Run:
             say.quoted(_text_of(result))
         self.show_usage(current.usage, current.judge_usage)
         passed = result is not None and bool(self.verdicts) and self.verdicts[-1].passed
+        if self.local:
+            return self.typed_outcome(
+                passed,
+                f"an answer that passed the judge, on attempt {len(self.verdicts)}",
+                "LowQualityAnswer, with every attempt and its verdict",
+            )
         if not self.scripted:
             if passed:
                 return self.outcome(
@@ -601,11 +629,13 @@ class _Run:
         self.calls = 0
         conversation = invoice_messages(INVOICE_TEXT)
         result: Invoice | None = None
+        refusal = "CorrectionExhausted"
         with job() as current, subscribe(self.on_event):
             self.job_id = current.id
             try:
                 result = extract(conversation)
             except CorrectionExhausted as e:
+                self.gave_up, refusal = True, type(e).__name__
                 say.wrapped(f"   {say.bad('gave up')}: ", f"{type(e).__name__}: {e}", 6)
             except (openai.OpenAIError, RefinekitError, ValueError) as e:
                 self.failed(e)
@@ -617,6 +647,13 @@ class _Run:
             )
         self.show_usage(current.usage, current.judge_usage)
         used = current.corrections_used
+        if self.local:
+            return self.typed_outcome(
+                result is not None,
+                f"a typed Invoice after {used} correction(s)"
+                + ("" if result == EXPECTED_INVOICE else " (not the one the text says)"),
+                f"{refusal} after {used} correction(s)",
+            )
         if not self.scripted:
             if result is None:
                 return self.outcome(False, "the caller got no valid Invoice.")
@@ -657,12 +694,28 @@ def _header_real(say: _Output, endpoint: Endpoint) -> None:
     say("  draft may already pass, a first extraction may already be valid).")
 
 
-def run_demo(out: TextIO, endpoint: Endpoint | None = None) -> int:
+def _header_local(say: _Output, local: Any) -> None:
+    say(say.head(f"refinekit demo: a REAL tiny model on this machine, {local.base_url}"))
+    for line in textwrap.wrap(
+        "llama.cpp's OpenAI-compatible server runs SmolLM2-135M-Instruct on the CPU, as both "
+        "the answering model and the judge. A 135M-parameter model is a weak answerer and a "
+        "weaker judge: its verdicts are close to noise, and its answers are often wrong. The "
+        "point of this run is the real protocol and real failures (invalid JSON, wrong "
+        "types, a judge disagreeing with itself), handled by the decorators: the caller gets "
+        "an answer that passed or a typed error, never a value with a hole in it.",
+        _WIDTH - 2,
+    ):
+        say(f"  {line}")
+
+
+def run_demo(out: TextIO, endpoint: Endpoint | None = None, *, local: bool = False) -> int:
     """Run both scenarios, writing what happens to `out`; return the exit status.
 
     Args:
         out: Where to write; colour only when it is a terminal and `NO_COLOR` is not set.
         endpoint: A real endpoint, or None to start a scripted server on 127.0.0.1.
+        local: Run against the tiny local model (`refinekit.local.LocalModel`, the `local`
+            extra) instead; then "as expected" is a typed outcome in each scenario.
 
     Returns:
         0 when both scenarios ended as expected, else 1. On the scripted server "as expected"
@@ -673,7 +726,15 @@ def run_demo(out: TextIO, endpoint: Endpoint | None = None) -> int:
     say = _Output(out, endpoint.api_key if endpoint and endpoint.key_from_env else None)
     with ExitStack() as stack:
         server: ScriptedOpenAI | None = None
-        if endpoint is None:
+        if local:
+            from .local import LocalModel
+
+            say("Starting the local model (llama.cpp server, SmolLM2-135M-Instruct)...")
+            model = stack.enter_context(LocalModel())
+            client = stack.enter_context(model.client())
+            run = _Run(say, client, model.model, model.model, scripted=False, local=True)
+            _header_local(say, model)
+        elif endpoint is None:
             server = stack.enter_context(ScriptedOpenAI())
             script_demo(server)
             client = stack.enter_context(server.client())

@@ -8,6 +8,7 @@ import refinekit
 import refinekit.checks
 import refinekit.evidence
 import refinekit.judges
+import refinekit.local
 import refinekit.testing
 
 PUBLIC = {
@@ -119,6 +120,19 @@ def test_testing_names() -> None:
         "is_testing",
         "set_testing",
     }
+
+
+def test_local_names() -> None:
+    # importable without the `local` extra: the extra is needed only to start a server
+    assert set(refinekit.local.__all__) == {
+        "DEFAULT_MODEL",
+        "LocalModel",
+        "LocalModelError",
+        "default_model_path",
+    }
+    for name in ("LocalModel", "LocalModelError", "default_model_path"):
+        assert getattr(refinekit.local, name).__doc__, name
+    assert issubclass(refinekit.local.LocalModelError, refinekit.RefinekitError)
 
 
 def test_error_tree() -> None:
