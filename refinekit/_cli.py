@@ -82,6 +82,22 @@ def _store_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
+    """The options `eval` and `calibrate` share: concurrency, report, fresh, the store."""
+    parser.add_argument(
+        "--concurrency",
+        type=_bounded(int, 1, 256, "a whole number from 1 to 256"),
+        default=4,
+        metavar="N",
+        help=f"{in_flight} (default 4)",
+    )
+    parser.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
+    parser.add_argument(
+        "--fresh", action="store_true", help="start a new run even if the last one is unfinished"
+    )
+    _store_option(parser)
+
+
 def _add_workflow_commands(commands: Any) -> None:
     evaluate = commands.add_parser(
         "eval",
@@ -98,13 +114,6 @@ def _add_workflow_commands(commands: Any) -> None:
         "--judge",
         metavar="MODULE:OBJECT",
         help="an evaluator (a refinekit judge, a check, a function) to judge each answer",
-    )
-    evaluate.add_argument(
-        "--concurrency",
-        type=_bounded(int, 1, 256, "a whole number from 1 to 256"),
-        default=4,
-        metavar="N",
-        help="cases in flight at once (default 4)",
     )
     evaluate.add_argument(
         "--min-pass-rate",
@@ -134,13 +143,7 @@ def _add_workflow_commands(commands: Any) -> None:
         help="with --compare: exit 1 when regressions outnumber improvements with p < A "
         "(default 0.05)",
     )
-    evaluate.add_argument(
-        "--report", metavar="FILE.html", help="write a self-contained HTML report"
-    )
-    evaluate.add_argument(
-        "--fresh", action="store_true", help="start a new run even if the last one is unfinished"
-    )
-    _store_option(evaluate)
+    _run_options(evaluate, "cases in flight at once")
 
     cal = commands.add_parser(
         "calibrate",
@@ -165,23 +168,12 @@ def _add_workflow_commands(commands: Any) -> None:
         help="bins of the reliability table (default 10)",
     )
     cal.add_argument(
-        "--concurrency",
-        type=_bounded(int, 1, 256, "a whole number from 1 to 256"),
-        default=4,
-        metavar="N",
-        help="items judged at once (default 4)",
-    )
-    cal.add_argument(
         "--min-kappa",
         type=_bounded(float, -1.0, 1.0, "a number from -1 to 1"),
         metavar="K",
         help="exit 1 when Cohen's kappa between the judge and the labels is under K",
     )
-    cal.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
-    cal.add_argument(
-        "--fresh", action="store_true", help="start a new run even if the last one is unfinished"
-    )
-    _store_option(cal)
+    _run_options(cal, "items judged at once")
 
     runs = commands.add_parser("runs", help="list the stored eval and calibrate runs")
     runs.add_argument("--kind", choices=("eval", "calibrate"), help="only runs of this kind")

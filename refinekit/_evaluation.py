@@ -47,6 +47,7 @@ from ._replies import answer_text, usage_of
 from ._runstore import CaseRecord, Outcome, RunInfo, RunStore, redact
 from ._stats import mcnemar_exact, wilson_interval
 from .checks import _cited
+from .judges._base import retry_after_of
 
 __all__ = [
     "Case",
@@ -371,23 +372,12 @@ def _is_rate_limit(exc: BaseException) -> bool:
 
 
 def _retry_after(exc: BaseException) -> float | None:
+    """The wait the server asked for, when it is a sane one (up to `RATE_LIMIT_MAX_WAIT`)."""
     told = getattr(exc, "retry_after", None)  # a JudgeUnavailable says what the server said
-    if isinstance(told, (int, float)) and math.isfinite(told) and 0 <= told <= RATE_LIMIT_MAX_WAIT:
+    if not isinstance(told, (int, float)):
+        told = retry_after_of(exc)
+    if told is not None and math.isfinite(told) and 0 <= told <= RATE_LIMIT_MAX_WAIT:
         return float(told)
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        raw = headers.get(name)
-        if raw is None:
-            continue
-        try:
-            seconds = float(raw) * scale
-        except ValueError:
-            continue
-        if math.isfinite(seconds) and 0 <= seconds <= RATE_LIMIT_MAX_WAIT:
-            return seconds
     return None
 
 
@@ -413,9 +403,7 @@ class RateLimiter:
                 if not _is_rate_limit(e) or attempt == RATE_LIMIT_TRIES:
                     raise
                 wait = _retry_after(e)
-                if (
-                    wait is None
-                ):  # exponential with full jitter, as tenacity's wait_random_exponential
+                if wait is None:  # exponential, full jitter (tenacity's wait_random_exponential)
                     wait = random.uniform(0, min(RATE_LIMIT_MAX_WAIT, 2.0**attempt))
                 self.waits += 1
                 self.waited += wait

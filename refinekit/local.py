@@ -333,23 +333,15 @@ class LocalModel:
         The defaults: `api_key="not-needed"`, `max_retries=0` (a local server does not
         rate-limit), `timeout=120`.
         """
-        options: dict[str, Any] = {
-            "base_url": self.base_url,
-            "api_key": "not-needed",
-            "max_retries": 0,
-            "timeout": 120.0,
-        }
-        return openai.OpenAI(**(options | kwargs))
+        return openai.OpenAI(**self._client_options(kwargs))
 
     def async_client(self, **kwargs: Any) -> openai.AsyncOpenAI:
         """An `openai.AsyncOpenAI` client for the server, with the defaults of `client()`."""
-        options: dict[str, Any] = {
-            "base_url": self.base_url,
-            "api_key": "not-needed",
-            "max_retries": 0,
-            "timeout": 120.0,
-        }
-        return openai.AsyncOpenAI(**(options | kwargs))
+        return openai.AsyncOpenAI(**self._client_options(kwargs))
+
+    def _client_options(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        defaults = {"base_url": self.base_url, "api_key": "not-needed", "max_retries": 0}
+        return defaults | {"timeout": 120.0} | overrides
 
     def __repr__(self) -> str:
         where = self.base_url if self.running else "not running"

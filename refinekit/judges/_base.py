@@ -182,7 +182,7 @@ def judge_error(judge: JudgeModel, exc: Exception) -> JudgeError | None:
             )
         if status == 408 or status == 429 or status >= 500:
             error = JudgeUnavailable(message, model=judge.model, status_code=status)
-            error.retry_after = _retry_after(exc)
+            error.retry_after = retry_after_of(exc)
             return error
         return JudgeMisconfigured(message, model=judge.model, status_code=status)
     if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError)):
@@ -196,9 +196,12 @@ def _refused_request(detail: str) -> bool:
     return "validation error" in lowered and ("'body'" in lowered or "response_format" in lowered)
 
 
-def _retry_after(exc: openai.APIStatusError) -> float | None:
-    """Seconds the server asked to wait (`retry-after-ms` or `retry-after`), if it said."""
-    headers = getattr(exc.response, "headers", None)
+def retry_after_of(exc: BaseException) -> float | None:
+    """Seconds the server asked to wait (`retry-after-ms` or `retry-after`), if it said.
+
+    Read from the headers of the response an `openai` error carries; None without one.
+    """
+    headers = getattr(getattr(exc, "response", None), "headers", None)
     if headers is None:
         return None
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
