@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import functools
 import inspect
 import json
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Annotated, Any, Literal, NewType, Optional
 
 import httpx2
 import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 from typing_extensions import TypedDict
 
 import refinekit
@@ -551,10 +552,68 @@ class Plain:  # no annotations: pydantic has no schema for it
     pass
 
 
-@pytest.mark.parametrize("schema", [object(), Plain, 42], ids=["instance", "plain-class", "int"])
-def test_a_schema_pydantic_cannot_handle_is_a_type_error_when_decorating(schema: Any) -> None:
+def test_a_class_pydantic_cannot_handle_is_a_type_error_when_decorating() -> None:
     with pytest.raises(TypeError, match="pydantic cannot validate"):
+        self_correct(schema=Plain)
+
+
+def invoice_fields(number: str, total_cents: int) -> tuple[str, int]:
+    return number, total_cents
+
+
+def not_types() -> list[Any]:
+    """Schemas that are not types, each with what the TypeError must tell the caller."""
+    return [
+        pytest.param(invoice_fields, "the function invoice_fields is not a type", id="function"),
+        pytest.param(lambda number, total_cents: 0, "<lambda> is not a type", id="lambda"),
+        pytest.param(Invoice.model_validate_json, "Pass Invoice itself", id="classmethod"),
+        pytest.param(INVOICE.model_dump, "the method BaseModel.model_dump", id="bound-method"),
+        pytest.param(functools.partial(invoice_fields, "A-1"), "partial", id="partial"),
+        pytest.param(INVOICE, "an instance of Invoice is not a type", id="model-instance"),
+        pytest.param(Point(1, 2), "Pass Point itself", id="dataclass-instance"),
+        pytest.param("Invoice", "not its name", id="name"),
+        pytest.param({"type": "int"}, "an instance of dict", id="dict"),
+        pytest.param(None, "None is not a type", id="none"),
+        pytest.param(42, "an instance of int", id="int"),
+        pytest.param(object(), "an instance of object", id="object"),
+    ]
+
+
+@pytest.mark.parametrize(("schema", "says"), not_types())
+def test_a_schema_that_is_not_a_type_is_a_type_error_when_decorating(
+    schema: Any, says: str
+) -> None:
+    # pydantic would have taken a function for a call to make with the reply's fields
+    with pytest.raises(TypeError) as caught:
         self_correct(schema=schema)
+    message = str(caught.value)
+    assert message.startswith("self_correct(schema=...): ")
+    assert says in message
+    assert "Pass the type of the value the reply must be" in message
+
+
+Cents = NewType("Cents", int)
+
+
+@pytest.mark.parametrize(
+    ("schema", "bad", "good", "expected"),
+    [
+        pytest.param(dict[str, int], '{"a": "x"}', '{"a": 1}', {"a": 1}, id="dict"),
+        pytest.param(Annotated[int, Field(ge=0)], "-1", "5", 5, id="annotated"),
+        pytest.param(Literal["paid", "open"], '"late"', '"paid"', "paid", id="literal"),
+        pytest.param(Invoice | None, '{"number": 1}', "null", None, id="union-with-none"),
+        pytest.param(Optional[Invoice], '{"number": 1}', GOOD, INVOICE, id="optional"),  # noqa: UP045
+        pytest.param(Cents, '"x"', "12", 12, id="newtype"),
+        pytest.param(tuple[int, str], "[1]", '[1, "a"]', (1, "a"), id="tuple"),
+    ],
+)
+def test_typing_forms_are_schemas(
+    kind: str, schema: Any, bad: str, good: str, expected: Any
+) -> None:
+    value, model = run(kind, bad, good, schema=schema)
+    assert value == expected
+    assert model.calls == 2
+    assert "did not match the schema" in model.correction()
 
 
 def _no_params() -> str:
