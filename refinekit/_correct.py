@@ -93,6 +93,9 @@ def _parse_failure(
         except RecursionError:
             summary = "the JSON is nested too deeply"
             errors = [{"msg": summary}]
+        except ValueError:  # an integer longer than Python converts (4300 digits by default)
+            summary = invalid_json or "a number in the JSON has too many digits"
+            errors = [{"msg": summary}]
         else:  # Python's json accepts what pydantic's parser rejects (deep nesting, surrogates)
             summary = invalid_json or "the reply is not strict JSON"
             errors = [{"msg": summary}]

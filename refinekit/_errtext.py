@@ -21,7 +21,10 @@ def error_path(loc: Sequence[int | str]) -> str:
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value, default=str)
+    try:
+        text = json.dumps(value, default=str)
+    except ValueError:  # an int longer than sys.get_int_max_str_digits() cannot be written
+        text = "a number too long to show"
     return text if len(text) <= _MAX_INPUT_CHARS else text[: _MAX_INPUT_CHARS - 3] + "..."
 
 

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Annotated, Any, Literal, NewType, Optional
 
@@ -323,6 +324,56 @@ def test_json_nested_too_deeply_is_reported_as_such(kind: str) -> None:
     correction = model.correction()
     assert "could not be parsed as JSON: Invalid JSON: recursion limit exceeded" in correction
     assert "NaN" not in correction
+
+
+HUGE = "9" * 5000  # more digits than Python converts (4300): a repetition loop cut off
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param('{"number": "A-1", "total_cents": ' + HUGE, id="cut-off"),
+        pytest.param('{"number": "A-1", "total_cents": ' + HUGE + "}", id="closed"),
+        pytest.param(HUGE, id="bare-number"),
+        pytest.param(f'Here: {{"number": "A-1", "total_cents": {HUGE}}} ok', id="in-prose"),
+        pytest.param(f'```json\n{{"number": "A-1", "total_cents": {HUGE}}}\n```', id="fenced"),
+    ],
+)
+def test_an_integer_too_long_for_python_is_a_parse_failure_then_a_correction(
+    kind: str, reply: str
+) -> None:
+    value, model = run(kind, reply, GOOD)
+    assert value == INVOICE
+    assert model.calls == 2
+    assert model.received[1][len(USER)] == {"role": "assistant", "content": reply}
+    correction = model.correction()
+    assert correction.startswith(f"{CHECK_MARKER}\nYour previous reply could not be parsed as JSON")
+    if reply.startswith("{"):  # the number is what is wrong, and the correction says so
+        assert "Invalid JSON: number out of range at line 1 column 4335" in correction
+
+    error, model = fails(kind, reply)
+    assert isinstance(error, JsonParseError)
+    assert model.calls == 3
+    assert error.raw_reply == reply
+    assert error.corrections_used == 2
+
+
+@pytest.mark.skipif(not hasattr(sys, "set_int_max_str_digits"), reason="Python < 3.10.7")
+def test_a_long_integer_is_quoted_in_a_correction_whatever_pythons_digit_limit(
+    kind: str,
+) -> None:
+    # pydantic reads up to 4300 digits; an application may have lowered Python's own limit.
+    reply = '{"number": ' + "7" * 1000 + ', "total_cents": 1}'
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        value, model = run(kind, reply, GOOD)
+    finally:
+        sys.set_int_max_str_digits(limit)
+    assert value == INVOICE
+    assert "- number: Input should be a valid string (got a number too long to show)" in (
+        model.correction()
+    )
 
 
 # --- the correction turn -------------------------------------------------------------------------
