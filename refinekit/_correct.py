@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
 from ._errors import CorrectionExhausted, JsonParseError, ResponseValidationError
-from ._errtext import error_lines, error_path
+from ._errtext import error_lines, error_path, utf8_text
 from ._flow import Call, Flow, run_async, run_sync
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import Job, enter_job, leave_job
@@ -205,7 +205,8 @@ class _Parser(Generic[T]):
         return _parse_failure(text, invalid_json=invalid_json)
 
     def correction(self, failure: CorrectionFailure) -> str:
-        return (
+        # Sent as it is: valid UTF-8 whatever an error message quotes from the reply.
+        return utf8_text(
             f"{CHECK_MARKER}\n{failure.explanation}\n\n"
             "Reply again with only the corrected JSON (no prose, no code fences), "
             f"matching this JSON schema:\n{self.schema_text}"
@@ -299,7 +300,8 @@ def _correct_flow(
         if not isinstance(result, CorrectionFailure):
             return result
         failure = result
-        conversation.append({"role": "assistant", "content": text})
+        # As it can be sent: a lone surrogate in the reply would make the next request fail.
+        conversation.append({"role": "assistant", "content": utf8_text(text)})
         if not job._take_correction(cfg.max_corrections):
             error = failure.error_type(
                 failure.summary,

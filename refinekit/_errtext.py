@@ -1,4 +1,4 @@
-"""Pydantic errors as short lines a model can act on (no documentation URLs)."""
+"""Text refinekit writes for a model: pydantic errors as short lines, and valid UTF-8 only."""
 
 from __future__ import annotations
 
@@ -18,6 +18,22 @@ def error_path(loc: Sequence[int | str]) -> str:
         else:
             out += f".{part}" if out else str(part)
     return out or "(the whole value)"
+
+
+def utf8_text(text: str) -> str:
+    r"""`text` as UTF-8 can carry it: each lone UTF-16 surrogate becomes U+FFFD.
+
+    A model's reply can hold a lone surrogate (a JSON `"\ud83d"` escape decodes to one), and
+    so can a caller's text; no HTTP client can send it. Every text refinekit puts into a
+    request goes through here. A surrogate pair split in two code points is joined.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 def _short(value: Any) -> str:

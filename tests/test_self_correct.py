@@ -30,6 +30,7 @@ from refinekit import (
     self_correct,
 )
 from refinekit._correct import CHECK_MARKER
+from refinekit.testing import ScriptedOpenAI
 
 # --- schemas and replies -------------------------------------------------------------------------
 
@@ -761,3 +762,52 @@ def test_exhaustion_emits_one_exhausted_event_naming_the_error(
     assert (exhausted.error or "").startswith("JsonParseError")
     assert exhausted.usage == error.usage
     assert len({e.job_id for e in events}) == 1
+
+
+# --- over HTTP: what refinekit sends is valid UTF-8 ----------------------------------------------
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedOpenAI]:
+    with ScriptedOpenAI() as scripted:
+        yield scripted
+
+
+def over_http(kind: str, server: ScriptedOpenAI, **options: Any) -> Callable[..., Any]:
+    """A function asking the scripted server's "extractor" model, under `@self_correct`."""
+    options.setdefault("schema", Invoice)
+    if kind == "sync":
+
+        def extract(messages: list[dict[str, Any]]) -> ChatCompletion:
+            with server.client() as client:
+                return client.chat.completions.create(model="extractor", messages=messages)
+
+        return self_correct(**options)(extract)
+
+    async def aextract(messages: list[dict[str, Any]]) -> ChatCompletion:
+        async with server.async_client() as client:
+            return await client.chat.completions.create(model="extractor", messages=messages)
+
+    return self_correct(**options)(aextract)
+
+
+def test_a_lone_surrogate_in_a_reply_reaches_the_model_as_u_fffd(
+    kind: str, server: ScriptedOpenAI
+) -> None:
+    # The server sends "\ud83d" escaped in its JSON; the client decodes it to a lone surrogate.
+    broken = '{"number": "A-1 \ud83d", "total_cents": 1250}'
+    server.script("extractor", [broken, GOOD])
+    assert call(over_http(kind, server), USER) == INVOICE
+    first, second = server.requests_for("extractor")
+    assert first.body is not None
+    assert first.body["messages"] == USER
+    explanation = (
+        "Your previous reply could not be parsed as JSON: "
+        "Input should be a valid string, unable to parse raw data as a unicode string."
+    )
+    assert second.body is not None
+    assert second.body["messages"] == [
+        *USER,
+        {"role": "assistant", "content": '{"number": "A-1 \ufffd", "total_cents": 1250}'},
+        {"role": "user", "content": expected_correction(explanation)},
+    ]
