@@ -16,6 +16,7 @@ import openai
 from pydantic import BaseModel
 
 from .._errors import JudgeError, JudgeMisconfigured, JudgeReplyError, JudgeUnavailable
+from .._errtext import utf8_text
 from .._evaluators import FlowEvaluator
 from .._flow import Flow
 from .._job import current_job
@@ -118,7 +119,7 @@ class JudgeModel:
         """The keyword arguments of one chat completion request."""
         kwargs: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
+            "messages": sendable(messages),
             "temperature": self.temperature,
             "max_tokens": self.max_tokens or default_max_tokens,
         }
@@ -383,6 +384,18 @@ _TAGS = "question|context|document|claim|answer|answer_a|answer_b|tool_calls"
 _TAG = re.compile(rf"<(\s*/?\s*)({_TAGS})\b", re.IGNORECASE)
 
 
+def sendable(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with every text as UTF-8 can carry it (a lone surrogate becomes U+FFFD).
+
+    An answer, a question, a document or a tool result may hold a lone surrogate; sent as it
+    is, the client fails to encode the request (`UnicodeEncodeError`) and no policy applies.
+    """
+    return [
+        {**m, "content": utf8_text(m["content"])} if isinstance(m.get("content"), str) else m
+        for m in messages
+    ]
+
+
 def delimit(tag: str, text: str) -> str:
     """`text` inside `<tag>` ... `</tag>`, with look-alike tags in it defused."""
     defused = _TAG.sub("\u2039\\1\\2", text)  # "<answer>" -> "\u2039answer>": not a tag
@@ -479,7 +492,7 @@ class Judge(FlowEvaluator):
                 trace_issues=list(request.trace_issues),
             )
         if request.max_chars is not None:
-            size = len(request.model_dump_json())
+            size = _serialised_chars(request)
             if size > request.max_chars:
                 return Verdict.inconclusive(
                     "JUDGE_STATE_LIMIT", judge=self.name, chars=size, max_chars=request.max_chars
@@ -493,6 +506,17 @@ class Judge(FlowEvaluator):
                 exc.fail_closed = True
             raise
         return verdict
+
+
+def _serialised_chars(request: EvaluationRequest) -> int:
+    """The length of the request as compact JSON: what its `max_chars` limits.
+
+    Written by `json` from pydantic's JSON-mode dump, not by pydantic's encoder, which refuses
+    a lone surrogate (the prompt carries it as U+FFFD, one character for one).
+    """
+    return len(
+        json.dumps(request.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
+    )
 
 
 def first_error(results: Sequence[Any]) -> Exception | None:
