@@ -935,6 +935,13 @@ def usage_ws(ws: Workspace) -> Workspace:
     (ws.path / "list.jsonl").write_text('["q", "ok"]\n')
     (ws.path / "latin1.csv").write_bytes(b"question,must_mention\ncaf\xe9,ok\n")
     (ws.path / "notes.txt").write_text("question\nq\n")
+    (ws.path / "comma.csv").write_text("question,must_mention\nPen, or pencil?,x\n")
+    (ws.path / "short.csv").write_text("question,must_mention\nq,ok\nonly a question\n")
+    (ws.path / "open.csv").write_text('question,must_mention\nq1,"ok\nq2,ok\nq3,ok\n')
+    (ws.path / "after.csv").write_text('question,must_mention\n"two\nlines",ok\nq,ok,x\n')
+    (ws.path / "stray.csv").write_text('question,must_mention\nq,"ok"k\n')
+    (ws.path / "twice.csv").write_text("question,must_mention,question\nq,ok,q\n")
+    (ws.path / "unnamed.csv").write_text("question,,must_mention\nq,,ok\nq2,note,ok\n")
     ws.jsonl("badcontext.jsonl", [{"question": "q", "must_mention": "ok", "context": {"t": 1}}])
     ws.module(USAGE_TARGET, stem="usage")
     ws.module(f"raise RuntimeError('bad\x1b[2J config: api_key={SECRET}')\n", stem="config")
@@ -960,6 +967,20 @@ def usage_ws(ws: Workspace) -> Workspace:
         (["broken.jsonl", "--target", "{m}:answer"], "broken.jsonl, line 2: not JSON"),
         (["list.jsonl", "--target", "{m}:answer"], "list.jsonl, line 1: not a JSON object"),
         (["latin1.csv", "--target", "{m}:answer"], "latin1.csv: not a UTF-8 CSV file"),
+        (
+            ["comma.csv", "--target", "{m}:answer"],
+            "comma.csv, line 2: 3 values, but the header has 2 columns (question, must_mention)"
+            '; a value with a comma, a quote or a line break goes in double quotes ("Pen, or',
+        ),
+        (
+            ["short.csv", "--target", "{m}:answer"],
+            "short.csv, line 3: 1 value, but the header has 2 columns",
+        ),
+        (["open.csv", "--target", "{m}:answer"], "open.csv, line 2: a quote opened in this row"),
+        (["after.csv", "--target", "{m}:answer"], "after.csv, line 4: 3 values"),
+        (["stray.csv", "--target", "{m}:answer"], "stray.csv, line 2: not valid CSV"),
+        (["twice.csv", "--target", "{m}:answer"], "line 1: the header names column 'question'"),
+        (["unnamed.csv", "--target", "{m}:answer"], "line 3: value 'note' is in column 2, which"),
         (["notes.txt", "--target", "{m}:answer"], "use a .csv or .jsonl file, not '.txt'"),
         (["badcontext.jsonl", "--target", "{m}:answer"], "row 1: column 'context'"),
         (["golden.csv", "--target", "{m}:answer", "--concurrency", "0"], "from 1 to 256"),
@@ -997,6 +1018,28 @@ def test_usage_errors_exit_2_with_the_fix_and_run_nothing(
     if db.exists():
         with RunStore(db) as store:
             assert store.runs() == []
+
+
+def test_a_csv_value_may_span_lines_in_quotes_and_empty_lines_are_skipped(
+    ws: Workspace, cli: Cli
+) -> None:
+    # a spreadsheet's export: CRLF, a quoted comma, quotes and a line break inside quotes, an
+    # unnamed trailing column left empty, a blank line between rows and at the end
+    (ws.path / "golden.csv").write_bytes(
+        b'question,must_mention,\r\n"Pen, or pencil?",pen,\r\n\r\n"Say ""hi""\r\ntwice",hi,\r\n\r\n'
+    )
+    target = ws.module("def answer(question):\n    return 'a pen; say hi'\n")
+
+    result = cli("eval", "golden.csv", "--target", f"{target}:answer")
+
+    assert result.code == 0, result.err
+    assert table(result.out) == {1: "pass", 2: "pass"}
+    with RunStore(run_db(ws)) as store:
+        rows = [c.row for c in store.cases(store.runs()[0].id)]
+    assert rows == [
+        {"question": "Pen, or pencil?", "must_mention": "pen"},
+        {"question": 'Say "hi"\r\ntwice', "must_mention": "hi"},
+    ]
 
 
 @pytest.mark.parametrize("name", ["golden.csv", "golden.jsonl"])
