@@ -24,6 +24,12 @@ environment:
                    it, so it stays out of shell history) and never printed. Without it,
                    'not-needed' is sent, for local servers that ignore the key.
 
+exit status:
+  0  both scenarios ended as expected; or the reader of the output went away (| head): the
+     demo stops there, quietly
+  1  a scenario did not end as expected
+  2  usage error, or (--local) the local model could not start
+
 example (Ollama):
   refinekit demo --base-url http://localhost:11434/v1 --model qwen2.5 --judge-model qwen2.5"""
 
@@ -225,8 +231,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status: 0 on success; 1 when the demo did not end as expected or a gate of
         `eval` or `calibrate` failed; 2 on a usage error; 3 when a run stopped early; 4 when
-        a run got no answer to judge (a failure of the setup); 130 when interrupted.
+        a run got no answer to judge (a failure of the setup); 130 when interrupted. A
+        reader of standard output that goes away (`refinekit ... | head`) is no failure:
+        nothing more is printed, no traceback; `eval` and `calibrate` finish their run and
+        exit as they would have, the demo stops and exits 0.
     """
+    from ._pipe import ReaderGone, flush_quietly
+
+    try:
+        return _main(argv)
+    except ReaderGone:
+        return 0
+    finally:  # here, not at exit: the interpreter's own last flush would print a traceback
+        flush_quietly(sys.stdout)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="refinekit", description="Make LLM answer functions trustworthy by decoration."
     )

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from ._calibration import Calibration, calibrate
 from ._config import is_testing
@@ -45,6 +45,7 @@ from ._evaluation import (
     start,
     summarise,
 )
+from ._pipe import PipeSafe
 from ._runstore import DEFAULT_DB, CaseRecord, RunInfo, RunStore, RunStoreError, redact
 from ._stats import wilson_interval
 
@@ -239,6 +240,15 @@ def _setup_failure(records: Sequence[CaseRecord], what: str) -> str:
     )
 
 
+def _streams(out: TextIO | None, err: TextIO | None) -> _Io:
+    """Where a command prints: standard output and error unless given.
+
+    Once a stream's reader went away (`| head`) nothing more is written to it, without an
+    error: the command's work goes on.
+    """
+    return _Io(cast(TextIO, PipeSafe(out or sys.stdout)), cast(TextIO, PipeSafe(err or sys.stderr)))
+
+
 # eval
 
 
@@ -248,7 +258,7 @@ def eval_command(
     err: TextIO | None = None,
 ) -> int:
     """`refinekit eval`; `args` are the parsed options. Returns the exit status."""
-    io = _Io(out or sys.stdout, err or sys.stderr)
+    io = _streams(out, err)
     try:
         cases = load_cases(Path(args.golden))
         columns = sorted({c for case in cases for c in case.row})
@@ -503,7 +513,7 @@ def _print_comparison(io: _Io, c: Comparison, alpha: float) -> bool:
 
 def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit calibrate`; `args` are the parsed options. Returns the exit status."""
-    io = _Io(out or sys.stdout, err or sys.stderr)
+    io = _streams(out, err)
     try:
         cases = load_cases(Path(args.labelled))
         labels = labels_of(cases)
@@ -635,7 +645,7 @@ def _print_calibration(io: _Io, c: Calibration) -> None:
 
 def runs_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit runs`: the stored runs, oldest first."""
-    io = _Io(out or sys.stdout, err or sys.stderr)
+    io = _streams(out, err)
     path = db_path(args.db)
     if not path.exists():
         io.say(f"no run store at {path}")

@@ -11,10 +11,13 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import re
 import socket
 import sqlite3
+import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -905,6 +908,84 @@ def test_store_is_db_option_else_env_else_default(
     assert re.match(r" +1  eval +complete .* pass 1\.000 \(>= 0\.\d{3}\) +.*golden\.csv$", line)
     assert cli("runs", "--kind", "calibrate").out.splitlines() == [header]
     assert cli("runs", "--db", ws.path / "option.db").out.splitlines()[1:] == [line]
+
+
+# --- a reader that stops early (`| head`): quiet, and the run finishes ---------------------------
+
+
+def refinekit_env(*, unbuffered: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    return env | ({"PYTHONUNBUFFERED": "1"} if unbuffered else {})
+
+
+@pytest.mark.parametrize(("gate", "code"), [("0", 0), ("0.9", 1)], ids=["held", "failed"])
+def test_eval_piped_into_a_reader_that_closes_early_finishes_quietly(
+    ws: Workspace, server: ScriptedOpenAI, gate: str, code: int
+) -> None:
+    ws.csv("golden.csv", [{"question": q, "must_mention": "a"} for q in ("q1", "q2")])
+    target = ws.module(SYNC_ANSWER)
+    released = threading.Event()
+
+    def held(request: Any) -> str:  # the answers wait until the reader has gone
+        released.wait(timeout=60)
+        return "a"
+
+    server.script("answer", [held, held])
+    command = [
+        sys.executable, "-m", "refinekit", "eval", "golden.csv", "--target", f"{target}:answer",
+        "--concurrency", "1", "--min-pass-rate", gate, "--report", "eval.html",
+    ]  # fmt: skip
+    # unbuffered, each line is written as it is printed: the header, before any case runs
+    with subprocess.Popen(
+        command,
+        cwd=ws.path,
+        env=refinekit_env(unbuffered=True),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        first = proc.stdout.readline()  # as `| head -1` reads, then goes
+        proc.stdout.close()
+        released.set()
+        err = proc.stderr.read()
+        proc.wait(timeout=60)
+
+    assert first.startswith(b"refinekit eval: golden.csv (2 cases) -> run 1 in ")
+    assert err == b""  # no traceback, no "Exception ignored"
+    assert proc.returncode == code  # the gate's verdict, not the pipe's
+    assert asked(server) == ["q1", "q2"]
+    assert (ws.path / "eval.html").exists()  # the work went on: the report is written
+    with RunStore(run_db(ws)) as store:
+        [run] = store.runs()
+        assert (run.status, len(store.cases(run.id))) == ("complete", 2)
+
+
+@pytest.mark.parametrize("unbuffered", [True, False], ids=["unbuffered", "buffered"])
+def test_runs_piped_into_a_reader_that_is_gone_exits_0_quietly(
+    ws: Workspace, cli: Cli, unbuffered: bool
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1", "must_mention": "a"}])
+    target = ws.module("def answer(question):\n    return 'a'\n")
+    for _ in range(3):
+        assert cli("eval", golden, "--target", f"{target}:answer", "--fresh").code == 0
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line, as with `| true`
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "refinekit", "runs"],
+            cwd=ws.path,
+            env=refinekit_env(unbuffered=unbuffered),
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+
+    assert result.stderr == b""
+    assert result.returncode == 0
 
 
 # --- usage errors: exit 2, a message naming the fix, nothing run ---------------------------------
