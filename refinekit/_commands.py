@@ -175,9 +175,9 @@ def _run_cases(
             f"  running again {_cases(again)} that ended {which} (--retry); the new outcome "
             "replaces the stored one"
         )
-    elif options.retry and started.resumed:
+    elif options.retry and started.resuming:
         io.say(f"  --retry: no stored case ended {' or '.join(sorted(options.retry))}")
-    elif options.retry and not started.resumed and not started.dropped:
+    elif options.retry:
         io.say(
             "  --retry: no unfinished run of this command to resume (a complete run is never "
             "resumed): every case runs"

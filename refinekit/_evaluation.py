@@ -866,6 +866,7 @@ class Started:
     """A run about to go: the stored run, the cases still to do, what was resumed.
 
     Attributes:
+        resuming: Whether `run` is an unfinished run resumed (else a new one).
         resumed: Stored cases kept as they are (not run again).
         dropped: Stored cases no longer in the file, removed from the run.
         retried: Stored cases run again (`--retry`), by their stored outcome.
@@ -876,6 +877,7 @@ class Started:
 
     run: RunInfo
     todo: list[Case]
+    resuming: bool = False
     resumed: int = 0
     dropped: int = 0
     retried: dict[str, int] = field(default_factory=dict)
@@ -918,6 +920,7 @@ def start(
         return Started(
             run,
             todo,
+            resuming=True,
             resumed=len(stored & keys) - len(earlier),
             dropped=len(dropped),
             retried=retried,

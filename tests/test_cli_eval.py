@@ -1847,6 +1847,33 @@ def test_retry_without_an_unfinished_run_says_every_case_runs(ws: Workspace, cli
     ) in result.out
 
 
+def test_retry_on_a_resumed_run_with_nothing_to_retry_says_so(
+    ws: Workspace, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1", "must_mention": "a"}])
+    target = ws.module(
+        """
+        import os
+        from refinekit import JudgeMisconfigured
+
+        def answer(question):
+            if os.environ.get("RK_REFUSED"):
+                raise JudgeMisconfigured("HTTP 401: Incorrect API key provided", model="inner")
+            return "a"
+        """
+    )
+    run = ("eval", golden, "--target", f"{target}:answer", "--retry", "raised")
+    monkeypatch.setenv("RK_REFUSED", "1")
+    assert cli(*run).code == 3  # stopped at once: run 1 is unfinished, with nothing stored
+    monkeypatch.delenv("RK_REFUSED")
+
+    result = cli(*run)
+
+    assert result.code == 0, result.err
+    assert "-> run 1 in" in result.out
+    assert "  --retry: no stored case ended raised\n" in result.out
+
+
 @pytest.mark.parametrize("value", ["failed", "passed,raised", "", "inconclusive"])
 def test_retry_takes_raised_or_unavailable_only(ws: Workspace, cli: Cli, value: str) -> None:
     golden = ws.csv("golden.csv", [{"question": "q1", "must_mention": "a"}])
