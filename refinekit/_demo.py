@@ -36,6 +36,7 @@ from ._errors import CorrectionExhausted, LowQualityAnswer, RefinekitError
 from ._hooks import Event, subscribe
 from ._job import current_attempt, job, record_context
 from ._model import ContextDocument, Usage, Verdict
+from ._pipe import PipeSafe
 from ._retry import retry_on_low_quality
 from .judges._base import safe_url
 from .testing import RecordedRequest, Reply, ScriptedOpenAI
@@ -408,7 +409,8 @@ class _Output:
     """Writes lines, with colour only on a terminal, and never an API key."""
 
     def __init__(self, out: TextIO, secret: str | None) -> None:
-        self.out = out
+        # a reader that goes away (`| head`) stops the demo, quietly: its work is what it shows
+        self.out = cast(TextIO, PipeSafe(out, stop=True))
         self.colour = _wants_colour(out)
         self.secret = secret
 
