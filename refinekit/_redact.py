@@ -54,6 +54,9 @@ _SECRET_NAME = (
     r"|(?:access|refresh|id|auth|session|bearer)[_-]?token|token"
     r"|password|passwd|pwd|secret|client[_-]?secret|credentials?)"
 )
+# A value that is itself the next name (`api_key: password: ...`) is not the credential: the
+# assignment after it is redacted instead.
+_NOT_A_NAME = rf"(?!(?:{_SECRET_NAME}|(?:proxy-)?authorization)['\"]?[=:](?:\s|['\"]|$))"
 _HEADER_NAME = re.compile(r"(?i)(authorization|api[_-]?key|token|secret|password|cookie)")
 _QUERY_NAME = re.compile(
     r"(?i)(key|token|secret|password|passwd|pwd|sig|signature|auth|credential|code)"
@@ -89,7 +92,7 @@ _PATTERNS: list[tuple[re.Pattern[str], _Replace]] = [
     (
         re.compile(
             r"(?i)\b((?:proxy-)?authorization)(['\"]?\s*[=:]\s*['\"]?)"
-            r"((?:bearer|basic|digest|token|apikey)\s+)?[^\s'\",;}&]+"
+            rf"((?:bearer|basic|digest|token|apikey)\s+)?{_NOT_A_NAME}[^\s'\",;}}&]+"
         ),
         _header_value,
     ),
@@ -98,7 +101,8 @@ _PATTERNS: list[tuple[re.Pattern[str], _Replace]] = [
     # assignments of keys, tokens, passwords (also quoted, as in a dict's repr or JSON)
     (
         re.compile(
-            rf"(?i)\b({_SECRET_NAME})(['\"]?\s*[=:]\s*['\"]?)(?!\[redacted)[^\s'\",;}}&]{{4,}}"
+            rf"(?i)\b({_SECRET_NAME})(['\"]?\s*[=:]\s*['\"]?)(?!\[redacted){_NOT_A_NAME}"
+            r"[^\s'\",;}&]{4,}"
         ),
         rf"\1\2{REDACTED}",
     ),

@@ -27,7 +27,7 @@ from helpers import (
     table,
     workspace,
 )
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import refinekit
@@ -149,7 +149,13 @@ _TOKEN = string.ascii_letters + string.digits
 tokens = st.text(alphabet=_TOKEN, min_size=20, max_size=40)
 passwords = st.text(alphabet=_TOKEN + "-._~!$&'()*+,;=%", min_size=6, max_size=30)
 odd_keys = st.text(alphabet=_TOKEN + "-_.:", min_size=6, max_size=30)
-surrounding = st.text(max_size=60)
+# Text around a credential: anything, and the fragments a credential's patterns are made of
+# (so a neighbour that looks like a name, a scheme or a placeholder is tried too).
+FRAGMENTS = [
+    "api_key", "password", "Authorization", "token", "Bearer ", "Basic ", "sk-", "eyJ",
+    "http://", "@", ":", "=", "'", '"', "?", "&", "/", " ", "[redacted]", "[redacted key]",
+]  # fmt: skip
+surrounding = st.lists(st.text(max_size=8) | st.sampled_from(FRAGMENTS), max_size=10).map("".join)
 
 
 def _shapes() -> st.SearchStrategy[tuple[str, str]]:
@@ -170,6 +176,8 @@ def _shapes() -> st.SearchStrategy[tuple[str, str]]:
 
 @settings(max_examples=300, deadline=None)
 @given(before=surrounding, planted=_shapes(), after=surrounding)
+@example(before="api_key:", planted=("password: 0123456789abcdef0123", "0123456789ab"), after="")
+@example(before="Authorization:", planted=("token: 0123456789abcdef", "0123456789ab"), after="")
 def test_a_planted_credential_is_removed_from_any_text_and_redacting_twice_changes_nothing(
     before: str, planted: tuple[str, str], after: str
 ) -> None:
@@ -194,7 +202,7 @@ def test_a_given_secret_is_removed_from_any_text_and_redacting_twice_changes_not
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(max_size=200))
+@given(text=surrounding)
 def test_redact_is_idempotent_on_any_text(text: str) -> None:
     once = redact(text)
     assert redact(once) == once
