@@ -463,8 +463,12 @@ def _verdict_dump(verdict: Verdict) -> dict[str, Any]:
     dump = verdict.model_dump(mode="json", exclude={"metadata"}) | {
         "metadata": json.loads(json.dumps(verdict.metadata, default=str))
     }
-    if isinstance(dump.get("reason"), str):  # an unjudged verdict's reason quotes an error
-        dump["reason"] = redact(dump["reason"])
+    # an unjudged verdict's reason quotes an error; feedback may quote one too (a
+    # LowQualityAnswer's text, a judge reading an answer back)
+    for part in (dump, *(dump.get("criteria") or ())):
+        for name in ("reason", "feedback"):
+            if isinstance(part.get(name), str):
+                part[name] = redact(part[name])
     return dump
 
 
@@ -701,7 +705,7 @@ async def _eval_case(
             outcome="raised",
             error=_error_text(error),
             answer=answer,
-            feedback=feedback or "",
+            feedback=redact(feedback or ""),
             attempts=tried,
             **cost,
         )
@@ -737,7 +741,7 @@ def _record(
         outcome=outcome,
         answer=answer,
         error=reason if outcome in ("unavailable", "inconclusive") else None,
-        feedback=failing[0].feedback if failing else "",
+        feedback=redact(failing[0].feedback) if failing else "",
         score=sum(scores) / len(scores) if scores else None,
         probability=sum(probabilities) / len(probabilities) if probabilities else None,
         verdicts=[_verdict_dump(v) for v in verdicts],

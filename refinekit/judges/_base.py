@@ -21,6 +21,7 @@ from .._evaluators import FlowEvaluator
 from .._flow import Flow
 from .._job import current_job
 from .._model import EvaluationRequest, Usage, Verdict
+from .._redact import client_secrets, redact, redacted_logs
 from .._retry import check_policy
 
 if TYPE_CHECKING:
@@ -145,24 +146,35 @@ def _settings(client: openai.OpenAI | openai.AsyncOpenAI) -> dict[str, Any]:
 
 
 def safe_url(url: str) -> str:
-    """A URL without user info and query: what may appear in a message or a log."""
+    """A URL without user info and query (and no key-shaped path part): for messages and logs."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.port:
         host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return redact(urlunsplit((parts.scheme, host, parts.path, "", "")))
+
+
+def _secrets(judge: JudgeModel) -> tuple[str, ...]:
+    """What the judge's client was configured with (its counterparts share it)."""
+    return client_secrets(judge._sync or judge._async)
 
 
 def judge_error(judge: JudgeModel, exc: Exception) -> JudgeError | None:
-    """The refinekit error for a failed judge request, or None when `exc` is not one."""
-    where = f"judge model {judge.model!r} at {judge.where}"
+    """The refinekit error for a failed judge request, or None when `exc` is not one.
+
+    Its message never holds a credential: the server's error text may echo the key it was
+    sent, so the judge's configured secrets (the client's key, its base URL's password, its
+    credential headers) and anything key-shaped are redacted from it.
+    """
+    secrets = _secrets(judge)
+    where = redact(f"judge model {judge.model!r} at {judge.where}", secrets)
     if isinstance(exc, openai.APITimeoutError):
         return JudgeUnavailable(f"{where}: request timed out", model=judge.model)
     if isinstance(exc, openai.APIConnectionError):
         return JudgeUnavailable(f"{where}: could not connect", model=judge.model)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        detail = _error_message(exc)
+        detail = _error_message(exc, secrets)
         message = f"{where}: HTTP {status}" + (f": {detail}" if detail else "")
         if status in _MISCONFIGURED:
             hint = {
@@ -218,13 +230,14 @@ def retry_after_of(exc: BaseException) -> float | None:
     return None
 
 
-def _error_message(exc: openai.APIStatusError) -> str:
+def _error_message(exc: openai.APIStatusError, secrets: Sequence[str] = ()) -> str:
+    """The server's error message, on one line, redacted (before it is shortened)."""
     body = exc.body
     message = None
     if isinstance(body, Mapping):
         inner = body.get("error", body)
         message = inner.get("message") if isinstance(inner, Mapping) else None
-    text = " ".join(str(message or "").split())
+    text = redact(" ".join(str(message or "").split()), secrets)
     return text[:300]
 
 
@@ -261,9 +274,10 @@ class Complete:
 
     def run_sync(self) -> ChatCompletion:
         try:
-            completion: ChatCompletion = self.judge.sync_client().chat.completions.create(
-                **self.kwargs
-            )
+            with redacted_logs(_secrets(self.judge)):
+                completion: ChatCompletion = self.judge.sync_client().chat.completions.create(
+                    **self.kwargs
+                )
         except Exception as exc:
             raise (judge_error(self.judge, exc) or exc) from None
         _record(_count(completion))
@@ -271,9 +285,10 @@ class Complete:
 
     async def run_async(self) -> ChatCompletion:
         try:
-            completion: ChatCompletion = await self.judge.async_client().chat.completions.create(
-                **self.kwargs
-            )
+            with redacted_logs(_secrets(self.judge)):
+                completion: ChatCompletion = (
+                    await self.judge.async_client().chat.completions.create(**self.kwargs)
+                )
         except Exception as exc:
             raise (judge_error(self.judge, exc) or exc) from None
         _record(_count(completion))
@@ -336,9 +351,10 @@ class Structured:
     def run_sync(self) -> BaseModel:
         client = self._instructor(self.judge.sync_client())
         try:
-            parsed, _ = client.chat.completions.create_with_completion(
-                response_model=self.response_model, max_retries=self.max_retries, **self.kwargs
-            )
+            with redacted_logs(_secrets(self.judge)):  # instructor logs the error text
+                parsed, _ = client.chat.completions.create_with_completion(
+                    response_model=self.response_model, max_retries=self.max_retries, **self.kwargs
+                )
         except Exception as exc:
             raise self._fail(exc) from None
         return parsed  # type: ignore[no-any-return]
@@ -346,9 +362,10 @@ class Structured:
     async def run_async(self) -> BaseModel:
         client = self._instructor(self.judge.async_client())
         try:
-            parsed, _ = await client.chat.completions.create_with_completion(
-                response_model=self.response_model, max_retries=self.max_retries, **self.kwargs
-            )
+            with redacted_logs(_secrets(self.judge)):  # instructor logs the error text
+                parsed, _ = await client.chat.completions.create_with_completion(
+                    response_model=self.response_model, max_retries=self.max_retries, **self.kwargs
+                )
         except Exception as exc:
             raise self._fail(exc) from None
         return parsed  # type: ignore[no-any-return]
