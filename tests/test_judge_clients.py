@@ -20,9 +20,9 @@ from typing import Any
 import openai
 import pytest
 
-from refinekit import AnswerRejected, EvaluationRequest, reviewed
+from refinekit import AnswerRejected, EvaluationRequest, JudgeUnavailable, reviewed
 from refinekit._flow import Evaluate, Timed, TimedOut, current_deadline
-from refinekit.judges import JudgeModel, relevancy
+from refinekit.judges import JudgeModel, rating, relevancy
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 JUDGE = "judge"
@@ -171,13 +171,22 @@ class _InWhichThread:
         return await self.inner.run_async()
 
 
+# each judge kind and a reply it passes: a plain completion, and instructor's structured one
+KINDS = {
+    "relevancy": (relevancy, "Yes"),
+    "rating": (rating, '{"rating": 4, "feedback": "Complete."}'),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_timed_out_judge_request_ends_in_its_worker_thread(
-    server: ScriptedOpenAI, hang: _Hang
+    server: ScriptedOpenAI, hang: _Hang, kind: str
 ) -> None:
-    server.script(JUDGE, ["Yes", hang])
+    make, passing = KINDS[kind]
+    server.script(JUDGE, [passing, hang])
     # the client would wait 60 s and retry twice: the deadline must win over both
     with server.client(max_retries=2, timeout=60.0) as client:
-        judge = relevancy(JudgeModel(client, JUDGE))
+        judge = make(JudgeModel(client, JUDGE))
         assert judge.evaluate(REQUEST).passed  # warm: the timed request is sent at once
         command = _InWhichThread(Evaluate(judge, REQUEST))
         with pytest.raises(TimedOut):
@@ -190,13 +199,30 @@ def test_a_timed_out_judge_request_ends_in_its_worker_thread(
     assert len(server.requests) == 2
 
 
-def test_within_a_time_limit_the_clients_retries_still_happen(server: ScriptedOpenAI) -> None:
-    server.script(JUDGE, [Reply.error(503), Reply.disconnect(), "Yes"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_within_a_time_limit_the_clients_retries_still_happen(
+    server: ScriptedOpenAI, kind: str
+) -> None:
+    make, passing = KINDS[kind]
+    server.script(JUDGE, [Reply.error(503), Reply.disconnect(), passing])
     with server.client(max_retries=2) as client:
-        judge = relevancy(JudgeModel(client, JUDGE, timeout=30.0))
+        judge = make(JudgeModel(client, JUDGE, timeout=30.0))
         verdict = Timed(Evaluate(judge, REQUEST), 30.0).run_sync()
     assert verdict.passed
     assert len(server.requests) == 3
+
+
+def test_within_a_time_limit_a_retry_that_cannot_end_in_time_is_not_made(
+    server: ScriptedOpenAI,
+) -> None:
+    server.script(JUDGE, [Reply.error(503), Reply.error(503), "Yes"])
+    with server.client(max_retries=2) as client:
+        judge = relevancy(JudgeModel(client, JUDGE))
+        # the backoff is 0.5 s, then 1 s (computed, not slept, in tests): the first retry
+        # fits in the 0.9 s limit, the second would end past it, so it is not made
+        with pytest.raises(JudgeUnavailable, match="HTTP 503"):
+            Timed(Evaluate(judge, REQUEST), 0.9).run_sync()
+    assert len(server.requests) == 2
 
 
 async def test_the_deadline_reaches_the_command_on_both_paths() -> None:
