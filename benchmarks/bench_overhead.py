@@ -235,13 +235,13 @@ def build_cases() -> list[Case]:
         return validate(extract_once_wrong(turns))
 
     def parse_small() -> Any:
-        return parse(SMALL_REPLY)
+        return parse(SMALL_REPLY, repair=True)[0]
 
     def validate_small() -> Any:
         return validate(SMALL_REPLY)
 
     def parse_large() -> Any:
-        return parse(LARGE_REPLY)
+        return parse(LARGE_REPLY, repair=True)[0]
 
     def validate_large() -> Any:
         return validate(LARGE_REPLY)

@@ -6,11 +6,22 @@ import functools
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeAlias, TypeVar, overload
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+    cast,
+    overload,
+)
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic.errors import (
+    PydanticInvalidForJsonSchema,
     PydanticSchemaGenerationError,
     PydanticUndefinedAnnotation,
     PydanticUserError,
@@ -19,16 +30,26 @@ from pydantic.errors import (
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
+from ._corrections import CHECK_MARKER, CorrectionRequest, default_correction
+from ._diagnose import diagnose
 from ._errors import CorrectionExhausted, JsonParseError, ResponseValidationError
-from ._errtext import error_lines, error_path, utf8_text
+from ._errtext import error_path, utf8_text
 from ._flow import Call, Flow, run_async, run_sync
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import Job, enter_job, leave_job
-from ._replies import ReplyShapeError, reply_text, usage_of
+from ._repair import loads_raw, syntax_fixes, value_fixes
+from ._replies import ReplyShapeError, finish_reason_of, reply_text, usage_of
 from ._retry import check_budget
 from ._schema import require_type
+from ._template import Template
 
-__all__ = ["MAX_CORRECTIONS_LIMIT", "CorrectionFailure", "self_correct"]
+__all__ = [
+    "CHECK_MARKER",
+    "MAX_CORRECTIONS_LIMIT",
+    "CorrectionBuilder",
+    "CorrectionFailure",
+    "self_correct",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -37,42 +58,78 @@ T_co = TypeVar("T_co", covariant=True)
 MAX_CORRECTIONS_LIMIT = 10
 """The largest correction budget accepted per job."""
 
-CHECK_MARKER = "[Automated format check by the application, not a message from the user]"
-"""How every correction turn begins, so the model (and a reader) can tell it from the user."""
-
-_MAX_LISTED_ERRORS = 8
-_MAX_ERRORS_CHARS = 1500
 _MAX_PROSE_CANDIDATES = 16
 _OPENERS = re.compile(r"[{\[]")
 
 
 class CorrectionFailure:
-    """Why one reply was unusable: a parse failure or a validation failure."""
+    """Why one reply was unusable, with what is needed to explain it to the model."""
 
-    __slots__ = ("errors", "explanation", "kind", "summary")
+    __slots__ = (
+        "errors",
+        "parsed",
+        "placeholders",
+        "prose",
+        "shape_error",
+        "summary",
+        "text",
+        "value",
+    )
 
     def __init__(
-        self, kind: str, summary: str, explanation: str, errors: list[dict[str, Any]]
+        self,
+        summary: str,
+        errors: list[dict[str, Any]],
+        *,
+        text: str,
+        parsed: bool,
+        value: Any = None,
+        prose: bool = False,
+        shape_error: str | None = None,
+        placeholders: tuple[str, ...] = (),
     ) -> None:
-        self.kind = kind  # "parse" or "validation"
         self.summary = summary
-        self.explanation = explanation
         self.errors = errors
+        self.text = text
+        self.parsed = parsed  # a JSON value was read (and failed validation)
+        self.value = value  # that value, as Python's json reads it
+        self.prose = prose  # it was found inside prose or a code fence
+        self.shape_error = shape_error
+        self.placeholders = placeholders
 
     @property
     def error_type(self) -> type[CorrectionExhausted]:
-        return JsonParseError if self.kind == "parse" else ResponseValidationError
+        return ResponseValidationError if self.parsed or self.placeholders else JsonParseError
 
 
-def _validation_failure(error: ValidationError) -> CorrectionFailure:
+def _python_json(text: str) -> tuple[bool, Any]:
+    """(True, value) when Python's json reads `text` (for explaining, never for returning).
+
+    A number Python will not convert (more digits than its limit) is kept as written.
+    """
+    try:
+        return True, json.loads(text)
+    except RecursionError:
+        return False, None
+    except ValueError:
+        try:
+            return True, loads_raw(text)
+        except (ValueError, RecursionError):
+            return False, None
+
+
+def _validation_failure(
+    error: ValidationError, text: str, *, prose: bool = False
+) -> CorrectionFailure:
     errors = error.errors(include_url=False, include_context=False)
-    lines = error_lines(errors, max_items=_MAX_LISTED_ERRORS, max_chars=_MAX_ERRORS_CHARS)
     n = len(errors)
     first = errors[0]
     plural = "s" if n > 1 else ""
     summary = f"{n} validation error{plural}, first: {error_path(first['loc'])}: {first['msg']}"
-    explanation = "Your previous reply was JSON but did not match the schema:\n" + "\n".join(lines)
-    return CorrectionFailure("validation", summary, explanation, [dict(e) for e in errors])
+    _, value = _python_json(text)  # pydantic read it: a validation failure, not a parse one
+    return CorrectionFailure(
+        summary, [dict(e) for e in errors], text=text, parsed=True, value=value, prose=prose
+    )
 
 
 def _parse_failure(
@@ -99,8 +156,7 @@ def _parse_failure(
         else:  # Python's json accepts what pydantic's parser rejects (deep nesting, surrogates)
             summary = invalid_json or "the reply is not strict JSON"
             errors = [{"msg": summary}]
-    explanation = f"Your previous reply could not be parsed as JSON: {summary}."
-    return CorrectionFailure("parse", summary, explanation, errors)
+    return CorrectionFailure(summary, errors, text=text, parsed=False)
 
 
 def _json_invalid(error: ValidationError) -> bool:
@@ -137,9 +193,9 @@ def _fenced_blocks(text: str) -> list[str]:
     return blocks
 
 
-def _embedded_json(text: str) -> list[str]:
-    """JSON values found inside a fenced code block or surrounded by prose, in order."""
-    found = _fenced_blocks(text)
+def _prose_json(text: str) -> list[str]:
+    """JSON values found inside prose, in order (at most 16 tried)."""
+    found: list[str] = []
     decoder = json.JSONDecoder()
     end = tried = 0
     for match in _OPENERS.finditer(text):
@@ -157,17 +213,20 @@ def _embedded_json(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+Parsed = tuple[Any, tuple[str, ...]]
+"""A validated value and the repairs it took (empty: the reply was strict JSON)."""
+
+
 class _Parser(Generic[T]):
-    __slots__ = ("adapter", "schema_text", "validate_json")
+    __slots__ = ("adapter", "json_schema", "schema", "template", "validate_json")
 
     def __init__(self, schema: Any) -> None:
         require_type(schema, "self_correct(schema=...)")
         try:
             self.adapter: TypeAdapter[T] = TypeAdapter(schema)
-            self.schema_text = json.dumps(self.adapter.json_schema(), separators=(",", ":"))
             # pydantic-core's validator itself: what `TypeAdapter.validate_json` calls, minus
             # its Python frame, so parsing a good reply costs exactly what pydantic costs.
-            self.validate_json: Callable[[str], T] = self.adapter.validator.validate_json
+            self.validate_json: Callable[..., T] = self.adapter.validator.validate_json
         except (
             PydanticSchemaGenerationError,
             PydanticUndefinedAnnotation,
@@ -179,38 +238,132 @@ class _Parser(Generic[T]):
                 "Pass a pydantic model or a type pydantic.TypeAdapter accepts "
                 "(list[Item], a dataclass, a TypedDict, ...)."
             ) from e
-
-    def parse(self, text: str) -> T | CorrectionFailure:
+        self.schema = schema
         try:
-            return self.validate_json(text)
+            self.json_schema: dict[str, Any] | None = self.adapter.json_schema()
+        except (PydanticInvalidForJsonSchema, PydanticUserError):
+            self.json_schema = None
+        self.template = None if self.json_schema is None else Template(self.json_schema)
+
+    def parse(
+        self, text: str, *, repair: bool, context: Mapping[str, Any] | None = None
+    ) -> Parsed | CorrectionFailure:
+        """The reply's value, or why it is unusable.
+
+        Strict JSON first (what a good reply costs: one pydantic call); then, with `repair`,
+        the lossless repairs of `_repair` in turn.
+        """
+        validate = (
+            self.validate_json
+            if context is None
+            else functools.partial(self.validate_json, context=context)
+        )
+        try:
+            return validate(text), ()
         except ValidationError as e:
             if not _json_invalid(e):
-                return _validation_failure(e)
+                if repair:
+                    fixed = _value_fixes(text, e, validate)
+                    if fixed is not None:
+                        return fixed
+                return _validation_failure(e, text)
             invalid_json = str(e.errors(include_url=False)[0]["msg"])
         except RecursionError:
             return _parse_failure(text, "the JSON is nested too deeply")
-        # The first embedded value that validates wins; if none does, the errors reported are
-        # those of the longest one (a "[1]" citation in the prose is not the answer).
-        rejected: tuple[int, ValidationError] | None = None
-        for candidate in _embedded_json(text):
+        # Not JSON as it stands. The first candidate that validates wins; if none does, the
+        # errors reported are those of the longest JSON that failed validation (a "[1]"
+        # citation in the prose is not the answer).
+        rejected: tuple[int, ValidationError, str, bool] | None = None
+        for candidate, fixes, prose in _candidates(text):
+            if not repair:
+                # Not repaired, but still read: it explains the failure best.
+                try:
+                    validate(candidate)
+                except ValidationError as e:
+                    if not _json_invalid(e) and (rejected is None or len(candidate) > rejected[0]):
+                        rejected = (len(candidate), e, candidate, prose)
+                except RecursionError:
+                    pass
+                else:
+                    return _unrepaired(text, candidate, fixes)
+                continue
             try:
-                return self.validate_json(candidate)
+                return validate(candidate), tuple(fixes)
             except ValidationError as e:
-                if not _json_invalid(e) and (rejected is None or len(candidate) > rejected[0]):
-                    rejected = (len(candidate), e)
+                if _json_invalid(e):
+                    continue
+                value_fixed = _value_fixes(candidate, e, validate)
+                if value_fixed is not None:
+                    return value_fixed[0], (*fixes, *value_fixed[1])
+                if rejected is None or len(candidate) > rejected[0]:
+                    rejected = (len(candidate), e, candidate, prose)
             except RecursionError:
                 continue
         if rejected is not None:
-            return _validation_failure(rejected[1])
+            return _validation_failure(rejected[1], rejected[2], prose=rejected[3])
         return _parse_failure(text, invalid_json=invalid_json)
 
-    def correction(self, failure: CorrectionFailure) -> str:
-        # Sent as it is: valid UTF-8 whatever an error message quotes from the reply.
-        return utf8_text(
-            f"{CHECK_MARKER}\n{failure.explanation}\n\n"
-            "Reply again with only the corrected JSON (no prose, no code fences), "
-            f"matching this JSON schema:\n{self.schema_text}"
-        )
+    def placeholders(self, value: Any, text: str) -> tuple[str, ...]:
+        """Template placeholders (`"<string>"`) the validated value holds instead of values."""
+        if self.template is None or '"<' not in text:
+            return ()
+        found: list[str] = []
+        _strings(self.adapter.dump_python(value, mode="json"), self.template.placeholders, found)
+        return tuple(dict.fromkeys(found))
+
+
+def _strings(value: Any, wanted: set[str], found: list[str], depth: int = 0) -> None:
+    if depth > 64:
+        return
+    if isinstance(value, str):
+        if value in wanted:
+            found.append(value)
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            _strings(v, wanted, found, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _strings(v, wanted, found, depth + 1)
+
+
+def _unrepaired(text: str, candidate: str, fixes: list[str]) -> CorrectionFailure:
+    """A reply that a repair would have made valid, with `repair=False`: still a failure."""
+    what = ", ".join(fixes)
+    summary = f"the reply is not strict JSON (repair=False; it needed: {what})"
+    _, value = _python_json(candidate)
+    return CorrectionFailure(
+        summary,
+        [{"msg": summary}],
+        text=text,
+        parsed=False,
+        value=value,
+        prose=bool({"prose", "code_fence"} & set(fixes)),
+    )
+
+
+def _value_fixes(
+    text: str, error: ValidationError, validate: Callable[[str], Any]
+) -> Parsed | None:
+    try:
+        raw = loads_raw(text)
+    except (ValueError, RecursionError):
+        return None
+    fixed = value_fixes(raw, error, validate)
+    return None if fixed is None else (fixed[0], tuple(fixed[1]))
+
+
+def _candidates(text: str) -> Iterator[tuple[str, list[str], bool]]:
+    """Texts that may hold the reply's JSON: (text, repairs it took, found inside prose)."""
+    fixed, fixes = syntax_fixes(text)
+    if fixes:
+        yield fixed, fixes, False
+    for block in _fenced_blocks(text):
+        yield block, ["code_fence"], True
+        fixed, fixes = syntax_fixes(block)
+        if fixes:
+            yield fixed, ["code_fence", *fixes], True
+    for found in _prose_json(text):
+        yield found, ["prose"], True
 
 
 def _conversation(messages: object, function: str) -> list[dict[str, Any]]:
@@ -231,12 +384,39 @@ def _conversation(messages: object, function: str) -> list[dict[str, Any]]:
     return copied
 
 
-class _CorrectConfig(Generic[T]):
-    __slots__ = ("function", "max_corrections", "messages_name", "parser")
+CorrectionBuilder = Callable[[CorrectionRequest], "str | Sequence[Mapping[str, Any]]"]
+"""A `correction=` hook: the turn to send for a failed reply, as text or as messages."""
 
-    def __init__(self, fn: Callable[..., Any], parser: _Parser[T], max_corrections: int) -> None:
+ValidationContext = (
+    "Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None"
+)
+
+
+class _CorrectConfig(Generic[T]):
+    __slots__ = (
+        "context",
+        "correction",
+        "function",
+        "max_corrections",
+        "messages_name",
+        "parser",
+        "repair",
+        "signature",
+    )
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        parser: _Parser[T],
+        max_corrections: int,
+        *,
+        repair: bool,
+        correction: CorrectionBuilder | None,
+        context: Any,
+    ) -> None:
         self.function = getattr(fn, "__qualname__", repr(fn))
-        params = list(inspect.signature(fn).parameters.values())
+        self.signature = inspect.signature(fn)
+        params = list(self.signature.parameters.values())
         if not params or params[0].kind in (
             inspect.Parameter.VAR_KEYWORD,
             inspect.Parameter.KEYWORD_ONLY,
@@ -250,6 +430,9 @@ class _CorrectConfig(Generic[T]):
         )
         self.parser = parser
         self.max_corrections = max_corrections
+        self.repair = repair
+        self.correction = correction
+        self.context = context
 
     def split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -261,11 +444,77 @@ class _CorrectConfig(Generic[T]):
             return rest.pop(self.messages_name), (), rest
         raise TypeError(f"{self.function}() is missing the conversation, its first argument")
 
+    def validation_context(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Mapping[str, Any] | None:
+        """The `context=` to validate with: `validation_context`, or what it returns."""
+        given = self.context
+        if given is None or isinstance(given, Mapping):
+            return given
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError:
+            arguments: dict[str, Any] = {}
+        else:
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
+        made = given(arguments)
+        if made is not None and not isinstance(made, Mapping):
+            raise TypeError(
+                f"validation_context of {self.function} must return a dict (or None), "
+                f"got {type(made).__name__}"
+            )
+        return made
+
+    def turn(self, request: CorrectionRequest) -> list[dict[str, Any]]:
+        """The messages a correction adds after the original conversation."""
+        if self.correction is None:
+            return [{"role": "user", "content": utf8_text(default_correction(request))}]
+        made = self.correction(request)
+        if isinstance(made, str):
+            return [{"role": "user", "content": utf8_text(made)}]
+        if isinstance(made, Sequence):
+            turn = [_sendable(m) for m in made if isinstance(m, Mapping) and "role" in m]
+            if len(turn) == len(made):
+                return turn
+        raise TypeError(
+            f"the correction= builder of {self.function} must return the correction's text (a "
+            "str) or the messages to add (a list of dicts with a 'role'), got "
+            f"{type(made).__name__}"
+        )
+
+
+def _sendable(message: Mapping[str, Any]) -> dict[str, Any]:
+    copied = dict(message)
+    content = copied.get("content")
+    if isinstance(content, str):
+        copied["content"] = utf8_text(content)
+    return copied
+
 
 def _event(
     cfg: _CorrectConfig[Any], job: Job, kind: EventKind, number: int, maximum: int, **fields: Any
 ) -> Event:
     return make_event(kind, "self_correct", cfg.function, job, number, maximum, **fields)
+
+
+def _diagnosis(cfg: _CorrectConfig[Any], failure: CorrectionFailure, finish: str | None) -> Any:
+    parser = cfg.parser
+    unrepaired = not failure.parsed and failure.value is not None
+    return diagnose(
+        failure.text,
+        template=parser.template,
+        adapter=parser.adapter,
+        value=failure.value,
+        parsed=failure.parsed or unrepaired,
+        errors=failure.errors if failure.parsed else (),
+        prose=failure.prose,
+        finish_reason=finish,
+        placeholders=failure.placeholders,
+        shape_error=failure.shape_error,
+        unrepaired=failure.summary if unrepaired else None,
+        detail=None if failure.parsed else failure.summary,
+    )
 
 
 def _correct_flow(
@@ -277,39 +526,55 @@ def _correct_flow(
 ) -> Flow[T]:
     messages, rest, rest_kwargs = cfg.split(args, kwargs)
     conversation = _conversation(messages, cfg.function)
+    context = cfg.validation_context(args, kwargs) if cfg.context is not None else None
+    added: list[dict[str, Any]] = []  # the latest correction turn: never compounds
+    replies: list[str] = []
     call = 0
     while True:
         call += 1
         # Fresh copies each call: edits the function makes to its messages never compound.
         sent = [dict(m) for m in conversation]
+        sent.extend(dict(m) for m in added)
         counted = job._replies_counted()
         reply = yield Call(fn, (sent, *rest), rest_kwargs)
         usage = usage_of(reply)
         if usage is not None:
             job._add_usage(usage, reply, counted)
-        result: T | CorrectionFailure
+        result: Parsed | CorrectionFailure
         try:
             text = reply_text(reply)
         except ReplyShapeError as e:
             text, result = e.text, _parse_failure(e.text, str(e))
+            result.shape_error = str(e)
         else:
-            result = cfg.parser.parse(text)
+            result = cfg.parser.parse(text, repair=cfg.repair, context=context)
+            if not isinstance(result, CorrectionFailure) and added:
+                copied = cfg.parser.placeholders(result[0], text)
+                if copied:
+                    result = _placeholder_failure(text, copied)
         possible = call + max(0, cfg.max_corrections - job.corrections_used)
+        if not isinstance(result, CorrectionFailure):
+            if wants_debug_events():
+                emit(_event(cfg, job, "attempt", call, possible, repairs=result[1]))
+            return cast(T, result[0])
         if wants_debug_events():
             emit(_event(cfg, job, "attempt", call, possible))
-        if not isinstance(result, CorrectionFailure):
-            return result
         failure = result
+        finish = finish_reason_of(reply)
+        replies.append(text)
         # As it can be sent: a lone surrogate in the reply would make the next request fail.
-        conversation.append({"role": "assistant", "content": utf8_text(text)})
+        last = [*sent, {"role": "assistant", "content": utf8_text(text)}]
+        diagnosis = _diagnosis(cfg, failure, finish)
         if not job._take_correction(cfg.max_corrections):
             error = failure.error_type(
                 failure.summary,
                 raw_reply=text,
                 errors=failure.errors,
-                conversation=conversation,
+                conversation=last,
                 corrections_used=job.corrections_used,
                 usage=job.usage,
+                replies=replies,
+                failure=diagnosis.kind,
             )
             emit(
                 _event(
@@ -319,11 +584,36 @@ def _correct_flow(
                     call,
                     call,
                     error=f"{type(error).__name__}: {failure.summary}",
+                    failure=diagnosis.kind,
                 )
             )
             raise error
-        message = cfg.parser.correction(failure)
-        conversation.append({"role": "user", "content": message})
+        parser = cfg.parser
+        template = None
+        if parser.template is not None:
+            keep = diagnosis.kept is not None and diagnosis.kind not in (
+                "schema_echo",
+                "placeholder",
+            )
+            template = (
+                parser.template.render(diagnosis.kept, diagnosis.bad)
+                if keep
+                else parser.template.render()
+            )
+        request = CorrectionRequest(
+            number=job.corrections_used,
+            max_corrections=cfg.max_corrections,
+            kind=diagnosis.kind,
+            problems=diagnosis.problems,
+            errors=tuple(failure.errors),
+            reply=utf8_text(text),
+            finish_reason=finish,
+            schema=parser.schema,
+            json_schema=parser.json_schema,
+            template=None if template is None else utf8_text(template),
+            messages=tuple(dict(m) for m in conversation),
+        )
+        added = cfg.turn(request)
         emit(
             _event(
                 cfg,
@@ -332,9 +622,23 @@ def _correct_flow(
                 job.corrections_used,
                 cfg.max_corrections,
                 error=failure.summary,
-                detail=message,
+                detail="\n\n".join(str(m.get("content", "")) for m in added),
+                failure=diagnosis.kind,
             )
         )
+
+
+def _placeholder_failure(text: str, copied: tuple[str, ...]) -> CorrectionFailure:
+    shown = ", ".join(json.dumps(p) for p in copied)
+    summary = f"the reply copied the template's placeholder(s) {shown} instead of values"
+    errors: list[dict[str, Any]] = [
+        {"type": "placeholder", "loc": (), "msg": "a placeholder, not a value", "input": p}
+        for p in copied
+    ]
+    _, value = _python_json(text)
+    return CorrectionFailure(
+        summary, errors, text=text, parsed=True, value=value, placeholders=copied
+    )
 
 
 Reply: TypeAlias = "str | ChatCompletion | ChatCompletionMessage | Mapping[str, Any]"
@@ -353,7 +657,16 @@ class SelfCorrecting(Protocol[T_co]):
     def __call__(self, fn: Callable[P, Reply], /) -> Callable[P, T_co]: ...
 
 
-def self_correct(*, schema: type[T], max_corrections: int = 2) -> SelfCorrecting[T]:
+def self_correct(
+    *,
+    schema: type[T],
+    max_corrections: int = 2,
+    repair: bool = True,
+    correction: CorrectionBuilder | None = None,
+    validation_context: Mapping[str, Any]
+    | Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
+    | None = None,
+) -> SelfCorrecting[T]:
     """Parse and validate the decorated function's reply; correct a bad one in conversation.
 
     The function takes the conversation (a list of OpenAI-style message dicts) as its first
@@ -361,11 +674,16 @@ def self_correct(*, schema: type[T], max_corrections: int = 2) -> SelfCorrecting
     (its text, or the arguments of its single tool call, is parsed). The decorated call
     returns the validated value.
 
-    On a reply that does not parse or fails validation, while the job's budget lasts, the
-    failed reply is appended as an assistant message and a correction as a user message
-    (marked as an automated check; it states the errors and repeats the JSON schema), and the
-    function is called again with the grown conversation. The caller's list is never mutated.
-    Exceptions the function raises (timeouts, HTTP errors) propagate and cost no correction.
+    A reply that is not strict JSON is first repaired locally when that loses nothing (JSON in
+    a code fence or in prose, comments, trailing commas, Python literals, one wrapper object,
+    a number where a string is expected): no call is spent. A reply that still does not parse
+    or validate, while the job's budget lasts, costs a correction: the function is called
+    again with the original conversation plus one correction turn, a user message marked as an
+    automated check that says what was wrong field by field and shows the expected reply as a
+    JSON instance to fill in, keeping the values the reply got right. Earlier failed replies
+    and corrections are not resent, and the JSON schema is never repeated. The caller's list is
+    never mutated. Exceptions the function raises (timeouts, HTTP errors) propagate and cost no
+    correction.
 
     Args:
         schema: The type of the value: a pydantic model, or any class or typing form
@@ -374,6 +692,15 @@ def self_correct(*, schema: type[T], max_corrections: int = 2) -> SelfCorrecting
         max_corrections: The job's correction budget, 0 to 10. The budget belongs to the job
             (the outermost refinekit call, or a `refinekit.job()` block): retries of an outer
             `@retry_on_low_quality` share it rather than reset it.
+        repair: Whether lossless local repairs are tried before a correction is spent. With
+            False, only strict JSON is accepted.
+        correction: A builder replacing the default correction turn: it gets a
+            `CorrectionRequest` and returns the turn's text (sent as a user message after the
+            original conversation) or the list of messages to add there instead.
+        validation_context: Passed to pydantic as `context=` when validating, so validators
+            can check values against the call (`refinekit.InSource` checks that a string
+            appears in `context["source"]`): a dict, or a callable of the call's bound
+            arguments (a dict by parameter name) returning one.
 
     Returns:
         A decorator; the decorated function returns the schema's type (awaitable for
@@ -382,14 +709,35 @@ def self_correct(*, schema: type[T], max_corrections: int = 2) -> SelfCorrecting
     Raises:
         ValueError: `max_corrections` is not an int from 0 to 10 (when decorating).
         TypeError: `schema` is not a type (a function, a method, an instance), pydantic
-            cannot validate it, or the function takes no argument for the conversation (when
-            decorating).
+            cannot validate it, the function takes no argument for the conversation, or
+            `correction`/`validation_context` is neither None nor usable (when decorating).
     """
     check_budget("max_corrections", max_corrections, MAX_CORRECTIONS_LIMIT)
+    if not isinstance(repair, bool):
+        raise TypeError(f"repair must be True or False, got {type(repair).__name__}")
+    if correction is not None and not callable(correction):
+        raise TypeError(
+            "correction= must be a callable taking a refinekit.CorrectionRequest, got "
+            f"{type(correction).__name__}"
+        )
+    if validation_context is not None and not (
+        isinstance(validation_context, Mapping) or callable(validation_context)
+    ):
+        raise TypeError(
+            "validation_context= must be a dict or a callable of the call's arguments, got "
+            f"{type(validation_context).__name__}"
+        )
     parser: _Parser[T] = _Parser(schema)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        cfg = _CorrectConfig(fn, parser, max_corrections)
+        cfg = _CorrectConfig(
+            fn,
+            parser,
+            max_corrections,
+            repair=repair,
+            correction=correction,
+            context=validation_context,
+        )
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)

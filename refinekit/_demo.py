@@ -259,9 +259,10 @@ def _texts(request: RecordedRequest) -> list[tuple[str, str]]:
 def scripted_answer(request: RecordedRequest) -> str:
     """The scripted answering model: its reply depends on what the request carries.
 
-    An extraction request gets the reply for the number of correction turns it carries (prose,
-    then JSON missing `total_cents`, then valid JSON); a refund request gets the unconditional
-    draft, or the conditional one when the judge's feedback arrived in the prompt.
+    An extraction request gets prose at first; given a correction turn, JSON missing
+    `total_cents`; given a correction saying that `total_cents` is missing, valid JSON (as a
+    model acting on the correction would). A refund request gets the unconditional draft, or
+    the conditional one when the judge's feedback arrived in the prompt.
 
     Args:
         request: The request the server received.
@@ -271,10 +272,10 @@ def scripted_answer(request: RecordedRequest) -> str:
     """
     texts = _texts(request)
     if any("Extract the invoice" in content for _, content in texts):
-        corrections = sum(
-            1 for role, content in texts if role == "user" and content.startswith(CHECK_MARKER)
-        )
-        return _EXTRACTIONS[corrections]
+        role, last = texts[-1]
+        if role != "user" or not last.startswith(CHECK_MARKER):
+            return _EXTRACTIONS[0]
+        return _EXTRACTIONS[2] if '"total_cents" is missing' in last else _EXTRACTIONS[1]
     feedback = CRITERIA[1].when_false
     return _DRAFTS[1] if feedback in texts[-1][1] else _DRAFTS[0]
 
@@ -504,11 +505,11 @@ class _Run:
                 6,
             )
         elif event.kind == "correction":
-            say(f"   correction {event.attempt}/{event.max_attempts} goes back as a user turn:")
-            explanation, _, request = (event.detail or "").partition("\n\n")
-            say.quoted(explanation)
-            say.quoted(request.partition("\n")[0])
-            say.quoted("<the JSON schema>")
+            say(
+                f"   correction {event.attempt}/{event.max_attempts} ({event.failure}) goes "
+                "back as one user turn after the original conversation:"
+            )
+            say.quoted(event.detail or "")
 
     def show_verdict(self, verdict: Verdict) -> None:
         say = self.say

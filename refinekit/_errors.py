@@ -115,6 +115,10 @@ class CorrectionExhausted(RefinekitError):
         conversation: The conversation as last sent, with the last reply appended.
         corrections_used: Corrections the job had used when this surfaced.
         usage: Token usage of the job when it surfaced.
+        replies: The text of every unusable reply of this call, in order (the last is
+            `raw_reply`): earlier ones are not resent to the model, but kept here.
+        failure: What was wrong with the last reply (a `refinekit.FailureKind`: `"cut_off"`,
+            `"schema_echo"`, `"not_json"`, `"invalid"`, ...), or None when not known.
     """
 
     problem = "reply was unusable"
@@ -128,6 +132,8 @@ class CorrectionExhausted(RefinekitError):
         conversation: Sequence[dict[str, Any]],
         corrections_used: int,
         usage: Usage | None = None,
+        replies: Sequence[str] = (),
+        failure: str | None = None,
     ) -> None:
         super().__init__(summary)
         self.summary = summary
@@ -136,6 +142,8 @@ class CorrectionExhausted(RefinekitError):
         self.conversation = list(conversation)
         self.corrections_used = corrections_used
         self.usage = usage if usage is not None else Usage()
+        self.replies = list(replies) if replies else [raw_reply]
+        self.failure = failure
 
     def __str__(self) -> str:
         n = self.corrections_used

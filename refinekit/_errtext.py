@@ -36,7 +36,8 @@ def utf8_text(text: str) -> str:
     return text
 
 
-def _short(value: Any) -> str:
+def short_value(value: Any) -> str:
+    """A value as short JSON for a message (at most 60 characters)."""
     try:
         text = json.dumps(value, default=str)
     except ValueError:  # an int longer than sys.get_int_max_str_digits() cannot be written
@@ -51,7 +52,7 @@ def error_lines(errors: Sequence[Any], *, max_items: int, max_chars: int) -> lis
     for i, e in enumerate(errors):
         line = f"- {error_path(e['loc'])}: {e['msg']}"
         if e["type"] != "missing":
-            line += f" (got {_short(e.get('input'))})"
+            line += f" (got {short_value(e.get('input'))})"
         if i >= max_items or size + len(line) > max_chars:
             lines.append(f"- ... and {len(errors) - i} more error(s)")
             break

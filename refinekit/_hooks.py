@@ -80,6 +80,10 @@ class Event:
         error: A short summary of what failed (`correction`, `exhausted`, `blocked`).
         detail: Long text for DEBUG logs only, such as the full correction message or the
             text `@guarded` blocked.
+        repairs: The lossless repairs `@self_correct` made to the reply (`attempt`), e.g.
+            `("code_fence", "trailing_comma")`; empty when the reply was strict JSON.
+        failure: What was wrong with the reply (`correction`, `exhausted` of `@self_correct`):
+            a `refinekit.FailureKind`.
     """
 
     kind: EventKind
@@ -97,6 +101,8 @@ class Event:
     duration: float | None = None
     error: str | None = None
     detail: str | None = None
+    repairs: tuple[str, ...] = ()
+    failure: str | None = None
 
 
 def make_event(
@@ -309,3 +315,5 @@ def _log_event(event: Event) -> None:
             event.max_attempts,
             "" if event.verdict is None else f" passed={event.verdict.passed}",
         )
+        if event.repairs:
+            logger.debug("%s: repaired: %s", event.function, ", ".join(event.repairs))

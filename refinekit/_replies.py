@@ -89,6 +89,21 @@ def reply_text(reply: Any) -> str:
     )
 
 
+def finish_reason_of(reply: Any) -> str | None:
+    """Why the model stopped, when the reply says: `"length"` for a reply cut off at its limit.
+
+    Read from an OpenAI `ChatCompletion` (its first choice) or its dict form; None for a
+    `str` or a message, which do not carry it.
+    """
+    if isinstance(reply, str) or not _is_completion(reply):
+        return None
+    choices = _get(reply, "choices")
+    if not choices:
+        return None
+    reason = _get(choices[0], "finish_reason")
+    return reason if isinstance(reason, str) else None
+
+
 def usage_of(reply: Any) -> Usage | None:
     """The token usage a `ChatCompletion` (or its dict form) carries, or None."""
     if isinstance(reply, str) or not _is_completion(reply):

@@ -187,12 +187,11 @@ def schema_json(schema: Any) -> str:
     return json.dumps(TypeAdapter(schema).json_schema(), separators=(",", ":"))
 
 
-def expected_correction(explanation: str, schema: Any = Invoice) -> str:
-    return (
-        f"{CHECK_MARKER}\n{explanation}\n\n"
-        "Reply again with only the corrected JSON (no prose, no code fences), "
-        f"matching this JSON schema:\n{schema_json(schema)}"
-    )
+LEAD = "Reply with only a JSON object like this one, with the <...> placeholders filled in:"
+
+
+def expected_correction(*problems: str, template: str, lead: str = LEAD) -> str:
+    return "\n".join([CHECK_MARKER, *problems, lead, template])
 
 
 # --- schemas -------------------------------------------------------------------------------------
@@ -226,8 +225,11 @@ def test_each_schema_kind_is_validated_corrected_and_returned(
     assert value == expected
     assert type(value) is type(expected)
     assert model.calls == 2
-    # the correction repeats the original instructions: the JSON schema of this very type
-    assert json.loads(model.correction().splitlines()[-1]) == TypeAdapter(schema).json_schema()
+    # the correction ends with the expected shape as an instance to fill in, never the schema
+    correction = model.correction()
+    assert "<" in correction.splitlines()[-1]
+    assert '"properties"' not in correction
+    assert schema_json(schema) not in correction
 
 
 def test_a_valid_first_reply_costs_one_call_and_no_correction(
@@ -263,9 +265,13 @@ def test_each_reply_kind_is_parsed(kind: str, reply: Any) -> None:
     assert model.calls == 1
 
 
-def test_the_failed_reply_is_appended_as_its_text_not_the_object(kind: str) -> None:
+def test_a_correction_is_one_turn_after_the_original_conversation(kind: str) -> None:
     _, model = run(kind, completion(tool_args=[WRONG_TYPE]), completion(GOOD))
-    assert model.received[1][len(USER)] == {"role": "assistant", "content": WRONG_TYPE}
+    assert model.received[1][: len(USER)] == USER
+    assert len(model.received[1]) == len(USER) + 1  # the failed reply is not resent
+    assert model.received[1][-1]["role"] == "user"
+    # ... but its valid values are kept in the template: the tool call's arguments were read
+    assert '{"number": "A-1", "total_cents": <integer>}' in model.correction()
 
 
 def test_two_tool_calls_are_corrected_like_unparsable_json(kind: str) -> None:
@@ -274,13 +280,11 @@ def test_two_tool_calls_are_corrected_like_unparsable_json(kind: str) -> None:
     assert model.calls == 2
     correction = model.correction()
     assert correction.startswith(CHECK_MARKER)
-    assert "could not be parsed as JSON" in correction
-    assert "2 tool calls" in correction
-    sent_back = json.loads(model.received[1][len(USER)]["content"])  # what the model sent
-    assert [call["arguments"] for call in sent_back] == [GOOD, GOOD]
+    assert "The reply made 2 tool calls; exactly one was expected." in correction
 
     error, _ = fails(kind, ChatCompletionMessage.model_validate(message(tool_args=[GOOD, GOOD])))
     assert isinstance(error, JsonParseError)
+    assert error.failure == "tool_calls"
     assert json.loads(error.raw_reply)[0]["arguments"] == GOOD
 
 
@@ -323,7 +327,7 @@ def test_a_long_run_of_blanks_after_an_unclosed_fence_still_finds_the_json(kind:
 def test_json_nested_too_deeply_is_reported_as_such(kind: str) -> None:
     _, model = run(kind, "[" * 300 + "]" * 300, GOOD)
     correction = model.correction()
-    assert "could not be parsed as JSON: Invalid JSON: recursion limit exceeded" in correction
+    assert "Invalid JSON: recursion limit exceeded" in correction
     assert "NaN" not in correction
 
 
@@ -346,53 +350,61 @@ def test_an_integer_too_long_for_python_is_a_parse_failure_then_a_correction(
     value, model = run(kind, reply, GOOD)
     assert value == INVOICE
     assert model.calls == 2
-    assert model.received[1][len(USER)] == {"role": "assistant", "content": reply}
     correction = model.correction()
-    assert correction.startswith(f"{CHECK_MARKER}\nYour previous reply could not be parsed as JSON")
+    assert correction.startswith(CHECK_MARKER)
+    assert HUGE not in correction  # quoted cut short, never whole
+    assert len(correction) < 1000
     if reply.startswith("{"):  # the number is what is wrong, and the correction says so
-        assert "Invalid JSON: number out of range at line 1 column 4335" in correction
+        assert 'The value of "total_cents" is not JSON: 999' in correction
+        assert '{"number": "A-1", "total_cents": <integer>}' in correction
+    elif reply == HUGE:
+        assert "Invalid JSON: number out of range" in correction
 
     error, model = fails(kind, reply)
     assert isinstance(error, JsonParseError)
     assert model.calls == 3
     assert error.raw_reply == reply
+    assert error.replies == [reply] * 3
     assert error.corrections_used == 2
 
 
-@pytest.mark.skipif(not hasattr(sys, "set_int_max_str_digits"), reason="Python < 3.10.7")
 def test_a_long_integer_is_quoted_in_a_correction_whatever_pythons_digit_limit(
     kind: str,
 ) -> None:
     # pydantic reads up to 4300 digits; an application may have lowered Python's own limit.
-    reply = '{"number": ' + "7" * 1000 + ', "total_cents": 1}'
+    reply = '{"number": ' + "7" * 1000 + ', "total_cents": "x"}'
     limit = sys.get_int_max_str_digits()
     sys.set_int_max_str_digits(640)
     try:
-        value, model = run(kind, reply, GOOD)
+        value, model = run(kind, reply, GOOD, repair=False)
+        repaired, _ = run(kind, '{"number": ' + "7" * 1000 + ', "total_cents": 1}')
     finally:
         sys.set_int_max_str_digits(limit)
     assert value == INVOICE
-    assert "- number: Input should be a valid string (got a number too long to show)" in (
+    assert '"number": got a number too long to show; it should be a valid string' in (
         model.correction()
     )
+    # a number where a string goes is repaired digit for digit, whatever the digit limit
+    assert repaired == Invoice(number="7" * 1000, total_cents=1)
 
 
 # --- the correction turn -------------------------------------------------------------------------
 
 
-def test_a_parse_failure_correction_is_exactly_reply_then_marked_error_and_schema(
+def test_a_parse_failure_correction_is_exactly_the_conversation_then_one_marked_turn(
     kind: str,
 ) -> None:
     bad = '{\n  "number": "A-1",\n  "total_cents": \n}'
     _, model = run(kind, bad, GOOD)
-    explanation = (
-        "Your previous reply could not be parsed as JSON: "
-        "Expecting value: line 4 column 1 (char 39)."
-    )
     assert model.received[1] == [
         *USER,
-        {"role": "assistant", "content": bad},
-        {"role": "user", "content": expected_correction(explanation)},
+        {
+            "role": "user",
+            "content": expected_correction(
+                '"total_cents" has no value.',
+                template='{"number": "A-1", "total_cents": <integer>}',
+            ),
+        },
     ]
 
 
@@ -401,16 +413,18 @@ def test_a_validation_failure_correction_lists_each_error_by_field_path(kind: st
     good = '{"items": [{"name": "pen", "price": 3}], "total_cents": 3}'
     value, model = run(kind, bad, good, schema=Order)
     assert value.total_cents == 3
-    explanation = (
-        "Your previous reply was JSON but did not match the schema:\n"
-        "- items[0].price: Input should be a valid integer, unable to parse string as an integer "
-        '(got "abc")\n'
-        "- total_cents: Field required"
-    )
     assert model.received[1] == [
         *USER,
-        {"role": "assistant", "content": bad},
-        {"role": "user", "content": expected_correction(explanation, Order)},
+        {
+            "role": "user",
+            "content": expected_correction(
+                '"items[0].price": got "abc"; it should be a valid integer, unable to parse '
+                "string as an integer.",
+                '"total_cents" is missing.',
+                template='{"items": [{"name": "pen", "price": <integer>}], '
+                '"total_cents": <integer>}',
+            ),
+        },
     ]
 
 
@@ -421,18 +435,18 @@ def test_the_correction_carries_no_pydantic_url(kind: str) -> None:
 
 
 def test_many_errors_are_capped_with_a_count_of_the_rest(kind: str) -> None:
-    bad = json.dumps([{"name": 1, "price": "x"}] * 30)  # 60 errors
+    bad = json.dumps([{"name": i, "price": f"x{i}"} for i in range(30)])  # 60 errors
     _, model = run(kind, bad, "[]", schema=list[Item])
-    correction = model.correction()
-    assert len([line for line in correction.splitlines() if line.startswith("- ")]) == 9
-    assert "- ... and 52 more error(s)" in correction
+    lines = model.correction().splitlines()
+    assert len(lines) == 1 + 6 + 2  # marker, six problem lines, lead and template
+    assert lines[6] == "And 55 more problems."
 
 
 def test_huge_wrong_values_keep_the_correction_short(kind: str) -> None:
     bad = json.dumps([{"name": ["y"] * 5000, "price": "x" * 100_000}] * 20)
     _, model = run(kind, bad, "[]", schema=list[Item])
     correction = model.correction()
-    assert len(correction) - len(schema_json(list[Item])) < 2000
+    assert len(correction) < 2000
     assert "x" * 100 not in correction
 
 
@@ -455,14 +469,12 @@ def test_the_callers_list_and_dicts_are_untouched_even_when_the_function_mutates
     assert call(decorated(kind, rude_model), messages) == INVOICE
     assert messages == USER
     assert all(a is b for a, b in zip(messages, dicts, strict=True))
-    # every call starts from the original turns, never from the previous call's edits
+    # every call starts from the original turns, never from the previous call's edits, and
+    # carries only the latest correction: corrections do not compound
     assert received[2][: len(USER)] == USER
-    assert received[2][len(USER) :] == [
-        {"role": "assistant", "content": GARBAGE},
-        {"role": "user", "content": received[1][-1]["content"]},
-        {"role": "assistant", "content": GARBAGE},
-        {"role": "user", "content": received[2][-1]["content"]},
-    ]
+    assert len(received[2]) == len(USER) + 1
+    assert received[2][-1]["role"] == "user"
+    assert received[2][-1]["content"].startswith(CHECK_MARKER)
 
 
 def test_the_conversation_can_be_passed_by_keyword_and_other_arguments_reach_every_call(
@@ -488,7 +500,7 @@ def test_the_conversation_can_be_passed_by_keyword_and_other_arguments_reach_eve
 
     fn = self_correct(schema=Invoice)(extract)
     assert call(fn, model_name="gpt-x", temperature=0.0, messages=USER) == INVOICE
-    assert seen == [(2, "gpt-x", 0.0), (4, "gpt-x", 0.0)]
+    assert seen == [(2, "gpt-x", 0.0), (3, "gpt-x", 0.0)]
 
 
 # --- the budget and exhaustion -------------------------------------------------------------------
@@ -547,13 +559,10 @@ def test_the_exhausted_error_carries_the_conversation_ending_with_the_last_reply
         *model.received[2],
         {"role": "assistant", "content": MISSING},
     ]
-    assert [m["role"] for m in error.conversation[len(USER) :]] == [
-        "assistant",
-        "user",
-        "assistant",
-        "user",
-        "assistant",
-    ]
+    # as last sent: the original turns, the latest correction, then the last reply
+    assert [m["role"] for m in error.conversation[len(USER) :]] == ["user", "assistant"]
+    assert error.replies == [GARBAGE, WRONG_TYPE, MISSING]  # nothing lost
+    assert error.failure == "invalid"
     assert error.corrections_used == 2
     assert error.usage == Usage()  # str replies carry no usage
     assert "after 2 corrections" in str(error)
@@ -665,7 +674,8 @@ def test_typing_forms_are_schemas(
     value, model = run(kind, bad, good, schema=schema)
     assert value == expected
     assert model.calls == 2
-    assert "did not match the schema" in model.correction()
+    assert model.correction().startswith(CHECK_MARKER)
+    assert "it should be" in model.correction() or "is missing" in model.correction()
 
 
 def _no_params() -> str:
@@ -801,13 +811,14 @@ def test_a_lone_surrogate_in_a_reply_reaches_the_model_as_u_fffd(
     first, second = server.requests_for("extractor")
     assert first.body is not None
     assert first.body["messages"] == USER
-    explanation = (
-        "Your previous reply could not be parsed as JSON: "
-        "Input should be a valid string, unable to parse raw data as a unicode string."
-    )
     assert second.body is not None
     assert second.body["messages"] == [
         *USER,
-        {"role": "assistant", "content": '{"number": "A-1 \ufffd", "total_cents": 1250}'},
-        {"role": "user", "content": expected_correction(explanation)},
+        {
+            "role": "user",
+            "content": expected_correction(
+                "The reply held a broken character (shown as \ufffd): write it again.",
+                template='{"number": "A-1 \ufffd", "total_cents": 1250}',
+            ),
+        },
     ]
