@@ -53,8 +53,9 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import instructor
 import openai
@@ -62,8 +63,9 @@ from _http_count import Counter, Tally, http_client
 from _machine import loadavg, machine
 from _synthetic import Invoice, InvoiceItem, JudgingItem, invoices, judging_items
 from instructor.core import IncompleteOutputException, InstructorRetryException
+from pydantic import BaseModel, model_validator
 
-from refinekit import CorrectionExhausted, self_correct
+from refinekit import CorrectionExhausted, Event, InSource, response_format, self_correct, subscribe
 from refinekit._stats import mcnemar_exact, wilson_interval
 from refinekit.local import LocalModel, LocalModelError, default_model_path
 
@@ -125,23 +127,62 @@ class Method:
     budget: str
 
 
+class CheckedInvoice(BaseModel):
+    """`Invoice` with checks no grammar can make: the strings appear in the invoice's text
+    (`InSource`, against the validation context), and the number is not the vendor's name."""
+
+    number: Annotated[str, InSource]
+    vendor: Annotated[str, InSource]
+    currency: Literal["EUR", "USD", "GBP"]
+    total: Decimal
+
+    @model_validator(mode="after")
+    def _number_is_not_the_vendor(self) -> CheckedInvoice:
+        if self.number.strip().casefold() == self.vendor.strip().casefold():
+            raise ValueError(
+                f"number and vendor are both {self.number!r}: the number is the invoice's "
+                "identifier, as written in the text"
+            )
+        return self
+
+
+def source_of(arguments: Any) -> dict[str, str]:
+    """The validation context: the invoice's text, the conversation's last message."""
+    return {"source": str(arguments["messages"][-1]["content"])}
+
+
 METHODS = (
     Method("bare", "bare (1 call)", "none", "none"),
     Method("refinekit", "refinekit @self_correct", "none", "2 corrections"),
+    Method("refinekit_checked", "refinekit, checked schema", "none", "2 corrections"),
     Method("bare_json", "bare (1 call)", "json_object", "none"),
     Method("refinekit_json", "refinekit @self_correct", "json_object", "2 corrections"),
     Method("instructor", "instructor Mode.JSON", "json_object", "max_retries=2"),
     Method("bare_schema", "bare (1 call)", "json_object + schema", "none"),
+    Method(
+        "refinekit_schema_checked",
+        "refinekit, checked schema",
+        "json_object + schema",
+        "2 corrections",
+    ),
 )
 
 PAIRS = (
     ("refinekit", "bare"),
     ("refinekit_json", "bare_json"),
+    ("refinekit_checked", "bare"),
     ("refinekit_json", "instructor"),
     ("refinekit", "instructor"),
-    ("bare_schema", "refinekit_json"),
+    ("refinekit_schema_checked", "bare_schema"),
 )
 """Paired comparisons on exact match (A, B): McNemar's test on the items where they differ."""
+
+VALID_PAIRS = (
+    ("refinekit", "bare"),
+    ("refinekit_json", "bare_json"),
+    ("refinekit_json", "instructor"),
+)
+"""Paired comparisons on valid output (A, B)."""
 
 
 def make_extract(method: Method, client: openai.OpenAI, model: str, max_tokens: int) -> Extract:
@@ -168,15 +209,20 @@ def make_extract(method: Method, client: openai.OpenAI, model: str, max_tokens: 
     if method.constraint == "json_object":
         settings["response_format"] = {"type": "json_object"}
     elif method.constraint == "json_object + schema":
-        schema = Invoice.model_json_schema()  # llama.cpp turns it into a grammar
-        settings["response_format"] = {"type": "json_object", "schema": schema}
+        # llama.cpp turns the schema into a grammar; the checks stay with the validator
+        settings.update(response_format(Invoice, dialect="llama.cpp"))
     corrections = 2 if method.key.startswith("refinekit") else 0
+    checked = method.key.endswith("_checked")
 
-    @self_correct(schema=Invoice, max_corrections=corrections)
+    @self_correct(
+        schema=CheckedInvoice if checked else Invoice,
+        max_corrections=corrections,
+        validation_context=source_of if checked else None,
+    )
     def extract(messages: list[dict[str, Any]]) -> Any:
         return client.chat.completions.create(messages=messages, **settings)  # type: ignore[arg-type]
 
-    return extract
+    return extract  # type: ignore[return-value]
 
 
 @dataclass
@@ -190,6 +236,7 @@ class ItemResult:
     seconds: float
     failure: str = ""
     error: str | None = None
+    repaired: bool = False
 
 
 FAILURES = ("schema echoed", "cut off", "not JSON", "JSON, not an Invoice")
@@ -217,10 +264,12 @@ def run_item(extract: Extract, counter: Counter, item: InvoiceItem) -> ItemResul
     """Extract one invoice; classify the outcome; count its calls and time."""
     before = counter.snapshot()
     started = time.perf_counter()
-    result: Invoice | None = None
+    result: Any = None
     error: str | None = None
+    repairs: list[Event] = []
     try:
-        result = extract(extraction_messages(item))
+        with subscribe(lambda e: repairs.append(e) if e.repairs else None):
+            result = extract(extraction_messages(item))
     except (CorrectionExhausted, IncompleteOutputException, InstructorRetryException):
         pass  # the reply was unusable: invalid (an HTTP error under it is caught below)
     except Exception as e:
@@ -240,7 +289,7 @@ def run_item(extract: Extract, counter: Counter, item: InvoiceItem) -> ItemResul
             error=error,
         )
     fields = {f: getattr(result, f) == getattr(item.truth, f) for f in FIELDS}
-    return ItemResult(True, all(fields.values()), fields, tally, seconds)
+    return ItemResult(True, all(fields.values()), fields, tally, seconds, repaired=bool(repairs))
 
 
 @dataclass
@@ -319,19 +368,21 @@ def extraction_table(runs: Sequence[MethodRun]) -> list[str]:
 
 def detail_table(runs: Sequence[MethodRun]) -> list[str]:
     lines = [
-        "| method | constrained | valid at call 1 / 2 / 3 | invalid: schema echoed / cut off / "
-        "not JSON / JSON, not an Invoice | errors | replies cut off | number | vendor "
-        "| currency | total |",
+        "| method | constrained | valid at call 1 (repaired) / 2 / 3 "
+        "| invalid: schema echoed / cut off / not JSON / JSON, not an Invoice | errors "
+        "| replies cut off | number | vendor | currency | total |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         r = run.results
         n = len(r)
         at = [sum(x.valid and x.tally.calls == k for x in r) for k in (1, 2, 3)]
+        repaired = sum(x.valid and x.repaired and x.tally.calls == 1 for x in r)
         kinds = [sum(x.failure == k for x in r) for k in FAILURES]
         fields = " | ".join(f"{sum(x.fields[f] for x in r) / n:.2f}" for f in FIELDS)
         lines.append(
-            f"| {run.method.name} | {run.method.constraint} | {' / '.join(map(str, at))} "
+            f"| {run.method.name} | {run.method.constraint} | {at[0]} ({repaired}) / {at[1]} "
+            f"/ {at[2]} "
             f"| {' / '.join(map(str, kinds))} | {sum(x.error is not None for x in r)} "
             f"| {sum(x.tally.cut_off for x in r)} of {sum(x.tally.calls for x in r)} "
             f"| {fields} |"
@@ -339,25 +390,52 @@ def detail_table(runs: Sequence[MethodRun]) -> list[str]:
     return lines
 
 
-def mcnemar_table(runs: dict[str, MethodRun]) -> list[str]:
+def mcnemar_table(
+    runs: dict[str, MethodRun], pairs: Sequence[tuple[str, str]] = PAIRS, what: str = "exact"
+) -> list[str]:
+    """Paired comparisons on exact match (`what="exact"`) or valid output (`"valid"`)."""
     lines = [
-        "| A | B | both exact | A only | B only | neither | exact McNemar p |",
+        f"| A | B | both {what} | A only | B only | neither | exact McNemar p |",
         "|---|---|---|---|---|---|---|",
     ]
-    for a_key, b_key in PAIRS:
+    for a_key, b_key in pairs:
         if a_key not in runs or b_key not in runs:
             continue
-        pairs = list(zip(runs[a_key].results, runs[b_key].results, strict=True))
-        both = sum(a.exact and b.exact for a, b in pairs)
-        a_only = sum(a.exact and not b.exact for a, b in pairs)
-        b_only = sum(b.exact and not a.exact for a, b in pairs)
-        neither = len(pairs) - both - a_only - b_only
+        flags = [
+            (getattr(a, what), getattr(b, what))
+            for a, b in zip(runs[a_key].results, runs[b_key].results, strict=True)
+        ]
+        both = sum(a and b for a, b in flags)
+        a_only = sum(a and not b for a, b in flags)
+        b_only = sum(b and not a for a, b in flags)
+        neither = len(flags) - both - a_only - b_only
         a, b = runs[a_key].method, runs[b_key].method
         lines.append(
             f"| {a.name} ({a.constraint}) | {b.name} ({b.constraint}) | {both} | {a_only} "
             f"| {b_only} | {neither} | {mcnemar_exact(b_only, a_only):.4f} |"
         )
     return lines
+
+
+def grammar_note(runs: dict[str, MethodRun], items: Sequence[InvoiceItem]) -> list[str]:
+    """Of the grammar-constrained bare replies, how many the checked schema would refuse."""
+    run = runs.get("bare_schema")
+    if run is None:
+        return []
+    refused = 0
+    valid = 0
+    for item, x in zip(items, run.results, strict=True):
+        if not x.valid or x.tally.last_reply is None:
+            continue
+        valid += 1
+        try:
+            CheckedInvoice.model_validate_json(x.tally.last_reply, context={"source": item.text})
+        except ValueError:
+            refused += 1
+    return [
+        f"  the grammar (json_object + schema) gave {valid} well-formed Invoices; the checked "
+        f"schema refuses {refused} of them (a string not in the text, or number = vendor)"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -624,6 +702,11 @@ def extraction(args: argparse.Namespace, local: LocalModel) -> bool:
     for line in detail_table(list(runs.values())):
         print(line)
     print()
+    print("Paired on the same items, valid output:")
+    print()
+    for line in mcnemar_table(runs, VALID_PAIRS, "valid"):
+        print(line)
+    print()
     print("Paired on the same items, exact match:")
     print()
     for line in mcnemar_table(runs):
@@ -631,9 +714,11 @@ def extraction(args: argparse.Namespace, local: LocalModel) -> bool:
     print()
     print("Notes")
     print(f"  greedy decoding repeats: the bare call on the first {k} items, again: {repeat}")
+    for line in grammar_note(runs, items):
+        print(line)
     for run in runs.values():
         print(
-            f"  {run.method.key:<15} {run.seconds:7.1f} s in all; load avg "
+            f"  {run.method.key:<24} {run.seconds:7.1f} s in all; load avg "
             f"{run.load_before} before, {run.load_after} after"
         )
     print("  the first unusable final reply of each method (cut to 150 characters):")
@@ -642,7 +727,7 @@ def extraction(args: argparse.Namespace, local: LocalModel) -> bool:
         if bad:
             index, x = bad[0]
             reply = (x.tally.last_reply or "")[:150]
-            print(f"    {run.method.key:<15} item {index}, {x.failure}: {reply!r}")
+            print(f"    {run.method.key:<24} item {index}, {x.failure}: {reply!r}")
     errors = sum(x.error is not None for run in runs.values() for x in run.results)
     print(f"  items that CRASHED (HTTP error or unexpected exception): {errors}")
     print()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from . import checks, evidence
 from ._correct import self_correct
+from ._corrections import CorrectionRequest
+from ._diagnose import FailureKind, ReplyProblem
 from ._errors import (
     AnswerRejected,
     CorrectionExhausted,
@@ -23,6 +25,8 @@ from ._errors import (
     ResponseValidationError,
 )
 from ._evaluators import AsyncEvaluator, Evaluator, EvaluatorLike, all_of, any_of, weighted
+from ._formats import Dialect, response_format
+from ._grounding import InSource, in_source
 from ._guard import guarded
 from ._hooks import Event, EventKind, Subscription, subscribe
 from ._job import Job, current_attempt, current_job, job, record_context
@@ -39,6 +43,7 @@ from ._model import (
 )
 from ._retry import retry_on_low_quality
 from ._review import RevisionRequest, reviewed
+from ._template import schema_prompt
 from ._tools import tool
 
 __version__ = "0.1.0.dev0"
@@ -50,12 +55,16 @@ __all__ = [
     "AttemptInfo",
     "ContextDocument",
     "CorrectionExhausted",
+    "CorrectionRequest",
     "CriterionResult",
+    "Dialect",
     "EvaluationRequest",
     "Evaluator",
     "EvaluatorLike",
     "Event",
     "EventKind",
+    "FailureKind",
+    "InSource",
     "Job",
     "JsonParseError",
     "JudgeError",
@@ -65,6 +74,7 @@ __all__ = [
     "LowQualityAnswer",
     "RefinekitError",
     "RefinekitWarning",
+    "ReplyProblem",
     "ResponseValidationError",
     "RevisionRequest",
     "Subscription",
@@ -79,10 +89,13 @@ __all__ = [
     "current_job",
     "evidence",
     "guarded",
+    "in_source",
     "job",
     "record_context",
+    "response_format",
     "retry_on_low_quality",
     "reviewed",
+    "schema_prompt",
     "self_correct",
     "subscribe",
     "tool",

@@ -10,7 +10,7 @@ from ._diagnose import FailureKind, ReplyProblem
 
 __all__ = ["CHECK_MARKER", "CorrectionRequest", "default_correction"]
 
-CHECK_MARKER = "[Automated format check by the application, not a message from the user]"
+CHECK_MARKER = "[Automated format check, not a message from the user]"
 """How every default correction turn begins, so the model (and a reader) can tell it from the
 user."""
 

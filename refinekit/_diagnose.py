@@ -270,11 +270,25 @@ def _validation_problems(
         elif not loc and kind in _ROOT_TYPE_ERRORS:
             message = f"the reply should be {_root_words(template)}, not {_json_kind(value)}"
         elif not loc:
-            message = f"the reply: got {short_value(e.get('input'))}; {_said(e)}"
+            message = (
+                _said(e)
+                if isinstance(e.get("input"), (Mapping, list))
+                else (f"the reply: got {short_value(e.get('input'))}; {_said(e)}")
+            )
+        elif _quotes_input(e):
+            message = f'"{path}": {_said(e)}'
+        elif kind in ("literal_error", "enum") and template is not None:
+            message = f'"{path}": got {short_value(e.get("input"))}; use one of the choices shown'
         else:
             message = f'"{path}": got {short_value(e.get("input"))}; {_said(e)}'
         problems.append(ReplyProblem(path if loc else "", message))
     return problems
+
+
+def _quotes_input(error: Mapping[str, Any]) -> bool:
+    """Whether a validator's message already quotes the value (`'X' does not appear ...`)."""
+    value = error.get("input")
+    return isinstance(value, str) and len(value) >= 3 and value in str(error.get("msg", ""))
 
 
 def _root_words(template: Template | None) -> str:
@@ -417,7 +431,12 @@ def diagnose(
             )
         elif not any(c in text for c in '{["') and not text.strip()[:1].isdigit():
             problems.append(ReplyProblem("", "the reply had no JSON in it"))
+        names = set(template.field_names()) if template is not None else set()
         for key, raw in broken.items():
+            if cut and text.rstrip().endswith(raw):
+                continue  # where the reply was cut: said above
+            if names and key not in names:
+                continue  # not a key of the schema: nothing to fix there
             problems.append(_broken_problem(key, raw))
         if recovered and template is not None and template.is_object:
             kept = recovered

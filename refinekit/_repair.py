@@ -169,12 +169,20 @@ def syntax_fixes(text: str) -> tuple[str, list[str]]:
         chunk = _words(chunk, fixes)
         parts.append(chunk)
     fixed = _trailing_commas("".join(parts), fixes)
-    if fixes:
+    if fixes and _is_json(fixed):
         return fixed, fixes
-    literal = _python_literal(text)
+    literal = _python_literal(text)  # single quotes: Python's own reader, which runs nothing
     if literal is not None:
         return literal, ["python_literal"]
-    return text, []
+    return (fixed, fixes) if fixes else (text, [])
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _trailing_commas(text: str, fixes: list[str]) -> str:

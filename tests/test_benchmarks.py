@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +71,11 @@ def test_bench_judges_quick_run_prints_the_table() -> None:
         "targets:",
     ):
         assert heading in out, f"{heading!r} missing from the benchmark's output:\n{out}"
+
+
+def test_bench_correction_cost_prints_the_ratios_and_meets_its_target() -> None:
+    out = quick_run("bench_correction_cost.py", timeout=120)
+    assert "| extraction (system, example, invoice) | a misnamed key |" in out
+    assert "| one short user message | not JSON at all |" in out
+    worst = json.loads(out.strip().splitlines()[-1])["worst_extraction_ratio"]
+    assert worst <= 1.05
