@@ -6,6 +6,7 @@ import asyncio
 import json
 import math
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -408,6 +409,33 @@ async def test_hang_is_a_client_timeout_and_frees_the_connection(
     assert len(server.requests) == 2
 
 
+def test_in_flight_counts_requests_until_their_response_is_done(server: ScriptedOpenAI) -> None:
+    server.script("m", [Reply.hang(), "done"])
+    assert server.in_flight == 0
+    with server.client(timeout=0.5) as client:
+        caught: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                client.chat.completions.create(model="m", messages=USER)
+            except BaseException as e:
+                caught.append(e)
+
+        asking = threading.Thread(target=ask)
+        asking.start()
+        while not server.requests:
+            asking.join(0.01)
+        assert server.in_flight == 1  # held, and the client still waits
+        asking.join(5)  # the client times out and hangs up
+        assert [type(e) for e in caught] == [openai.APITimeoutError]
+        deadline = time.monotonic() + 5
+        while server.in_flight and time.monotonic() < deadline:  # noticed at once
+            asking.join(0.01)
+        assert server.in_flight == 0
+        assert client.chat.completions.create(model="m", messages=USER).choices
+    assert server.in_flight == 0
+
+
 def test_stopping_the_server_ends_a_held_connection() -> None:
     before = set(threading.enumerate())
     caught: list[BaseException] = []
@@ -471,7 +499,9 @@ async def test_raw_bodies_statuses_and_headers(server: ScriptedOpenAI, create: C
         "m",
         [
             Reply.raw({"choices": [{"message": None}]}),
-            Reply.raw(b"<html>Bad gateway</html>", status=502, headers={"Content-Type": "text/html"}),
+            Reply.raw(
+                b"<html>Bad gateway</html>", status=502, headers={"Content-Type": "text/html"}
+            ),
             Reply.raw("not json", headers={"x-scripted": "yes"}),
             Reply.raw([1, 2]),
         ],

@@ -317,17 +317,18 @@ class Reply(abc.ABC):
         """
         if not 200 <= status <= 599 or status in (204, 304):
             raise ValueError(f"a raw reply's status is 200 to 599 (not 204 or 304), not {status}")
-        if isinstance(body, bytes):
-            data = body
-        elif isinstance(body, str):
+        given: object = body  # checked at run time too: tests pass odd values on purpose
+        if isinstance(given, bytes):
+            data = given
+        elif isinstance(given, str):
             try:
-                data = body.encode("utf-8")
+                data = given.encode("utf-8")
             except UnicodeEncodeError as e:
                 raise ValueError(f"a raw reply's str body must be valid UTF-8: {e}") from None
-        elif isinstance(body, (Mapping, list)):
-            data = json.dumps(body).encode()
+        elif isinstance(given, (Mapping, list)):
+            data = json.dumps(given).encode()
         else:
-            kind = type(body).__name__
+            kind = type(given).__name__
             raise TypeError(f"a raw reply's body is bytes, a str, a mapping or a list, not {kind}")
         sent = tuple((str(k), str(v)) for k, v in (headers or {}).items())
         return _Raw(_Response(status, data, sent))
@@ -562,6 +563,16 @@ class _Handler(BaseHTTPRequestHandler):
         """Keep test output clean: no access log."""
 
     def _serve(self) -> None:
+        scripted = self.server.scripted
+        with scripted._lock:
+            scripted._in_flight += 1
+        try:
+            self._answer()
+        finally:
+            with scripted._lock:
+                scripted._in_flight -= 1
+
+    def _answer(self) -> None:
         try:
             length = int(self.headers.get("content-length") or 0)
         except ValueError:
@@ -687,6 +698,7 @@ class ScriptedOpenAI:
         self._scripts: dict[str, list[_ReplyLike]] = {}
         self._served: dict[str, int] = {}
         self._requests: list[RecordedRequest] = []
+        self._in_flight = 0
         self._ids = _Ids()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -817,6 +829,17 @@ class ScriptedOpenAI:
             The requests.
         """
         return [request for request in self.requests if request.model == model]
+
+    @property
+    def in_flight(self) -> int:
+        """Requests being answered now: received, and their response not yet complete.
+
+        A request held by `Reply.hang()` or waiting in `Reply.delay()` counts until the
+        client hangs up or the reply is sent. After the code under test has returned, a
+        request still in flight is one it left running in the background.
+        """
+        with self._lock:
+            return self._in_flight
 
     # serving (called in the connection's thread)
 
