@@ -24,6 +24,12 @@ environment:
                    it, so it stays out of shell history) and never printed. Without it,
                    'not-needed' is sent, for local servers that ignore the key.
 
+exit status:
+  0  both scenarios ended as expected; or the reader of the output went away (| head): the
+     demo stops there, quietly
+  1  a scenario did not end as expected
+  2  usage error, or (--local) the local model could not start
+
 example (Ollama):
   refinekit demo --base-url http://localhost:11434/v1 --model qwen2.5 --judge-model qwen2.5"""
 
@@ -44,9 +50,14 @@ command, without paying again for the cases it finished."""
 
 _EVAL_EPILOG = """\
 exit status:
-  0  done, every gate held       1  --min-pass-rate or --compare gate failed
-  2  usage error (nothing run)   3  stopped early (misconfigured or broken judge)
-  130 interrupted; the same command resumes the run
+  0    done, every gate held
+  1    a gate failed (--min-pass-rate, --compare), or no case passed or failed
+  2    usage error, nothing run
+  3    stopped early: a misconfigured or broken judge, or a refused answer endpoint
+  4    no answer was judged: each case raised a connection error, a timeout, a bug...
+       or found the judge unavailable; the setup failed, not the answers
+  130  interrupted; the same command resumes the run
+  A reader that stops early (| head) changes nothing but what is printed.
 
 example:
   refinekit eval tests/golden.csv --target myapp.answers:answer \\
@@ -59,6 +70,28 @@ precision and recall on failures, Cohen's kappa; for judges that give probabilit
 reliability table, the expected calibration error, and the pass and fail thresholds that
 keep the wrong decisions on each side under --target-error, with how many answers would
 fall in between ("uncertain")."""
+
+_CALIBRATE_EPILOG = """\
+exit status:
+  0    done; --min-kappa, when given, held
+  1    the --min-kappa gate failed
+  2    usage error, nothing run
+  3    stopped early: a misconfigured or broken judge
+  4    the judge gave no verdict on any item (all unavailable): the setup failed
+  130  interrupted; the same command resumes the run"""
+
+
+def _outcomes(text: str) -> frozenset[str]:
+    """`--retry`'s value: outcomes a resumed run runs again, comma-separated."""
+    from ._evaluation import RETRYABLE
+
+    wanted = frozenset(part.strip() for part in text.split(",") if part.strip())
+    if not wanted or not wanted <= set(RETRYABLE):
+        raise argparse.ArgumentTypeError(
+            f"raised, unavailable or raised,unavailable (a passed, failed or inconclusive case "
+            f"is a measurement, never run again), got {text!r}"
+        )
+    return wanted
 
 
 def _bounded(kind: type, low: float, high: float, what: str, *, open_low: bool = False) -> Any:
@@ -94,6 +127,14 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
     parser.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
     parser.add_argument(
         "--fresh", action="store_true", help="start a new run even if the last one is unfinished"
+    )
+    parser.add_argument(
+        "--retry",
+        type=_outcomes,
+        default=frozenset(),
+        metavar="raised,unavailable",
+        help="when resuming an unfinished run, run again its stored cases that ended with "
+        "these outcomes; the new outcome replaces the stored one (default: none)",
     )
     _store_option(parser)
 
@@ -149,6 +190,7 @@ def _add_workflow_commands(commands: Any) -> None:
         "calibrate",
         help="measure a judge against human pass/fail labels; recommend thresholds",
         description=_CALIBRATE_DESCRIPTION,
+        epilog=_CALIBRATE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cal.add_argument("labelled", metavar="LABELLED", help="the labelled file, .csv or .jsonl")
@@ -188,8 +230,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         The exit status: 0 on success; 1 when the demo did not end as expected or a gate of
-        `eval` failed; 2 on a usage error; 3 when a run stopped early; 130 when interrupted.
+        `eval` or `calibrate` failed; 2 on a usage error; 3 when a run stopped early; 4 when
+        a run got no answer to judge (a failure of the setup); 130 when interrupted. A
+        reader of standard output that goes away (`refinekit ... | head`) is no failure:
+        nothing more is printed, no traceback; `eval` and `calibrate` finish their run and
+        exit as they would have, the demo stops and exits 0.
     """
+    from ._pipe import ReaderGone, flush_quietly
+
+    try:
+        return _main(argv)
+    except ReaderGone:
+        return 0
+    finally:  # here, not at exit: the interpreter's own last flush would print a traceback
+        flush_quietly(sys.stdout)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="refinekit", description="Make LLM answer functions trustworthy by decoration."
     )

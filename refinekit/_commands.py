@@ -3,7 +3,10 @@
 Exit statuses: 0 done (and every gate held); 1 a gate failed (the pass rate's lower bound
 under `--min-pass-rate`, or a significant regression against `--compare`); 2 a usage error
 (nothing was run); 3 the run stopped early (the judge is misconfigured or raised a bug; the
-finished cases are stored, and the same command resumes); 130 interrupted (likewise).
+finished cases are stored, and the same command resumes); 4 the run is complete but no answer
+was judged (every case raised an error other than a refused answer, or found the judge
+unavailable): a failure of the setup, not a measurement; 130 interrupted (likewise
+resumable).
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from ._calibration import Calibration, calibrate
 from ._config import is_testing
@@ -36,18 +40,28 @@ from ._evaluation import (
     labels_of,
     load_cases,
     load_judge,
+    measured,
     run_eval,
     start,
     summarise,
 )
+from ._pipe import PipeSafe
 from ._runstore import DEFAULT_DB, CaseRecord, RunInfo, RunStore, RunStoreError, redact
 from ._stats import wilson_interval
 
-__all__ = ["EXIT_ABORTED", "EXIT_GATE", "EXIT_USAGE", "calibrate_command", "eval_command"]
+__all__ = [
+    "EXIT_ABORTED",
+    "EXIT_GATE",
+    "EXIT_SETUP",
+    "EXIT_USAGE",
+    "calibrate_command",
+    "eval_command",
+]
 
 EXIT_GATE = 1
 EXIT_USAGE = 2
 EXIT_ABORTED = 3
+EXIT_SETUP = 4
 EXIT_INTERRUPTED = 130
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
@@ -131,18 +145,42 @@ def _run_cases(
     target: Target | None,
     judge: Any,
     labels: dict[str, str] | None = None,
-) -> tuple[RunInfo, RateLimiter | None, int | None]:
-    """Start or resume the run, run what is left; the exit status when it stopped early."""
+) -> tuple[RunInfo, RateLimiter | None, int | None, int]:
+    """Start or resume the run, run what is left.
+
+    Returns:
+        The run, its rate limiter, the exit status when it stopped early, and how many
+        stored cases `--retry` has run again over the run's life.
+    """
     started = start(store, options, cases, fresh=fresh, version=_version())
     run = started.run
     io.say(
         f"refinekit {command}: {options.dataset} ({len(cases)} cases) -> run {run.id} in "
         f"{store.path}"
     )
-    if started.resumed:
+    again = sum(started.retried.values())
+    if started.resumed or again:
         io.say(
-            f"resuming run {run.id}: {started.resumed} of {len(cases)} cases already stored "
-            "(not run again; --fresh starts over)"
+            f"resuming run {run.id}: {started.resumed + again} of {len(cases)} cases already "
+            "stored "
+            + (
+                f"({started.resumed} not run again; --fresh starts over)"
+                if again
+                else "(not run again; --fresh starts over)"
+            )
+        )
+    if again:
+        which = ", ".join(f"{n} {outcome}" for outcome, n in sorted(started.retried.items()))
+        io.say(
+            f"  running again {_cases(again)} that ended {which} (--retry); the new outcome "
+            "replaces the stored one"
+        )
+    elif options.retry and started.resuming:
+        io.say(f"  --retry: no stored case ended {' or '.join(sorted(options.retry))}")
+    elif options.retry:
+        io.say(
+            "  --retry: no unfinished run of this command to resume (a complete run is never "
+            "resumed): every case runs"
         )
     if started.dropped:
         io.say(f"  {started.dropped} stored cases are no longer in the file: dropped from the run")
@@ -162,6 +200,7 @@ def _run_cases(
                 options=options,
                 progress=progress,
                 labels=labels,
+                earlier=started.earlier,
             )
         )
     except RunAborted as e:
@@ -174,14 +213,40 @@ def _run_cases(
         status = EXIT_INTERRUPTED
     else:
         bar.close()
+    retried = started.retried_before + progress.retried
     if status is not None:
         stored = len(store.case_keys(run.id))
-        store.finish_run(run.id, "incomplete", {"stored": stored, "cases": len(cases)})
+        store.finish_run(
+            run.id, "incomplete", {"stored": stored, "cases": len(cases), "retried": retried}
+        )
         io.say(
             f"run {run.id} is incomplete: {stored} of {len(cases)} cases stored. Run the same "
             "command again to finish it without paying again for those."
         )
-    return store.run(run.id), limiter, status
+    return store.run(run.id), limiter, status, retried
+
+
+def _setup_failure(records: Sequence[CaseRecord], what: str) -> str:
+    """The one line saying that no case reached a verdict, with the commonest error."""
+    counts = Counter(r.outcome for r in records)
+    how = " and ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+    errors = Counter(r.error or r.outcome for r in records)
+    error, times = errors.most_common(1)[0]
+    often = "every time" if times == len(records) else f"{times} times"
+    return (
+        f"{what}: {how} of {_cases(len(records))} (the commonest error, {often}: "
+        f"{clean(error, 200)}); a failure of the setup (an endpoint, a key, the function), "
+        "not a measurement: fix it and run again"
+    )
+
+
+def _streams(out: TextIO | None, err: TextIO | None) -> _Io:
+    """Where a command prints: standard output and error unless given.
+
+    Once a stream's reader went away (`| head`) nothing more is written to it, without an
+    error: the command's work goes on.
+    """
+    return _Io(cast(TextIO, PipeSafe(out or sys.stdout)), cast(TextIO, PipeSafe(err or sys.stderr)))
 
 
 # eval
@@ -193,7 +258,7 @@ def eval_command(
     err: TextIO | None = None,
 ) -> int:
     """`refinekit eval`; `args` are the parsed options. Returns the exit status."""
-    io = _Io(out or sys.stdout, err or sys.stderr)
+    io = _streams(out, err)
     try:
         cases = load_cases(Path(args.golden))
         columns = sorted({c for case in cases for c in case.row})
@@ -220,14 +285,16 @@ def eval_command(
                 judge=args.judge,
                 concurrency=args.concurrency,
                 repeat=args.repeat,
+                retry=args.retry,
             )
-            run, limiter, stopped = _run_cases(
+            run, limiter, stopped, retried = _run_cases(
                 io, "eval", store, options, cases, fresh=args.fresh, target=target, judge=judge
             )
             if stopped is not None:
                 return stopped
             records = store.cases(run.id)
             summary = summarise(records)
+            setup_failed = not any(measured(r) for r in records)
             store.finish_run(
                 run.id,
                 "complete",
@@ -235,15 +302,24 @@ def eval_command(
                 | {
                     "rate_limit_waits": limiter.waits if limiter else 0,
                     "cases_in_file": len(cases),
+                    "retried": retried,
+                    "setup_failed": setup_failed,
                 },
             )
             run = store.run(run.id)
             _print_cases(io, records)
+            if setup_failed:  # no gate, no comparison: nothing was measured
+                io.error("eval", _setup_failure(records, "no answer was judged"))
+                if args.report is not None:
+                    from ._report import eval_report
+
+                    _write_report(io, "eval", args.report, eval_report(store, run.id, None))
+                return EXIT_SETUP
             status = _print_summary(io, summary, args.min_pass_rate, limiter, args.judge)
             comparison = None
             if args.compare is not None:
                 if before is None:
-                    before = store.previous(run)
+                    before = _previous(store, run)
                 if before is None:
                     io.say(
                         "compare: no earlier complete run of this golden file with the same "
@@ -281,7 +357,20 @@ def _before(store: RunStore, which: str) -> RunInfo:
     run = store.run(number)
     if run.kind != "eval":
         raise UsageProblem(f"--compare {number}: run {number} is a {run.kind} run, not an eval")
+    if run.summary.get("setup_failed"):
+        raise UsageProblem(
+            f"--compare {number}: run {number} measured nothing (no answer was judged: a "
+            "failure of the setup); compare with another run"
+        )
     return run
+
+
+def _previous(store: RunStore, run: RunInfo) -> RunInfo | None:
+    """The run `--compare previous` means: the newest earlier one that measured something."""
+    before = store.previous(run)
+    while before is not None and before.summary.get("setup_failed"):
+        before = store.previous(before)
+    return before
 
 
 def _cases(n: int) -> str:
@@ -424,7 +513,7 @@ def _print_comparison(io: _Io, c: Comparison, alpha: float) -> bool:
 
 def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit calibrate`; `args` are the parsed options. Returns the exit status."""
-    io = _Io(out or sys.stdout, err or sys.stderr)
+    io = _streams(out, err)
     try:
         cases = load_cases(Path(args.labelled))
         labels = labels_of(cases)
@@ -436,8 +525,9 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
                 judge=args.judge,
                 concurrency=args.concurrency,
                 kind="calibrate",
+                retry=args.retry,
             )
-            run, _, stopped = _run_cases(
+            run, _, stopped, retried = _run_cases(
                 io,
                 "calibrate",
                 store,
@@ -452,7 +542,20 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
                 return stopped
             records = store.cases(run.id)
             result = calibrate(records, target_error=args.target_error, bins=args.bins)
-            store.finish_run(run.id, "complete", _calibration_summary(result))
+            setup_failed = not any(measured(r) for r in records)
+            store.finish_run(
+                run.id,
+                "complete",
+                _calibration_summary(result) | {"retried": retried, "setup_failed": setup_failed},
+            )
+            if setup_failed:  # no figure, no gate: the judge never judged
+                io.error("calibrate", _setup_failure(records, "the judge gave no verdict"))
+                if args.report is not None:
+                    from ._report import calibration_report
+
+                    html = calibration_report(store, run.id, result)
+                    _write_report(io, "calibrate", args.report, html)
+                return EXIT_SETUP
             _print_calibration(io, result)
             if args.report is not None:
                 from ._report import calibration_report
@@ -542,7 +645,7 @@ def _print_calibration(io: _Io, c: Calibration) -> None:
 
 def runs_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit runs`: the stored runs, oldest first."""
-    io = _Io(out or sys.stdout, err or sys.stderr)
+    io = _streams(out, err)
     path = db_path(args.db)
     if not path.exists():
         io.say(f"no run store at {path}")
@@ -557,7 +660,9 @@ def runs_command(args: Any, out: TextIO | None = None, err: TextIO | None = None
     for r in runs:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at))
         figure = ""
-        if r.kind == "eval" and r.summary.get("rate") is not None:
+        if r.summary.get("setup_failed"):
+            figure = "nothing (setup failed)"
+        elif r.kind == "eval" and r.summary.get("rate") is not None:
             figure = f"pass {r.summary['rate']:.3f} (>= {r.summary['lower']:.3f})"
         elif r.kind == "calibrate" and r.summary.get("kappa") is not None:
             figure = f"kappa {r.summary['kappa']:.3f}"

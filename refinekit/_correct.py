@@ -10,18 +10,23 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeAlias, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
-from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
+from pydantic.errors import (
+    PydanticSchemaGenerationError,
+    PydanticUndefinedAnnotation,
+    PydanticUserError,
+)
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
 from ._errors import CorrectionExhausted, JsonParseError, ResponseValidationError
-from ._errtext import error_lines, error_path
+from ._errtext import error_lines, error_path, utf8_text
 from ._flow import Call, Flow, run_async, run_sync
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import Job, enter_job, leave_job
 from ._replies import ReplyShapeError, reply_text, usage_of
 from ._retry import check_budget
+from ._schema import require_type
 
 __all__ = ["MAX_CORRECTIONS_LIMIT", "CorrectionFailure", "self_correct"]
 
@@ -88,6 +93,9 @@ def _parse_failure(
         except RecursionError:
             summary = "the JSON is nested too deeply"
             errors = [{"msg": summary}]
+        except ValueError:  # an integer longer than Python converts (4300 digits by default)
+            summary = invalid_json or "a number in the JSON has too many digits"
+            errors = [{"msg": summary}]
         else:  # Python's json accepts what pydantic's parser rejects (deep nesting, surrogates)
             summary = invalid_json or "the reply is not strict JSON"
             errors = [{"msg": summary}]
@@ -153,13 +161,19 @@ class _Parser(Generic[T]):
     __slots__ = ("adapter", "schema_text", "validate_json")
 
     def __init__(self, schema: Any) -> None:
+        require_type(schema, "self_correct(schema=...)")
         try:
             self.adapter: TypeAdapter[T] = TypeAdapter(schema)
             self.schema_text = json.dumps(self.adapter.json_schema(), separators=(",", ":"))
             # pydantic-core's validator itself: what `TypeAdapter.validate_json` calls, minus
             # its Python frame, so parsing a good reply costs exactly what pydantic costs.
             self.validate_json: Callable[[str], T] = self.adapter.validator.validate_json
-        except (PydanticSchemaGenerationError, PydanticUserError, TypeError) as e:
+        except (
+            PydanticSchemaGenerationError,
+            PydanticUndefinedAnnotation,
+            PydanticUserError,
+            TypeError,
+        ) as e:
             raise TypeError(
                 f"self_correct(schema={schema!r}): pydantic cannot validate this type ({e}). "
                 "Pass a pydantic model or a type pydantic.TypeAdapter accepts "
@@ -191,7 +205,8 @@ class _Parser(Generic[T]):
         return _parse_failure(text, invalid_json=invalid_json)
 
     def correction(self, failure: CorrectionFailure) -> str:
-        return (
+        # Sent as it is: valid UTF-8 whatever an error message quotes from the reply.
+        return utf8_text(
             f"{CHECK_MARKER}\n{failure.explanation}\n\n"
             "Reply again with only the corrected JSON (no prose, no code fences), "
             f"matching this JSON schema:\n{self.schema_text}"
@@ -285,7 +300,8 @@ def _correct_flow(
         if not isinstance(result, CorrectionFailure):
             return result
         failure = result
-        conversation.append({"role": "assistant", "content": text})
+        # As it can be sent: a lone surrogate in the reply would make the next request fail.
+        conversation.append({"role": "assistant", "content": utf8_text(text)})
         if not job._take_correction(cfg.max_corrections):
             error = failure.error_type(
                 failure.summary,
@@ -352,8 +368,9 @@ def self_correct(*, schema: type[T], max_corrections: int = 2) -> SelfCorrecting
     Exceptions the function raises (timeouts, HTTP errors) propagate and cost no correction.
 
     Args:
-        schema: A pydantic model, or any type `pydantic.TypeAdapter` accepts (`list[Item]`, a
-            dataclass, a TypedDict, ...).
+        schema: The type of the value: a pydantic model, or any class or typing form
+            `pydantic.TypeAdapter` accepts (`list[Item]`, a dataclass, a TypedDict,
+            `Item | None`, ...). Not a function, a method or an instance.
         max_corrections: The job's correction budget, 0 to 10. The budget belongs to the job
             (the outermost refinekit call, or a `refinekit.job()` block): retries of an outer
             `@retry_on_low_quality` share it rather than reset it.
@@ -364,8 +381,9 @@ def self_correct(*, schema: type[T], max_corrections: int = 2) -> SelfCorrecting
 
     Raises:
         ValueError: `max_corrections` is not an int from 0 to 10 (when decorating).
-        TypeError: pydantic cannot validate `schema`, or the function takes no argument for the
-            conversation (when decorating).
+        TypeError: `schema` is not a type (a function, a method, an instance), pydantic
+            cannot validate it, or the function takes no argument for the conversation (when
+            decorating).
     """
     check_budget("max_corrections", max_corrections, MAX_CORRECTIONS_LIMIT)
     parser: _Parser[T] = _Parser(schema)

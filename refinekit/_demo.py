@@ -36,6 +36,7 @@ from ._errors import CorrectionExhausted, LowQualityAnswer, RefinekitError
 from ._hooks import Event, subscribe
 from ._job import current_attempt, job, record_context
 from ._model import ContextDocument, Usage, Verdict
+from ._pipe import PipeSafe
 from ._retry import retry_on_low_quality
 from .judges._base import safe_url
 from .testing import RecordedRequest, Reply, ScriptedOpenAI
@@ -408,7 +409,8 @@ class _Output:
     """Writes lines, with colour only on a terminal, and never an API key."""
 
     def __init__(self, out: TextIO, secret: str | None) -> None:
-        self.out = out
+        # a reader that goes away (`| head`) stops the demo, quietly: its work is what it shows
+        self.out = cast(TextIO, PipeSafe(out, stop=True))
         self.colour = _wants_colour(out)
         self.secret = secret
 
@@ -465,9 +467,11 @@ class _Run:
         judge_model: str,
         scripted: bool,
         local: bool = False,
+        check: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.say = say
         self.local = local
+        self.check = check  # raises when the local model's server died (--local)
         self.gave_up = False
         self.client = client
         self.model = model
@@ -559,6 +563,8 @@ class _Run:
         return self.outcome(False, "the run failed outside the decorators' promise (see above).")
 
     def failed(self, exc: BaseException) -> None:
+        if self.check is not None:
+            self.check(exc)  # a dead server: its LocalModelError, not a bare connection error
         self.say.wrapped(f"   {self.say.bad('failed')}: ", f"{type(exc).__name__}: {exc}", 6)
 
     # scenarios
@@ -722,17 +728,33 @@ def run_demo(out: TextIO, endpoint: Endpoint | None = None, *, local: bool = Fal
         is the scripted story (one rejection then a pass; two corrections then the invoice of
         the text); on a real endpoint it is the decorators' promise (an answer that passed the
         judge; a typed `Invoice`).
+
+    Raises:
+        LocalModelError: With `local`: the local model could not start, or its server died
+            during the run (the CLI prints it and exits 2).
     """
     say = _Output(out, endpoint.api_key if endpoint and endpoint.key_from_env else None)
     with ExitStack() as stack:
         server: ScriptedOpenAI | None = None
         if local:
-            from .local import LocalModel
+            from .local import LocalModel, LocalModelError, _lost_connection
 
             say("Starting the local model (llama.cpp server, SmolLM2-135M-Instruct)...")
             model = stack.enter_context(LocalModel())
             client = stack.enter_context(model.client())
-            run = _Run(say, client, model.model, model.model, scripted=False, local=True)
+
+            def check(exc: BaseException) -> None:
+                try:
+                    model.check(wait=2.0 if _lost_connection(exc) else 0.0)
+                except LocalModelError as dead:
+                    say.wrapped(
+                        f"   {say.bad('failed')}: ",
+                        f"{type(exc).__name__}: the local model's server died (see the error)",
+                        6,
+                    )
+                    raise dead from exc
+
+            run = _Run(say, client, model.model, model.model, False, local=True, check=check)
             _header_local(say, model)
         elif endpoint is None:
             server = stack.enter_context(ScriptedOpenAI())

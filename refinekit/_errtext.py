@@ -1,4 +1,4 @@
-"""Pydantic errors as short lines a model can act on (no documentation URLs)."""
+"""Text refinekit writes for a model: pydantic errors as short lines, and valid UTF-8 only."""
 
 from __future__ import annotations
 
@@ -20,8 +20,27 @@ def error_path(loc: Sequence[int | str]) -> str:
     return out or "(the whole value)"
 
 
+def utf8_text(text: str) -> str:
+    r"""`text` as UTF-8 can carry it: each lone UTF-16 surrogate becomes U+FFFD.
+
+    A model's reply can hold a lone surrogate (a JSON `"\ud83d"` escape decodes to one), and
+    so can a caller's text; no HTTP client can send it. Every text refinekit puts into a
+    request goes through here. A surrogate pair split in two code points is joined.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
 def _short(value: Any) -> str:
-    text = json.dumps(value, default=str)
+    try:
+        text = json.dumps(value, default=str)
+    except ValueError:  # an int longer than sys.get_int_max_str_digits() cannot be written
+        text = "a number too long to show"
     return text if len(text) <= _MAX_INPUT_CHARS else text[: _MAX_INPUT_CHARS - 3] + "..."
 
 

@@ -60,6 +60,7 @@ __all__ = [
     "load_cases",
     "load_judge",
     "load_object",
+    "measured",
     "run_eval",
     "summarise",
 ]
@@ -438,6 +439,7 @@ class EvalOptions:
     concurrency: int = 4
     repeat: int = 1
     kind: str = "eval"
+    retry: frozenset[str] = frozenset()  # outcomes whose stored cases a resume runs again
 
 
 @dataclass
@@ -448,6 +450,7 @@ class Progress:
     done: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     on_case: Callable[[Progress, CaseRecord], None] | None = None
+    retried: int = 0  # stored cases run again (`--retry`) whose new outcome replaced the old
 
     def add(self, record: CaseRecord) -> None:
         self.done += 1
@@ -460,8 +463,12 @@ def _verdict_dump(verdict: Verdict) -> dict[str, Any]:
     dump = verdict.model_dump(mode="json", exclude={"metadata"}) | {
         "metadata": json.loads(json.dumps(verdict.metadata, default=str))
     }
-    if isinstance(dump.get("reason"), str):  # an unjudged verdict's reason quotes an error
-        dump["reason"] = redact(dump["reason"])
+    # an unjudged verdict's reason quotes an error; feedback may quote one too (a
+    # LowQualityAnswer's text, a judge reading an answer back)
+    for part in (dump, *(dump.get("criteria") or ())):
+        for name in ("reason", "feedback"):
+            if isinstance(part.get(name), str):
+                part[name] = redact(part[name])
     return dump
 
 
@@ -698,7 +705,7 @@ async def _eval_case(
             outcome="raised",
             error=_error_text(error),
             answer=answer,
-            feedback=feedback or "",
+            feedback=redact(feedback or ""),
             attempts=tried,
             **cost,
         )
@@ -734,7 +741,7 @@ def _record(
         outcome=outcome,
         answer=answer,
         error=reason if outcome in ("unavailable", "inconclusive") else None,
-        feedback=failing[0].feedback if failing else "",
+        feedback=redact(failing[0].feedback) if failing else "",
         score=sum(scores) / len(scores) if scores else None,
         probability=sum(probabilities) / len(probabilities) if probabilities else None,
         verdicts=[_verdict_dump(v) for v in verdicts],
@@ -853,20 +860,43 @@ async def _run_all(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+RETRYABLE = ("raised", "unavailable")
+"""The outcomes `--retry` may run again: each says nothing about the answer, only that no
+verdict was reached. A passed, failed or inconclusive case is a measurement, never re-run."""
+
+
 @dataclass
 class Started:
-    """A run about to go: the stored run, the cases still to do, what was resumed."""
+    """A run about to go: the stored run, the cases still to do, what was resumed.
+
+    Attributes:
+        resuming: Whether `run` is an unfinished run resumed (else a new one).
+        resumed: Stored cases kept as they are (not run again).
+        dropped: Stored cases no longer in the file, removed from the run.
+        retried: Stored cases run again (`--retry`), by their stored outcome.
+        earlier: The stored records of those cases: their model calls and tokens are added
+            to the new record's, so the run's spend stays true.
+        retried_before: Cases earlier sessions of this run had already run again.
+    """
 
     run: RunInfo
     todo: list[Case]
+    resuming: bool = False
     resumed: int = 0
     dropped: int = 0
+    retried: dict[str, int] = field(default_factory=dict)
+    earlier: dict[str, CaseRecord] = field(default_factory=dict)
+    retried_before: int = 0
 
 
 def start(
     store: RunStore, options: EvalOptions, cases: list[Case], *, fresh: bool, version: str
 ) -> Started:
-    """Resume the newest unfinished run of the same command, or start a new one."""
+    """Resume the newest unfinished run of the same command, or start a new one.
+
+    On resume the stored cases are not run again, except those whose outcome is in
+    `options.retry`: they are run again and their new record replaces the old one.
+    """
     from ._golden import file_sha256
 
     sha = file_sha256(options.dataset)
@@ -881,8 +911,26 @@ def start(
         dropped = stored - keys
         if dropped:
             store.drop_cases(run.id, dropped)
-        todo = [c for c in cases if c.key not in stored]
-        return Started(run, todo, resumed=len(stored & keys), dropped=len(dropped))
+        earlier = (
+            {r.key: r for r in store.cases(run.id) if r.outcome in options.retry and r.key in keys}
+            if options.retry
+            else {}
+        )
+        retried: dict[str, int] = {}
+        for record in earlier.values():
+            retried[record.outcome] = retried.get(record.outcome, 0) + 1
+        todo = [c for c in cases if c.key not in stored or c.key in earlier]
+        done_before = previous.summary.get("retried", 0)
+        return Started(
+            run,
+            todo,
+            resuming=True,
+            resumed=len(stored & keys) - len(earlier),
+            dropped=len(dropped),
+            retried=retried,
+            earlier=earlier,
+            retried_before=done_before if isinstance(done_before, int) else 0,
+        )
     run = store.start_run(
         kind=options.kind,  # type: ignore[arg-type]
         dataset=options.dataset,
@@ -907,8 +955,12 @@ async def run_eval(
     options: EvalOptions,
     progress: Progress,
     labels: Mapping[str, str] | None = None,
+    earlier: Mapping[str, CaseRecord] | None = None,
 ) -> RateLimiter:
     """Run the cases still to do, storing each as it finishes.
+
+    A case in `earlier` (a stored case run again, `--retry`) replaces its stored record,
+    with the earlier record's model calls and tokens added to its own: they were paid for.
 
     Raises:
         RunAborted: The judge is misconfigured or raised a bug; finished cases are stored.
@@ -919,14 +971,29 @@ async def run_eval(
     if target is not None:
         tgt = target
 
-        async def work(case: Case) -> CaseRecord:
+        async def once(case: Case) -> CaseRecord:
             return await _eval_case(case, tgt, judging, attempts)
     else:
         assert labels is not None
         lab = labels
 
-        async def work(case: Case) -> CaseRecord:
+        async def once(case: Case) -> CaseRecord:
             return await _calibrate_case(case, judging, lab[case.key])
+
+    stored = earlier or {}
+
+    async def work(case: Case) -> CaseRecord:
+        record = await once(case)
+        old = stored.get(case.key)
+        if old is None:
+            return record
+        progress.retried += 1
+        return replace(
+            record,
+            answer_usage=old.answer_usage + record.answer_usage,
+            answer_judge_usage=old.answer_judge_usage + record.answer_judge_usage,
+            judge_usage=old.judge_usage + record.judge_usage,
+        )
 
     with subscribe(attempts):
         await _run_all(todo, work, options.concurrency, store, run.id, progress)
@@ -934,6 +1001,34 @@ async def run_eval(
 
 
 # figures
+
+
+_REFUSALS = frozenset(
+    {
+        "LowQualityAnswer",
+        "CorrectionExhausted",
+        "JsonParseError",
+        "ResponseValidationError",
+        "AnswerRejected",
+    }
+)
+
+
+def measured(record: CaseRecord) -> bool:
+    """Whether a case says something about an answer, not only about the setup.
+
+    A `passed`, `failed` or `inconclusive` case reached a verdict (or a row check). A `raised`
+    case did when refinekit refused an answer the model gave (`LowQualityAnswer`,
+    `CorrectionExhausted`, `AnswerRejected`): the model answered, not well enough. Any other
+    error (a connection error, a timeout, a bug in the function) and an `unavailable` case
+    (the judge could not judge) reached no verdict. A run in which no case is measured is a
+    failure of the setup, not a measurement.
+    """
+    if record.outcome in ("passed", "failed", "inconclusive"):
+        return True
+    if record.outcome == "raised":  # the stored error reads "TypeName: message"
+        return (record.error or "").split(":", 1)[0].strip() in _REFUSALS
+    return False
 
 
 @dataclass(frozen=True)

@@ -119,13 +119,35 @@ class TimedOut(TimeoutError):
     """A `Timed` command gave no result within its seconds (its own errors pass unchanged)."""
 
 
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "refinekit_deadline", default=None
+)
+
+
+def current_deadline() -> float | None:
+    """The innermost `Timed` limit around this code, in `time.monotonic()` seconds; or None.
+
+    A call that blocks (a judge model's HTTP request) bounds itself with it, so that it ends
+    when its limit is reached instead of running on unseen in an abandoned worker thread.
+    """
+    return _DEADLINE.get()
+
+
 class Timed:
     """Run a command with a time limit; past it, the flow receives `TimedOut`.
 
     The sync path runs the command in a worker thread (in a copy of the caller's context) and
-    stops waiting at the limit; the async path runs it as a task and cancels it. A blocking
-    call cannot be interrupted: on the sync path (and for a sync evaluator run in a thread on
-    the async path) it finishes in the background and its result is dropped.
+    stops waiting at the limit; the async path runs it as a task and cancels it. Both run the
+    command with the limit's deadline in a context variable (`current_deadline()`), the earlier one
+    when limits nest: refinekit's judge model calls bound their HTTP requests by it, so an
+    abandoned sync worker ends at the deadline too. Another blocking call (a custom
+    evaluator's) cannot be interrupted: on the sync path (and for a sync evaluator run in a
+    thread on the async path) it finishes in the background and its result is dropped.
+
+    Only an outcome the command gives before the deadline counts: a result or an error that
+    comes later (a judge request cut off at the deadline, a verdict made from that failure)
+    is dropped and the flow receives `TimedOut`, whichever thread notices first. The
+    command's own errors before the deadline (its own `TimeoutError` too) pass unchanged.
     """
 
     __slots__ = ("command", "seconds")
@@ -137,25 +159,49 @@ class Timed:
     def _timed_out(self) -> TimedOut:
         return TimedOut(f"no result within {self.seconds:.3g} s")
 
+    def _deadline(self) -> float:
+        deadline = time.monotonic() + self.seconds
+        outer = _DEADLINE.get()
+        return deadline if outer is None else min(deadline, outer)
+
     def run_sync(self) -> Any:
+        deadline = self._deadline()
+        context = contextvars.copy_context()
+        context.run(_DEADLINE.set, deadline)
+        finished: list[float] = []
+
+        def run() -> Any:
+            try:
+                return self.command.run_sync()
+            finally:
+                finished.append(time.monotonic())
+
         pool = ThreadPoolExecutor(1, thread_name_prefix="refinekit-timed")
         try:
-            future = pool.submit(contextvars.copy_context().run, self.command.run_sync)
-            try:
-                return future.result(timeout=self.seconds)
-            except concurrent.futures.TimeoutError:
-                if future.done() and not future.cancelled():
-                    # It finished after all, or raised a TimeoutError of its own: its outcome.
-                    return future.result()
-                raise self._timed_out() from None
+            future = pool.submit(context.run, run)
+            concurrent.futures.wait([future], timeout=max(0.0, deadline - time.monotonic()))
         finally:
             pool.shutdown(wait=False)
+        if not future.done() or finished[0] >= deadline:
+            error = None if not future.done() else future.exception()
+            raise self._timed_out() from error
+        return future.result()
 
     async def run_async(self) -> Any:
-        task = asyncio.ensure_future(self.command.run_async())
+        deadline = self._deadline()
+        finished: list[float] = []
+
+        async def run() -> Any:
+            _DEADLINE.set(deadline)  # in the task's own copy of the context
+            try:
+                return await self.command.run_async()
+            finally:
+                finished.append(time.monotonic())
+
+        task = asyncio.ensure_future(run())
         timed_out = False
         try:
-            await asyncio.wait({task}, timeout=self.seconds)
+            await asyncio.wait({task}, timeout=max(0.0, deadline - time.monotonic()))
         finally:
             if not task.done():  # timed out, or the caller's task itself was cancelled
                 timed_out = True
@@ -164,8 +210,9 @@ class Timed:
                     await asyncio.wait({task})
                 if not task.cancelled():
                     task.exception()  # retrieved: no "exception was never retrieved"
-        if timed_out:
-            raise self._timed_out()
+        if timed_out or finished[0] >= deadline:
+            error = None if timed_out or task.cancelled() else task.exception()
+            raise self._timed_out() from error
         return task.result()
 
 

@@ -6,6 +6,7 @@ import csv
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,15 @@ class DataFileError(RefinekitError, ValueError):
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a CSV (header row first) or JSONL (one object a line) file.
 
+    Blank lines are skipped. A CSV row must have exactly as many values as the header has
+    columns, and each header name must be given once; a column without a name is dropped
+    when it holds no value in any row (as a spreadsheet's trailing commas).
+
     Raises:
-        DataFileError: The file is missing or unreadable, is neither .csv nor .jsonl, or a
-            line is not a JSON object.
+        DataFileError: The file is missing or unreadable, is neither .csv nor .jsonl, a CSV
+            row has more or fewer values than the header, a quote is never closed, a header
+            name is repeated (or missing over a value), or a JSONL line is not a JSON object.
+            The message names the line where the bad row starts.
     """
     if not path.is_file():
         raise DataFileError(f"file not found: {path}")
@@ -31,11 +38,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     if suffix == ".csv":
         try:
             with path.open(newline="", encoding="utf-8-sig") as f:
-                return [
-                    {str(k): ("" if v is None else v) for k, v in row.items() if k is not None}
-                    for row in csv.DictReader(f)
-                ]
-        except (UnicodeDecodeError, csv.Error) as e:
+                return _csv_rows(path, f)
+        except UnicodeDecodeError as e:
             raise DataFileError(f"{path}: not a UTF-8 CSV file ({e})") from None
         except OSError as e:
             raise DataFileError(f"{path}: cannot read it ({e.strerror or e})") from None
@@ -60,6 +64,87 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             raise DataFileError(f"{path}: cannot read it ({e.strerror or e})") from None
         return rows
     raise DataFileError(f"{path}: use a .csv or .jsonl file, not {suffix or 'no suffix'!r}")
+
+
+_QUOTING = (
+    'a value with a comma, a quote or a line break goes in double quotes ("Pen, or pencil?"), '
+    'with a quote inside it doubled ("say ""hi""")'
+)
+
+
+def _csv_rows(path: Path, lines: Iterable[str]) -> list[dict[str, Any]]:
+    """A CSV file's rows, strictly: every row as wide as the header, every quote closed.
+
+    A quoted value may span lines, so a row is named by the line it starts on.
+    """
+    reader = csv.reader(lines, strict=True)
+    header: list[str] | None = None
+    named: list[int] = []  # the header's columns that have a name
+    unnamed: list[int] = []
+    rows: list[dict[str, Any]] = []
+    while True:
+        start = reader.line_num + 1  # the physical line this row starts on
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return rows
+        except csv.Error as e:
+            if "unexpected end of data" in str(e):
+                raise DataFileError(
+                    f"{path}, line {start}: a quote opened in this row is never closed (the "
+                    f"row runs to the end of the file); {_QUOTING}"
+                ) from None
+            raise DataFileError(f"{path}, line {start}: not valid CSV ({e}); {_QUOTING}") from None
+        if not fields:  # a blank line
+            continue
+        if header is None:
+            header = fields
+            named, unnamed = _header(path, start, header)
+            continue
+        if len(fields) != len(header):
+            end = reader.line_num
+            where = f"line {start}" if end == start else f"lines {start}-{end}"
+            fix = (
+                _QUOTING
+                if len(fields) > len(header)
+                else "give every column a value, an empty one too (a comma with nothing after it)"
+            )
+            raise DataFileError(
+                f"{path}, {where}: {_values(len(fields))}, but the header has "
+                f"{len(header)} columns ({', '.join(header)}); {fix}"
+            )
+        for i in unnamed:
+            if fields[i].strip():
+                raise DataFileError(
+                    f"{path}, line {start}: value {fields[i]!r} is in column {i + 1}, which "
+                    "has no name in the header; name the column, or delete the value"
+                )
+        rows.append({header[i]: fields[i] for i in named})
+
+
+def _values(n: int) -> str:
+    return "1 value" if n == 1 else f"{n} values"
+
+
+def _header(path: Path, line: int, header: list[str]) -> tuple[list[int], list[int]]:
+    """The indexes of the named and unnamed columns; a name given twice is an error."""
+    seen: dict[str, int] = {}
+    named, unnamed = [], []
+    for i, name in enumerate(header):
+        key = name.strip()
+        if not key:
+            unnamed.append(i)
+            continue
+        if key in seen:
+            raise DataFileError(
+                f"{path}, line {line}: the header names column {key!r} twice (columns "
+                f"{seen[key] + 1} and {i + 1}); give each column a name of its own"
+            )
+        seen[key] = i
+        named.append(i)
+    if not named:
+        raise DataFileError(f"{path}, line {line}: the header row names no column")
+    return named, unnamed
 
 
 def _without_lone_surrogates(value: Any) -> Any:

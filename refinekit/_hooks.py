@@ -1,4 +1,9 @@
-"""Events and the hook API; logging is one subscriber."""
+"""Events and the hook API; logging is one subscriber.
+
+Every text a log line quotes (feedback, an error, a verdict's reason, a DEBUG detail) passes
+through `redact` first. Events themselves carry refinekit's own messages, whose judge errors
+are redacted where they are made (`judges._base.judge_error`).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from typing import Any, Literal
 
 from ._errors import RefinekitWarning
 from ._model import Usage, Verdict
+from ._redact import redact
 
 __all__ = ["Event", "EventKind", "Subscription", "subscribe"]
 
@@ -175,7 +181,7 @@ def _report_hook_error(hook: Hook, event: Event, exc: Exception) -> None:
     logger.error(message, exc_info=exc)
     # A warnings filter that escalates to errors must not break the job: the log stands.
     with contextlib.suppress(Exception):
-        warnings.warn(f"{message}: {exc}", RefinekitWarning, stacklevel=2)
+        warnings.warn(f"{message}: {redact(str(exc))}", RefinekitWarning, stacklevel=2)
 
 
 def wants_debug_events() -> bool:
@@ -199,9 +205,10 @@ def emit(event: Event) -> None:
 
 
 def _clip(text: str | None, limit: int = 300) -> str:
+    """Text for a log line: redacted (before it is shortened), on one line, at most `limit`."""
     if text is None:
         return ""
-    text = " ".join(text.split())
+    text = redact(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -226,7 +233,7 @@ def _log_event(event: Event) -> None:
                 _clip(event.error),
             )
         if event.detail and logger.isEnabledFor(logging.DEBUG):
-            logger.debug("%s: correction message sent:\n%s", event.function, event.detail)
+            logger.debug("%s: correction message sent:\n%s", event.function, redact(event.detail))
     elif event.kind == "unjudged":
         if logger.isEnabledFor(logging.WARNING):
             reason = event.verdict.reason if event.verdict is not None else None
@@ -242,7 +249,7 @@ def _log_event(event: Event) -> None:
         if logger.isEnabledFor(logging.WARNING):
             logger.warning("%s: %s; returned the refusal", event.function, _clip(event.error))
         if event.detail is not None and logger.isEnabledFor(logging.DEBUG):
-            logger.debug("%s: blocked text:\n%s", event.function, event.detail)
+            logger.debug("%s: blocked text:\n%s", event.function, redact(event.detail))
     elif event.kind == "review":
         if logger.isEnabledFor(logging.INFO):
             verdict = event.verdict

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeAlias, 
 from pydantic import BaseModel, ConfigDict
 
 from ._errors import AnswerRejected, JudgeError, JudgeMisconfigured
+from ._errtext import utf8_text
 from ._evaluators import EvaluatorLike, _Adapted, _run_coroutine_blocking, as_evaluator
 from ._flow import Call, Evaluate, Flow, Timed, TimedOut, run_async, run_sync
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
@@ -170,7 +171,11 @@ def _evidence_text(evidence: EvaluationRequest) -> str:
 
 
 def revision_messages(request: RevisionRequest) -> list[dict[str, str]]:
-    """The messages the default reviser sends: the rule, then the data inside delimiters."""
+    """The messages the default reviser sends: the rule, then the data inside delimiters.
+
+    The text is what UTF-8 can carry: a lone surrogate in the draft, the evidence or the
+    defect becomes U+FFFD, so the request can be sent.
+    """
     content = "\n\n".join(
         [
             "Revise the draft below so that it no longer has the defect.",
@@ -180,7 +185,10 @@ def revision_messages(request: RevisionRequest) -> list[dict[str, str]]:
             _delimit("defect", request.feedback),
         ]
     )
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": content}]
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": utf8_text(content)},
+    ]
 
 
 class _Model:

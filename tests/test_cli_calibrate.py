@@ -221,6 +221,37 @@ def test_a_misconfigured_judge_stops_calibration_and_the_fixed_one_resumes(
     assert run.status == "complete"
 
 
+def judged_answers(server: ScriptedOpenAI) -> list[str]:
+    """The answers the judge was asked about, in order."""
+    texts = [str((r.body or {})["messages"][-1]["content"]) for r in server.requests_for("judge")]
+    return [m.group(1) for t in texts if (m := re.search(r"<answer>\n(.*?)\n</answer>", t, re.S))]
+
+
+def test_retry_unavailable_judges_the_stored_unavailable_items_again(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    items = {"a1": (0.9, "pass"), "a2": (0.1, "fail"), "a3": (0.9, "pass")}
+    data = labelled(ws, items)
+    judge = ws.module(CRITERIA_JUDGE)
+    command = ("calibrate", data, "--judge", f"{judge}:judge", "--concurrency", "1")
+    # a1: the judge is down (unavailable); a2 judged; a3: the key is refused (exit 3)
+    plan = {"a1": [Reply.error(503), 0.9], "a2": 0.1, "a3": [Reply.error(401), 0.9]}
+    server.script("judge", [judge_replies(plan)] * 5)
+    assert cli(*command).code == 3
+    assert judged_answers(server) == ["a1", "a2", "a3"]
+
+    resumed = cli(*command, "--retry", "unavailable")
+
+    assert resumed.code == 0, resumed.err
+    assert judged_answers(server)[3:] == ["a1", "a3"]  # a2 is not asked again
+    assert "running again 1 case that ended 1 unavailable (--retry)" in resumed.out
+    assert "judged 3 items" in resumed.out
+    assert "accuracy 1.000" in resumed.out
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+        [run] = store.runs()
+    assert (run.status, run.summary["retried"], run.summary["unavailable"]) == ("complete", 1, 0)
+
+
 @pytest.mark.parametrize(
     ("rows", "args", "message"),
     [
@@ -294,6 +325,9 @@ def judge(request):
 
 def down(request):
     return Verdict.unjudged("the judge model is down")
+
+def unsure(request):
+    return Verdict.inconclusive("NOT_ENOUGH_EVIDENCE")
 """
 # the judge passes q1 q2, fails q3 q4; people pass q1 q2 q4: agreement 3/4, by chance 1/2
 AGREEMENT = [
@@ -310,7 +344,7 @@ AGREEMENT = [
         ("judge", "0.5", 0, "gate: Cohen's kappa 0.500 >= --min-kappa 0.500: pass"),
         ("judge", "-1", 0, "gate: Cohen's kappa 0.500 >= --min-kappa -1.000: pass"),
         ("judge", "0.6", 1, "gate: Cohen's kappa 0.500 is under --min-kappa 0.600: FAIL"),
-        ("down", "-1", 1, "gate: Cohen's kappa n/a is under --min-kappa -1.000: FAIL"),
+        ("unsure", "-1", 1, "gate: Cohen's kappa n/a is under --min-kappa -1.000: FAIL"),
     ],
 )
 def test_min_kappa_gates_calibration_on_cohens_kappa(
@@ -328,6 +362,29 @@ def test_min_kappa_gates_calibration_on_cohens_kappa(
     ungated = cli("calibrate", data, "--judge", f"{module}:{judge}")
     assert ungated.code == 0
     assert "gate:" not in ungated.out
+
+
+@pytest.mark.parametrize("gate", [[], ["--min-kappa", "-1"]], ids=["no-gate", "gate"])
+def test_a_judge_that_gave_no_verdict_at_all_is_a_setup_failure_exit_4(
+    ws: Workspace, cli: Cli, gate: list[str]
+) -> None:
+    data = ws.jsonl("labelled.jsonl", AGREEMENT)
+    module = ws.module(PLAIN_JUDGES)
+
+    result = cli("calibrate", data, "--judge", f"{module}:down", *gate)
+
+    assert result.code == 4
+    assert result.err == (
+        "refinekit calibrate: error: the judge gave no verdict: 4 unavailable of 4 cases (the "
+        "commonest error, every time: the judge model is down); a failure of the setup (an "
+        "endpoint, a key, the function), not a measurement: fix it and run again\n"
+    )
+    assert "accuracy" not in result.out  # no figure of agreement with nothing judged
+    assert "gate:" not in result.out
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+        [run] = store.runs()
+    assert (run.status, run.summary["setup_failed"], run.summary["items"]) == ("complete", True, 0)
+    assert "nothing (setup failed)" in cli("runs").out
 
 
 @pytest.mark.parametrize("value", ["1.5", "-1.01", "high"])

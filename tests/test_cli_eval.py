@@ -11,9 +11,13 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import re
+import socket
 import sqlite3
+import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -906,6 +910,84 @@ def test_store_is_db_option_else_env_else_default(
     assert cli("runs", "--db", ws.path / "option.db").out.splitlines()[1:] == [line]
 
 
+# --- a reader that stops early (`| head`): quiet, and the run finishes ---------------------------
+
+
+def refinekit_env(*, unbuffered: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    return env | ({"PYTHONUNBUFFERED": "1"} if unbuffered else {})
+
+
+@pytest.mark.parametrize(("gate", "code"), [("0", 0), ("0.9", 1)], ids=["held", "failed"])
+def test_eval_piped_into_a_reader_that_closes_early_finishes_quietly(
+    ws: Workspace, server: ScriptedOpenAI, gate: str, code: int
+) -> None:
+    ws.csv("golden.csv", [{"question": q, "must_mention": "a"} for q in ("q1", "q2")])
+    target = ws.module(SYNC_ANSWER)
+    released = threading.Event()
+
+    def held(request: Any) -> str:  # the answers wait until the reader has gone
+        released.wait(timeout=60)
+        return "a"
+
+    server.script("answer", [held, held])
+    command = [
+        sys.executable, "-m", "refinekit", "eval", "golden.csv", "--target", f"{target}:answer",
+        "--concurrency", "1", "--min-pass-rate", gate, "--report", "eval.html",
+    ]  # fmt: skip
+    # unbuffered, each line is written as it is printed: the header, before any case runs
+    with subprocess.Popen(
+        command,
+        cwd=ws.path,
+        env=refinekit_env(unbuffered=True),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        first = proc.stdout.readline()  # as `| head -1` reads, then goes
+        proc.stdout.close()
+        released.set()
+        err = proc.stderr.read()
+        proc.wait(timeout=60)
+
+    assert first.startswith(b"refinekit eval: golden.csv (2 cases) -> run 1 in ")
+    assert err == b""  # no traceback, no "Exception ignored"
+    assert proc.returncode == code  # the gate's verdict, not the pipe's
+    assert asked(server) == ["q1", "q2"]
+    assert (ws.path / "eval.html").exists()  # the work went on: the report is written
+    with RunStore(run_db(ws)) as store:
+        [run] = store.runs()
+        assert (run.status, len(store.cases(run.id))) == ("complete", 2)
+
+
+@pytest.mark.parametrize("unbuffered", [True, False], ids=["unbuffered", "buffered"])
+def test_runs_piped_into_a_reader_that_is_gone_exits_0_quietly(
+    ws: Workspace, cli: Cli, unbuffered: bool
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1", "must_mention": "a"}])
+    target = ws.module("def answer(question):\n    return 'a'\n")
+    for _ in range(3):
+        assert cli("eval", golden, "--target", f"{target}:answer", "--fresh").code == 0
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line, as with `| true`
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "refinekit", "runs"],
+            cwd=ws.path,
+            env=refinekit_env(unbuffered=unbuffered),
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+
+    assert result.stderr == b""
+    assert result.returncode == 0
+
+
 # --- usage errors: exit 2, a message naming the fix, nothing run ---------------------------------
 
 
@@ -935,6 +1017,13 @@ def usage_ws(ws: Workspace) -> Workspace:
     (ws.path / "list.jsonl").write_text('["q", "ok"]\n')
     (ws.path / "latin1.csv").write_bytes(b"question,must_mention\ncaf\xe9,ok\n")
     (ws.path / "notes.txt").write_text("question\nq\n")
+    (ws.path / "comma.csv").write_text("question,must_mention\nPen, or pencil?,x\n")
+    (ws.path / "short.csv").write_text("question,must_mention\nq,ok\nonly a question\n")
+    (ws.path / "open.csv").write_text('question,must_mention\nq1,"ok\nq2,ok\nq3,ok\n')
+    (ws.path / "after.csv").write_text('question,must_mention\n"two\nlines",ok\nq,ok,x\n')
+    (ws.path / "stray.csv").write_text('question,must_mention\nq,"ok"k\n')
+    (ws.path / "twice.csv").write_text("question,must_mention,question\nq,ok,q\n")
+    (ws.path / "unnamed.csv").write_text("question,,must_mention\nq,,ok\nq2,note,ok\n")
     ws.jsonl("badcontext.jsonl", [{"question": "q", "must_mention": "ok", "context": {"t": 1}}])
     ws.module(USAGE_TARGET, stem="usage")
     ws.module(f"raise RuntimeError('bad\x1b[2J config: api_key={SECRET}')\n", stem="config")
@@ -960,6 +1049,20 @@ def usage_ws(ws: Workspace) -> Workspace:
         (["broken.jsonl", "--target", "{m}:answer"], "broken.jsonl, line 2: not JSON"),
         (["list.jsonl", "--target", "{m}:answer"], "list.jsonl, line 1: not a JSON object"),
         (["latin1.csv", "--target", "{m}:answer"], "latin1.csv: not a UTF-8 CSV file"),
+        (
+            ["comma.csv", "--target", "{m}:answer"],
+            "comma.csv, line 2: 3 values, but the header has 2 columns (question, must_mention)"
+            '; a value with a comma, a quote or a line break goes in double quotes ("Pen, or',
+        ),
+        (
+            ["short.csv", "--target", "{m}:answer"],
+            "short.csv, line 3: 1 value, but the header has 2 columns",
+        ),
+        (["open.csv", "--target", "{m}:answer"], "open.csv, line 2: a quote opened in this row"),
+        (["after.csv", "--target", "{m}:answer"], "after.csv, line 4: 3 values"),
+        (["stray.csv", "--target", "{m}:answer"], "stray.csv, line 2: not valid CSV"),
+        (["twice.csv", "--target", "{m}:answer"], "line 1: the header names column 'question'"),
+        (["unnamed.csv", "--target", "{m}:answer"], "line 3: value 'note' is in column 2, which"),
         (["notes.txt", "--target", "{m}:answer"], "use a .csv or .jsonl file, not '.txt'"),
         (["badcontext.jsonl", "--target", "{m}:answer"], "row 1: column 'context'"),
         (["golden.csv", "--target", "{m}:answer", "--concurrency", "0"], "from 1 to 256"),
@@ -997,6 +1100,28 @@ def test_usage_errors_exit_2_with_the_fix_and_run_nothing(
     if db.exists():
         with RunStore(db) as store:
             assert store.runs() == []
+
+
+def test_a_csv_value_may_span_lines_in_quotes_and_empty_lines_are_skipped(
+    ws: Workspace, cli: Cli
+) -> None:
+    # a spreadsheet's export: CRLF, a quoted comma, quotes and a line break inside quotes, an
+    # unnamed trailing column left empty, a blank line between rows and at the end
+    (ws.path / "golden.csv").write_bytes(
+        b'question,must_mention,\r\n"Pen, or pencil?",pen,\r\n\r\n"Say ""hi""\r\ntwice",hi,\r\n\r\n'
+    )
+    target = ws.module("def answer(question):\n    return 'a pen; say hi'\n")
+
+    result = cli("eval", "golden.csv", "--target", f"{target}:answer")
+
+    assert result.code == 0, result.err
+    assert table(result.out) == {1: "pass", 2: "pass"}
+    with RunStore(run_db(ws)) as store:
+        rows = [c.row for c in store.cases(store.runs()[0].id)]
+    assert rows == [
+        {"question": "Pen, or pencil?", "must_mention": "pen"},
+        {"question": 'Say "hi"\r\ntwice', "must_mention": "hi"},
+    ]
 
 
 @pytest.mark.parametrize("name", ["golden.csv", "golden.jsonl"])
@@ -1185,18 +1310,22 @@ def unsure(request):
 
 def agree(request):
     return True
+
+def half_down(request):
+    return down(request) if request.question == "q1" else unsure(request)
 """
 
 
 @pytest.mark.parametrize("gate", [[], ["--min-pass-rate", "0.5"]], ids=["no-gate", "gate"])
 @pytest.mark.parametrize(
     ("judge", "counts"),
-    [("down", "2 unavailable (the judge could not judge), 0 inconclusive"),
-     ("unsure", "0 unavailable (the judge could not judge), 2 inconclusive")],
+    [("unsure", "0 unavailable (the judge could not judge), 2 inconclusive"),
+     ("half_down", "1 unavailable (the judge could not judge), 1 inconclusive")],
 )  # fmt: skip
 def test_a_run_with_no_pass_or_fail_outcome_fails_even_without_a_gate(
     ws: Workspace, cli: Cli, gate: list[str], judge: str, counts: str
 ) -> None:
+    # the judge answered (inconclusive), so the setup worked; it measured nothing all the same
     golden = ws.csv("golden.csv", [{"question": "q1"}, {"question": "q2"}])
     module = ws.module(NOT_JUDGING)
 
@@ -1214,6 +1343,169 @@ def test_a_run_with_no_pass_or_fail_outcome_fails_even_without_a_gate(
     with RunStore(run_db(ws)) as store:
         [run] = store.runs()
     assert (run.status, run.summary["rate"]) == ("complete", None)
+
+
+# --- no answer judged: a failure of the setup, exit 4 --------------------------------------------
+
+
+@pytest.fixture
+def dead_endpoint(monkeypatch: pytest.MonkeyPatch) -> str:
+    """An endpoint that never answers: a 127.0.0.1 port nothing listens on (refused at once)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    monkeypatch.setenv("RK_BASE_URL", url)
+    return url
+
+
+DEAD_ANSWER = SYNC_ANSWER.replace("max_retries=0", "max_retries=0, timeout=2.0")
+SETUP = "a failure of the setup (an endpoint, a key, the function), not a measurement"
+
+
+@pytest.mark.parametrize("gate", [[], ["--min-pass-rate", "0"]], ids=["no-gate", "gate"])
+def test_an_answer_endpoint_that_never_answers_is_a_setup_failure_exit_4(
+    ws: Workspace, cli: Cli, dead_endpoint: str, gate: list[str]
+) -> None:
+    questions = [f"q{i}" for i in range(1, 8)]
+    golden = ws.csv("golden.csv", [{"question": q, "must_mention": "a"} for q in questions])
+    target = ws.module(DEAD_ANSWER)
+    run = ("eval", golden, "--target", f"{target}:answer", *gate)
+
+    result = cli(*run)
+
+    assert result.code == 4
+    assert result.err == (
+        "refinekit eval: error: no answer was judged: 7 raised of 7 cases (the "
+        f"commonest error, every time: APIConnectionError: Connection error.); {SETUP}: fix "
+        "it and run again\n"
+    )
+    assert table(result.out) == dict.fromkeys(range(1, 8), "RAISED")  # each case says why
+    assert "pass rate" not in result.out  # 0/7 would read as a measurement
+    assert "gate:" not in result.out
+    with RunStore(run_db(ws)) as store:
+        [info] = store.runs()
+    assert (info.status, info.summary["setup_failed"]) == ("complete", True)
+    assert "nothing (setup failed)" in cli("runs").out.splitlines()[1]
+
+    # a complete run is never resumed: the same command, the endpoint fixed, runs every case
+    again = cli(*run)
+    assert "resuming" not in again.out
+    assert "-> run 2 in" in again.out
+
+
+def test_a_judge_down_for_every_case_is_a_setup_failure_exit_4(ws: Workspace, cli: Cli) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1"}, {"question": "q2"}])
+    module = ws.module(NOT_JUDGING)
+
+    result = cli(
+        "eval", golden, "--target", f"{module}:answer", "--judge", f"{module}:down",
+        "--min-pass-rate", "0.5",
+    )  # fmt: skip
+
+    assert result.code == 4
+    assert result.err.startswith(
+        "refinekit eval: error: no answer was judged: 2 unavailable of 2 cases "
+        "(the commonest error, every time: the judge model is down); "
+    )
+    assert table(result.out) == {1: "unavail", 2: "unavail"}
+
+
+def test_raised_and_unavailable_together_are_a_setup_failure_too(ws: Workspace, cli: Cli) -> None:
+    golden = ws.csv("golden.csv", [{"question": q} for q in ("q1", "q2", "q3")])
+    module = ws.module(
+        NOT_JUDGING
+        + """
+def flaky(question):
+    if question == "q1":
+        raise TimeoutError("the model timed out")
+    return "an answer"
+"""
+    )
+
+    result = cli("eval", golden, "--target", f"{module}:flaky", "--judge", f"{module}:down")
+
+    assert result.code == 4
+    assert (
+        "no answer was judged: 1 raised and 2 unavailable of 3 cases (the "
+        "commonest error, 2 times: the judge model is down)"
+    ) in result.err
+
+
+REFUSING = """
+from refinekit import LowQualityAnswer, retry_on_low_quality
+
+def never_good_enough(request):
+    raise LowQualityAnswer("Cite the policy.")
+
+@retry_on_low_quality(evaluator=never_good_enough, max_retries=1)
+def answer(question):
+    return "an answer without a source"
+
+def broken(question):
+    raise KeyError("customer_id")
+
+def fine(question):
+    if question == "q1":
+        raise ConnectionError("the endpoint is down")
+    return "an answer"
+"""
+
+
+@pytest.mark.parametrize(
+    ("target", "code", "rate"),
+    [
+        ("answer", 0, "pass rate 0.000 (0/2)"),  # the model answered; no answer was good enough
+        ("broken", 4, None),  # a bug in the function on every case: no answer at all
+        ("fine", 0, "pass rate 0.500 (1/2)"),  # some cases answered: a measurement
+    ],
+)
+def test_only_a_run_with_no_answer_at_all_is_a_setup_failure(
+    ws: Workspace, cli: Cli, target: str, code: int, rate: str | None
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": q, "must_mention": "answer"} for q in ("q1", "q2")])
+    module = ws.module(REFUSING)
+
+    result = cli("eval", golden, "--target", f"{module}:{target}")
+
+    assert result.code == code, result.err
+    assert table(result.out)[1] == "RAISED"
+    if rate is None:
+        assert "(the commonest error, every time: KeyError: 'customer_id')" in result.err
+    else:
+        assert rate in result.out
+        assert result.err == ""
+
+
+def test_compare_skips_runs_that_measured_nothing(
+    ws: Workspace, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": q, "must_mention": "a"} for q in ("q1", "q2")])
+    module = ws.module(
+        """
+        import os
+
+        def answer(question):
+            if os.environ.get("RK_DOWN"):
+                raise ConnectionError("the endpoint is down")
+            return "a"
+        """
+    )
+    run = ("eval", golden, "--target", f"{module}:answer")
+    assert cli(*run).code == 0  # run 1: measured
+    monkeypatch.setenv("RK_DOWN", "1")
+    assert cli(*run).code == 4  # run 2: the setup failed
+    monkeypatch.delenv("RK_DOWN")
+
+    result = cli(*run, "--compare", "previous")
+
+    assert result.code == 0, result.err
+    assert "compare with run 1: 2 questions judged in both runs" in result.out
+    named = cli(*run, "--compare", "2")
+    assert named.code == 2
+    assert "--compare 2: run 2 measured nothing (no answer was judged: a failure of the setup)" in (
+        named.err
+    )
 
 
 @pytest.mark.parametrize(
@@ -1459,6 +1751,142 @@ def test_an_answer_function_refused_by_its_endpoint_stops_the_run_and_resumes(
         [info] = store.runs()
         assert info.status == "complete"
         assert [c.outcome for c in store.cases(info.id)] == ["passed"] * 3
+
+
+# --- --retry: a resumed run runs again the stored cases that reached no verdict ----------------
+
+
+RETRY_ANSWERS = {"q1": "a1", "q2": "a2", "q3": "a3", "q4": "a4"}
+
+
+@pytest.mark.parametrize(
+    ("retry", "again"),
+    [
+        ([], ["q4"]),  # without --retry, as before: only the case never stored
+        (["--retry", "raised"], ["q1", "q4"]),
+        (["--retry", "unavailable"], ["q2", "q4"]),
+        (["--retry", "raised,unavailable"], ["q1", "q2", "q4"]),
+    ],
+)
+def test_retry_runs_again_the_stored_cases_that_raised_or_were_unavailable(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli, retry: list[str], again: list[str]
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": q} for q in RETRY_ANSWERS])
+    target = ws.module(ASYNC_REPLY)  # returns the reply as it came: its usage is counted
+    judge = ws.module(CRITERIA_JUDGE)
+    run = (
+        "eval", golden, "--target", f"{target}:answer", "--judge", f"{judge}:judge",
+        "--concurrency", "1",
+    )  # fmt: skip
+    # q1: the answer endpoint fails (raised); q2: the judge is down (unavailable); q3 passes;
+    # q4: the key is refused, which stops the run (exit 3) with q1-q3 stored
+    server.script("answer", [Reply.error(500, "overloaded"), "a2", "a3", Reply.error(401)])
+    plan = {"a1": 0.9, "a2": [Reply.error(503, "overloaded"), 0.9], "a3": 0.9, "a4": 0.9}
+    server.script("judge", [judge_replies(plan)] * 6)
+    stopped = cli(*run)
+    assert stopped.code == 3, stopped.err
+    with RunStore(run_db(ws)) as store:
+        first = {c.question: c for c in store.cases(store.runs()[0].id)}
+    assert {q: c.outcome for q, c in first.items()} == {
+        "q1": "raised",
+        "q2": "unavailable",
+        "q3": "passed",
+    }
+    server.script("answer", [answers(RETRY_ANSWERS)] * len(again))
+    before = len(server.requests_for("answer"))
+
+    resumed = cli(*run, *retry)
+
+    assert resumed.code == 0, resumed.err
+    assert asked(server)[before:] == again  # q3 (passed) is never paid for again
+    with RunStore(run_db(ws)) as store:
+        [info] = store.runs()  # the same run, finished
+        cases = {c.question: c for c in store.cases(info.id)}
+    assert info.status == "complete"
+    assert len(cases) == 4
+    expected = {"q1": "raised", "q2": "unavailable", "q3": "passed", "q4": "passed"}
+    expected.update(dict.fromkeys(again, "passed"))  # the new outcome replaces the stored one
+    assert {q: c.outcome for q, c in cases.items()} == expected
+    assert cases["q3"] == first["q3"]  # untouched
+    retried = [q for q in again if q != "q4"]
+    assert info.summary["retried"] == len(retried)
+    # what the earlier try paid for stays counted: q2's answer was bought twice
+    assert cases["q2"].answer_usage.model_calls == (2 if "q2" in retried else 1)
+    assert cases["q1"].answer_usage.model_calls == (1 if "q1" in retried else 0)
+    if retried:
+        outcomes = ", ".join(f"1 {first[q].outcome}" for q in retried)
+        assert (
+            f"resuming run 1: 3 of 4 cases already stored ({3 - len(retried)} not run again; "
+            "--fresh starts over)\n"
+            f"  running again {_n_cases(len(retried))} that ended {outcomes} (--retry); the new "
+            "outcome replaces the stored one\n"
+        ) in resumed.out
+    else:
+        assert "resuming run 1: 3 of 4 cases already stored (not run again" in resumed.out
+    counted = [o for o in expected.values() if o != "unavailable"]  # raised counts as failed
+    passed = counted.count("passed")
+    assert f"pass rate {passed / len(counted):.3f} ({passed}/{len(counted)})" in resumed.out
+
+
+def _n_cases(n: int) -> str:
+    return "1 case" if n == 1 else f"{n} cases"
+
+
+def test_retry_without_an_unfinished_run_says_every_case_runs(ws: Workspace, cli: Cli) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1", "must_mention": "a"}])
+    target = ws.module("def answer(question):\n    return 'a'\n")
+    run = ("eval", golden, "--target", f"{target}:answer", "--retry", "raised")
+    assert cli(*run).code == 0
+
+    result = cli(*run)  # run 1 is complete: never resumed
+
+    assert result.code == 0
+    assert (
+        "  --retry: no unfinished run of this command to resume (a complete run is never "
+        "resumed): every case runs"
+    ) in result.out
+
+
+def test_retry_on_a_resumed_run_with_nothing_to_retry_says_so(
+    ws: Workspace, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1", "must_mention": "a"}])
+    target = ws.module(
+        """
+        import os
+        from refinekit import JudgeMisconfigured
+
+        def answer(question):
+            if os.environ.get("RK_REFUSED"):
+                raise JudgeMisconfigured("HTTP 401: Incorrect API key provided", model="inner")
+            return "a"
+        """
+    )
+    run = ("eval", golden, "--target", f"{target}:answer", "--retry", "raised")
+    monkeypatch.setenv("RK_REFUSED", "1")
+    assert cli(*run).code == 3  # stopped at once: run 1 is unfinished, with nothing stored
+    monkeypatch.delenv("RK_REFUSED")
+
+    result = cli(*run)
+
+    assert result.code == 0, result.err
+    assert "-> run 1 in" in result.out
+    assert "  --retry: no stored case ended raised\n" in result.out
+
+
+@pytest.mark.parametrize("value", ["failed", "passed,raised", "", "inconclusive"])
+def test_retry_takes_raised_or_unavailable_only(ws: Workspace, cli: Cli, value: str) -> None:
+    golden = ws.csv("golden.csv", [{"question": "q1", "must_mention": "a"}])
+    accepted = cli("eval", golden, "--target", "m:answer", "--retry", "unavailable, raised,")
+    assert "no module named 'm'" in accepted.err  # parsed; the target is what is missing
+
+    result = cli("eval", golden, "--target", "m:answer", "--retry", value)
+
+    assert result.code == 2
+    assert (
+        "argument --retry: raised, unavailable or raised,unavailable (a passed, failed or "
+        "inconclusive case is a measurement, never run again)"
+    ) in " ".join(result.err.split())
 
 
 def test_a_misconfigured_judge_inside_the_answer_function_stops_the_run(

@@ -117,6 +117,52 @@ def test_scripted_demo_as_the_console_script() -> None:
     assert_in_order(result.stdout, STORY)
 
 
+def test_demo_piped_into_a_reader_that_is_gone_exits_0_quietly() -> None:
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line, as with `| true`
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "refinekit", "demo"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            cwd=ROOT,
+            env=clean_env(),  # the demo flushes each line: buffered or not, the same
+            check=False,
+        )
+    finally:
+        os.close(write)
+
+    assert result.stderr == b""
+    assert result.returncode == 0
+
+
+class _ReadsOneScenario(io.StringIO):
+    """A standard output whose reader goes away after scenario 1's outcome line."""
+
+    def write(self, text: str) -> int:
+        if "outcome:" in self.getvalue():
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+def test_a_reader_gone_stops_the_demo_before_its_next_model_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    servers: list[ScriptedOpenAI] = []
+    script = _demo.script_demo
+    monkeypatch.setattr(_demo, "script_demo", lambda s: (servers.append(s), script(s))[1])
+    out = _ReadsOneScenario()
+    monkeypatch.setattr(sys, "stdout", out)
+
+    assert main(["demo"]) == 0
+
+    assert "1. Refund answer" in out.getvalue()
+    assert "2. Invoice extraction" not in out.getvalue()
+    # scenario 1's 2 answers and 4 verdicts; scenario 2 (3 more calls) never started
+    assert len(servers[0].requests) == 6
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

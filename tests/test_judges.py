@@ -31,10 +31,12 @@ from refinekit import (
     JudgeMisconfigured,
     JudgeReplyError,
     JudgeUnavailable,
+    ToolCall,
     Usage,
     Verdict,
     all_of,
     checks,
+    evidence,
     judges,
     retry_on_low_quality,
 )
@@ -1113,6 +1115,124 @@ async def test_a_rate_limited_judge_says_how_long_the_server_asked_to_wait(
     with pytest.raises(JudgeUnavailable) as caught:
         await evaluate(judges.relevancy(jm), REQUEST)
     assert (caught.value.status_code, caught.value.retry_after) == (429, 0.0)
+
+
+# --- text a request can carry --------------------------------------------------------------------
+
+# Half of an emoji (a reply cut between the two halves, or a JSON "\ud83d" escape): no client
+# can encode it, so a judge must send U+FFFD in its place, and judge what it was asked.
+HALF = "\ud83d"
+BROKEN = EvaluationRequest(
+    question=f"Can I get a refund {HALF}?",
+    answer=f"Yes {HALF}, if the order is unused and you ask within seven days.",
+    context=(ContextDocument(text=f"{POLICY.text} {HALF}", source=f"refunds{HALF}.md"),),
+    tool_calls=(ToolCall(name="lookup", arguments=f'{{"q": "{HALF}"}}', result=f"ok {HALF}"),),
+)
+
+
+def sendable(text: str) -> str:
+    return text.replace(HALF, "\ufffd")
+
+
+def sent_as_utf8(recorded: RecordedRequest) -> list[str]:
+    """Every message text of a request, checked to be valid UTF-8 and free of the half."""
+    texts = [str(m["content"]) for m in messages(recorded)]
+    for text in texts:
+        text.encode("utf-8")
+        assert HALF not in text
+    return texts
+
+
+async def test_a_lone_surrogate_reaches_every_judge_as_u_fffd(
+    server: ScriptedOpenAI, jm: JudgeModel, evaluate: Evaluate
+) -> None:
+    asked = Criterion("asked", f"Does the answer keep the conditions {HALF}?")
+    cases: list[tuple[Any, list[Any], bool]] = [
+        (judges.relevancy(jm), ["Yes"], True),
+        (judges.fact_check(jm), ["No"], False),
+        (judges.fact_check(jm, prompt="minicheck"), ["Yes"], True),
+        (judges.rating(jm), ['{"rating": 2, "feedback": "It drops a condition."}'], False),
+        (judges.criteria(jm, [asked]), [yes(0.9)], True),
+    ]
+    for judge, replies, passed in cases:
+        server.script(JUDGE, replies)
+        verdict = await evaluate(judge, BROKEN)
+        assert verdict.judged, judge.name
+        assert verdict.passed is passed, judge.name
+        recorded = server.requests[-1]
+        text = sent_as_utf8(recorded)[-1]
+        if judge.name == "fact_check" and "Claim:" in text:  # minicheck: no delimiters
+            assert text == (
+                f"Document: {sendable(BROKEN.context[0].text)}\nClaim: {sendable(BROKEN.answer)}"
+            )
+            continue
+        assert inside(text, "claim" if judge.name == "fact_check" else "answer") == sendable(
+            BROKEN.answer
+        )
+        assert sendable(BROKEN.context[0].text) in text
+        assert 'arguments: {"q": "\ufffd"}\nresult: ok \ufffd' in inside(text, "tool_calls")
+        if judge.name != "fact_check":
+            assert inside(text, "question") == sendable(BROKEN.question)
+            assert "refunds\ufffd.md" in inside(text, "context")
+        if judge.name == "criteria":
+            assert "Does the answer keep the conditions \ufffd?" in text
+    assert len(server.requests) == len(cases)
+
+
+async def test_a_lone_surrogate_reaches_the_pairwise_judge_as_u_fffd(
+    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+) -> None:
+    first, second = f"Yes {HALF}, if unused.", "No."
+    server.script(
+        JUDGE, [voter(lambda shown_first: "A" if shown_first == sendable(first) else "B")] * 2
+    )
+    winner = await compare(
+        mode, judges.pairwise(jm), BROKEN.question, first, second, BROKEN.context
+    )
+    assert winner == "a"
+    for recorded in server.requests:
+        text = sent_as_utf8(recorded)[-1]
+        assert {inside(text, "answer_a"), inside(text, "answer_b")} == {sendable(first), second}
+        assert inside(text, "question") == sendable(BROKEN.question)
+
+
+async def test_a_conversation_with_a_lone_surrogate_is_judged(
+    server: ScriptedOpenAI, jm: JudgeModel, evaluate: Evaluate
+) -> None:
+    # from_messages gives the state a size limit, which is measured before the judge is asked
+    state = evidence.from_messages(
+        [
+            {"role": "user", "content": f"Can I get a refund {HALF}?"},
+            {"role": "assistant", "content": f"Yes {HALF}, within seven days if unused."},
+        ]
+    )
+    assert state.max_chars is not None
+    server.script(JUDGE, ["Yes"])
+    verdict = await evaluate(judges.relevancy(jm), state)
+    assert (verdict.status, verdict.passed) == ("judged", True)
+    (recorded,) = server.requests
+    assert (
+        inside(sent_as_utf8(recorded)[-1], "answer") == "Yes \ufffd, within seven days if unused."
+    )
+
+
+async def test_an_answer_with_a_lone_surrogate_is_judged_under_the_default_policy(
+    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+) -> None:
+    answer = f"Yes {HALF}, within seven days if unused."
+    server.script(JUDGE, ["No", "Yes"])
+    calls, respond = answering(mode, answer)
+    fn = retry_on_low_quality(evaluator=judges.relevancy(jm))(respond)  # fail_open by default
+    events: list[Event] = []
+    with refinekit.subscribe(events.append):
+        assert await call(fn, f"Can I get a refund {HALF}?") == answer  # returned as it was
+    assert len(calls) == 2  # the judge said no, then yes: both verdicts were the judge's
+    assert not [e for e in events if e.kind == "unjudged"]
+    assert {e.verdict.status for e in events if e.verdict is not None} == {"judged"}
+    for recorded in server.requests:
+        text = sent_as_utf8(recorded)[-1]
+        assert inside(text, "answer") == sendable(answer)
+        assert inside(text, "question") == "Can I get a refund \ufffd?"
 
 
 # --- usage ---------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import select
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -50,6 +52,19 @@ def local() -> Iterator[LocalModel]:
         yield model
 
 
+@pytest.fixture(autouse=True)
+def _server_still_up(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test on the shared server: if the server died, say so (how, its log, the fix).
+
+    The test itself only sees its client's `APIConnectionError`; this turns a crash into a
+    `LocalModelError` at teardown, with the end of the server's log.
+    """
+    yield
+    if "local" in request.fixturenames:
+        model: LocalModel = request.getfixturevalue("local")
+        model.check(wait=2.0)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -69,6 +84,8 @@ def _alive(pid: int) -> bool:
 def test_the_server_answers_and_is_gone_after_the_block() -> None:
     with LocalModel() as model:
         assert model.running
+        # start() returned after a test completion: the model computes on this CPU
+        assert "POST /v1/chat/completions" in model.log_tail()
         assert model.base_url.startswith("http://127.0.0.1:")
         with model.client() as client:
             listed = client.models.list()
@@ -122,6 +139,34 @@ def test_a_server_that_does_not_come_up_is_a_clear_error_with_its_log(tmp_path: 
         LocalModel(bogus, startup_timeout=60).start()
     assert "log ends" in str(caught.value)
     assert len(str(caught.value)) > len("log ends") + 40  # the tail of a real log
+
+
+def test_a_server_that_crashes_is_a_local_model_error_not_a_connection_error() -> None:
+    # What a llama-cpp-python built for another CPU's instructions does on its first
+    # completion (seen: SIGSEGV in libggml-cpu.so on an Intel Xeon with AVX-512/AMX),
+    # played here by sending the real server the signal.
+    model = LocalModel()
+
+    def crash_then_call() -> None:
+        with model, model.client() as client:
+            assert model._process is not None
+            pid = model._process.pid
+            resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))  # no core file
+            os.kill(pid, signal.SIGSEGV)
+            with pytest.raises(openai.APIConnectionError):  # all the client can say
+                client.chat.completions.create(
+                    model=model.model, messages=[{"role": "user", "content": "Hi"}]
+                )
+            with pytest.raises(LocalModelError, match="died from signal SIGSEGV") as caught:
+                model.check(wait=30)
+            assert "GGML_NATIVE=OFF" in str(caught.value)
+            assert "pip install --force-reinstall --no-cache-dir" in str(caught.value)
+            client.models.list()  # the block fails on the dead server...
+
+    with pytest.raises(LocalModelError, match="died from signal SIGSEGV") as caught:
+        crash_then_call()  # ...and its exit says why
+    assert isinstance(caught.value.__cause__, openai.APIConnectionError)
+    assert not model.running
 
 
 def test_a_killed_parent_leaves_no_server_behind(tmp_path: Path) -> None:

@@ -141,6 +141,28 @@ def test_golden_missing_file_is_a_collection_error(tester: pytest.Pytester) -> N
     result.stdout.fnmatch_lines(["*golden file not found: *nowhere.csv*"])
 
 
+def test_golden_malformed_csv_is_a_collection_error_naming_the_line(
+    tester: pytest.Pytester,
+) -> None:
+    # a comma left unquoted: once read as question "Pen", must_mention " or pencil?"
+    (tester.path / "cases.csv").write_text("question,must_mention\nPen, or pencil?,x\n")
+    tester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.golden("cases.csv")
+        def test_row(question, must_mention):
+            pass
+        """
+    )
+    result = run(tester)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*golden *cases.csv, line 2: 3 values, but the header has 2 columns*"]
+    )
+
+
 def test_markers_are_registered_for_strict_markers(tester: pytest.Pytester) -> None:
     result = run(tester, "--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.golden(path):*", "@pytest.mark.live:*"])

@@ -1,5 +1,6 @@
 """Property tests: whatever a model replies, `@self_correct` returns a valid value or raises
-`CorrectionExhausted`, and a valid reply gives exactly what pydantic's `validate_json` gives."""
+`CorrectionExhausted`, every message it sends is valid UTF-8, and a valid reply gives exactly
+what pydantic's `validate_json` gives."""
 
 from __future__ import annotations
 
@@ -80,6 +81,20 @@ none_like = st.sampled_from(
 )
 # any code point: lone surrogates, controls, emoji, unassigned
 unicode_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=60)
+# half an emoji (a lone surrogate) somewhere in a reply: no client can send it back as it is
+with_lone_surrogate = st.builds(
+    lambda before, half, after: before + half + after,
+    st.one_of(valid_json, wrong_types, st.text(max_size=20)),
+    st.sampled_from(["\ud83d", "\ude00", "\udfff"]),
+    st.one_of(st.just(""), prose),
+)
+# integers longer than Python converts (4300 digits): a repetition loop cut off at the limit
+huge_numbers = st.builds(
+    lambda digits, before, after: f"{before}{'9' * digits}{after}",
+    st.integers(4200, 6000),
+    st.sampled_from(["", "[", '{"number": "A", "total_cents": ', 'Here: {"total_cents": ', "-"]),
+    st.sampled_from(["", "]", "}", "} ok", ".5", "e3"]),
+)
 replies = st.one_of(
     st.text(),
     valid_json,
@@ -89,6 +104,8 @@ replies = st.one_of(
     wrapped_json,
     none_like,
     unicode_text,
+    with_lone_surrogate,
+    huge_numbers,
 )
 
 
@@ -115,9 +132,11 @@ class Scripted:
     def __init__(self, script: list[str]) -> None:
         self.script = script
         self.calls = 0
+        self.received: list[list[dict[str, Any]]] = []
 
     def __call__(self, messages: list[dict[str, Any]]) -> str:
         self.calls += 1
+        self.received.append([dict(m) for m in messages])
         return self.script[min(self.calls, len(self.script)) - 1]
 
 
@@ -141,11 +160,18 @@ def outcome(schema: Any, model: Scripted, *, run_async: bool = False) -> Any:
 def check_only_valid_or_exhausted(schema: Any, script: list[str], *, run_async: bool) -> None:
     model = Scripted(script)
     result = outcome(schema, model, run_async=run_async)
+    for messages in model.received:  # whatever the replies held, every request can be sent
+        for message in messages:
+            message["content"].encode("utf-8")
     if isinstance(result, CorrectionExhausted):
         assert type(result) in (JsonParseError, ResponseValidationError)
         assert model.calls == 3
         assert result.corrections_used == 2
-        assert result.conversation[-1] == {"role": "assistant", "content": result.raw_reply}
+        # the reply as it came, and as it can be sent on (a lone surrogate as U+FFFD)
+        sendable = result.raw_reply.encode("utf-16-le", "surrogatepass").decode(
+            "utf-16-le", "replace"
+        )
+        assert result.conversation[-1] == {"role": "assistant", "content": sendable}
         assert result.errors
     else:
         assert model.calls <= 3

@@ -989,6 +989,32 @@ async def test_the_default_reviser_defuses_tags_inside_the_draft(
     assert "\u2039/draft>" in block(content, "draft")
 
 
+async def test_a_lone_surrogate_reaches_the_judge_and_the_reviser_as_u_fffd(
+    mode: str, server: ScriptedOpenAI, judge: judges.Judge, client: Any
+) -> None:
+    # Half of an emoji in the draft and the question: no client can encode it as it is.
+    draft = "Yes \ud83d, you will get a full refund for order A-1."
+    question = "Can I get a refund for order A-1 \ud83d?"
+    server.script(JUDGE, [keeps_conditions, keeps_conditions])
+    server.script(WRITER, FIXED)
+    answer = decorated(mode, Shop(draft=draft), judge=judge, client=client, model=WRITER)
+    assert await call(answer, question) == FIXED
+    first_review, second_review = server.requests_for(JUDGE)
+    assert (
+        block(prompt_of(first_review), "answer")
+        == "Yes \ufffd, you will get a full refund for order A-1."
+    )
+    assert block(prompt_of(second_review), "answer") == FIXED
+    (revision,) = server.requests_for(WRITER)
+    assert revision.body is not None
+    _, user = revision.body["messages"]
+    content = user["content"]
+    assert block(content, "draft") == "Yes \ufffd, you will get a full refund for order A-1."
+    assert block(content, "question") == "Can I get a refund for order A-1 \ufffd?"
+    assert block(content, "defect") == KEEP
+    assert "\ud83d" not in content
+
+
 class _Raises:
     """A flow command that raises its own TimeoutError at once."""
 

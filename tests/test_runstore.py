@@ -473,6 +473,6 @@ def test_sigint_exits_130_marks_the_run_incomplete_and_it_resumes(
         assert [c.question for c in store.cases(run.id)] == ["q1", "q2"]
     assert run.status == "incomplete"
     assert run.finished_at is not None  # said so itself
-    assert run.summary == {"stored": 2, "cases": 5}
+    assert run.summary == {"stored": 2, "cases": 5, "retried": 0}
 
     resume_in_process(ws, server, cli, function, monkeypatch)

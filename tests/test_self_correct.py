@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import functools
 import inspect
 import json
+import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Annotated, Any, Literal, NewType, Optional
 
 import httpx2
 import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 from typing_extensions import TypedDict
 
 import refinekit
@@ -28,6 +30,7 @@ from refinekit import (
     self_correct,
 )
 from refinekit._correct import CHECK_MARKER
+from refinekit.testing import ScriptedOpenAI
 
 # --- schemas and replies -------------------------------------------------------------------------
 
@@ -324,6 +327,56 @@ def test_json_nested_too_deeply_is_reported_as_such(kind: str) -> None:
     assert "NaN" not in correction
 
 
+HUGE = "9" * 5000  # more digits than Python converts (4300): a repetition loop cut off
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param('{"number": "A-1", "total_cents": ' + HUGE, id="cut-off"),
+        pytest.param('{"number": "A-1", "total_cents": ' + HUGE + "}", id="closed"),
+        pytest.param(HUGE, id="bare-number"),
+        pytest.param(f'Here: {{"number": "A-1", "total_cents": {HUGE}}} ok', id="in-prose"),
+        pytest.param(f'```json\n{{"number": "A-1", "total_cents": {HUGE}}}\n```', id="fenced"),
+    ],
+)
+def test_an_integer_too_long_for_python_is_a_parse_failure_then_a_correction(
+    kind: str, reply: str
+) -> None:
+    value, model = run(kind, reply, GOOD)
+    assert value == INVOICE
+    assert model.calls == 2
+    assert model.received[1][len(USER)] == {"role": "assistant", "content": reply}
+    correction = model.correction()
+    assert correction.startswith(f"{CHECK_MARKER}\nYour previous reply could not be parsed as JSON")
+    if reply.startswith("{"):  # the number is what is wrong, and the correction says so
+        assert "Invalid JSON: number out of range at line 1 column 4335" in correction
+
+    error, model = fails(kind, reply)
+    assert isinstance(error, JsonParseError)
+    assert model.calls == 3
+    assert error.raw_reply == reply
+    assert error.corrections_used == 2
+
+
+@pytest.mark.skipif(not hasattr(sys, "set_int_max_str_digits"), reason="Python < 3.10.7")
+def test_a_long_integer_is_quoted_in_a_correction_whatever_pythons_digit_limit(
+    kind: str,
+) -> None:
+    # pydantic reads up to 4300 digits; an application may have lowered Python's own limit.
+    reply = '{"number": ' + "7" * 1000 + ', "total_cents": 1}'
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        value, model = run(kind, reply, GOOD)
+    finally:
+        sys.set_int_max_str_digits(limit)
+    assert value == INVOICE
+    assert "- number: Input should be a valid string (got a number too long to show)" in (
+        model.correction()
+    )
+
+
 # --- the correction turn -------------------------------------------------------------------------
 
 
@@ -551,10 +604,68 @@ class Plain:  # no annotations: pydantic has no schema for it
     pass
 
 
-@pytest.mark.parametrize("schema", [object(), Plain, 42], ids=["instance", "plain-class", "int"])
-def test_a_schema_pydantic_cannot_handle_is_a_type_error_when_decorating(schema: Any) -> None:
+def test_a_class_pydantic_cannot_handle_is_a_type_error_when_decorating() -> None:
     with pytest.raises(TypeError, match="pydantic cannot validate"):
+        self_correct(schema=Plain)
+
+
+def invoice_fields(number: str, total_cents: int) -> tuple[str, int]:
+    return number, total_cents
+
+
+def not_types() -> list[Any]:
+    """Schemas that are not types, each with what the TypeError must tell the caller."""
+    return [
+        pytest.param(invoice_fields, "the function invoice_fields is not a type", id="function"),
+        pytest.param(lambda number, total_cents: 0, "<lambda> is not a type", id="lambda"),
+        pytest.param(Invoice.model_validate_json, "Pass Invoice itself", id="classmethod"),
+        pytest.param(INVOICE.model_dump, "the method BaseModel.model_dump", id="bound-method"),
+        pytest.param(functools.partial(invoice_fields, "A-1"), "partial", id="partial"),
+        pytest.param(INVOICE, "an instance of Invoice is not a type", id="model-instance"),
+        pytest.param(Point(1, 2), "Pass Point itself", id="dataclass-instance"),
+        pytest.param("Invoice", "not its name", id="name"),
+        pytest.param({"type": "int"}, "an instance of dict", id="dict"),
+        pytest.param(None, "None is not a type", id="none"),
+        pytest.param(42, "an instance of int", id="int"),
+        pytest.param(object(), "an instance of object", id="object"),
+    ]
+
+
+@pytest.mark.parametrize(("schema", "says"), not_types())
+def test_a_schema_that_is_not_a_type_is_a_type_error_when_decorating(
+    schema: Any, says: str
+) -> None:
+    # pydantic would have taken a function for a call to make with the reply's fields
+    with pytest.raises(TypeError) as caught:
         self_correct(schema=schema)
+    message = str(caught.value)
+    assert message.startswith("self_correct(schema=...): ")
+    assert says in message
+    assert "Pass the type of the value the reply must be" in message
+
+
+Cents = NewType("Cents", int)
+
+
+@pytest.mark.parametrize(
+    ("schema", "bad", "good", "expected"),
+    [
+        pytest.param(dict[str, int], '{"a": "x"}', '{"a": 1}', {"a": 1}, id="dict"),
+        pytest.param(Annotated[int, Field(ge=0)], "-1", "5", 5, id="annotated"),
+        pytest.param(Literal["paid", "open"], '"late"', '"paid"', "paid", id="literal"),
+        pytest.param(Invoice | None, '{"number": 1}', "null", None, id="union-with-none"),
+        pytest.param(Optional[Invoice], '{"number": 1}', GOOD, INVOICE, id="optional"),  # noqa: UP045
+        pytest.param(Cents, '"x"', "12", 12, id="newtype"),
+        pytest.param(tuple[int, str], "[1]", '[1, "a"]', (1, "a"), id="tuple"),
+    ],
+)
+def test_typing_forms_are_schemas(
+    kind: str, schema: Any, bad: str, good: str, expected: Any
+) -> None:
+    value, model = run(kind, bad, good, schema=schema)
+    assert value == expected
+    assert model.calls == 2
+    assert "did not match the schema" in model.correction()
 
 
 def _no_params() -> str:
@@ -651,3 +762,52 @@ def test_exhaustion_emits_one_exhausted_event_naming_the_error(
     assert (exhausted.error or "").startswith("JsonParseError")
     assert exhausted.usage == error.usage
     assert len({e.job_id for e in events}) == 1
+
+
+# --- over HTTP: what refinekit sends is valid UTF-8 ----------------------------------------------
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedOpenAI]:
+    with ScriptedOpenAI() as scripted:
+        yield scripted
+
+
+def over_http(kind: str, server: ScriptedOpenAI, **options: Any) -> Callable[..., Any]:
+    """A function asking the scripted server's "extractor" model, under `@self_correct`."""
+    options.setdefault("schema", Invoice)
+    if kind == "sync":
+
+        def extract(messages: list[dict[str, Any]]) -> ChatCompletion:
+            with server.client() as client:
+                return client.chat.completions.create(model="extractor", messages=messages)
+
+        return self_correct(**options)(extract)
+
+    async def aextract(messages: list[dict[str, Any]]) -> ChatCompletion:
+        async with server.async_client() as client:
+            return await client.chat.completions.create(model="extractor", messages=messages)
+
+    return self_correct(**options)(aextract)
+
+
+def test_a_lone_surrogate_in_a_reply_reaches_the_model_as_u_fffd(
+    kind: str, server: ScriptedOpenAI
+) -> None:
+    # The server sends "\ud83d" escaped in its JSON; the client decodes it to a lone surrogate.
+    broken = '{"number": "A-1 \ud83d", "total_cents": 1250}'
+    server.script("extractor", [broken, GOOD])
+    assert call(over_http(kind, server), USER) == INVOICE
+    first, second = server.requests_for("extractor")
+    assert first.body is not None
+    assert first.body["messages"] == USER
+    explanation = (
+        "Your previous reply could not be parsed as JSON: "
+        "Input should be a valid string, unable to parse raw data as a unicode string."
+    )
+    assert second.body is not None
+    assert second.body["messages"] == [
+        *USER,
+        {"role": "assistant", "content": '{"number": "A-1 \ufffd", "total_cents": 1250}'},
+        {"role": "user", "content": expected_correction(explanation)},
+    ]

@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import re
 import threading
+import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
 from pydantic import BaseModel
 
+from .._config import is_testing
 from .._errors import JudgeError, JudgeMisconfigured, JudgeReplyError, JudgeUnavailable
+from .._errtext import utf8_text
 from .._evaluators import FlowEvaluator
-from .._flow import Flow
+from .._flow import Flow, current_deadline
 from .._job import current_job
 from .._model import EvaluationRequest, Usage, Verdict
+from .._redact import client_secrets, redact, redacted_logs
 from .._retry import check_policy
 
 if TYPE_CHECKING:
@@ -42,6 +48,12 @@ class JudgeModel:
     (`openai.AsyncOpenAI`); for the other path refinekit makes its counterpart with the same
     base URL, key, timeout, retries and headers, so a judge works from `def` and `async def`
     code alike. Transport retries are the client's own (`max_retries` on the client).
+
+    The counterparts refinekit makes are its own to close, never your client: an async one
+    (one per event loop) is closed when its loop shuts down (`asyncio.run`, `asyncio.Runner`,
+    or `loop.shutdown_asyncgens()`), and `close()` / `await aclose()` (or `with` / `async
+    with` the `JudgeModel`) close them at once. Your own client stays open: close it
+    yourself.
 
     Args:
         client: An `openai.OpenAI` or `openai.AsyncOpenAI` client.
@@ -71,12 +83,14 @@ class JudgeModel:
             raise ValueError("JudgeModel needs the judge model's name, a non-empty str")
         if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
             raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
+        self._client = client  # the caller's: never closed here
         self._sync = client if isinstance(client, openai.OpenAI) else None
         self._async = client if isinstance(client, openai.AsyncOpenAI) else None
         # Async counterparts made from a sync client, one per event loop: an async HTTP
-        # connection pool must not outlive the loop it was made on.
+        # connection pool must not outlive the loop it was made on. Each comes with the
+        # async generator that closes it when its loop shuts down (see `_closed_with_loop`).
         self._async_per_loop: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, openai.AsyncOpenAI
+            asyncio.AbstractEventLoop, tuple[openai.AsyncOpenAI, AsyncGenerator[None, None]]
         ] = weakref.WeakKeyDictionary()
         self.model = model
         self.temperature = temperature
@@ -87,30 +101,120 @@ class JudgeModel:
     @property
     def where(self) -> str:
         """The endpoint, for messages: the base URL without credentials or query."""
-        client = self._sync or self._async
-        assert client is not None
-        return safe_url(str(client.base_url))
+        return safe_url(str(self._client.base_url))
 
     def __repr__(self) -> str:
         return f"JudgeModel(model={self.model!r}, endpoint={self.where!r})"
 
     def sync_client(self) -> openai.OpenAI:
-        if self._sync is None:
+        """The sync client: yours, or the counterpart made from your async client."""
+        client = self._sync
+        if client is None:
             with _COUNTERPART_LOCK:  # criteria ask from several threads at once: make one
                 if self._sync is None:
                     assert self._async is not None
                     self._sync = openai.OpenAI(**_settings(self._async))
-        return self._sync
+                client = self._sync
+        return client
 
     def async_client(self) -> openai.AsyncOpenAI:
+        """The async client: yours, or this event loop's counterpart made from your sync one."""
         if self._async is not None:
             return self._async
-        assert self._sync is not None
         loop = asyncio.get_running_loop()
-        client = self._async_per_loop.get(loop)
-        if client is None:
-            client = self._async_per_loop[loop] = openai.AsyncOpenAI(**_settings(self._sync))
-        return client
+        with _COUNTERPART_LOCK:
+            made = self._async_per_loop.get(loop)
+            if made is None:
+                assert self._sync is not None
+                client = openai.AsyncOpenAI(**_settings(self._sync))
+                closer = self._closed_with_loop(loop, client)
+                _start(closer)  # now the loop's shutdown_asyncgens() will finish it
+                made = self._async_per_loop[loop] = (client, closer)
+        return made[0]
+
+    async def _closed_with_loop(
+        self, loop: asyncio.AbstractEventLoop, client: openai.AsyncOpenAI
+    ) -> AsyncGenerator[None, None]:
+        """Close `client` when finished: by `aclose()`, or by its loop's shutdown_asyncgens().
+
+        An event loop has no "on close" callback, but it finishes the async generators
+        started on it before it closes (`asyncio.run` and `asyncio.Runner` do), so this one
+        is started (see `_start`) when the client is made and waits at its `yield`.
+        """
+        try:
+            yield
+        finally:
+            with _COUNTERPART_LOCK:
+                if self._async_per_loop.get(loop, (None,))[0] is client:
+                    del self._async_per_loop[loop]
+            await client.close()
+
+    def close(self) -> None:
+        """Close the clients refinekit made for this judge, never the one you gave it.
+
+        That is the sync counterpart of your async client, and the async counterparts of
+        your sync client on event loops that are not running (a running loop's is closed by
+        `await aclose()` on it, or when the loop shuts down; called from a running loop, use
+        `await aclose()`). The judge stays usable: it makes new ones when it needs them.
+        """
+        self._close_sync_counterpart()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop runs here: idle loops can run their closers
+            pass
+        else:
+            return
+        with _COUNTERPART_LOCK:
+            idle = [
+                (loop, closer)
+                for loop, (_, closer) in self._async_per_loop.items()
+                if not loop.is_running() and not loop.is_closed()
+            ]
+        for loop, closer in idle:
+            loop.run_until_complete(closer.aclose())
+
+    async def aclose(self) -> None:
+        """Close the clients refinekit made for this judge, never the one you gave it.
+
+        That is the running loop's async counterpart of your sync client and the sync
+        counterpart of your async client (counterparts on other loops are closed when those
+        loops shut down). The judge stays usable: it makes new ones when it needs them.
+        """
+        self._close_sync_counterpart()
+        with _COUNTERPART_LOCK:
+            made = self._async_per_loop.get(asyncio.get_running_loop())
+        if made is not None:
+            await made[1].aclose()
+
+    def _close_sync_counterpart(self) -> None:
+        with _COUNTERPART_LOCK:
+            made = self._sync if self._sync is not self._client else None
+            if made is not None:
+                self._sync = None
+        if made is not None:
+            made.close()
+
+    def __enter__(self) -> JudgeModel:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> JudgeModel:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     def request(
         self, messages: list[dict[str, Any]], default_max_tokens: int, **extra: Any
@@ -118,7 +222,7 @@ class JudgeModel:
         """The keyword arguments of one chat completion request."""
         kwargs: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
+            "messages": sendable(messages),
             "temperature": self.temperature,
             "max_tokens": self.max_tokens or default_max_tokens,
         }
@@ -128,6 +232,20 @@ class JudgeModel:
             kwargs["timeout"] = self.timeout
         kwargs.update(extra)
         return kwargs
+
+
+def _start(closer: AsyncGenerator[None, None]) -> None:
+    """Run an async generator to its first `yield` from sync code on the loop's thread.
+
+    Its first step registers it with the running loop (the loop's asyncgen hooks), so the
+    loop's shutdown_asyncgens() will close it; the step itself awaits nothing.
+    """
+    step = closer.__anext__()
+    try:
+        step.send(None)
+    except StopIteration:
+        return
+    raise RuntimeError("the closer's first step awaited something")  # pragma: no cover
 
 
 def _settings(client: openai.OpenAI | openai.AsyncOpenAI) -> dict[str, Any]:
@@ -143,25 +261,126 @@ def _settings(client: openai.OpenAI | openai.AsyncOpenAI) -> dict[str, Any]:
     }
 
 
+C = TypeVar("C", openai.OpenAI, openai.AsyncOpenAI)
+
+
+class _DeadlinePassed(TimeoutError):
+    """A judge request not sent: the time limit around it (a `Timed` command's) had passed."""
+
+
+def _bounded(client: C) -> C:
+    """`client`, or, within a time limit, a copy whose chat completions end by its deadline.
+
+    The copy (`with_options`, which shares the client's connection pool) sends each request
+    with `timeout` cut to the time left, and does the client's transport retries itself
+    (its `max_retries`, on the errors the openai client retries, after the wait the server
+    asks or the same backoff) only while they can end before the deadline. A request past
+    the deadline is not sent. So a judge call that a sync `Timed` stopped waiting for stops
+    too, instead of going on in its worker thread.
+    """
+    deadline = current_deadline()
+    if deadline is None:
+        return client
+    copy = client.with_options(max_retries=0)
+    completions = copy.chat.completions
+    create: Callable[..., Any] = completions.create
+    retries = client.max_retries
+    if isinstance(copy, openai.AsyncOpenAI):
+
+        async def acreate(**kwargs: Any) -> Any:
+            own = kwargs.pop("timeout", client.timeout)
+            for taken in itertools.count():
+                try:
+                    return await create(**kwargs, timeout=_cut(own, deadline))
+                except Exception as exc:
+                    wait = _retry_wait(exc, taken, retries, deadline)
+                    if wait is None:
+                        raise
+                    await asyncio.sleep(wait)
+
+        setattr(completions, "create", acreate)  # noqa: B010 - on our own copy only
+    else:
+
+        def screate(**kwargs: Any) -> Any:
+            own = kwargs.pop("timeout", client.timeout)
+            for taken in itertools.count():
+                try:
+                    return create(**kwargs, timeout=_cut(own, deadline))
+                except Exception as exc:
+                    wait = _retry_wait(exc, taken, retries, deadline)
+                    if wait is None:
+                        raise
+                    time.sleep(wait)
+
+        setattr(completions, "create", screate)  # noqa: B010 - on our own copy only
+    return copy
+
+
+def _cut(timeout: Any, deadline: float) -> Any:
+    """A request timeout that ends by `deadline` (a number, None or an httpx `Timeout`)."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _DeadlinePassed("the judge request's time limit had passed")
+    if timeout is None or isinstance(timeout, openai.NotGiven):
+        return left
+    if isinstance(timeout, (int, float)):
+        return min(float(timeout), left)
+    parts = {}
+    for name in ("connect", "read", "write", "pool"):  # an httpx Timeout, e.g. the default
+        value = getattr(timeout, name, None)
+        parts[name] = left if value is None else min(float(value), left)
+    return type(timeout)(**parts)
+
+
+def _retry_wait(exc: Exception, taken: int, retries: int, deadline: float) -> float | None:
+    """Seconds to wait before retrying a failed request, or None: no retry (see `_bounded`)."""
+    if taken >= retries:
+        return None
+    if isinstance(exc, openai.APIStatusError):
+        told = exc.response.headers.get("x-should-retry")
+        status = exc.status_code
+        if told == "false" or (told != "true" and status not in (408, 409, 429) and status < 500):
+            return None
+    elif not isinstance(exc, openai.APIConnectionError):  # timeouts included
+        return None
+    wait = retry_after_of(exc)
+    if wait is None:
+        wait = min(0.5 * 2.0**taken, 8.0)
+    if time.monotonic() + wait >= deadline:
+        return None
+    return 0.0 if is_testing() else wait
+
+
 def safe_url(url: str) -> str:
-    """A URL without user info and query: what may appear in a message or a log."""
+    """A URL without user info and query (and no key-shaped path part): for messages and logs."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.port:
         host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return redact(urlunsplit((parts.scheme, host, parts.path, "", "")))
+
+
+def _secrets(judge: JudgeModel) -> tuple[str, ...]:
+    """What the judge's client was configured with (its counterparts share it)."""
+    return client_secrets(judge._sync or judge._async)
 
 
 def judge_error(judge: JudgeModel, exc: Exception) -> JudgeError | None:
-    """The refinekit error for a failed judge request, or None when `exc` is not one."""
-    where = f"judge model {judge.model!r} at {judge.where}"
+    """The refinekit error for a failed judge request, or None when `exc` is not one.
+
+    Its message never holds a credential: the server's error text may echo the key it was
+    sent, so the judge's configured secrets (the client's key, its base URL's password, its
+    credential headers) and anything key-shaped are redacted from it.
+    """
+    secrets = _secrets(judge)
+    where = redact(f"judge model {judge.model!r} at {judge.where}", secrets)
     if isinstance(exc, openai.APITimeoutError):
         return JudgeUnavailable(f"{where}: request timed out", model=judge.model)
     if isinstance(exc, openai.APIConnectionError):
         return JudgeUnavailable(f"{where}: could not connect", model=judge.model)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        detail = _error_message(exc)
+        detail = _error_message(exc, secrets)
         message = f"{where}: HTTP {status}" + (f": {detail}" if detail else "")
         if status in _MISCONFIGURED:
             hint = {
@@ -217,13 +436,14 @@ def retry_after_of(exc: BaseException) -> float | None:
     return None
 
 
-def _error_message(exc: openai.APIStatusError) -> str:
+def _error_message(exc: openai.APIStatusError, secrets: Sequence[str] = ()) -> str:
+    """The server's error message, on one line, redacted (before it is shortened)."""
     body = exc.body
     message = None
     if isinstance(body, Mapping):
         inner = body.get("error", body)
         message = inner.get("message") if isinstance(inner, Mapping) else None
-    text = " ".join(str(message or "").split())
+    text = redact(" ".join(str(message or "").split()), secrets)
     return text[:300]
 
 
@@ -260,9 +480,10 @@ class Complete:
 
     def run_sync(self) -> ChatCompletion:
         try:
-            completion: ChatCompletion = self.judge.sync_client().chat.completions.create(
-                **self.kwargs
-            )
+            with redacted_logs(_secrets(self.judge)):
+                completion: ChatCompletion = _bounded(
+                    self.judge.sync_client()
+                ).chat.completions.create(**self.kwargs)
         except Exception as exc:
             raise (judge_error(self.judge, exc) or exc) from None
         _record(_count(completion))
@@ -270,9 +491,10 @@ class Complete:
 
     async def run_async(self) -> ChatCompletion:
         try:
-            completion: ChatCompletion = await self.judge.async_client().chat.completions.create(
-                **self.kwargs
-            )
+            with redacted_logs(_secrets(self.judge)):
+                completion: ChatCompletion = await _bounded(
+                    self.judge.async_client()
+                ).chat.completions.create(**self.kwargs)
         except Exception as exc:
             raise (judge_error(self.judge, exc) or exc) from None
         _record(_count(completion))
@@ -333,21 +555,23 @@ class Structured:
         return judge_error(self.judge, exc) or exc
 
     def run_sync(self) -> BaseModel:
-        client = self._instructor(self.judge.sync_client())
+        client = self._instructor(_bounded(self.judge.sync_client()))
         try:
-            parsed, _ = client.chat.completions.create_with_completion(
-                response_model=self.response_model, max_retries=self.max_retries, **self.kwargs
-            )
+            with redacted_logs(_secrets(self.judge)):  # instructor logs the error text
+                parsed, _ = client.chat.completions.create_with_completion(
+                    response_model=self.response_model, max_retries=self.max_retries, **self.kwargs
+                )
         except Exception as exc:
             raise self._fail(exc) from None
         return parsed  # type: ignore[no-any-return]
 
     async def run_async(self) -> BaseModel:
-        client = self._instructor(self.judge.async_client())
+        client = self._instructor(_bounded(self.judge.async_client()))
         try:
-            parsed, _ = await client.chat.completions.create_with_completion(
-                response_model=self.response_model, max_retries=self.max_retries, **self.kwargs
-            )
+            with redacted_logs(_secrets(self.judge)):  # instructor logs the error text
+                parsed, _ = await client.chat.completions.create_with_completion(
+                    response_model=self.response_model, max_retries=self.max_retries, **self.kwargs
+                )
         except Exception as exc:
             raise self._fail(exc) from None
         return parsed  # type: ignore[no-any-return]
@@ -381,6 +605,18 @@ DATA_RULE = (
 
 _TAGS = "question|context|document|claim|answer|answer_a|answer_b|tool_calls"
 _TAG = re.compile(rf"<(\s*/?\s*)({_TAGS})\b", re.IGNORECASE)
+
+
+def sendable(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with every text as UTF-8 can carry it (a lone surrogate becomes U+FFFD).
+
+    An answer, a question, a document or a tool result may hold a lone surrogate; sent as it
+    is, the client fails to encode the request (`UnicodeEncodeError`) and no policy applies.
+    """
+    return [
+        {**m, "content": utf8_text(m["content"])} if isinstance(m.get("content"), str) else m
+        for m in messages
+    ]
 
 
 def delimit(tag: str, text: str) -> str:
@@ -479,7 +715,7 @@ class Judge(FlowEvaluator):
                 trace_issues=list(request.trace_issues),
             )
         if request.max_chars is not None:
-            size = len(request.model_dump_json())
+            size = _serialised_chars(request)
             if size > request.max_chars:
                 return Verdict.inconclusive(
                     "JUDGE_STATE_LIMIT", judge=self.name, chars=size, max_chars=request.max_chars
@@ -493,6 +729,17 @@ class Judge(FlowEvaluator):
                 exc.fail_closed = True
             raise
         return verdict
+
+
+def _serialised_chars(request: EvaluationRequest) -> int:
+    """The length of the request as compact JSON: what its `max_chars` limits.
+
+    Written by `json` from pydantic's JSON-mode dump, not by pydantic's encoder, which refuses
+    a lone surrogate (the prompt carries it as U+FFFD, one character for one).
+    """
+    return len(
+        json.dumps(request.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
+    )
 
 
 def first_error(results: Sequence[Any]) -> Exception | None:

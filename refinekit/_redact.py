@@ -1,0 +1,278 @@
+"""Credentials out of text: what refinekit raises, logs, prints, stores or reports.
+
+`redact` replaces, in any text:
+
+- the secrets it is given literally (a judge's configured API key, whatever its shape, and
+  the URL-encoded form of each), when at least `MIN_SECRET_CHARS` long;
+- the user info of a URL, `scheme://user:password@host` -> `scheme://[redacted]@host` (the
+  scheme, host and path stay, so the message still says which endpoint failed);
+- an `Authorization` (or `Proxy-Authorization`) value, and `Bearer ...` / `Basic ...`
+  credentials anywhere;
+- assignments of keys, tokens, passwords and secrets (`api_key=...`, `x-api-key: ...`,
+  `{"password": "..."}`, `OPENAI_API_KEY=...`), and query parameters named like them;
+- provider key shapes (`sk-...`, `sk-proj-...`, `sk-ant-...`, `gsk_...`, `hf_...`,
+  `xai-...`, `pplx-...`, `r8_...`, `ghp_...`, `github_pat_...`, `AIza...`, `AKIA...`) and
+  JSON Web Tokens.
+
+`client_secrets` collects what an `openai` client was configured with, for `redact` to
+replace literally; `redacted_logs` redacts what the libraries under a judge's request
+(instructor, openai, httpx) log while it is under way. This module imports nothing of
+refinekit's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+__all__ = [
+    "MIN_SECRET_CHARS",
+    "REDACTED",
+    "client_secrets",
+    "redact",
+    "redacted_logs",
+    "url_secrets",
+]
+
+REDACTED = "[redacted]"
+_REDACTED_KEY = "[redacted key]"
+
+MIN_SECRET_CHARS = 6
+"""Literal secrets shorter than this are not looked for: a placeholder key such as `none` or
+`EMPTY` (local servers) is no secret, and replacing every `none` would garble messages."""
+
+# Names of keys, tokens and passwords, in assignments, headers and query parameters.
+_SECRET_NAME = (
+    r"(?:[A-Za-z0-9]+[_-]){0,4}"  # a prefix: OPENAI_API_KEY, x-api-key, db_password, x-goog-...
+    r"(?:api[_-]?key|access[_-]?key|secret[_-]?key|private[_-]?key|subscription[_-]?key"
+    r"|(?:access|refresh|id|auth|session|bearer)[_-]?token|token"
+    r"|password|passwd|pwd|secret|client[_-]?secret|credentials?)"
+)
+# A value that is itself the next name (`api_key: password: ...`) is not the credential: the
+# assignment after it is redacted instead.
+_NOT_A_NAME = rf"(?!(?:{_SECRET_NAME}|(?:proxy-)?authorization)['\"]?[=:](?:\s|['\"]|$))"
+_HEADER_NAME = re.compile(r"(?i)(authorization|api[_-]?key|token|secret|password|cookie)")
+_QUERY_NAME = re.compile(
+    r"(?i)(key|token|secret|password|passwd|pwd|sig|signature|auth|credential|code)"
+)
+
+_Replace = str | Callable[[re.Match[str]], str]
+
+
+def _credential_like(token: str) -> bool:
+    """Whether a word after `Bearer`/`Basic` looks like a credential, not like prose.
+
+    A digit, a symbol of a token (`.~+/=-_`) or a capital after the first letter: real
+    credentials have one ("dXNlcjpwYXNz", "eyJ...", "my-key-123"); "Basic information" not.
+    """
+    return bool(re.search(r"[0-9._~+/=\-]", token) or re.search(r"[A-Z]", token[1:]))
+
+
+def _scheme_credential(match: re.Match[str]) -> str:
+    if not _credential_like(match.group(3)):
+        return match.group(0)
+    return f"{match.group(1)}{match.group(2)}{REDACTED}"
+
+
+def _header_value(match: re.Match[str]) -> str:
+    return f"{match.group(1)}{match.group(2)}{match.group(3) or ''}{REDACTED}"
+
+
+_PATTERNS: list[tuple[re.Pattern[str], _Replace]] = [
+    # user info of a URL: the whole of it (a user name is often a token itself, as in
+    # https://<token>@host, or https://apikey:<key>@host); the scheme, host and path stay
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{0,30}://)[^\s/?#]+@"), rf"\1{REDACTED}@"),
+    # an Authorization header's value, with or without its scheme
+    (
+        re.compile(
+            r"(?i)\b((?:proxy-)?authorization)(['\"]?\s*[=:]\s*['\"]?)"
+            rf"((?:bearer|basic|digest|token|apikey)\s+)?{_NOT_A_NAME}[^\s'\",;}}&]+"
+        ),
+        _header_value,
+    ),
+    # Bearer and Basic credentials anywhere else
+    (re.compile(r"(?i)\b(bearer|basic)(\s+)([A-Za-z0-9._~+/=\-]{8,})"), _scheme_credential),
+    # assignments of keys, tokens, passwords (also quoted, as in a dict's repr or JSON)
+    (
+        re.compile(
+            rf"(?i)\b({_SECRET_NAME})(['\"]?\s*[=:]\s*['\"]?)(?!\[redacted){_NOT_A_NAME}"
+            r"[^\s'\",;}&]{4,}"
+        ),
+        rf"\1\2{REDACTED}",
+    ),
+    # query parameters named like a key, a token or a signature: ?key=..., &sig=...
+    (
+        re.compile(
+            r"(?i)([?&][A-Za-z0-9_.\-]{0,40}?(?:key|token|secret|password|passwd|pwd|sig|signature"
+            r"|auth|credential|code)[A-Za-z0-9_.\-]{0,40}=)(?!\[redacted)[^&\s#'\"]+"
+        ),
+        rf"\1{REDACTED}",
+    ),
+    # provider key shapes (a masked one, sk-proj-****abcd, too)
+    (
+        re.compile(
+            r"\b(?:sk-|gsk_|hf_|xai-|pplx-|r8_|gh[pousr]_|github_pat_|glpat-|xox[abprs]-)"
+            r"[A-Za-z0-9*][A-Za-z0-9_*\-]{15,}"
+        ),
+        _REDACTED_KEY,
+    ),
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}|\bAKIA[0-9A-Z]{16}\b"), _REDACTED_KEY),
+    # JSON Web Tokens: header.payload.signature, base64url, the header starting {"
+    (
+        re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"),
+        _REDACTED_KEY,
+    ),
+]
+
+
+def _literals(secrets: Iterable[str]) -> list[str]:
+    found: list[str] = []
+    for secret in secrets:
+        for form in (secret, quote(secret, safe=""), unquote(secret)):
+            # a secret inside a placeholder could never be removed for good: leave it
+            if len(form) >= MIN_SECRET_CHARS and form not in REDACTED + _REDACTED_KEY:
+                found.append(form)
+    # longest first, so a secret that contains another is replaced whole
+    return sorted(set(found), key=len, reverse=True)
+
+
+def _once(text: str, literals: list[str]) -> str:
+    for secret in literals:
+        text = text.replace(secret, REDACTED)
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` with every credential in it replaced by `[redacted]` (a key: `[redacted key]`).
+
+    Args:
+        text: Any text: an error message, a reason, feedback, a log line.
+        secrets: Secrets to replace wherever they appear, whatever their shape (a configured
+            API key, a password); those shorter than `MIN_SECRET_CHARS` are ignored.
+
+    Returns:
+        The text without credentials. Redacting it again changes nothing.
+    """
+    literals = _literals(secrets)
+    for _ in range(4):  # a replacement may complete another's match: until nothing changes
+        redacted = _once(text, literals)
+        if redacted == text:
+            break
+        text = redacted
+    return text
+
+
+def url_secrets(url: str) -> list[str]:
+    """The credentials a URL carries: its user info and query values named like keys."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    found: list[str] = []
+    if parts.password:
+        found.append(parts.password)
+    elif parts.username:  # https://<token>@host
+        found.append(parts.username)
+    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+        if _QUERY_NAME.search(name):
+            found += [value, value.rstrip("/")]
+    return found
+
+
+def client_secrets(client: Any) -> tuple[str, ...]:
+    """The secrets an `openai` client (or `AzureOpenAI`) was configured with.
+
+    Its API key, the user info and key-like query values of its base URL, the values of
+    headers named like credentials (`Authorization`, `api-key`, `x-api-key`, ...) in its
+    `default_headers`, and key-like values of its `default_query`.
+    """
+    found: list[str] = []
+    for attribute in ("api_key", "_azure_ad_token"):
+        value = getattr(client, attribute, None)
+        if isinstance(value, str):
+            found.append(value)
+    base_url = getattr(client, "base_url", None)
+    if base_url is not None:
+        found += url_secrets(str(base_url))
+    headers = getattr(client, "_custom_headers", None)
+    if isinstance(headers, Mapping):
+        for name, value in headers.items():
+            if isinstance(name, str) and isinstance(value, str) and _HEADER_NAME.search(name):
+                found.append(value)
+                scheme, _, credential = value.strip().partition(" ")
+                if credential and scheme.isalpha():  # "Bearer <token>": the token alone too
+                    found.append(credential.strip())
+    query = getattr(client, "_custom_query", None)
+    if isinstance(query, Mapping):
+        for name, value in query.items():
+            if isinstance(name, str) and _QUERY_NAME.search(name) and value is not None:
+                found.append(str(value))
+    return tuple(dict.fromkeys(s for s in found if len(s) >= MIN_SECRET_CHARS))
+
+
+# --- the logs of the libraries a judge's request goes through ----------------------------------
+
+LIBRARY_LOGGERS = ("instructor", "openai", "httpx")
+"""The libraries whose log records `redacted_logs` redacts (every logger of each): instructor
+logs an endpoint's error text at ERROR before it raises, which may echo the key; openai and
+httpx log the request URL, user info and all, at DEBUG and INFO."""
+
+_SCOPE: ContextVar[tuple[str, ...] | None] = ContextVar("refinekit_redacted_logs", default=None)
+_COVERED: set[str] = set()
+_COVER_LOCK = threading.Lock()
+_seen_loggers = -1
+
+
+class _ScopedRedaction(logging.Filter):
+    """Redacts a record logged inside `redacted_logs` (in its thread or task); else nothing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = _SCOPE.get()
+        if secrets is not None:
+            try:
+                text = record.getMessage()
+            except Exception:  # a record that cannot be formatted is the logger's business
+                return True
+            record.msg = redact(text, secrets)
+            record.args = None
+        return True
+
+
+_FILTER = _ScopedRedaction()
+
+
+def _cover(prefixes: tuple[str, ...]) -> None:
+    """Put the filter on every logger of the libraries (a logger made since, on the next call)."""
+    global _seen_loggers
+    known = logging.root.manager.loggerDict
+    if len(known) == _seen_loggers:
+        return
+    with _COVER_LOCK:
+        names = [n for n in list(known) if n.split(".")[0].startswith(prefixes)]
+        for name in (*prefixes, *names):
+            if name not in _COVERED:
+                logging.getLogger(name).addFilter(_FILTER)
+                _COVERED.add(name)
+        _seen_loggers = len(known)
+
+
+@contextlib.contextmanager
+def redacted_logs(secrets: Iterable[str] = ()) -> Iterator[None]:
+    """Redact what instructor, openai and httpx log within the block (its thread or task).
+
+    `secrets` are redacted literally too. Their records logged elsewhere are left as they are.
+    """
+    _cover(LIBRARY_LOGGERS)
+    token = _SCOPE.set(tuple(secrets))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
