@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the mix's seed")
     parser.add_argument("--quick", action="store_true", help="a few jobs of each kind")
-    parser.add_argument("--no-kill", action="store_true", help="no SIGKILLed eval run")
+    parser.add_argument(
+        "--no-interrupt", action="store_true", help="no eval run killed or stopped and resumed"
+    )
     args = parser.parse_args(argv)
     logging.getLogger("instructor").addHandler(logging.NullHandler())  # its retries' chatter
     jobs = QUICK if args.quick else JOBS
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         print(report.figures())
         with tempfile.TemporaryDirectory() as folder:
             evals = run_eval_mix(
-                args.seed, eval_runs, eval_cases, Path(folder), kill=not args.no_kill
+                args.seed, eval_runs, eval_cases, Path(folder), interrupt=not args.no_interrupt
             )
     print()
     print(eval_figures(evals))

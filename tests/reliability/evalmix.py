@@ -90,11 +90,17 @@ async def aanswer(question, model):
 '''
 
 JUDGE = '''
+import httpx2
 import openai
 
 from refinekit import judges
 
-client = openai.{client}(base_url={url!r}, api_key={key!r}, max_retries=0, timeout=10)
+# An async client made here outlives the event loop of an in-process eval: with no pooled
+# connection, none is left to that closed loop (a test's concern; a CLI process just exits).
+options = {{"http_client": openai.DefaultAsyncHttpxClient(
+    limits=httpx2.Limits(max_keepalive_connections=0)
+)}} if {client!r} == "AsyncOpenAI" else {{}}
+client = openai.{client}(base_url={url!r}, api_key={key!r}, max_retries=0, timeout=10, **options)
 judge = judges.criteria(
     judges.JudgeModel(client, {model!r}),
     [judges.Criterion("grounded", "Is the answer supported by the context?")],
@@ -188,13 +194,25 @@ def predict_case(case: EvalCase, judged: bool, repeat: int) -> tuple[set[str], i
     return outcomes, TRIES, TRIES * repeat
 
 
+def expected_exit(outcomes: Sequence[str]) -> int:
+    """`refinekit eval`'s exit status without gates, from its cases' outcomes.
+
+    4 when no answer was judged (every case raised, here never a refused answer, or was
+    unavailable: the setup failed); 1 when no case passed or failed (nothing counted);
+    else 0.
+    """
+    if not any(o in ("passed", "failed", "inconclusive") for o in outcomes):
+        return 4
+    return 0 if any(o in ("passed", "failed", "raised") for o in outcomes) else 1
+
+
 class EvalRun:
     """A golden file, a target and a judge for one `refinekit eval` run, and its check."""
 
     def __init__(
         self,
         mix: Mix,
-        number: int,
+        number: int | str,
         folder: Path,
         *,
         cases: int,
@@ -205,7 +223,7 @@ class EvalRun:
         concurrency: int = 4,
     ) -> None:
         self.mix = mix
-        self.name = f"eval_{mode}_{mix.seed}_{number or 'killed'}"
+        self.name = f"eval_{mode}_{mix.seed}_{number}"
         self.folder = folder
         self.mode = mode
         self.judged = judged
@@ -218,11 +236,12 @@ class EvalRun:
         self.judge_model = f"{self.name}-judge"
         self.cases: list[EvalCase] = []
         rate = mix.fault_rate()
+        self.judge_key = mix.pick(mix.secrets.judge_keys)  # the run's judge client's key
         for i in range(1, cases + 1):
             must = mix.pick([MUST_MENTION, MUST_MENTION, MUST_MENTION, ""])
             answers = [self._answer_step(rate) for _ in range(TRIES)]
             verdicts = [
-                mix.verdict("criteria", rate, hangs=False, misconfigured=False)
+                mix.verdict("criteria", rate, key=self.judge_key, hangs=False, misconfigured=False)
                 for _ in range(TRIES * repeat)
             ]
             hostile = mix.pick([t for t in HOSTILE_TEXTS if "\x00" not in t])
@@ -253,7 +272,7 @@ class EvalRun:
         source = TARGET.format(url=url, key=s.answer_key, upstream=upstream, bearer=s.bearer)
         client = self.mix.pick(["OpenAI", "AsyncOpenAI"])
         source += JUDGE.format(
-            client=client, url=url, key=self.mix.pick(s.judge_keys), model=self.judge_model
+            client=client, url=url, key=self.judge_key, model=self.judge_model
         )
         (self.folder / f"{self.module}.py").write_text(textwrap.dedent(source), encoding="utf-8")
         rows = [
@@ -449,15 +468,16 @@ class EvalRun:
                     f"{where}: {record.outcome} ({record.error or record.feedback}), served "
                     f"{kinds}; expected one of {sorted(possible)}"
                 )
-            factor = 1 if exact is None or record.position in exact else 2
-            if answered[case.model] > answer_budget * factor:
+            if exact is not None and record.position not in exact:  # asked twice, any steps
+                answer_budget, judge_budget = 2 * TRIES, 2 * TRIES * self.repeat
+            if answered[case.model] > answer_budget:
                 v.append(f"{where}: {answered[case.model]} answering calls, over {answer_budget}")
-            if judge_calls[record.position] > judge_budget * factor:
+            if judge_calls[record.position] > judge_budget:
                 v.append(f"{where}: {judge_calls[record.position]} judge calls, over {judge_budget}")
-        measured = any(c.outcome in ("passed", "failed", "raised") for c in cases)
         last = self.invocations[-1]
-        if last.code != (0 if measured else 1):
-            v.append(f"exit status {last.code}, not {0 if measured else 1}: {last.err.strip()[-300:]}")
+        expected = expected_exit([c.outcome for c in cases])
+        if last.code != expected:
+            v.append(f"exit status {last.code}, not {expected}: {last.err.strip()[-300:]}")
         self._check_outputs(v)
         return result
 
@@ -481,15 +501,16 @@ class EvalRun:
         for markup in ("<script>alert(document.cookie)", "<img src=x onerror", "<b>x</b>"):
             if markup in html:
                 v.append(f"unescaped answer markup in the HTML report: {markup!r}")
-        if self.invocations and self.invocations[-1].code in (0, 1) and not html:
+        if self.invocations and self.invocations[-1].code in (0, 1, 4) and not html:
             v.append("no HTML report written")
 
 
 def run_eval_mix(
-    seed: int, runs: int, cases: int, folder: Path, *, kill: bool = True
+    seed: int, runs: int, cases: int, folder: Path, *, interrupt: bool = True
 ) -> list[EvalResult]:
     """`runs` eval runs of `cases` cases each (sync and async targets, judged or not, CSV or
-    JSONL, --repeat 1 or 3), and, with `kill`, one more killed with SIGKILL and resumed."""
+    JSONL, --repeat 1 or 3), and, with `interrupt`, two more stopped mid-run and resumed: one
+    killed with SIGKILL, one stopped by a misconfigured judge (exit 3)."""
     secrets = Secrets.planted(seed)
     mix = Mix(seed, secrets, "eval")
     results = []
@@ -508,40 +529,59 @@ def run_eval_mix(
             run.write(server)
             run.run_in_process()
             results.append(run.check(server))
-        if kill:
-            killed = Mix(seed, secrets, "eval-killed")
-            results.append(killed_and_resumed(killed, 0, folder, server, cases))
+        if interrupt:
+            for how in ("killed", "stopped"):
+                mix = Mix(seed, secrets, f"eval-{how}")
+                results.append(interrupted_and_resumed(mix, how, folder, server, cases))
     return results
 
 
-def killed_and_resumed(
-    mix: Mix, number: int, folder: Path, server: ScriptedOpenAI, cases: int
+def interrupted_and_resumed(
+    mix: Mix, how: str, folder: Path, server: ScriptedOpenAI, cases: int
 ) -> EvalResult:
-    """An eval killed with SIGKILL mid-case, then the same command again: nothing lost,
-    nothing doubled, and no case stored before the kill asked again."""
+    """An eval stopped mid-run, then the same command again: nothing lost, nothing doubled,
+    and no case stored before the stop asked again.
+
+    `how`: "killed" (the child process gets SIGKILL while a case waits for its answer) or
+    "stopped" (a case's judge answers HTTP 401 echoing the key: `refinekit eval` stops, exit
+    3, and the fixed endpoint answers the resumed run).
+    """
     mode = mix.pick(["sync", "async"])
-    run = EvalRun(mix, number, folder, cases=cases, mode=mode, judged=True, concurrency=2)
-    run.write(server, kill_at=mix.rng.randint(cases // 2, cases - 2))
-    killed = run.run_killed()
+    run = EvalRun(mix, how, folder, cases=cases, mode=mode, judged=True, concurrency=2)
+    if how == "killed":
+        run.write(server, kill_at=mix.rng.randint(cases // 2, cases - 2))
+        stop = run.run_killed()
+        stopped_as = -signal.SIGKILL
+    else:
+        case = run.cases[mix.rng.randint(cases // 2, cases - 2) - 1]
+        good = "Yes: an unused order can be refunded within 30 days [refunds.md]."
+        case.answers[0] = _step("good_text", good, "text", value=good)
+        echo = f"Incorrect API key provided: {run.judge_key}"
+        case.verdicts[0] = _step("http_401", Reply.error(401, echo), "misconfigured")
+        run.write(server)
+        stop = run.run_in_process()
+        stopped_as = 3
     _, before = run.stored()
     asked_before = run.answered(server)
     stored_before = {c.position for c in before}
-    # the cases in flight at the kill are asked again on resume: their outcome is not predicted
+    # the cases in flight at the stop are asked again on resume: their outcome is not predicted
     in_flight = {c.position for c in run.cases if asked_before[c.model]} - stored_before
     run.run_in_process()
     asked_after = run.answered(server)
     result = run.check(server, exact={c.position for c in run.cases} - in_flight)
     v = result.violations
-    if killed.code != -signal.SIGKILL:
-        v.append(f"the child exited {killed.code}, not killed by SIGKILL")
+    if stop.code != stopped_as:
+        v.append(f"the first command exited {stop.code}, not {stopped_as}: {stop.err[-300:]!r}")
+    if how == "stopped" and "the judge is misconfigured" not in stop.err:
+        v.append(f"the first command did not say the judge is misconfigured: {stop.err[-300:]!r}")
     resumed = run.invocations[-1].out
     if f"resuming run 1: {len(before)} of {cases} cases already stored" not in resumed:
         v.append(f"the second command did not resume run 1 ({len(before)} stored): {resumed[:300]!r}")
     for case in run.cases:
         if case.position in stored_before and asked_after[case.model] != asked_before[case.model]:
-            v.append(f"case {case.position} was stored before the kill and asked again on resume")
-    if not 0 < len(before) < cases:
-        v.append(f"{len(before)} of {cases} cases stored at the kill: the kill was not mid-run")
+            v.append(f"case {case.position} was stored before the stop and asked again on resume")
+    if not len(before) < cases:
+        v.append(f"{len(before)} of {cases} cases stored at the stop: it was not mid-run")
     return result
 
 

@@ -354,9 +354,11 @@ class Mix:
 
     # judges
 
-    def verdict(self, judge: str, rate: float, *, hangs: bool, misconfigured: bool) -> Step:
+    def verdict(
+        self, judge: str, rate: float, *, key: str, hangs: bool, misconfigured: bool
+    ) -> Step:
+        """A judge's reply; a fault echoes `key`, the key the judge's client sent."""
         if self.rng.random() < rate:
-            key = self.pick(self.secrets.judge_keys)
             return self.fault("judge", key=key, hangs=hangs, misconfigured=misconfigured)
         kind = self._weighted({"says_pass": 10, "says_fail": 6, "unreadable": 3, "no_choices": 1})
         if kind == "no_choices":
@@ -611,9 +613,10 @@ class Capture:
     def active(self) -> Iterator[Capture]:
         logger = logging.getLogger("refinekit")
         handler = _Records()
-        level = logger.level
+        level, propagate = logger.level, logger.propagate
         logger.addHandler(handler)
-        logger.setLevel(logging.DEBUG)
+        logger.setLevel(logging.DEBUG)  # every event is logged, DEBUG ones too
+        logger.propagate = False  # kept here: hundreds of jobs' lines are not the test's output
         try:
             with warnings.catch_warnings(record=True) as warned, refinekit.subscribe(
                 self.events.append
@@ -627,6 +630,7 @@ class Capture:
         finally:
             logger.removeHandler(handler)
             logger.setLevel(level)
+            logger.propagate = propagate
             self.records.extend(handler.records)
 
     def of(self, function: str) -> list[refinekit.Event]:
@@ -648,7 +652,9 @@ class Capture:
 
 def exception_text(exc: BaseException) -> str:
     """What a caller (or a log) can see of an exception: its traceback text and its fields."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    # Not the chain: a cause that is the user's client's own error (the default reviser's
+    # `openai` error under AnswerRejected) is that client's text, as when it passes through.
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False))
     with contextlib.suppress(TypeError):
         text += repr(vars(exc))
     return text + repr(exc)
@@ -717,6 +723,7 @@ class Job:
         self.name = f"{self.decorator}_{mode}_{mix.seed}_{number}"
         self.rate = mix.fault_rate()
         self.hangs = mix.rng.random() < 0.25  # only these jobs may meet a Reply.hang()
+        self.judge_key = mix.rng.randrange(len(mix.secrets.judge_keys))  # its judge's client
         self.steps: dict[str, list[Step]] = {}
         self.outcome: Any = None
         self.error: BaseException | None = None
@@ -907,7 +914,13 @@ class RetryJob(Job):
         width = 2 if self.judge_kind == "criteria" else 1
         self.streams = [
             [
-                mix.verdict(self.judge_kind, self.rate, hangs=self.hangs, misconfigured=True)
+                mix.verdict(
+                    self.judge_kind,
+                    self.rate,
+                    key=mix.secrets.judge_keys[self.judge_key],
+                    hangs=self.hangs,
+                    misconfigured=True,
+                )
                 for _ in range(attempts)
             ]
             for _ in range(width)
@@ -1018,7 +1031,7 @@ def make_judge(
     """A judge over its own model name; a criteria judge's two questions each read a stream."""
     mix = job.mix
     use_async = mix.rng.random() < 0.5
-    key = mix.rng.randrange(len(clients.judge_sync))
+    key = job.judge_key
     client = clients.judge_async[key] if use_async else clients.judge_sync[key]
     hangs = any(s.hangs for stream in streams for s in stream)
     judge_model = judges.JudgeModel(
@@ -1067,7 +1080,13 @@ class ReviewedJob(Job):
         width = 2 if self.judge_kind == "criteria" else 1
         self.streams = [
             [
-                mix.verdict(self.judge_kind, self.rate, hangs=self.hangs, misconfigured=True)
+                mix.verdict(
+                    self.judge_kind,
+                    self.rate,
+                    key=mix.secrets.judge_keys[self.judge_key],
+                    hangs=self.hangs,
+                    misconfigured=True,
+                )
                 for _ in range(drafts)
             ]
             for _ in range(width)

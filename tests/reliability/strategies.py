@@ -96,36 +96,40 @@ verdict_replies = st.one_of(
 )
 
 # --- completion bodies the openai client does not validate ---------------------------------------
+# `completion_bodies` are odd shapes refinekit reads today (an outage or an unreadable reply, or
+# a correction turn). The shapes in `UNREAD_BY_JUDGES` and `UNREAD_BY_SELF_CORRECT` are not read
+# as documented yet (new defects, pinned as strict xfails in test_new_defects.py); when those
+# tests XPASS, add the shapes back to the strategies below.
 
+UNREAD_BY_JUDGES = [
+    {"choices": "none"},
+    {"choices": [None]},
+    {"choices": [{"message": None}]},
+    {"choices": [{"message": {"role": "assistant", "content": 5}}]},
+    {"choices": [{"message": {"role": "assistant", "content": ["Yes"]}}]},
+]
+UNREAD_BY_SELF_CORRECT = [{}, {"choices": None}]
+
+_tool_calls = st.sampled_from(
+    [[], [{}], [{"function": None}], [{"function": {"name": "f", "arguments": 5}}]]
+)
 _messages = st.one_of(
-    st.none(),
     st.just({}),
     st.fixed_dictionaries({"role": st.just("assistant"), "content": st.none()}),
+    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.just({})}),
     st.fixed_dictionaries(
-        {
-            "role": st.just("assistant"),
-            "content": st.one_of(st.integers(), st.lists(st.text(max_size=5), max_size=2), st.just({})),
-        }
-    ),
-    st.fixed_dictionaries(
-        {
-            "role": st.just("assistant"),
-            "content": st.none(),
-            "tool_calls": st.one_of(
-                st.just([]),
-                st.just([{}]),
-                st.just([{"function": None}]),
-                st.just([{"function": {"name": "f", "arguments": 5}}]),
-            ),
-        }
+        {"role": st.just("assistant"), "content": st.none(), "tool_calls": _tool_calls}
     ),
 )
 completion_bodies = st.one_of(
-    st.just({}),
-    st.just({"choices": None}),
-    st.just({"choices": "none"}),
-    st.just({"choices": [None]}),
+    st.just({"choices": []}),
     st.lists(st.fixed_dictionaries({"message": _messages}), min_size=1, max_size=2).map(
         lambda choices: {"id": "odd", "object": "chat.completion", "choices": choices}
     ),
+)
+# what @self_correct reads as a correction already, on top of those
+self_correct_bodies = st.one_of(completion_bodies, st.sampled_from(UNREAD_BY_JUDGES))
+# every shape: what the default reviser of @reviewed reads
+any_completion_body = st.one_of(
+    completion_bodies, st.sampled_from(UNREAD_BY_JUDGES + UNREAD_BY_SELF_CORRECT)
 )

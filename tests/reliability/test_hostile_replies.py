@@ -14,9 +14,11 @@ from faultmix import Invoice
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from strategies import (
+    any_completion_body,
     completion_bodies,
     hostile_text,
     invoice_replies,
+    self_correct_bodies,
     verdict_replies,
 )
 
@@ -39,7 +41,7 @@ from refinekit.testing import Reply, ScriptedOpenAI, set_testing
 # No shrinking: each example is a few HTTP round trips, and shrinking a failure costs hundreds
 # of them; the failing example is reported as drawn, and replays from its seed.
 fuzz = settings(
-    max_examples=60,
+    max_examples=40,
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -106,7 +108,7 @@ def check_corrected(value: Any, calls: int) -> None:
 as_reply = st.one_of(
     invoice_replies.map(Reply.text),
     invoice_replies.map(lambda text: Reply.tool_call("Invoice", text)),
-    completion_bodies.map(Reply.raw),
+    self_correct_bodies.map(Reply.raw),
 )
 
 
@@ -198,7 +200,7 @@ def test_a_judge_gives_a_verdict_or_a_judge_error_quick(
 @given(
     answer=answers,
     verdicts=st.lists(verdict_replies, min_size=2, max_size=2),
-    revision=st.one_of(hostile_text.map(Reply.text), completion_bodies.map(Reply.raw)),
+    revision=st.one_of(hostile_text.map(Reply.text), any_completion_body.map(Reply.raw)),
 )
 def test_reviewed_publishes_a_judged_answer_or_raises_answer_rejected(
     server: ScriptedOpenAI, answer: str, verdicts: list[str], revision: Reply
