@@ -24,7 +24,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +48,7 @@ MUST_MENTION = "30 days"
 RAISE = "RAISE: the target raises on this reply"
 OUTCOMES = frozenset({"passed", "failed", "raised", "unavailable", "inconclusive"})
 
-TARGET = '''
+TARGET = """
 import os
 
 import openai
@@ -69,7 +68,9 @@ _client = openai.OpenAI(base_url=URL, api_key=KEY, max_retries=0, timeout=10)
 def _checked(reply):
     text = reply.choices[0].message.content if reply.choices else ""
     if (text or "").startswith("RAISE"):
-        raise RuntimeError(f"backend {{UPSTREAM}} refused the call (Authorization: Bearer {{BEARER}})")
+        raise RuntimeError(
+            f"backend {{UPSTREAM}} refused the call (Authorization: Bearer {{BEARER}})"
+        )
     return reply
 
 
@@ -87,9 +88,9 @@ async def aanswer(question, model):
             model=model, messages=[{{"role": "user", "content": question}}]
         )
     return _checked(reply)
-'''
+"""
 
-JUDGE = '''
+JUDGE = """
 import httpx2
 import openai
 
@@ -105,7 +106,7 @@ judge = judges.criteria(
     judges.JudgeModel(client, {model!r}),
     [judges.Criterion("grounded", "Is the answer supported by the context?")],
 )
-'''
+"""
 
 
 @dataclass
@@ -246,9 +247,7 @@ class EvalRun:
             ]
             hostile = mix.pick([t for t in HOSTILE_TEXTS if "\x00" not in t])
             question = f"Q{i} of {self.name}: can I get a refund? {hostile}"
-            self.cases.append(
-                EvalCase(i, question, must, f"{self.name}-{i}", answers, verdicts)
-            )
+            self.cases.append(EvalCase(i, question, must, f"{self.name}-{i}", answers, verdicts))
         self.invocations: list[Invocation] = []
         self.asked: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -271,12 +270,15 @@ class EvalRun:
         upstream = f"http://{s.url_user}:{s.url_password}@db.internal:5432/orders"
         source = TARGET.format(url=url, key=s.answer_key, upstream=upstream, bearer=s.bearer)
         client = self.mix.pick(["OpenAI", "AsyncOpenAI"])
-        source += JUDGE.format(
-            client=client, url=url, key=self.judge_key, model=self.judge_model
-        )
+        source += JUDGE.format(client=client, url=url, key=self.judge_key, model=self.judge_model)
         (self.folder / f"{self.module}.py").write_text(textwrap.dedent(source), encoding="utf-8")
         rows = [
-            {"question": c.question, "must_mention": c.must_mention, "context": CONTEXT, "model": c.model}
+            {
+                "question": c.question,
+                "must_mention": c.must_mention,
+                "context": CONTEXT,
+                "model": c.model,
+            }
             for c in self.cases
         ]
         self.golden = self.folder / f"{self.name}.{self.fmt}"
@@ -297,7 +299,9 @@ class EvalRun:
                 replies = [self._tripwire(r, count, kill_at, self.arrived) for r in replies]
             server.script(case.model, replies)
         if self.judged:
-            server.script(self.judge_model, [self._route] * sum(len(c.verdicts) for c in self.cases))
+            server.script(
+                self.judge_model, [self._route] * sum(len(c.verdicts) for c in self.cases)
+            )
 
     def _route(self, request: RecordedRequest) -> Reply | str:
         prompt = str((request.body or {})["messages"][-1]["content"])
@@ -371,7 +375,9 @@ class EvalRun:
             if not self.arrived.wait(60):
                 child.kill()
                 out, err = child.communicate()
-                raise AssertionError(f"the eval never reached the request to kill at:\n{out}\n{err}")
+                raise AssertionError(
+                    f"the eval never reached the request to kill at:\n{out}\n{err}"
+                )
             child.send_signal(signal.SIGKILL)
             out, err = child.communicate(timeout=30)
         finally:
@@ -383,9 +389,7 @@ class EvalRun:
         return invocation
 
     @staticmethod
-    def _tripwire(
-        reply: Any, count: Iterator[int], after: int, arrived: threading.Event
-    ) -> Any:
+    def _tripwire(reply: Any, count: Iterator[int], after: int, arrived: threading.Event) -> Any:
         def served(request: RecordedRequest) -> Any:
             if next(count) == after:
                 arrived.set()
@@ -414,9 +418,7 @@ class EvalRun:
                     calls[case.position] += 1
         return calls
 
-    def check(
-        self, server: ScriptedOpenAI, *, exact: set[int] | None = None
-    ) -> EvalResult:
+    def check(self, server: ScriptedOpenAI, *, exact: set[int] | None = None) -> EvalResult:
         """Check the store and the outputs; `exact`: the positions whose outcome is predicted.
 
         (After a kill, the cases that were in flight were asked again on resume: their
@@ -424,15 +426,9 @@ class EvalRun:
         """
         runs, cases = self.stored()
         served = [
-            s.kind
-            for c in self.cases
-            for s in c.answers[: len(server.requests_for(c.model))]
+            s.kind for c in self.cases for s in c.answers[: len(server.requests_for(c.model))]
         ]
-        served += [
-            s.kind
-            for c in self.cases
-            for s in c.verdicts[: self.asked.get(c.model, 0)]
-        ]
+        served += [s.kind for c in self.cases for s in c.verdicts[: self.asked.get(c.model, 0)]]
         result = EvalResult(
             self.name,
             self.mode,
@@ -473,7 +469,9 @@ class EvalRun:
             if answered[case.model] > answer_budget:
                 v.append(f"{where}: {answered[case.model]} answering calls, over {answer_budget}")
             if judge_calls[record.position] > judge_budget:
-                v.append(f"{where}: {judge_calls[record.position]} judge calls, over {judge_budget}")
+                v.append(
+                    f"{where}: {judge_calls[record.position]} judge calls, over {judge_budget}"
+                )
         last = self.invocations[-1]
         expected = expected_exit([c.outcome for c in cases])
         if last.code != expected:
@@ -494,7 +492,10 @@ class EvalRun:
             leaked = secrets.leaked(text)
             if leaked:
                 at = min(text.find(secrets.values()[name][-16:]) for name in leaked)
-                v.append(f"secret {', '.join(leaked)} in the {where}: {text[max(0, at - 100):at + 30]!r}")
+                v.append(
+                    f"secret {', '.join(leaked)} in the {where}: "
+                    f"{text[max(0, at - 100) : at + 30]!r}"
+                )
         for where, text in outputs:
             if where.startswith("stdout") and re.search(r"[\x00-\x08\x0b-\x1f\x7f]", text):
                 v.append(f"a control character reached the {where}")
@@ -576,7 +577,9 @@ def interrupted_and_resumed(
         v.append(f"the first command did not say the judge is misconfigured: {stop.err[-300:]!r}")
     resumed = run.invocations[-1].out
     if f"resuming run 1: {len(before)} of {cases} cases already stored" not in resumed:
-        v.append(f"the second command did not resume run 1 ({len(before)} stored): {resumed[:300]!r}")
+        v.append(
+            f"the second command did not resume run 1 ({len(before)} stored): {resumed[:300]!r}"
+        )
     for case in run.cases:
         if case.position in stored_before and asked_after[case.model] != asked_before[case.model]:
             v.append(f"case {case.position} was stored before the stop and asked again on resume")

@@ -29,7 +29,6 @@ import itertools
 import json
 import logging
 import random
-import re
 import string
 import threading
 import time
@@ -219,9 +218,7 @@ class Mix:
         kinds = sorted(table)
         return self.rng.choices(kinds, weights=[table[k] for k in kinds])[0]
 
-    def fault(
-        self, role: str, *, key: str, hangs: bool = True, misconfigured: bool = True
-    ) -> Step:
+    def fault(self, role: str, *, key: str, hangs: bool = True, misconfigured: bool = True) -> Step:
         """A fault of an endpoint, echoing secrets where a real one might."""
         table = {
             k: w[0]
@@ -311,7 +308,9 @@ class Mix:
         if kind == "broken_json":
             return _step(kind, good[: max(1, len(good) // 2)], "parse")
         if kind == "hostile_text":
-            return _step(kind, self.pick(HOSTILE_TEXTS).replace("{", "(").replace("}", ")"), "parse")
+            return _step(
+                kind, self.pick(HOSTILE_TEXTS).replace("{", "(").replace("}", ")"), "parse"
+            )
         if kind == "empty":
             return _step(kind, "", "parse")
         if kind == "huge_number":
@@ -438,7 +437,14 @@ ALLOWED: dict[str, tuple[type[BaseException], ...]] = {
         JudgeMisconfigured,
         *PASS_THROUGH,
     ),
-    "reviewed": (AnswerRejected, JudgeUnavailable, JudgeReplyError, JudgeMisconfigured, openai.APIError, json.JSONDecodeError),
+    "reviewed": (
+        AnswerRejected,
+        JudgeUnavailable,
+        JudgeReplyError,
+        JudgeMisconfigured,
+        openai.APIError,
+        json.JSONDecodeError,
+    ),
 }
 
 
@@ -618,8 +624,9 @@ class Capture:
         logger.setLevel(logging.DEBUG)  # every event is logged, DEBUG ones too
         logger.propagate = False  # kept here: hundreds of jobs' lines are not the test's output
         try:
-            with warnings.catch_warnings(record=True) as warned, refinekit.subscribe(
-                self.events.append
+            with (
+                warnings.catch_warnings(record=True) as warned,
+                refinekit.subscribe(self.events.append),
             ):
                 warnings.simplefilter("always")
                 try:
@@ -811,7 +818,8 @@ class Job:
         for where, text in texts:
             leaked = self.mix.secrets.leaked(text)
             if leaked:
-                v.append(f"secret {', '.join(leaked)} in the {where}: {_excerpt(text, leaked, self.mix.secrets)}")
+                excerpt = _excerpt(text, leaked, self.mix.secrets)
+                v.append(f"secret {', '.join(leaked)} in the {where}: {excerpt}")
         return job
 
 
@@ -837,7 +845,9 @@ class SelfCorrectJob(Job):
 
     def prepare(self, server: ScriptedOpenAI, clients: Clients) -> None:
         self.max_corrections = self.mix.pick([0, 1, 2, 2, 3])
-        steps = [self.mix.invoice(self.rate, hangs=self.hangs) for _ in range(self.max_corrections + 1)]
+        steps = [
+            self.mix.invoice(self.rate, hangs=self.hangs) for _ in range(self.max_corrections + 1)
+        ]
         self.script(server, "answer", steps)
         client = clients.answer(self.mode)
         model = self.model("answer")
@@ -850,7 +860,9 @@ class SelfCorrectJob(Job):
             def extract(messages: list[dict[str, Any]]) -> ChatCompletion:
                 timeout = job.timeout_for("answer", next(calls))
                 return client.chat.completions.create(
-                    model=model, messages=messages, timeout=timeout  # type: ignore[arg-type]
+                    model=model,
+                    messages=messages,
+                    timeout=timeout,  # type: ignore[arg-type]
                 )
 
             fn: Callable[..., Any] = extract
@@ -860,7 +872,9 @@ class SelfCorrectJob(Job):
             async def aextract(messages: list[dict[str, Any]]) -> ChatCompletion:
                 timeout = job.timeout_for("answer", next(calls))
                 return await client.chat.completions.create(
-                    model=model, messages=messages, timeout=timeout  # type: ignore[arg-type]
+                    model=model,
+                    messages=messages,
+                    timeout=timeout,  # type: ignore[arg-type]
                 )
 
             fn = aextract
@@ -879,7 +893,13 @@ class SelfCorrectJob(Job):
         calls = (len(server.requests_for(self.model("answer"))),)
         predicted = predict_self_correct(self.steps["answer"], self.max_corrections)
         job = self.result(
-            server, capture, ["answer"], self.outcome_name(), calls, (self.max_corrections + 1,), predicted
+            server,
+            capture,
+            ["answer"],
+            self.outcome_name(),
+            calls,
+            (self.max_corrections + 1,),
+            predicted,
         )
         v = job.violations
         if self.messages != USER_TURN:
@@ -944,7 +964,9 @@ class RetryJob(Job):
                 record_context([CONTEXT])
                 timeout = job.timeout_for("answer", next(calls))
                 return client.chat.completions.create(
-                    model=model, messages=messages(feedback), timeout=timeout  # type: ignore[arg-type]
+                    model=model,
+                    messages=messages(feedback),
+                    timeout=timeout,  # type: ignore[arg-type]
                 )
 
             fn: Callable[..., Any] = answer
@@ -955,7 +977,9 @@ class RetryJob(Job):
                 record_context([CONTEXT])
                 timeout = job.timeout_for("answer", next(calls))
                 return await client.chat.completions.create(
-                    model=model, messages=messages(feedback), timeout=timeout  # type: ignore[arg-type]
+                    model=model,
+                    messages=messages(feedback),
+                    timeout=timeout,  # type: ignore[arg-type]
                 )
 
             fn = aanswer
@@ -1004,7 +1028,13 @@ class RetryJob(Job):
             self.on_exhausted,
         )
         job = self.result(
-            server, capture, ["answer", "judge"], self.outcome_name(), calls, (attempts, attempts * width), predicted
+            server,
+            capture,
+            ["answer", "judge"],
+            self.outcome_name(),
+            calls,
+            (attempts, attempts * width),
+            predicted,
         )
         v = job.violations
         if self.error is None:
@@ -1266,14 +1296,14 @@ def _warm_up(server: ScriptedOpenAI, clients: Clients) -> None:
 def _run_sync_job(job: Job) -> None:
     try:
         job.outcome = job.call()
-    except BaseException as e:  # noqa: BLE001 - every way out is checked
+    except BaseException as e:
         job.error = e
 
 
 async def _run_async_job(job: Job) -> None:
     try:
         job.outcome = await asyncio.wait_for(job.acall(), JOB_DEADLINE)
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:
         job.error = e
 
 
@@ -1353,7 +1383,9 @@ def run_mix(seed: int, jobs: Mapping[str, int], *, concurrency: int = 4) -> MixR
     for where, text in capture.texts():
         leaked = secrets.leaked(text)
         if leaked:
-            run_violations.append(f"secret {', '.join(leaked)} in a {where}: {_excerpt(text, leaked, secrets)}")
+            run_violations.append(
+                f"secret {', '.join(leaked)} in a {where}: {_excerpt(text, leaked, secrets)}"
+            )
     for w in capture.warned:
         run_violations.append(f"warning {w.category.__name__}: {w.message}")
     return MixReport(seed, results, run_violations, time.monotonic() - started)

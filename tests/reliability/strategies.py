@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import strategies as st
-
 from faultmix import HOSTILE_TEXTS
+from hypothesis import strategies as st
 
 # any code point: lone surrogates, controls, unassigned, emoji
 any_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=80)
-lone_surrogates = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=3)
+lone_surrogates = st.text(
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=3
+)
 injections = st.sampled_from(
     [
         *HOSTILE_TEXTS,

@@ -185,7 +185,9 @@ def test_a_judge_gives_a_verdict_or_a_judge_error_whatever_it_is_sent(
 
 
 @quick
-@given(kind=st.sampled_from(["relevancy", "rating", "criteria"]), reply=judge_replies, answer=answers)
+@given(
+    kind=st.sampled_from(["relevancy", "rating", "criteria"]), reply=judge_replies, answer=answers
+)
 def test_a_judge_gives_a_verdict_or_a_judge_error_quick(
     server: ScriptedOpenAI, kind: str, reply: Reply, answer: str
 ) -> None:
@@ -229,7 +231,8 @@ def test_reviewed_publishes_a_judged_answer_or_raises_answer_rejected(
     assert len(server.requests_for(revising)) <= 1
     reviews = [e.verdict for e in events if e.kind == "review"]
     if isinstance(published, str):
-        assert reviews[-1].passed and reviews[-1].status == "judged"
+        assert reviews[-1].passed
+        assert reviews[-1].status == "judged"
     else:
         assert published.reason in ("rejected", "judge_error", "reviser_error"), published
         assert all(not v.passed for v in published.verdicts)

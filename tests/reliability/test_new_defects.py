@@ -5,7 +5,7 @@ into a failure: then drop the mark, and give the shapes back to strategies.py's 
 - N1: `@reviewed`'s default reviser lets `json.JSONDecodeError` escape when the reviser
   endpoint answers 200 with a body that is not JSON; the docs promise
   `AnswerRejected(reason="reviser_error")` for a failed reviser call (judges map the same
-  failure to `JudgeUnavailable`). Found by the fault mix, e.g. seed 30, reviewed job 121.
+  failure to `JudgeUnavailable`). Found by the fault mix: seeds 101 and 104 (job 36).
 - N2: a model judge (relevancy, fact_check, criteria; rating on a non-text content) raises
   AttributeError or TypeError on a 200 JSON body that is not a chat completion (`choices` a
   string or `[null]`, a `null` message, a content that is not text); the docs promise
@@ -66,11 +66,14 @@ def test_a_reviser_body_that_is_not_json_is_a_reviser_error(
             return answer(question)
 
         decorate = reviewed(judge=judge, client=client, model="reviser", max_revisions=1)
-        with pytest.raises(AnswerRejected) as caught:
+
+        def ask() -> str:
             if mode == "sync":
-                decorate(answer)("Can I get a refund?")
-            else:
-                asyncio.run(decorate(aanswer)("Can I get a refund?"))
+                return decorate(answer)("Can I get a refund?")
+            return asyncio.run(decorate(aanswer)("Can I get a refund?"))
+
+        with pytest.raises(AnswerRejected) as caught:
+            ask()
     assert caught.value.reason == "reviser_error"
 
 
@@ -87,9 +90,8 @@ def test_a_judge_reads_a_body_that_is_not_a_completion_as_a_judge_error(
     server: ScriptedOpenAI, kind: str, body: dict[str, Any]
 ) -> None:
     server.script("judge", [Reply.raw(body)])
-    with server.client() as client:
-        with pytest.raises((JudgeUnavailable, JudgeReplyError)):
-            judge_of(kind, judges.JudgeModel(client, "judge")).evaluate(REQUEST)
+    with server.client() as client, pytest.raises((JudgeUnavailable, JudgeReplyError)):
+        judge_of(kind, judges.JudgeModel(client, "judge")).evaluate(REQUEST)
 
 
 @pytest.mark.xfail(strict=True, reason="N2: the rating judge crashes on non-text content")
