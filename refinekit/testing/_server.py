@@ -566,9 +566,18 @@ class _Handler(BaseHTTPRequestHandler):
         scripted = self.server.scripted
         with scripted._lock:
             scripted._in_flight += 1
+        self._in_flight = True
         try:
             self._answer()
         finally:
+            self._answered()
+
+    def _answered(self) -> None:
+        """No longer in flight: from before the client can see a response's end (so code
+        that got its reply never sees its own request still counted), or at the hang-up."""
+        if self._in_flight:
+            self._in_flight = False
+            scripted = self.server.scripted
             with scripted._lock:
                 scripted._in_flight -= 1
 
@@ -593,6 +602,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._hold()
             return
+        self._answered()
         try:
             self.send_response(response.status)
             named = {name.lower() for name, _ in response.headers}
@@ -832,11 +842,12 @@ class ScriptedOpenAI:
 
     @property
     def in_flight(self) -> int:
-        """Requests being answered now: received, and their response not yet complete.
+        """Requests received and not yet answered.
 
         A request held by `Reply.hang()` or waiting in `Reply.delay()` counts until the
-        client hangs up or the reply is sent. After the code under test has returned, a
-        request still in flight is one it left running in the background.
+        client hangs up or the response starts (so a client that has its reply never sees
+        its request counted). After the code under test has returned, a request still in
+        flight is one it left running in the background.
         """
         with self._lock:
             return self._in_flight
