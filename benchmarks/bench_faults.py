@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "reliability"))
 from _machine import loadavg, machine  # noqa: E402
 from conftest import DEFAULT_SEED  # noqa: E402
 from evalmix import eval_figures, run_eval_mix  # noqa: E402
-from faultmix import run_mix  # noqa: E402
+from jobs import run_mix  # noqa: E402
 
 import refinekit.testing  # noqa: E402
 

@@ -573,8 +573,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._answered()
 
     def _answered(self) -> None:
-        """No longer in flight: from before the client can see a response's end (so code
-        that got its reply never sees its own request still counted), or at the hang-up."""
+        """Count the request out of `in_flight`, once.
+
+        Called before a response starts (so a client that has its reply never sees its
+        request still counted), or after a held connection's hang-up.
+        """
         if self._in_flight:
             self._in_flight = False
             scripted = self.server.scripted

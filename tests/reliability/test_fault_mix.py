@@ -11,7 +11,8 @@ import time
 from typing import Any
 
 import pytest
-from faultmix import DECORATORS, FAULT_KINDS, MixReport, run_mix
+from faultmix import DECORATORS, FAULT_KINDS
+from jobs import MixReport, run_mix
 
 from refinekit import AnswerRejected, judges, reviewed
 from refinekit.testing import Reply, ScriptedOpenAI
