@@ -52,7 +52,7 @@ from typing import Any
 
 import openai
 
-from ._errors import RefinekitError
+from ._errors import LocalModelError
 
 __all__ = ["DEFAULT_MODEL", "LocalModel", "LocalModelError", "default_model_path"]
 
@@ -67,10 +67,6 @@ _LOG_TAIL = 3000
 # (a build for the build machine's newest instructions crashed with SIGSEGV on an Intel Xeon
 # with AVX-512/AMX; on another CPU such a build can die with SIGILL).
 _CRASHES = frozenset({signal.SIGSEGV, signal.SIGILL, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT})
-
-
-class LocalModelError(RefinekitError):
-    """The local model cannot run: the extra is missing, or the server did not come up or died."""
 
 
 def _rebuild_command() -> str:

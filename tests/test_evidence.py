@@ -32,9 +32,9 @@ from refinekit import (
     judges,
     retry_on_low_quality,
 )
+from refinekit._prompts import DATA_RULE
 from refinekit.evidence import JudgingState, called, from_messages
 from refinekit.judges import Criterion, JudgeModel
-from refinekit.judges._base import DATA_RULE
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 JUDGE = "judge"

@@ -40,8 +40,8 @@ from refinekit import (
     judges,
     retry_on_low_quality,
 )
+from refinekit._redact import safe_url
 from refinekit.judges import Criterion, JudgeModel
-from refinekit.judges._base import safe_url
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 JUDGE = "judge"

@@ -20,7 +20,8 @@ the job's `judge_usage`, apart from the answering model's `usage`.
 
 from __future__ import annotations
 
-from ._base import Judge, JudgeErrorPolicy, JudgeModel
+from ._base import Judge, JudgeErrorPolicy
+from ._client import JudgeModel
 from ._criteria import Criterion, criteria
 from ._pairwise import Pairwise, Winner, pairwise
 from ._rating import rating
