@@ -38,7 +38,8 @@ from ._model import (
     VerdictStatus,
 )
 from ._retry import retry_on_low_quality
-from ._review import RevisionRequest, reviewed
+from ._review import reviewed
+from ._revisers import RevisionRequest
 from ._tools import tool
 
 __version__ = "0.1.0.dev0"
