@@ -53,8 +53,11 @@ from typing import Any
 import openai
 
 from ._errors import LocalModelError
+from ._package import rehome
 
 __all__ = ["DEFAULT_MODEL", "LocalModel", "LocalModelError", "default_model_path"]
+
+rehome(globals(), ["LocalModelError"], __name__)  # defined with every other error
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 """The name the server gives the bundled SmolLM2-135M-Instruct model."""
