@@ -30,12 +30,6 @@ JUDGE = "judge"
 REQUEST = EvaluationRequest(question="How long is the refund window?", answer="30 days")
 
 
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as scripted:
-        yield scripted
-
-
 # --- the clients a JudgeModel makes ----------------------------------------------------------
 
 

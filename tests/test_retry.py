@@ -6,12 +6,12 @@ import asyncio
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import tenacity
-from helpers import completion
+from helpers import call, completion
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
@@ -32,11 +32,6 @@ from refinekit import (
 # --- helpers shared by the sync and async variants -----------------------------------------------
 
 
-@pytest.fixture(params=["sync", "async"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def decorated(kind: str, impl: Callable[..., Any], **options: Any) -> Callable[..., Any]:
     """`impl` under `@retry_on_low_quality(**options)`, as a `def` or as an `async def`."""
     if kind == "sync":
@@ -48,12 +43,6 @@ def decorated(kind: str, impl: Callable[..., Any], **options: Any) -> Callable[.
 
     assert inspect.iscoroutinefunction(impl_async)
     return retry_on_low_quality(**options)(impl_async)
-
-
-def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a decorated function, running it on an event loop when it is async."""
-    result = fn(*args, **kwargs)
-    return asyncio.run(result) if inspect.iscoroutine(result) else result
 
 
 def stub() -> tuple[Callable[..., str], list[str | None]]:
@@ -90,13 +79,6 @@ def recording(verdict: Callable[[EvaluationRequest], Verdict] | None = None) -> 
 
     evaluate.requests = []  # type: ignore[attr-defined]
     return evaluate
-
-
-@pytest.fixture
-def events() -> Iterator[list[Event]]:
-    seen: list[Event] = []
-    with refinekit.subscribe(seen.append):
-        yield seen
 
 
 def waits(events: list[Event]) -> list[float | None]:
