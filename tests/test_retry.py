@@ -481,6 +481,24 @@ class Capital(BaseModel):
     city: str
 
 
+def test_a_question_that_is_not_text_is_judged_as_json(kind: str) -> None:
+    # found the one way every decorator finds it (@guarded screens an input the same way)
+    def answer(question: Capital) -> str:
+        return "a"
+
+    asked = Capital(country="Norway", city="Oslo")
+    assert judged(kind, answer, asked).question == '{"country":"Norway","city":"Oslo"}'
+
+
+def test_a_question_callable_must_return_text(kind: str) -> None:
+    def answer(question: str) -> str:
+        return "a"
+
+    fn = decorated(kind, answer, evaluator=recording(), question=lambda arguments: 42)
+    with pytest.raises(TypeError, match=r"question= of .* must return a str, got int"):
+        call(fn, "q")
+
+
 def test_answer_text_str_as_is_and_pydantic_model_as_json(kind: str) -> None:
     def text(question: str) -> str:
         return "  Oslo  "
