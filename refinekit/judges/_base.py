@@ -15,12 +15,7 @@ from .._errors import JudgeError, JudgeMisconfigured, JudgeReplyError
 from .._evaluators import FlowEvaluator
 from .._flow import Flow
 from .._model import EvaluationRequest, Verdict
-
-# Kept importable here only until refinekit/_evaluation.py and refinekit/_demo.py import them
-# from their homes (refinekit._openai and refinekit._redact); then delete these two lines.
-from .._openai import retry_after_of as retry_after_of
 from .._policy import JudgeErrorPolicy, check_policy, judge_failure
-from .._redact import safe_url as safe_url
 from ._calls import REPLY_CHARS
 from ._client import JudgeModel
 
@@ -115,3 +110,9 @@ def first_error(results: Sequence[Any]) -> Exception | None:
     if errors:
         raise errors[0]
     return None
+
+
+# Kept importable here only until refinekit/_evaluation.py and refinekit/_demo.py import them
+# from their homes (refinekit._openai and refinekit._redact); then delete these two lines.
+from .._openai import retry_after_of as retry_after_of  # noqa: E402
+from .._redact import safe_url as safe_url  # noqa: E402
