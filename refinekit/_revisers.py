@@ -21,6 +21,7 @@ from ._model import EvaluationRequest, Verdict
 from ._prompts import delimit, evidence_text
 from ._redact import safe_url
 from ._replies import first_message, get, message_text, tool_call_names
+from ._request import function_name
 
 if TYPE_CHECKING:
     import openai
@@ -95,7 +96,7 @@ class CustomReviser:
 
     def __init__(self, fn: Callable[[RevisionRequest], Any]) -> None:
         self.fn = fn
-        self.name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        self.name = function_name(fn)
         self.is_async = is_async_callable(fn)
 
     def _text(self, value: Any) -> Revised:
