@@ -52,6 +52,7 @@ from typing import Any
 
 import openai
 
+from ._bridge import in_thread
 from ._errors import LocalModelError
 from ._package import rehome
 
@@ -449,7 +450,7 @@ class LocalModel:
     async def __aenter__(self) -> LocalModel:
         import asyncio
 
-        starting = asyncio.ensure_future(asyncio.to_thread(self.start))
+        starting = asyncio.ensure_future(in_thread(self.start))
         try:
             return await asyncio.shield(starting)
         except asyncio.CancelledError:  # the start goes on in its thread: undo it after
