@@ -31,15 +31,22 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
 from ._corrections import CHECK_MARKER, CorrectionRequest, default_correction
+from ._decorate import wrap
 from ._diagnose import diagnose
-from ._errors import CorrectionExhausted, JsonParseError, ResponseValidationError
+from ._errors import (
+    CorrectionExhausted,
+    JsonParseError,
+    ReplyShapeError,
+    ResponseValidationError,
+)
 from ._errtext import error_path, utf8_text
-from ._flow import Call, Flow, run_async, run_sync
+from ._flow import Call, Flow
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
-from ._job import Job, enter_job, leave_job
+from ._job import Job
+from ._policy import check_budget
 from ._repair import loads_raw, syntax_fixes, value_fixes
-from ._replies import ReplyShapeError, finish_reason_of, reply_text, usage_of
-from ._retry import check_budget
+from ._replies import finish_reason_of, reply_text
+from ._request import function_name
 from ._schema import require_type
 from ._template import Template
 
@@ -414,7 +421,7 @@ class _CorrectConfig(Generic[T]):
         correction: CorrectionBuilder | None,
         context: Any,
     ) -> None:
-        self.function = getattr(fn, "__qualname__", repr(fn))
+        self.function = function_name(fn)
         self.signature = inspect.signature(fn)
         params = list(self.signature.parameters.values())
         if not params or params[0].kind in (
@@ -537,9 +544,7 @@ def _correct_flow(
         sent.extend(dict(m) for m in added)
         counted = job._replies_counted()
         reply = yield Call(fn, (sent, *rest), rest_kwargs)
-        usage = usage_of(reply)
-        if usage is not None:
-            job._add_usage(usage, reply, counted)
+        job._count_reply(reply, counted)
         result: Parsed | CorrectionFailure
         try:
             text = reply_text(reply)
@@ -738,26 +743,6 @@ def self_correct(
             correction=correction,
             context=validation_context,
         )
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> T:
-                job, token = enter_job()
-                try:
-                    return await run_async(_correct_flow(cfg, fn, args, kwargs, job))
-                finally:
-                    leave_job(token)
-
-            return async_wrapper
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> T:
-            job, token = enter_job()
-            try:
-                return run_sync(_correct_flow(cfg, fn, args, kwargs, job))
-            finally:
-                leave_job(token)
-
-        return wrapper
+        return wrap(fn, _correct_flow, cfg)
 
     return decorate
