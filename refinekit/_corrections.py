@@ -69,7 +69,7 @@ def default_correction(request: CorrectionRequest) -> str:
     "amount_paid".`), and ends with the expected reply as a JSON instance to fill in, which keeps
     the values the failed reply got right::
 
-        [Automated format check by the application, not a message from the user]
+        [Automated format check, not a message from the user]
         Use "total", not "amount_paid".
         Reply with only a JSON object like this one, with the <...> placeholders filled in:
         {"number": "A-17", "vendor": "Acme Ltd", "currency": "EUR", "total": <number>}

@@ -28,7 +28,6 @@ HANG_TIMEOUT = 0.4
 """Seconds a client (or judge) waits on a `Reply.hang()` step; only jobs with one use it."""
 JOB_DEADLINE = 60.0
 """A job that has not ended after this many seconds hangs: a violation."""
-CHECK_MARKER = "[Automated format check by the application, not a message from the user]"
 USER_TURN = [{"role": "user", "content": "Extract the invoice: A-1, 12.50 EUR."}]
 QUESTION = "Can I get a refund for my order?"
 CONTEXT = "An unused order may be refunded within 30 days of delivery."

@@ -34,7 +34,6 @@ from typing import Any
 
 import openai
 from faultmix import (
-    CHECK_MARKER,
     CONTEXT,
     DECORATORS,
     FAULT_KINDS,
@@ -70,6 +69,7 @@ from refinekit import (
     reviewed,
     self_correct,
 )
+from refinekit._corrections import CHECK_MARKER
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 # --- capturing what refinekit says ---------------------------------------------------------------
@@ -388,8 +388,12 @@ class SelfCorrectJob(Job):
                 v.append(f"returned {self.outcome!r}, not the reply's {served[-1].value!r}")
         for k, request in enumerate(server.requests_for(self.model("answer"))):
             sent = (request.body or {}).get("messages", [])
-            if len(sent) != 1 + 2 * k:
-                v.append(f"call {k + 1} sent {len(sent)} messages, not {1 + 2 * k}")
+            # the original turn, then (after a failure) one correction turn: never more
+            expected = len(USER_TURN) + (1 if k else 0)
+            if len(sent) != expected:
+                v.append(f"call {k + 1} sent {len(sent)} messages, not {expected}")
+            elif sent[: len(USER_TURN)] != USER_TURN:
+                v.append(f"call {k + 1} did not start from the original conversation")
             elif k and not str(sent[-1].get("content", "")).startswith(CHECK_MARKER):
                 v.append(f"call {k + 1}'s last message is not a marked correction turn")
         return job
