@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from refinekit._cli import main as refinekit
+from refinekit.cli import main as refinekit
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI, set_testing
 
 HERE = Path(__file__).resolve().parent

@@ -23,11 +23,13 @@ from typing import Any
 
 import pytest
 
-from refinekit._calibration import Calibration, calibrate
-from refinekit._cli import main
-from refinekit._evaluation import compare_runs, summarise
 from refinekit._model import Usage
-from refinekit._report import (
+from refinekit.cli import main
+from refinekit.eval._calibration import Calibration, calibrate
+from refinekit.eval._runner import compare_runs, summarise
+from refinekit.eval._runstore import CaseRecord, RunStore
+from refinekit.eval._stats import wilson_interval
+from refinekit.eval.report._report import (
     ANSWER_LIMIT,
     CSP,
     DETAILED_LIMIT,
@@ -35,8 +37,6 @@ from refinekit._report import (
     calibration_report,
     eval_report,
 )
-from refinekit._runstore import CaseRecord, RunStore
-from refinekit._stats import wilson_interval
 
 CHROMIUM = Path("/usr/bin/chromium")
 

@@ -129,7 +129,7 @@ class _GoldenError(Exception):
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    from .._golden import DataFileError, read_rows
+    from ..eval._golden import DataFileError, read_rows
 
     try:
         return read_rows(path)
@@ -141,8 +141,8 @@ def _golden_cases(
     test: str, path: Path, rows: list[dict[str, Any]], wanted: list[str]
 ) -> tuple[list[tuple[Any, ...]], list[str]]:
     """Each row's values for the wanted arguments, and its id: the row number and a slug."""
-    from .._golden import column_for
-    from .._golden import slug as make_slug
+    from ..eval._golden import column_for
+    from ..eval._golden import slug as make_slug
 
     columns = list(rows[0])
     values: list[tuple[Any, ...]] = []
@@ -187,7 +187,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
     }
     fixtures: Any = getattr(metafunc, "_arg2fixturedefs", {})
-    from .._golden import column_for
+    from ..eval._golden import column_for
 
     try:
         rows = _read_rows(path)
@@ -258,7 +258,7 @@ class _GateHooks:
         gate = self.gate
         if gate.total == 0:
             return
-        from .._stats import wilson_interval
+        from ..eval._stats import wilson_interval
 
         gate.lower = wilson_interval(gate.passed, gate.total, _CONFIDENCE)[0]
         failing = gate.threshold is not None and gate.lower < gate.threshold

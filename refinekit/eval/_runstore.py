@@ -22,9 +22,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from ._errors import RefinekitError
-from ._model import Usage
-from ._redact import redact
+from .._errors import RefinekitError
+from .._model import Usage
+from .._redact import redact
 
 __all__ = [
     "DEFAULT_DB",

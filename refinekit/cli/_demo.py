@@ -30,16 +30,16 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 import openai
 from pydantic import BaseModel
 
-from . import checks, judges
-from ._correct import CHECK_MARKER, self_correct
-from ._errors import CorrectionExhausted, LowQualityAnswer, RefinekitError
-from ._hooks import Event, subscribe
-from ._job import current_attempt, job, record_context
-from ._model import ContextDocument, Usage, Verdict
+from .. import checks, judges
+from .._correct import CHECK_MARKER, self_correct
+from .._errors import CorrectionExhausted, LowQualityAnswer, RefinekitError
+from .._hooks import Event, subscribe
+from .._job import current_attempt, job, record_context
+from .._model import ContextDocument, Usage, Verdict
+from .._retry import retry_on_low_quality
+from ..judges._base import safe_url
+from ..testing import RecordedRequest, Reply, ScriptedOpenAI
 from ._pipe import PipeSafe
-from ._retry import retry_on_low_quality
-from .judges._base import safe_url
-from .testing import RecordedRequest, Reply, ScriptedOpenAI
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
@@ -737,7 +737,7 @@ def run_demo(out: TextIO, endpoint: Endpoint | None = None, *, local: bool = Fal
     with ExitStack() as stack:
         server: ScriptedOpenAI | None = None
         if local:
-            from .local import LocalModel, LocalModelError, _lost_connection
+            from ..local import LocalModel, LocalModelError, _lost_connection
 
             say("Starting the local model (llama.cpp server, SmolLM2-135M-Instruct)...")
             model = stack.enter_context(LocalModel())

@@ -83,7 +83,7 @@ exit status:
 
 def _outcomes(text: str) -> frozenset[str]:
     """`--retry`'s value: outcomes a resumed run runs again, comma-separated."""
-    from ._evaluation import RETRYABLE
+    from ..eval._runner import RETRYABLE
 
     wanted = frozenset(part.strip() for part in text.split(",") if part.strip())
     if not wanted or not wanted <= set(RETRYABLE):
@@ -298,7 +298,7 @@ def _main(argv: Sequence[str] | None) -> int:
                     file=sys.stderr,
                 )
                 return 2
-            from .local import LocalModelError
+            from ..local import LocalModelError
 
             try:
                 return run_demo(sys.stdout, local=True)

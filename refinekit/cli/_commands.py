@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from ._calibration import Calibration, calibrate
-from ._config import is_testing
-from ._evaluation import (
+from .._config import is_testing
+from ..eval._calibration import Calibration, calibrate
+from ..eval._runner import (
     CONFIDENCE,
     Case,
     Comparison,
@@ -45,9 +45,9 @@ from ._evaluation import (
     start,
     summarise,
 )
+from ..eval._runstore import DEFAULT_DB, CaseRecord, RunInfo, RunStore, RunStoreError, redact
+from ..eval._stats import wilson_interval
 from ._pipe import PipeSafe
-from ._runstore import DEFAULT_DB, CaseRecord, RunInfo, RunStore, RunStoreError, redact
-from ._stats import wilson_interval
 
 __all__ = [
     "EXIT_ABORTED",
@@ -81,7 +81,7 @@ def db_path(option: str | None) -> Path:
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 
@@ -311,7 +311,7 @@ def eval_command(
             if setup_failed:  # no gate, no comparison: nothing was measured
                 io.error("eval", _setup_failure(records, "no answer was judged"))
                 if args.report is not None:
-                    from ._report import eval_report
+                    from ..eval.report._report import eval_report
 
                     _write_report(io, "eval", args.report, eval_report(store, run.id, None))
                 return EXIT_SETUP
@@ -335,7 +335,7 @@ def eval_command(
                     if _print_comparison(io, comparison, args.alpha):
                         status = EXIT_GATE
             if args.report is not None:
-                from ._report import eval_report
+                from ..eval.report._report import eval_report
 
                 if not _write_report(
                     io, "eval", args.report, eval_report(store, run.id, comparison)
@@ -551,14 +551,14 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
             if setup_failed:  # no figure, no gate: the judge never judged
                 io.error("calibrate", _setup_failure(records, "the judge gave no verdict"))
                 if args.report is not None:
-                    from ._report import calibration_report
+                    from ..eval.report._report import calibration_report
 
                     html = calibration_report(store, run.id, result)
                     _write_report(io, "calibrate", args.report, html)
                 return EXIT_SETUP
             _print_calibration(io, result)
             if args.report is not None:
-                from ._report import calibration_report
+                from ..eval.report._report import calibration_report
 
                 html = calibration_report(store, run.id, result)
                 if not _write_report(io, "calibrate", args.report, html):

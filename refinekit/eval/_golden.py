@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ._errors import RefinekitError
+from .._errors import RefinekitError
 
 __all__ = ["DataFileError", "column_for", "file_sha256", "read_rows", "row_key", "slug"]
 

@@ -29,13 +29,12 @@ from typing import Any
 
 import openai
 
-from ._config import is_testing
-from ._errors import JudgeError, JudgeMisconfigured, LowQualityAnswer, RefinekitError
-from ._evaluators import as_evaluator
-from ._golden import DataFileError, column_for, read_rows, row_key
-from ._hooks import Event, subscribe
-from ._job import _ATTEMPT, job
-from ._model import (
+from .._config import is_testing
+from .._errors import JudgeError, JudgeMisconfigured, LowQualityAnswer, RefinekitError
+from .._evaluators import as_evaluator
+from .._hooks import Event, subscribe
+from .._job import _ATTEMPT, job
+from .._model import (
     AttemptInfo,
     ContextDocument,
     CriterionResult,
@@ -43,11 +42,12 @@ from ._model import (
     Usage,
     Verdict,
 )
-from ._replies import answer_text, usage_of
+from .._replies import answer_text, usage_of
+from ..checks import _cited
+from ..judges._base import retry_after_of
+from ._golden import DataFileError, column_for, read_rows, row_key
 from ._runstore import CaseRecord, Outcome, RunInfo, RunStore, redact
 from ._stats import mcnemar_exact, wilson_interval
-from .checks import _cited
-from .judges._base import retry_after_of
 
 __all__ = [
     "Case",

@@ -20,10 +20,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._calibration import Calibration
-from ._evaluation import CONFIDENCE, Comparison, Summary, summarise
-from ._runstore import CaseRecord, RunInfo, RunStore
-from ._stats import ReliabilityBin, wilson_interval
+from .._calibration import Calibration
+from .._runner import CONFIDENCE, Comparison, Summary, summarise
+from .._runstore import CaseRecord, RunInfo, RunStore
+from .._stats import ReliabilityBin, wilson_interval
 
 __all__ = ["calibration_report", "eval_report"]
 
@@ -245,7 +245,7 @@ def _toc(entries: Sequence[tuple[str, str]]) -> str:
 
 
 def _page(title: str, heading: str, body: str) -> str:
-    from . import __version__
+    from ... import __version__
 
     return (
         "<!DOCTYPE html>\n"

@@ -1,0 +1,1 @@
+"""The evaluation workflow: golden files, runs, the run store, statistics, calibration, reports."""
