@@ -26,17 +26,11 @@ import pytest
 from refinekit._model import Usage
 from refinekit.cli import main
 from refinekit.eval._calibration import Calibration, calibrate
-from refinekit.eval._runner import compare_runs, summarise
 from refinekit.eval._runstore import CaseRecord, RunStore
 from refinekit.eval._stats import wilson_interval
-from refinekit.eval.report._report import (
-    ANSWER_LIMIT,
-    CSP,
-    DETAILED_LIMIT,
-    _e,
-    calibration_report,
-    eval_report,
-)
+from refinekit.eval._summary import compare_runs, summarise
+from refinekit.eval.report import calibration_report, eval_report
+from refinekit.eval.report._html import ANSWER_LIMIT, CSP, DETAILED_LIMIT, esc
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -422,7 +416,7 @@ def test_eval_report_escapes_names_paths_and_odd_characters(
 
 def test_a_lone_surrogate_cannot_break_the_file() -> None:
     # the store cannot hold one (SQLite text is UTF-8), but the escaping copes all the same
-    assert _e("a \ud800 b") == "a ? b"
+    assert esc("a \ud800 b") == "a ? b"
 
 
 def test_eval_report_with_a_comparison(store: RunStore, eval_run: int) -> None:
