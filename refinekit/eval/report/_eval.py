@@ -69,8 +69,9 @@ def eval_report(store: RunStore, run_id: int, comparison: Comparison | None = No
         if r.status == "complete" or r.id == run.id
     ]
     failing = [(i, c) for i, c in enumerate(cases) if c.outcome != "passed"]
+    setup_failed = bool(run.summary.get("setup_failed"))
     sections = [
-        ("pass-rate", "Pass rate", _pass_rate(summary)),
+        ("pass-rate", "Pass rate", _pass_rate(summary, setup_failed)),
         ("history", "Pass rate over the stored runs", _eval_history(run, summary, history)),
     ]
     if summary.repeated:
@@ -108,8 +109,18 @@ def eval_report(store: RunStore, run_id: int, comparison: Comparison | None = No
     return page(f"refinekit eval, run {run.id}", heading, body)
 
 
-def _pass_rate(s: Summary) -> str:
-    if s.rate is None:
+def _pass_rate(s: Summary, setup_failed: bool) -> str:
+    if setup_failed:  # its rate of 0 would measure the setup, not the answers
+        headline = (
+            '<div class="headline"><span class="big">n/a</span><span class="interval muted">'
+            f"No answer was judged: none of the {whole(s.cases)} cases reached a verdict"
+            "</span></div>"
+            '<p class="warn">Every case raised an error that is not a refused answer (a '
+            "connection error, a timeout, a bug in the function) or found the judge "
+            "unavailable: a failure of the setup, not a measurement. The run has no pass rate "
+            "and no gate applied; the cases below say why. Fix the setup and run again.</p>"
+        )
+    elif s.rate is None:
         headline = (
             '<div class="headline"><span class="big">n/a</span><span class="interval muted">'
             f"none of the {whole(s.cases)} cases was answered and judged</span></div>"
@@ -121,13 +132,17 @@ def _pass_rate(s: Summary) -> str:
             f"<b>{s.upper:.3f}</b></span></div>"
         )
     how = (
-        f"<p>Pass rate = passed / (passed + failed + raised) = {whole(s.passed)} / "
-        f"{whole(s.counted)}. A case whose answer function raised counts as failed: the user got "
-        "no answer. The interval is the 95% Wilson score interval; a gate "
-        "(<code>--min-pass-rate</code>) is held against its lower bound.</p>"
-        f"<p>Not counted: {whole(s.unavailable)} unavailable (the judge could not judge) and "
-        f"{whole(s.inconclusive)} inconclusive (the evidence could not support a verdict, or "
-        "repeated verdicts split evenly): nothing was learnt about those answers.</p>"
+        ""
+        if setup_failed
+        else (
+            f"<p>Pass rate = passed / (passed + failed + raised) = {whole(s.passed)} / "
+            f"{whole(s.counted)}. A case whose answer function raised counts as failed: the user "
+            "got no answer. The interval is the 95% Wilson score interval; a gate "
+            "(<code>--min-pass-rate</code>) is held against its lower bound.</p>"
+            f"<p>Not counted: {whole(s.unavailable)} unavailable (the judge could not judge) and "
+            f"{whole(s.inconclusive)} inconclusive (the evidence could not support a verdict, or "
+            "repeated verdicts split evenly): nothing was learnt about those answers.</p>"
+        )
     )
     counts = {o: getattr(s, o) for o in OUTCOMES}
     total = max(1, s.cases)
@@ -167,6 +182,9 @@ def _eval_history(run: RunInfo, summary: Summary, history: Sequence[RunInfo]) ->
             upper = number(r.summary.get("upper"))
             passed = count(r.summary.get("passed"))
             counted = passed + count(r.summary.get("failed")) + count(r.summary.get("raised"))
+        measured_nothing = bool(r.summary.get("setup_failed"))
+        if measured_nothing:  # a failed setup: its stored rate of 0 measured no answer
+            rate = None
         if rate is None:
             lower = upper = None
         interval = (
@@ -187,7 +205,8 @@ def _eval_history(run: RunInfo, summary: Summary, history: Sequence[RunInfo]) ->
         rows.append(
             f'<tr class="{"current" if current else "other"}"><td class="n">{r.id}'
             f"{' (this run)' if current else ''}</td><td>{esc(when(r.started_at))}</td>"
-            f'<td class="n">{fmt3(rate)}</td><td class="n">{interval}</td>'
+            f'<td class="n">{"nothing (setup failed)" if measured_nothing else fmt3(rate)}</td>'
+            f'<td class="n">{interval}</td>'
             f'<td class="n">{passed}/{counted}</td><td class="text"><code>{esc(r.target or "")}'
             f'</code></td><td class="text"><code>{esc(r.judge or "column checks")}</code></td></tr>'
         )
