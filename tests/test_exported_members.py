@@ -6,6 +6,8 @@ import inspect
 
 import refinekit
 import refinekit.checks
+import refinekit.eval
+import refinekit.eval.report
 import refinekit.evidence
 import refinekit.judges
 import refinekit.local
@@ -133,6 +135,46 @@ def test_local_names() -> None:
     for name in ("LocalModel", "LocalModelError", "default_model_path"):
         assert getattr(refinekit.local, name).__doc__, name
     assert issubclass(refinekit.local.LocalModelError, refinekit.RefinekitError)
+
+
+def test_eval_names() -> None:
+    assert set(refinekit.eval.__all__) == {
+        "Calibration",
+        "CalibrationResult",
+        "CaseFinished",
+        "CaseRecord",
+        "Comparison",
+        "DataFileError",
+        "EvalResult",
+        "Outcome",
+        "ReliabilityBin",
+        "RunAborted",
+        "RunEvent",
+        "RunInfo",
+        "RunStarted",
+        "RunStopped",
+        "RunStoreError",
+        "Summary",
+        "Thresholds",
+        "UsageProblem",
+        "acalibrate",
+        "arun",
+        "calibrate",
+        "compare",
+        "html_report",
+        "run",
+        "runs",
+        "store_path",
+    }
+    for name in refinekit.eval.__all__:
+        obj = getattr(refinekit.eval, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert obj.__doc__, f"refinekit.eval.{name} has no docstring"
+            assert obj.__module__.startswith(("refinekit.eval._", "refinekit._")), name
+    for error in ("DataFileError", "RunAborted", "RunStoreError", "UsageProblem"):
+        assert issubclass(getattr(refinekit.eval, error), refinekit.RefinekitError)
+    # the HTML report's package and the function that writes a report are apart
+    assert callable(refinekit.eval.html_report)
 
 
 def test_error_tree() -> None:

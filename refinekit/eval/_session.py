@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import RunAborted
-from ._bridge import run_blocking
 from ._cases import Case
 from ._ratelimit import RateLimiter
 from ._results import CaseFinished, RunEvent, RunStarted, RunStopped
@@ -45,7 +44,7 @@ def _version() -> str:
 class Session:
     """A run of `plan` in `store`, started (or resumed) when made: `RunStarted` is told.
 
-    Drive it with `run_sync` or `await run_async`; then `complete` stores it complete.
+    `await execute()` runs its cases; then `complete` stores it complete.
     """
 
     def __init__(
@@ -111,25 +110,13 @@ class Session:
             earlier=self.started.earlier,
         )
 
-    def run_sync(self) -> None:
-        """Run the cases still to do, on an event loop of their own.
-
-        Raises:
-            RunAborted: The run stopped early; it is stored incomplete.
-            BaseException: Whatever else stopped it (`KeyboardInterrupt`...), likewise.
-        """
-        try:
-            run_blocking(self._cases())
-        except BaseException as e:
-            self._stop(e)
-            raise
-
-    async def run_async(self) -> None:
+    async def execute(self) -> None:
         """Run the cases still to do, on the running event loop.
 
         Raises:
             RunAborted: The run stopped early; it is stored incomplete.
-            BaseException: Whatever else stopped it (a cancellation...), likewise.
+            BaseException: Whatever else stopped it (an interruption, a cancellation...),
+                likewise.
         """
         try:
             await self._cases()

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from .._errors import RunStoreError, UsageProblem
 from .._evaluators import EvaluatorLike
+from ._bridge import run_blocking
 from ._plans import CalibratePlan, EvalPlan, PathLike
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._runstore import RunInfo, RunStore
@@ -90,24 +91,22 @@ def run(
         RunAborted: The judge is misconfigured or raised a bug, or the answer function raised
             a misconfiguration; the finished cases are stored, and the same call resumes.
     """
-    plan = EvalPlan(
-        golden,
-        target=target,
-        judge=judge,
-        concurrency=concurrency,
-        repeat=repeat,
-        db=db,
-        resume=resume,
-        retry=retry,
-        min_pass_rate=min_pass_rate,
-        compare=compare,
-        alpha=alpha,
-        on_event=on_event,
+    return run_blocking(
+        arun(
+            golden,
+            target=target,
+            judge=judge,
+            concurrency=concurrency,
+            repeat=repeat,
+            db=db,
+            resume=resume,
+            retry=retry,
+            min_pass_rate=min_pass_rate,
+            compare=compare,
+            alpha=alpha,
+            on_event=on_event,
+        )
     )
-    with RunStore(plan.db) as store:
-        session, before = plan.session(store)
-        session.run_sync()
-        return plan.result(session, before)
 
 
 async def arun(
@@ -146,7 +145,7 @@ async def arun(
     )
     with RunStore(plan.db) as store:
         session, before = plan.session(store)
-        await session.run_async()
+        await session.execute()
         return plan.result(session, before)
 
 
@@ -191,22 +190,20 @@ def calibrate(
         RunStoreError: The run store cannot be used.
         RunAborted: The judge is misconfigured or raised a bug; the finished items are stored.
     """
-    plan = CalibratePlan(
-        labelled,
-        judge=judge,
-        concurrency=concurrency,
-        db=db,
-        resume=resume,
-        retry=retry,
-        target_error=target_error,
-        bins=bins,
-        min_kappa=min_kappa,
-        on_event=on_event,
+    return run_blocking(
+        acalibrate(
+            labelled,
+            judge=judge,
+            concurrency=concurrency,
+            db=db,
+            resume=resume,
+            retry=retry,
+            target_error=target_error,
+            bins=bins,
+            min_kappa=min_kappa,
+            on_event=on_event,
+        )
     )
-    with RunStore(plan.db) as store:
-        session = plan.session(store)
-        session.run_sync()
-        return plan.result(session)
 
 
 async def acalibrate(
@@ -237,7 +234,7 @@ async def acalibrate(
     )
     with RunStore(plan.db) as store:
         session = plan.session(store)
-        await session.run_async()
+        await session.execute()
         return plan.result(session)
 
 
