@@ -80,7 +80,7 @@ def _before(store: RunStore, which: int | str) -> RunInfo:
     """The run `compare=ID` names, checked to be comparable."""
     try:
         number = int(which)
-    except ValueError:
+    except (TypeError, ValueError):
         raise UsageProblem(
             f"--compare takes 'previous' or a run id (see `refinekit runs`), not {which!r}"
         ) from None
