@@ -6,6 +6,7 @@ import asyncio
 import json
 import math
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -396,6 +397,160 @@ async def test_malformed_body_raises_a_json_decode_error(
     server.script("m", [Reply.malformed()])
     with pytest.raises(json.JSONDecodeError):
         await create(model="m", messages=USER)
+
+
+async def test_hang_is_a_client_timeout_and_frees_the_connection(
+    server: ScriptedOpenAI, create: Create
+) -> None:
+    server.script("m", [Reply.hang(), "after the fault"])
+    with pytest.raises(openai.APITimeoutError):
+        await create(model="m", messages=USER, timeout=0.2)
+    assert (await create(model="m", messages=USER)).choices[0].message.content == "after the fault"
+    assert len(server.requests) == 2
+
+
+def test_in_flight_counts_requests_until_their_response_is_done(server: ScriptedOpenAI) -> None:
+    server.script("m", [Reply.hang(), "done"])
+    assert server.in_flight == 0
+    with server.client(timeout=0.5) as client:
+        caught: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                client.chat.completions.create(model="m", messages=USER)
+            except BaseException as e:
+                caught.append(e)
+
+        asking = threading.Thread(target=ask)
+        asking.start()
+        while not server.requests:
+            asking.join(0.01)
+        assert server.in_flight == 1  # held, and the client still waits
+        asking.join(5)  # the client times out and hangs up
+        assert [type(e) for e in caught] == [openai.APITimeoutError]
+        deadline = time.monotonic() + 5
+        while server.in_flight and time.monotonic() < deadline:  # noticed at once
+            asking.join(0.01)
+        assert server.in_flight == 0
+        assert client.chat.completions.create(model="m", messages=USER).choices
+    assert server.in_flight == 0
+
+
+def test_stopping_the_server_ends_a_held_connection() -> None:
+    before = set(threading.enumerate())
+    caught: list[BaseException] = []
+    with ScriptedOpenAI() as server, server.client(timeout=30) as client:
+        server.script("m", [Reply.hang()])
+
+        def ask() -> None:
+            try:
+                client.chat.completions.create(model="m", messages=USER)
+            except BaseException as e:
+                caught.append(e)
+
+        asking = threading.Thread(target=ask)
+        asking.start()
+        while not server.requests:  # the request arrived and is held
+            asking.join(0.01)
+    # the client's 30 s timeout did not have to run out: stopping the server hung up
+    asking.join(5)
+    assert not asking.is_alive()
+    [error] = caught
+    assert isinstance(error, openai.APIConnectionError)
+    assert not isinstance(error, openai.APITimeoutError)
+    assert set(threading.enumerate()) == before
+
+
+@pytest.mark.parametrize(
+    "then", ["cut short", Reply.error(500, "x" * 200), Reply.tool_call("f", {"a": 1})]
+)
+async def test_truncated_drops_the_connection_mid_body(
+    server: ScriptedOpenAI, create: Create, then: str | Reply
+) -> None:
+    server.script("m", [Reply.truncated(then), "after the fault"])
+    with pytest.raises(openai.APIConnectionError) as caught:
+        await create(model="m", messages=USER)
+    assert not isinstance(caught.value, openai.APITimeoutError)
+    assert "peer closed connection without sending complete message body" in str(
+        caught.value.__cause__
+    )
+    assert (await create(model="m", messages=USER)).choices[0].message.content == "after the fault"
+
+
+async def test_truncated_of_a_reply_without_a_response_is_that_reply(
+    server: ScriptedOpenAI, create: Create
+) -> None:
+    server.script("m", [Reply.truncated(Reply.disconnect())])
+    with pytest.raises(openai.APIConnectionError):
+        await create(model="m", messages=USER)
+
+
+async def test_no_choices(server: ScriptedOpenAI, create: Create) -> None:
+    server.script("m", [Reply.no_choices()])
+    completion = await create(model="m", messages=USER)
+    assert completion.choices == []
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens == 0
+    assert completion.id.startswith("chatcmpl-scripted-")
+
+
+async def test_raw_bodies_statuses_and_headers(server: ScriptedOpenAI, create: Create) -> None:
+    server.script(
+        "m",
+        [
+            Reply.raw({"choices": [{"message": None}]}),
+            Reply.raw(
+                b"<html>Bad gateway</html>", status=502, headers={"Content-Type": "text/html"}
+            ),
+            Reply.raw("not json", headers={"x-scripted": "yes"}),
+            Reply.raw([1, 2]),
+        ],
+    )
+    odd = await create(model="m", messages=USER)  # the client does not validate the shape
+    assert odd.choices[0].message is None
+    with pytest.raises(openai.InternalServerError) as caught:
+        await create(model="m", messages=USER)
+    assert caught.value.status_code == 502
+    assert caught.value.response.headers["content-type"] == "text/html"
+    assert caught.value.response.text == "<html>Bad gateway</html>"
+    with pytest.raises(json.JSONDecodeError):
+        await create(model="m", messages=USER)
+    listed = await create(model="m", messages=USER)  # a JSON list is not a completion
+    assert not isinstance(listed, ChatCompletion)
+
+
+def test_raw_refuses_what_it_cannot_send() -> None:
+    with pytest.raises(ValueError, match="200 to 599"):
+        Reply.raw(b"", status=204)
+    with pytest.raises(ValueError, match="200 to 599"):
+        Reply.raw(b"", status=101)
+    with pytest.raises(ValueError, match="valid UTF-8"):
+        Reply.raw("lone \ud83d surrogate")
+    with pytest.raises(TypeError, match="bytes, a str, a mapping or a list"):
+        Reply.raw(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after", "header"),
+    [(429, None, "0"), (429, 7, "7"), (503, 0.5, "0.5"), (503, None, None), (429, "soon", "soon")],
+)
+async def test_retry_after_header(
+    server: ScriptedOpenAI,
+    create: Create,
+    status: int,
+    retry_after: float | str | None,
+    header: str | None,
+) -> None:
+    server.script("m", [Reply.error(status, "busy", retry_after=retry_after)])
+    with pytest.raises(openai.APIStatusError) as caught:
+        await create(model="m", messages=USER)
+    assert caught.value.response.headers.get("retry-after") == header
+
+
+@pytest.mark.parametrize("retry_after", [-1, math.inf, math.nan, True])
+def test_retry_after_must_be_seconds_or_a_str(retry_after: float) -> None:
+    with pytest.raises(ValueError, match="retry_after is seconds >= 0 or a str"):
+        Reply.error(429, retry_after=retry_after)
 
 
 # usage

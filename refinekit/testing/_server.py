@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import re
+import select
 import socket
 import sys
 import threading
@@ -63,6 +64,14 @@ class _Response:
     status: int
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
+    cut_at: int | None = None  # send only this many bytes of the body, then hang up
+
+
+class _Hold:
+    """What `Reply.hang()` answers: no response; the connection is held until the client leaves."""
+
+
+_HOLD = _Hold()
 
 
 @dataclass(frozen=True)
@@ -75,7 +84,8 @@ class Reply(abc.ABC):
     """A scripted reply of `ScriptedOpenAI`; build one with a classmethod.
 
     `Reply.text`, `Reply.tool_call` and `Reply.error` answer at once; `Reply.delay` waits
-    first; `Reply.disconnect` and `Reply.malformed` are transport faults.
+    first; `Reply.hang`, `Reply.disconnect`, `Reply.truncated`, `Reply.malformed`,
+    `Reply.no_choices` and `Reply.raw` are faults of the endpoint or the transport.
     """
 
     __slots__ = ()
@@ -156,6 +166,7 @@ class Reply(abc.ABC):
         *,
         type: str | None = None,  # the field's name in OpenAI's error body
         code: str | None = None,
+        retry_after: float | str | None = None,
     ) -> Reply:
         """An HTTP error with an OpenAI-shaped body, `{"error": {"message", "type", ...}}`.
 
@@ -164,19 +175,36 @@ class Reply(abc.ABC):
             message: The error message.
             type: The error type (default by status: "invalid_request_error" for 400, 404,
                 422 and other 4xx, "authentication_error" 401, "permission_error" 403,
-                "rate_limit_error" 429 (sent with `retry-after: 0`), "server_error" 5xx).
+                "rate_limit_error" 429, "server_error" 5xx).
             code: The error code, e.g. "model_not_found".
+            retry_after: The `retry-after` header: seconds (a number >= 0), or a `str` sent
+                as it is (an HTTP date, or a value a client must survive, such as
+                "soon"). Default: "0" for 429, no header for other statuses.
 
         Returns:
             The reply.
 
         Raises:
-            ValueError: `status` is not an HTTP error status.
+            ValueError: `status` is not an HTTP error status, or `retry_after` is a negative
+                or non-finite number.
         """
         if not 400 <= status <= 599:
             raise ValueError(f"an error status is 400 to 599, not {status}")
+        if retry_after is None:
+            header = "0" if status == 429 else None
+        elif isinstance(retry_after, str):
+            header = retry_after
+        elif (
+            isinstance(retry_after, (int, float))
+            and not isinstance(retry_after, bool)
+            and math.isfinite(retry_after)
+            and retry_after >= 0
+        ):
+            header = f"{retry_after:g}"
+        else:
+            raise ValueError(f"retry_after is seconds >= 0 or a str, not {retry_after!r}")
         default = "server_error" if status >= 500 else _ERROR_TYPES.get(status)
-        return _Error(status, message, type or default or "invalid_request_error", code)
+        return _Error(status, message, type or default or "invalid_request_error", code, header)
 
     @classmethod
     def delay(cls, seconds: float, then: str | Reply) -> Reply:
@@ -200,6 +228,20 @@ class Reply(abc.ABC):
         return _Delay(float(seconds), _as_reply(then))
 
     @classmethod
+    def hang(cls) -> Reply:
+        """Never answer: hold the connection until the client gives up or the server stops.
+
+        What a stalled endpoint does; the client's own timeout ends the request (give it a
+        short one, e.g. `timeout=0.2`). Unlike `Reply.delay`, nothing waits a fixed time:
+        the connection's thread returns as soon as the client closes the connection, and
+        stopping the server ends every held connection.
+
+        Returns:
+            The reply.
+        """
+        return _Hang()
+
+    @classmethod
     def disconnect(cls) -> Reply:
         """Close the connection without sending any response.
 
@@ -209,17 +251,91 @@ class Reply(abc.ABC):
         return _Disconnect()
 
     @classmethod
+    def truncated(cls, then: str | Reply = "a reply cut short") -> Reply:
+        """Start a response, then close the connection halfway through its body.
+
+        The status line and the headers of `then`'s response are sent, with a
+        `Content-Length` for its whole body, then only the first half of the body.
+
+        Args:
+            then: The reply to cut short: text, or any reply that sends a response.
+
+        Returns:
+            The reply.
+        """
+        return _Truncated(_as_reply(then))
+
+    @classmethod
     def malformed(cls) -> Reply:
         """HTTP 200, `Content-Type: application/json`, and a body that is not JSON.
+
+        The response is complete (its `Content-Length` is right): the JSON in it is cut
+        short. See `Reply.truncated` for a connection that drops mid-body.
 
         Returns:
             The reply.
         """
         return _Malformed()
 
+    @classmethod
+    def no_choices(cls) -> Reply:
+        """HTTP 200 and a chat completion with `"choices": []` (and usage).
+
+        What some servers send when a content filter or an overload leaves nothing to return.
+
+        Returns:
+            The reply.
+        """
+        return _NoChoices()
+
+    @classmethod
+    def raw(
+        cls,
+        body: bytes | str | Mapping[str, Any] | list[Any],
+        *,
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
+    ) -> Reply:
+        """Any response: a status, a body sent as given, and headers.
+
+        For bodies no other reply sends: a completion missing a field, a `null` message,
+        an error body that is not OpenAI's shape.
+
+        Args:
+            body: `bytes` (sent as they are), a `str` (sent UTF-8 encoded), or a mapping or
+                list (sent as JSON).
+            status: The HTTP status, 100 to 599 (not 1xx, 204 or 304, which have no body).
+            headers: Response headers; `Content-Type: application/json` unless given.
+
+        Returns:
+            The reply.
+
+        Raises:
+            ValueError: A status out of range or without a body, or a `str` that cannot be
+                encoded (a lone surrogate).
+            TypeError: A body of another type.
+        """
+        if not 200 <= status <= 599 or status in (204, 304):
+            raise ValueError(f"a raw reply's status is 200 to 599 (not 204 or 304), not {status}")
+        given: object = body  # checked at run time too: tests pass odd values on purpose
+        if isinstance(given, bytes):
+            data = given
+        elif isinstance(given, str):
+            try:
+                data = given.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"a raw reply's str body must be valid UTF-8: {e}") from None
+        elif isinstance(given, (Mapping, list)):
+            data = json.dumps(given).encode()
+        else:
+            kind = type(given).__name__
+            raise TypeError(f"a raw reply's body is bytes, a str, a mapping or a list, not {kind}")
+        sent = tuple((str(k), str(v)) for k, v in (headers or {}).items())
+        return _Raw(_Response(status, data, sent))
+
     @abc.abstractmethod
-    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response | None:
-        """The HTTP response to send (None: close the connection)."""
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response | _Hold | None:
+        """The HTTP response to send (None: close the connection; `_HOLD`: hold it)."""
 
 
 @dataclass(frozen=True)
@@ -266,9 +382,12 @@ class _Error(Reply):
     message: str
     type: str
     code: str | None
+    retry_after: str | None
 
     def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response:
-        return _error(self.status, self.message, self.type, code=self.code)
+        return _error(
+            self.status, self.message, self.type, code=self.code, retry_after=self.retry_after
+        )
 
 
 @dataclass(frozen=True)
@@ -276,9 +395,15 @@ class _Delay(Reply):
     seconds: float
     then: Reply
 
-    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response | None:
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response | _Hold | None:
         time.sleep(self.seconds)
         return self.then._respond(request, ids)
+
+
+@dataclass(frozen=True)
+class _Hang(Reply):
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Hold:
+        return _HOLD
 
 
 @dataclass(frozen=True)
@@ -288,9 +413,45 @@ class _Disconnect(Reply):
 
 
 @dataclass(frozen=True)
+class _Truncated(Reply):
+    then: Reply
+
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response | _Hold | None:
+        response = self.then._respond(request, ids)
+        if not isinstance(response, _Response):  # nothing to cut: it sends no response
+            return response
+        cut = (len(response.body) if response.cut_at is None else response.cut_at) // 2
+        return _Response(response.status, response.body, response.headers, cut)
+
+
+@dataclass(frozen=True)
 class _Malformed(Reply):
     def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response:
         return _Response(200, b'{"id": "chatcmpl-scripted", "choices": [{"message": ')
+
+
+@dataclass(frozen=True)
+class _NoChoices(Reply):
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response:
+        usage = _usage(request, "", None, 0)
+        completion = {
+            "id": f"chatcmpl-scripted-{next(ids.completions)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.model,
+            "choices": [],
+            "usage": usage,
+            "system_fingerprint": None,
+        }
+        return _Response(200, json.dumps(completion).encode())
+
+
+@dataclass(frozen=True)
+class _Raw(Reply):
+    response: _Response
+
+    def _respond(self, request: RecordedRequest, ids: _Ids) -> _Response:
+        return self.response
 
 
 _ReplyLike = str | Reply | Callable[[RecordedRequest], str | Reply]
@@ -378,10 +539,11 @@ def _error(
     *,
     param: str | None = None,
     code: str | None = None,
+    retry_after: str | None = None,
 ) -> _Response:
     error_type = type or ("server_error" if status >= 500 else "invalid_request_error")
     body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
-    headers = (("retry-after", "0"),) if status == 429 else ()
+    headers = (("retry-after", retry_after),) if retry_after is not None else ()
     return _Response(status, json.dumps(body).encode(), headers)
 
 
@@ -401,13 +563,37 @@ class _Handler(BaseHTTPRequestHandler):
         """Keep test output clean: no access log."""
 
     def _serve(self) -> None:
+        scripted = self.server.scripted
+        with scripted._lock:
+            scripted._in_flight += 1
+        self._in_flight = True
+        try:
+            self._answer()
+        finally:
+            self._answered()
+
+    def _answered(self) -> None:
+        """Count the request out of `in_flight`, once.
+
+        Called before a response starts (so a client that has its reply never sees its
+        request still counted), or after a held connection's hang-up.
+        """
+        if self._in_flight:
+            self._in_flight = False
+            scripted = self.server.scripted
+            with scripted._lock:
+                scripted._in_flight -= 1
+
+    def _answer(self) -> None:
         try:
             length = int(self.headers.get("content-length") or 0)
         except ValueError:
             length = -1
         if length < 0 or "chunked" in self.headers.get("transfer-encoding", "").lower():
             self.close_connection = True  # can't find the end of the body: don't reuse
-            response: _Response | None = _error(400, "scripted server: send a Content-Length")
+            response: _Response | _Hold | None = _error(
+                400, "scripted server: send a Content-Length"
+            )
         else:
             raw = self.rfile.read(length)
             headers = {k.lower(): _redact(k.lower(), v) for k, v in self.headers.items()}
@@ -415,15 +601,37 @@ class _Handler(BaseHTTPRequestHandler):
         if response is None:  # Reply.disconnect()
             self.close_connection = True
             return
+        if isinstance(response, _Hold):  # Reply.hang()
+            self.close_connection = True
+            self._hold()
+            return
+        self._answered()
         try:
             self.send_response(response.status)
-            for name, value in (("Content-Type", "application/json"), *response.headers):
+            named = {name.lower() for name, _ in response.headers}
+            default = () if "content-type" in named else (("Content-Type", "application/json"),)
+            for name, value in (*default, *response.headers):
                 self.send_header(name, value)
             self.send_header("Content-Length", str(len(response.body)))
             self.end_headers()
-            self.wfile.write(response.body)
+            if response.cut_at is None:
+                self.wfile.write(response.body)
+            else:  # Reply.truncated(): hang up mid-body
+                self.wfile.write(response.body[: response.cut_at])
+                self.wfile.flush()
+                self.close_connection = True
         except OSError:  # the client gave up (e.g. timed out during a Reply.delay)
             self.close_connection = True
+
+    def _hold(self) -> None:
+        """Wait, sending nothing, until the client closes the connection or the server stops.
+
+        Stopping the server shuts every connection down, which wakes this wait as well.
+        """
+        while True:
+            readable, _, _ = select.select([self.connection], [], [], 1.0)
+            if readable:  # the client hung up (or sent something: it gets no answer either)
+                return
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
@@ -503,6 +711,7 @@ class ScriptedOpenAI:
         self._scripts: dict[str, list[_ReplyLike]] = {}
         self._served: dict[str, int] = {}
         self._requests: list[RecordedRequest] = []
+        self._in_flight = 0
         self._ids = _Ids()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -634,11 +843,23 @@ class ScriptedOpenAI:
         """
         return [request for request in self.requests if request.model == model]
 
+    @property
+    def in_flight(self) -> int:
+        """Requests received and not yet answered.
+
+        A request held by `Reply.hang()` or waiting in `Reply.delay()` counts until the
+        client hangs up or the response starts (so a client that has its reply never sees
+        its request counted). After the code under test has returned, a request still in
+        flight is one it left running in the background.
+        """
+        with self._lock:
+            return self._in_flight
+
     # serving (called in the connection's thread)
 
     def _dispatch(
         self, method: str, path: str, headers: dict[str, str], raw: bytes
-    ) -> _Response | None:
+    ) -> _Response | _Hold | None:
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
