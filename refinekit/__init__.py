@@ -37,11 +37,11 @@ from ._model import (
     Verdict,
     VerdictStatus,
 )
+from ._package import rehome, version
 from ._retry import retry_on_low_quality
-from ._review import RevisionRequest, reviewed
+from ._review import reviewed
+from ._revisers import RevisionRequest
 from ._tools import tool
-
-__version__ = "0.1.0.dev0"
 
 __all__ = [
     "AnswerRejected",
@@ -88,3 +88,9 @@ __all__ = [
     "tool",
     "weighted",
 ]
+
+__version__ = version()
+"""refinekit's version (from the installed package's metadata)."""
+
+rehome(globals(), __all__, __name__)  # `refinekit.Verdict`, not `refinekit._model.Verdict`
+del rehome, version

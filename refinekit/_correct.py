@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import re
@@ -19,13 +18,20 @@ from pydantic.errors import (
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
-from ._errors import CorrectionExhausted, JsonParseError, ResponseValidationError
+from ._decorate import wrap
+from ._errors import (
+    CorrectionExhausted,
+    JsonParseError,
+    ReplyShapeError,
+    ResponseValidationError,
+)
 from ._errtext import error_lines, error_path, utf8_text
-from ._flow import Call, Flow, run_async, run_sync
+from ._flow import Call, Flow
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
-from ._job import Job, enter_job, leave_job
-from ._replies import ReplyShapeError, reply_text, usage_of
-from ._retry import check_budget
+from ._job import Job
+from ._policy import check_budget
+from ._replies import reply_text
+from ._request import function_name
 from ._schema import require_type
 
 __all__ = ["MAX_CORRECTIONS_LIMIT", "CorrectionFailure", "self_correct"]
@@ -235,7 +241,7 @@ class _CorrectConfig(Generic[T]):
     __slots__ = ("function", "max_corrections", "messages_name", "parser")
 
     def __init__(self, fn: Callable[..., Any], parser: _Parser[T], max_corrections: int) -> None:
-        self.function = getattr(fn, "__qualname__", repr(fn))
+        self.function = function_name(fn)
         params = list(inspect.signature(fn).parameters.values())
         if not params or params[0].kind in (
             inspect.Parameter.VAR_KEYWORD,
@@ -284,9 +290,7 @@ def _correct_flow(
         sent = [dict(m) for m in conversation]
         counted = job._replies_counted()
         reply = yield Call(fn, (sent, *rest), rest_kwargs)
-        usage = usage_of(reply)
-        if usage is not None:
-            job._add_usage(usage, reply, counted)
+        job._count_reply(reply, counted)
         result: T | CorrectionFailure
         try:
             text = reply_text(reply)
@@ -390,26 +394,6 @@ def self_correct(*, schema: type[T], max_corrections: int = 2) -> SelfCorrecting
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         cfg = _CorrectConfig(fn, parser, max_corrections)
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> T:
-                job, token = enter_job()
-                try:
-                    return await run_async(_correct_flow(cfg, fn, args, kwargs, job))
-                finally:
-                    leave_job(token)
-
-            return async_wrapper
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> T:
-            job, token = enter_job()
-            try:
-                return run_sync(_correct_flow(cfg, fn, args, kwargs, job))
-            finally:
-                leave_job(token)
-
-        return wrapper
+        return wrap(fn, _correct_flow, cfg)
 
     return decorate

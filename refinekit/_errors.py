@@ -1,4 +1,4 @@
-"""refinekit's exceptions.
+"""Every exception refinekit defines, in one tree.
 
 Errors (something went wrong and the caller must handle it)::
 
@@ -8,22 +8,26 @@ Errors (something went wrong and the caller must handle it)::
     ├── CorrectionExhausted          @self_correct ran out of corrections
     │   ├── JsonParseError           ... and the last reply was not JSON
     │   └── ResponseValidationError  ... and the last reply was JSON that failed validation
-    ├── DataFileError                a golden or labelled file that cannot be used: missing,
-    │                                unreadable, wrong shape (also a ValueError)
-    ├── DemoConfigError              `refinekit demo`'s options name a real endpoint only in
-    │                                part (also a ValueError)
-    ├── RunAborted                   an eval or calibrate run stopped before its end (a
+    ├── JudgeError                   a model judge could not judge
+    │   ├── JudgeUnavailable         connection error, timeout, HTTP 408/429/5xx, a malformed
+    │   │                            body (after the client's own retries): an outage
+    │   ├── JudgeMisconfigured       HTTP 400/401/403/404/422: a bad key, model or request;
+    │   │                            always raised, whatever the error policy
+    │   └── JudgeReplyError          the judge answered something that is not a verdict
+    ├── LocalModelError              refinekit.local: the `local` extra is missing, or the
+    │                                local model's server did not come up or died
+    ├── DataFileError                refinekit.eval: a golden or labelled file that cannot be
+    │                                used: missing, unreadable, wrong shape (also a ValueError)
+    ├── RunAborted                   refinekit.eval: a run stopped before its end (a
     │                                misconfigured or broken judge); its finished cases are stored
-    ├── RunStoreError                the run store cannot be used: not a refinekit database, a
-    │                                newer schema, a missing run
-    ├── UsageProblem                 an eval or calibrate run that cannot start: a bad target or
-    │                                judge, a file without the columns it needs (also a ValueError)
-    └── JudgeError                   a model judge could not judge
-        ├── JudgeUnavailable         connection error, timeout, HTTP 408/429/5xx, a malformed
-        │                            body (after the client's own retries): an outage
-        ├── JudgeMisconfigured       HTTP 400/401/403/404/422: a bad key, model or request;
-        │                            always raised, whatever the error policy
-        └── JudgeReplyError          the judge answered something that is not a verdict
+    ├── RunStoreError                refinekit.eval: the run store cannot be used: not a refinekit
+    │                                database, a newer schema, a missing run
+    ├── UsageProblem                 refinekit.eval: a run that cannot start: a bad target, judge
+    │                                or option, a file without the columns it needs (a ValueError)
+    └── DemoConfigError              `refinekit demo`: the options name a real endpoint only in
+                                     part (also a ValueError)
+
+    RefinekitWarning (a UserWarning)  something went wrong that must not break the job
 
 Control-flow signals (not errors, kept out of the tree above)::
 
@@ -32,8 +36,22 @@ Control-flow signals (not errors, kept out of the tree above)::
     ReaderGone         (a BaseException) the `refinekit` command's standard output lost its
                        reader (`| head`) while printing was its work: it stops, quietly
 
+Internal signals (private: each is caught inside refinekit and never reaches a caller as it
+is)::
+
+    ReplyShapeError (ValueError)    a reply holds no single text to parse (two tool calls):
+                                    @self_correct corrects it like bad JSON
+    TimedOut (TimeoutError)         a time-limited step gave no result in time: @reviewed
+                                    turns it into a `judge_timeout` or `budget` rejection
+    DeadlinePassed (TimeoutError)   a judge request not sent, its time limit already past
+    ReviserFailed                   the default reviser's model call failed: the review ends
+                                    with `AnswerRejected`
+    GoldenFileError                 the pytest plugin: a golden file that cannot be used,
+                                    reported as the test module's collection error
+
 `judge_error_policy="fail_open"` (the default of `@retry_on_low_quality`) lets an answer
-through unjudged on `JudgeUnavailable` and `JudgeReplyError`; `"fail_closed"` raises them.
+through unjudged on `JudgeUnavailable` and `JudgeReplyError`; `"fail_closed"` raises them
+(see `refinekit._policy`, where every decorator and judge applies its policy).
 An exception raised inside a rule check or a code criterion is a bug in the check: it is not
 a `JudgeError` and always propagates.
 
@@ -46,7 +64,7 @@ propagates unchanged and is never retried.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ._model import Attempt, Usage, Verdict
 
@@ -58,6 +76,7 @@ __all__ = [
     "JudgeMisconfigured",
     "JudgeReplyError",
     "JudgeUnavailable",
+    "LocalModelError",
     "LowQualityAnswer",
     "RefinekitError",
     "RefinekitWarning",
@@ -214,14 +233,21 @@ class JudgeError(RefinekitError):
     Attributes:
         model: The judge model's name.
         status_code: The HTTP status, when the endpoint answered with one.
+        fail_closed: True when an error policy of `"fail_closed"` raised it (a judge's own
+            `judge_error_policy`, or a decorator's): no outer policy lets it through.
     """
+
+    _fail_closed = False
 
     def __init__(self, message: str, *, model: str, status_code: int | None = None) -> None:
         super().__init__(message)
         self.model = model
         self.status_code = status_code
-        # Set by a judge whose own policy is "fail_closed": no outer policy lets it through.
-        self.fail_closed = False
+
+    @property
+    def fail_closed(self) -> bool:
+        """True when a `"fail_closed"` error policy raised it: no outer policy lets it through."""
+        return self._fail_closed
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, self.__dict__))
@@ -258,6 +284,61 @@ class JudgeReplyError(JudgeError):
     def __init__(self, message: str, *, model: str, reply: str = "") -> None:
         super().__init__(message, model=model)
         self.reply = reply
+
+
+class LocalModelError(RefinekitError):
+    """The local model cannot run: the extra is missing, or the server did not come up or died."""
+
+
+E = TypeVar("E", bound=JudgeError)
+
+
+def failed_closed(error: E) -> E:
+    """A copy of `error` that no outer error policy lets through (`fail_closed` is True).
+
+    The original is left as it is: whoever else holds it (a gathered result, the caller's own
+    evaluator) sees it unchanged. The copy keeps its message, attributes, cause and traceback.
+    """
+    if error.fail_closed:
+        return error
+    copy = _rebuild(type(error), error.args, {**error.__dict__, "_fail_closed": True})
+    copy.__cause__ = error.__cause__
+    copy.__suppress_context__ = True  # the original it copies is not a second error
+    return copy.with_traceback(error.__traceback__)  # type: ignore[no-any-return]
+
+
+# --- internal signals: caught inside refinekit, never raised to a caller as they are ---------
+
+
+class ReplyShapeError(ValueError):
+    """A reply that holds no single text to parse (e.g. two tool calls); corrected like bad JSON.
+
+    `text` renders what the reply did hold, to show the model what it sent.
+    """
+
+    def __init__(self, message: str, text: str = "") -> None:
+        super().__init__(message)
+        self.text = text
+
+
+class TimedOut(TimeoutError):
+    """A `Timed` command gave no result within its seconds (its own errors pass unchanged)."""
+
+
+class DeadlinePassed(TimeoutError):
+    """A judge request not sent: the time limit around it (a `Timed` command's) had passed."""
+
+
+class ReviserFailed(Exception):
+    """The default reviser's model call failed: the review ends with `reason`."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class GoldenFileError(Exception):
+    """A golden file that cannot be used; reported as the test module's collection error."""
 
 
 def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> Any:

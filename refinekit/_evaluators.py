@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextvars
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
+from ._bridge import in_thread, is_async_callable, run_blocking
 from ._flow import Evaluate, Flow, run_async, run_sync
 from ._model import CriterionResult, EvaluationRequest, Verdict
 
@@ -62,7 +60,7 @@ def evaluator_name(obj: Any) -> str:
     return type(obj).__name__ if not callable(obj) or hasattr(obj, "evaluate") else "check"
 
 
-def _to_verdict(result: Any, name: str) -> Verdict:
+def to_verdict(result: Any, name: str) -> Verdict:
     if isinstance(result, Verdict):
         return result
     if isinstance(result, bool):
@@ -84,30 +82,14 @@ def _to_verdict(result: Any, name: str) -> Verdict:
     )
 
 
-def _run_coroutine_blocking(make: Callable[[], Awaitable[Any]]) -> Any:
-    async def runner() -> Any:
-        return await make()
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(runner())
-    # A loop is running in this thread (a sync call made from async code): run the coroutine
-    # on a loop of its own in a worker thread rather than deadlock this one.
-    # The worker gets a copy of this context, as the no-loop path and `asyncio.to_thread` do,
-    # so the evaluator still sees the current job and attempt.
-    context = contextvars.copy_context()
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="refinekit") as pool:
-        return pool.submit(context.run, asyncio.run, runner()).result()
-
-
-class _Adapted:
+class Adapted:
     """Any accepted evaluator, with both `evaluate` and `aevaluate`.
 
     - an object with both methods is used as it is;
     - sync only (`evaluate` or a plain function): the async path runs it in a worker thread;
-    - async only (`aevaluate` or an `async def`): the sync path runs it on an event loop of its
-      own (in a worker thread when this thread already runs one).
+    - async only (`aevaluate`, an `async def evaluate`, an `async def` function or an object
+      with an `async def __call__`): the sync path runs it on an event loop of its own (in a
+      worker thread when this thread already runs one).
     """
 
     __slots__ = ("_async", "_sync", "name", "wrapped")
@@ -115,16 +97,18 @@ class _Adapted:
     def __init__(self, obj: Any) -> None:
         self.wrapped = obj
         self.name = evaluator_name(obj)
-        has_sync = callable(getattr(obj, "evaluate", None))
-        has_async = callable(getattr(obj, "aevaluate", None))
+        evaluate = getattr(obj, "evaluate", None)
+        aevaluate = getattr(obj, "aevaluate", None)
         self._sync: Callable[[EvaluationRequest], Any] | None = None
         self._async: Callable[[EvaluationRequest], Awaitable[Any]] | None = None
-        if has_sync or has_async:
-            self._sync = obj.evaluate if has_sync else None
-            self._async = obj.aevaluate if has_async else None
-        elif inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(
-            getattr(obj, "__call__", None)  # noqa: B004 - an async callable object
-        ):
+        if callable(evaluate) or callable(aevaluate):
+            if callable(evaluate) and is_async_callable(evaluate):
+                # `async def evaluate`: the async side, unless `aevaluate` is given too
+                self._async = aevaluate if callable(aevaluate) else evaluate
+            else:
+                self._sync = evaluate if callable(evaluate) else None
+                self._async = aevaluate if callable(aevaluate) else None
+        elif is_async_callable(obj):
             self._async = obj
         elif callable(obj):
             self._sync = obj
@@ -134,32 +118,37 @@ class _Adapted:
                 "async aevaluate(request), or a function (request) -> Verdict | bool"
             )
 
+    @property
+    def is_async(self) -> bool:
+        """Whether the evaluator has an async side of its own (else the sync one runs)."""
+        return self._async is not None
+
     def evaluate(self, request: EvaluationRequest) -> Verdict:
         if self._sync is not None:
-            return _to_verdict(self._sync(request), self.name)
+            return to_verdict(self._sync(request), self.name)
         async_fn = self._async
         assert async_fn is not None
-        return _to_verdict(_run_coroutine_blocking(lambda: async_fn(request)), self.name)
+        return to_verdict(run_blocking(lambda: async_fn(request)), self.name)
 
     async def aevaluate(self, request: EvaluationRequest) -> Verdict:
         if self._async is not None:
-            return _to_verdict(await self._async(request), self.name)
+            return to_verdict(await self._async(request), self.name)
         assert self._sync is not None
-        return _to_verdict(await asyncio.to_thread(self._sync, request), self.name)
+        return to_verdict(await in_thread(self._sync, request), self.name)
 
     def __repr__(self) -> str:
         return f"<evaluator {self.name}>"
 
 
-def as_evaluator(obj: EvaluatorLike) -> _Adapted:
+def as_evaluator(obj: EvaluatorLike) -> Adapted:
     """Check that `obj` can serve as an evaluator and wrap it so it runs sync and async.
 
     Raises:
         TypeError: `obj` is neither an evaluator nor a callable.
     """
-    if isinstance(obj, _Adapted):
+    if isinstance(obj, Adapted):
         return obj
-    return _Adapted(obj)
+    return Adapted(obj)
 
 
 class FlowEvaluator:
@@ -196,12 +185,12 @@ def _criteria_of(name: str, verdict: Verdict) -> tuple[CriterionResult, ...]:
     )
 
 
-def _skipped(children: Sequence[_Adapted]) -> tuple[CriterionResult, ...]:
+def _skipped(children: Sequence[Adapted]) -> tuple[CriterionResult, ...]:
     return tuple(CriterionResult(name=c.name, outcome="skipped") for c in children)
 
 
 def _unjudged(
-    verdict: Verdict, criteria: list[CriterionResult], rest: Sequence[_Adapted]
+    verdict: Verdict, criteria: list[CriterionResult], rest: Sequence[Adapted]
 ) -> Verdict:
     """A composite cannot judge when one of its parts could not: it says so, it never guesses."""
     return Verdict(

@@ -13,11 +13,15 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ._bridge import in_worker
+from ._errors import TimedOut
 
 if TYPE_CHECKING:
     from ._model import EvaluationRequest, Verdict
@@ -36,7 +40,16 @@ class Call:
         self.kwargs = kwargs
 
     def run_sync(self) -> Any:
-        return self.fn(*self.args, **self.kwargs)
+        result = self.fn(*self.args, **self.kwargs)
+        if type(result) is CoroutineType:
+            result.close()  # never awaited on purpose: no "never awaited" warning
+            name = getattr(self.fn, "__qualname__", None) or type(self.fn).__name__
+            raise TypeError(
+                f"{name} returned a coroutine to a sync refinekit decorator, which cannot await "
+                "it: declare the function `async def` (or give its class an `async def "
+                "__call__`) so that the decorated call is async too"
+            )
+        return result
 
     async def run_async(self) -> Any:
         result = self.fn(*self.args, **self.kwargs)
@@ -102,21 +115,13 @@ class Gather:
     def run_sync(self) -> list[Any]:
         if len(self.commands) <= 1:
             return [_outcome(c.run_sync) for c in self.commands]
-        with ThreadPoolExecutor(len(self.commands), thread_name_prefix="refinekit") as pool:
-            futures = [
-                pool.submit(contextvars.copy_context().run, _outcome, c.run_sync)
-                for c in self.commands
-            ]
-            return [f.result() for f in futures]
+        futures = [in_worker(functools.partial(_outcome, c.run_sync)) for c in self.commands]
+        return [f.result() for f in futures]
 
     async def run_async(self) -> list[Any]:
         return list(
             await asyncio.gather(*(c.run_async() for c in self.commands), return_exceptions=True)
         )
-
-
-class TimedOut(TimeoutError):
-    """A `Timed` command gave no result within its seconds (its own errors pass unchanged)."""
 
 
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
@@ -166,22 +171,17 @@ class Timed:
 
     def run_sync(self) -> Any:
         deadline = self._deadline()
-        context = contextvars.copy_context()
-        context.run(_DEADLINE.set, deadline)
         finished: list[float] = []
 
         def run() -> Any:
+            _DEADLINE.set(deadline)  # in the worker's own copy of the context
             try:
                 return self.command.run_sync()
             finally:
                 finished.append(time.monotonic())
 
-        pool = ThreadPoolExecutor(1, thread_name_prefix="refinekit-timed")
-        try:
-            future = pool.submit(context.run, run)
-            concurrent.futures.wait([future], timeout=max(0.0, deadline - time.monotonic()))
-        finally:
-            pool.shutdown(wait=False)
+        future = in_worker(run)
+        concurrent.futures.wait([future], timeout=max(0.0, deadline - time.monotonic()))
         if not future.done() or finished[0] >= deadline:
             error = None if not future.done() else future.exception()
             raise self._timed_out() from error

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
-from ._errors import JudgeReplyError, JudgeUnavailable, LowQualityAnswer
-from ._evaluators import EvaluatorLike, _Adapted, as_evaluator
-from ._flow import Call, Evaluate, Flow, run_async, run_sync
+from ._decorate import wrap
+from ._errors import JudgeError, LowQualityAnswer
+from ._evaluators import Adapted, EvaluatorLike, as_evaluator
+from ._flow import Call, Evaluate, Flow
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
-from ._job import _ATTEMPT, Job, enter_job, leave_job
+from ._job import Job, current_attempt
 from ._model import EvaluationRequest, Verdict
-from ._replies import answer_text, usage_of
-from ._retry import JudgeErrorPolicy, check_policy
+from ._policy import JudgeErrorPolicy, check_policy, judge_failure
+from ._replies import answer_text
+from ._request import QuestionSelector, RequestMaker
 
 __all__ = ["DEFAULT_REFUSAL", "Guarding", "guarded"]
 
@@ -24,7 +24,7 @@ T = TypeVar("T")
 DEFAULT_REFUSAL = "I can't help with that."
 """What a blocked call returns unless `refusal=` says otherwise."""
 
-InputSelector = str | Callable[[Mapping[str, Any]], str]
+InputSelector = QuestionSelector
 Screened = Literal["input", "output"]
 
 
@@ -44,89 +44,61 @@ class Guarding(Protocol):
     def __call__(self, fn: Callable[P, T], /) -> Callable[P, T | str]: ...
 
 
-def _as_text(value: Any) -> str:
-    """An argument as text to screen: a str as is, None as "", anything else as JSON."""
-    return value if isinstance(value, str) else answer_text(value)
-
-
 class _GuardConfig:
     __slots__ = (
         "function",
-        "input",
         "judge_error_policy",
         "refusal",
+        "requests",
         "screen",
         "screen_input",
-        "signature",
     )
 
     def __init__(
         self,
         fn: Callable[..., Any],
         *,
-        screen: _Adapted,
+        screen: Adapted,
         refusal: str,
         screen_input: bool,
         input: InputSelector | None,
         judge_error_policy: JudgeErrorPolicy,
     ) -> None:
-        self.function = getattr(fn, "__qualname__", repr(fn))
-        self.signature = inspect.signature(fn)
-        names = list(self.signature.parameters)
-        if isinstance(input, str) and input not in names:
+        self.requests = RequestMaker(fn, question=input, option="input")
+        self.function = self.requests.function
+        if screen_input and input is None and not self.requests.names:
             raise ValueError(
-                f"input={input!r} names no parameter of {self.function}{self.signature}"
-            )
-        if screen_input and input is None and not names:
-            raise ValueError(
-                f"screen_input=True, but {self.function}{self.signature} takes no argument "
-                "to screen"
+                f"screen_input=True, but {self.function}{self.requests.signature} takes no "
+                "argument to screen"
             )
         self.screen = screen
         self.refusal = refusal
         self.screen_input = screen_input
-        self.input = input
         self.judge_error_policy = judge_error_policy
 
     def input_text(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The input as text: what `input=` selects, else `question`, else the first str.
 
         When the input is screened, not finding one raises `TypeError` rather than screen
-        nothing; otherwise the output's screen just gets an empty question.
+        nothing (the function is not called unscreened); otherwise the output's screen just
+        gets an empty question.
         """
-        try:
-            bound = self.signature.bind(*args, **kwargs)
-        except TypeError:
-            if self.screen_input:
-                raise  # the call itself cannot work; the function is not called unscreened
+        arguments = self.requests.bind(args, kwargs, strict=self.screen_input)
+        if arguments is None:  # the call itself cannot work
             return ""
-        bound.apply_defaults()
-        arguments = dict(bound.arguments)
-        selector = self.input
-        if callable(selector):
-            text = selector(arguments)
-            if not isinstance(text, str):
-                raise TypeError(
-                    f"input= of {self.function} must return a str, got {type(text).__name__}"
-                )
-            return text
-        if isinstance(selector, str):
-            return _as_text(arguments.get(selector))
-        if "question" in arguments:
-            return _as_text(arguments["question"])
-        found = next((v for v in arguments.values() if isinstance(v, str)), None)
-        if found is None and self.screen_input:
+        text = self.requests.question_of(arguments)
+        if text is None and self.screen_input:
             raise TypeError(
                 f"@guarded(screen_input=True) found no str argument to screen in this call of "
                 f"{self.function}; name the input with input= (a parameter name or a callable "
                 "of the bound arguments)"
             )
-        return found or ""
+        return text or ""
 
 
 def _event(cfg: _GuardConfig, job: Job, kind: EventKind, **fields: Any) -> Event:
     # Inside @retry_on_low_quality the event carries the retry's attempt; alone, it is 1 of 1.
-    info = _ATTEMPT.get()
+    info = current_attempt()
     number, maximum = (info.number, info.max_attempts) if info is not None else (1, 1)
     return make_event(kind, "guarded", cfg.function, job, number, maximum, **fields)
 
@@ -143,11 +115,11 @@ def _screen(
     """Screen one text; the flow's result is True when it is blocked."""
     try:
         verdict: Verdict = yield Evaluate(cfg.screen, request)
-    except (JudgeUnavailable, JudgeReplyError) as exc:
-        if exc.fail_closed:  # the judge's own explicit policy raises past any outer one
-            raise
-        verdict = Verdict.unjudged(f"{type(exc).__name__}: {exc}", screen=cfg.screen.name)
-    # JudgeMisconfigured, and any exception of a rule check (a bug), propagate from the yield.
+    except JudgeError as exc:
+        # A failure is an unjudged verdict, which this guard's own policy blocks or lets
+        # through below. JudgeMisconfigured, a failure a judge's own "fail_closed" policy
+        # raised and any exception of a rule check (a bug) propagate.
+        verdict = judge_failure(exc, "fail_open", screen=cfg.screen.name)
     name = cfg.screen.name
     if verdict.judged:
         if verdict.passed:
@@ -196,9 +168,7 @@ def _guard_flow(
         # A draft carried by the signal can still be returned (an outer retry's "return_best"),
         # so it is screened too.
         rejection, value = raised, raised.answer
-    usage = usage_of(value)
-    if usage is not None:
-        job._add_usage(usage, value, counted)
+    job._count_reply(value, counted)
     if rejection is not None and value is None:
         raise rejection
     request = EvaluationRequest(
@@ -285,26 +255,6 @@ def guarded(
             input=input,
             judge_error_policy=judge_error_policy,
         )
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                job, token = enter_job()
-                try:
-                    return await run_async(_guard_flow(cfg, fn, args, kwargs, job))
-                finally:
-                    leave_job(token)
-
-            return async_wrapper
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            job, token = enter_job()
-            try:
-                return run_sync(_guard_flow(cfg, fn, args, kwargs, job))
-            finally:
-                leave_job(token)
-
-        return wrapper
+        return wrap(fn, _guard_flow, cfg)
 
     return decorate

@@ -2,7 +2,7 @@
 
 Every text a log line quotes (feedback, an error, a verdict's reason, a DEBUG detail) passes
 through `redact` first. Events themselves carry refinekit's own messages, whose judge errors
-are redacted where they are made (`judges._base.judge_error`).
+are redacted where they are made (`refinekit._openai.api_error`).
 """
 
 from __future__ import annotations

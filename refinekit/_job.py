@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 from ._model import AttemptInfo, ContextDocument, Usage
+from ._replies import usage_of
 
 __all__ = ["Job", "current_attempt", "current_job", "job", "record_context"]
 
@@ -91,6 +92,15 @@ class Job:
                     return
                 self._counted.append(reply)
             self._usage = self._usage + usage
+
+    def _count_reply(self, reply: object, since: int | None = None) -> None:
+        """Count the token usage a reply carries, once (see `_add_usage`).
+
+        Anything that is not a model reply (a str, a pydantic model, None) adds nothing.
+        """
+        usage = usage_of(reply)
+        if usage is not None:
+            self._add_usage(usage, reply, since)
 
     def __enter__(self) -> Job:
         if self._token is not None:
@@ -185,6 +195,16 @@ def record_context(
         info._context.extend(docs)
 
 
+def enter_attempt(info: AttemptInfo) -> Token[AttemptInfo | None]:
+    """Make `info` the current attempt; `leave_attempt` with the token restores the previous."""
+    return _ATTEMPT.set(info)
+
+
+def leave_attempt(token: Token[AttemptInfo | None]) -> None:
+    """Restore the attempt that was current before `enter_attempt` gave `token`."""
+    _ATTEMPT.reset(token)
+
+
 def enter_job() -> tuple[Job, Token[Job | None] | None]:
     """Join the current job, or open one; the token is None when a job was joined."""
     current = _JOB.get()
@@ -195,5 +215,6 @@ def enter_job() -> tuple[Job, Token[Job | None] | None]:
 
 
 def leave_job(token: Token[Job | None] | None) -> None:
+    """Leave the job `enter_job` joined or opened (closing it when it was opened there)."""
     if token is not None:
         _JOB.reset(token)

@@ -15,9 +15,9 @@
   JSON Web Tokens.
 
 `client_secrets` collects what an `openai` client was configured with, for `redact` to
-replace literally; `redacted_logs` redacts what the libraries under a judge's request
-(instructor, openai, httpx) log while it is under way. This module imports nothing of
-refinekit's own.
+replace literally; `safe_url` gives an endpoint as a message may show it; `redacted_logs`
+redacts what the libraries under a judge's request (instructor, openai, httpx) log while it
+is under way. This module imports nothing of refinekit's own.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 __all__ = [
     "MIN_SECRET_CHARS",
@@ -37,6 +37,7 @@ __all__ = [
     "client_secrets",
     "redact",
     "redacted_logs",
+    "safe_url",
     "url_secrets",
 ]
 
@@ -185,6 +186,15 @@ def url_secrets(url: str) -> list[str]:
         if _QUERY_NAME.search(name):
             found += [value, value.rstrip("/")]
     return found
+
+
+def safe_url(url: str) -> str:
+    """A URL without user info and query (and no key-shaped path part): for messages and logs."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return redact(urlunsplit((parts.scheme, host, parts.path, "", "")))
 
 
 def client_secrets(client: Any) -> tuple[str, ...]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -12,14 +11,23 @@ import tenacity
 from tenacity.wait import wait_base
 
 from . import _config
-from ._errors import JudgeReplyError, JudgeUnavailable, LowQualityAnswer
-from ._evaluators import EvaluatorLike, _Adapted, as_evaluator
-from ._flow import Call, Evaluate, Flow, Sleep, run_async, run_sync
+from ._decorate import wrap
+from ._errors import JudgeError, LowQualityAnswer
+from ._evaluators import Adapted, EvaluatorLike, as_evaluator
+from ._flow import Call, Evaluate, Flow, Sleep
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
-from ._job import _ATTEMPT, Job, enter_job, leave_job
-from ._model import Attempt, AttemptInfo, ContextDocument, EvaluationRequest, ToolCall, Verdict
-from ._replies import answer_text, usage_of
-from ._tools import start_recording, stop_recording
+from ._job import Job, current_attempt, enter_attempt, leave_attempt
+from ._model import Attempt, AttemptInfo, EvaluationRequest, Verdict
+from ._policy import (
+    JudgeErrorPolicy,
+    OnInconclusive,
+    check_budget,
+    check_on_inconclusive,
+    check_policy,
+    judge_failure,
+)
+from ._recorder import start_recording, stop_recording
+from ._request import QuestionSelector, RequestMaker
 
 __all__ = ["DEFAULT_WAIT", "MAX_RETRIES_LIMIT", "retry_on_low_quality"]
 
@@ -42,22 +50,6 @@ DEFAULT_WAIT: wait_base = tenacity.wait_exponential_jitter(
 
 Wait = wait_base | Callable[[tenacity.RetryCallState], float] | float | int
 OnExhausted = Literal["raise", "return_best"]
-JudgeErrorPolicy = Literal["fail_open", "fail_closed"]
-OnInconclusive = Literal["fail", "accept"]
-
-
-def check_budget(name: str, value: object, limit: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
-        raise ValueError(
-            f"{name} must be an int from 0 to {limit}, got {value!r}: every refinekit loop is "
-            "bounded, there is no 'retry until it passes'"
-        )
-    return value
-
-
-def check_policy(policy: object) -> None:
-    if policy not in ("fail_open", "fail_closed"):
-        raise ValueError(f"judge_error_policy must be 'fail_open' or 'fail_closed', got {policy!r}")
 
 
 def _check_wait(wait: object) -> Callable[[tenacity.RetryCallState], float]:
@@ -89,20 +81,14 @@ def _best(attempts: list[Attempt]) -> Attempt | None:
 class _RetryConfig:
     __slots__ = (
         "accepts_feedback",
-        "answer",
-        "context",
-        "defaults",
         "evaluator",
         "feedback_index",
         "function",
         "judge_error_policy",
         "max_retries",
-        "names",
         "on_exhausted",
         "on_inconclusive",
-        "plain",
-        "question",
-        "signature",
+        "requests",
         "skip",
         "wait",
     )
@@ -111,38 +97,26 @@ class _RetryConfig:
         self,
         fn: Callable[..., Any],
         *,
-        evaluator: _Adapted | None,
+        evaluator: Adapted | None,
         max_retries: int,
         wait: Callable[[tenacity.RetryCallState], float],
         on_exhausted: OnExhausted,
-        question: str | Callable[[Mapping[str, Any]], str] | None,
+        question: QuestionSelector | None,
         answer: Callable[[Any], str] | None,
         context: Callable[[Mapping[str, Any]], Iterable[Any]] | None,
         skip: Callable[[EvaluationRequest], bool] | None,
         judge_error_policy: JudgeErrorPolicy,
         on_inconclusive: OnInconclusive,
     ) -> None:
-        self.judge_error_policy = judge_error_policy
-        self.on_inconclusive = on_inconclusive
-        self.function = getattr(fn, "__qualname__", repr(fn))
-        self.signature = inspect.signature(fn)
-        params = list(self.signature.parameters.values())
-        names = [p.name for p in params]
-        # Only positional-or-keyword parameters: `bind` can skip `Signature.bind` (see there).
-        self.plain = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
-        self.names = tuple(names)
-        self.defaults = tuple(p.default for p in params)
-        if isinstance(question, str) and question not in names:
-            raise ValueError(
-                f"question={question!r} names no parameter of {self.function}{self.signature}"
-            )
-        feedback = self.signature.parameters.get("feedback")
+        self.requests = RequestMaker(fn, question=question, answer=answer, context=context)
+        self.function = self.requests.function
+        feedback = self.requests.signature.parameters.get("feedback")
         self.accepts_feedback = feedback is not None and feedback.kind in (
             inspect.Parameter.POSITIONAL_OR_KEYWORD,
             inspect.Parameter.KEYWORD_ONLY,
         )
         self.feedback_index = (
-            names.index("feedback")
+            self.requests.names.index("feedback")
             if feedback is not None and feedback.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
             else None
         )
@@ -150,10 +124,9 @@ class _RetryConfig:
         self.max_retries = max_retries
         self.wait = wait
         self.on_exhausted = on_exhausted
-        self.question = question
-        self.answer = answer
-        self.context = context
         self.skip = skip
+        self.judge_error_policy = judge_error_policy
+        self.on_inconclusive = on_inconclusive
 
     def with_feedback(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], feedback: str
@@ -164,74 +137,6 @@ class _RetryConfig:
         if i is not None and len(args) > i:
             return (*args[:i], feedback, *args[i + 1 :]), kwargs
         return args, {**kwargs, "feedback": feedback}
-
-    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        if self.plain and len(args) <= len(self.names):
-            # The common case, at a fraction of `Signature.bind`'s cost and with the same result
-            # (every parameter, in declaration order, defaults applied). Anything unusual (an
-            # unknown or duplicated keyword, a missing argument) goes the general way below.
-            arguments = dict(zip(self.names, args, strict=False))
-            given = 0
-            empty = inspect.Parameter.empty
-            n = len(args)
-            for name, default in zip(self.names[n:], self.defaults[n:], strict=True):
-                if name in kwargs:
-                    arguments[name] = kwargs[name]
-                    given += 1
-                elif default is not empty:
-                    arguments[name] = default
-                else:
-                    break
-            else:
-                if given == len(kwargs):
-                    return arguments
-        try:
-            bound = self.signature.bind(*args, **kwargs)
-        except TypeError:
-            return {}
-        bound.apply_defaults()
-        return dict(bound.arguments)
-
-    def request(
-        self,
-        arguments: dict[str, Any],
-        value: Any,
-        recorded: list[ContextDocument],
-        number: int,
-        tool_calls: list[ToolCall],
-    ) -> EvaluationRequest:
-        question = self.question
-        q: Any
-        if callable(question):
-            q = question(arguments)
-        elif isinstance(question, str):
-            q = arguments.get(question)
-        elif "question" in arguments:
-            q = arguments["question"]
-        else:
-            q = next((v for v in arguments.values() if isinstance(v, str)), "")
-        if self.answer is not None:
-            text = self.answer(value)
-            if not isinstance(text, str):
-                raise TypeError(
-                    f"answer= of {self.function} must return a str, got {type(text).__name__}"
-                )
-        else:
-            text = answer_text(value)
-        documents: list[ContextDocument] = []
-        if self.context is not None:
-            given = self.context(arguments)
-            if isinstance(given, (str, ContextDocument, Mapping)):
-                given = [given]
-            documents.extend(ContextDocument.coerce(d) for d in given)
-        documents.extend(recorded)
-        return EvaluationRequest(
-            question="" if q is None else str(q),
-            answer=text,
-            context=tuple(documents),
-            metadata={"function": self.function, "attempt": number},
-            tool_calls=tuple(tool_calls),
-        )
 
 
 def _event(cfg: _RetryConfig, job: Job, kind: EventKind, number: int, **fields: Any) -> Event:
@@ -265,13 +170,13 @@ def _retry_flow(
     feedback: str | None = None
     previous: Any = None
     call_args, call_kwargs = args, kwargs
-    outer = _ATTEMPT.get()  # an enclosing attempt (or `refinekit eval`'s case), if any
+    outer = current_attempt()  # an enclosing attempt (or `refinekit eval`'s case), if any
     infos: list[AttemptInfo] = []
     for number in range(1, max_attempts + 1):
         info = AttemptInfo(number, max_attempts, feedback, previous)
         infos.append(info)
         started = time.perf_counter()
-        token = _ATTEMPT.set(info)
+        token = enter_attempt(info)
         recorder = start_recording()  # this attempt's tool calls, for the judge
         counted = job._replies_counted()
         try:
@@ -283,12 +188,10 @@ def _retry_flow(
             rejection = None
         finally:
             stop_recording(recorder)
-            _ATTEMPT.reset(token)
+            leave_attempt(token)
         # Count the reply's tokens before the event, so `attempt` events include this attempt;
         # a rejected reply (returned, or carried by a raised LowQualityAnswer) was paid for too.
-        usage = usage_of(value)
-        if usage is not None:
-            job._add_usage(usage, value, counted)
+        job._count_reply(value, counted)
         if wants_debug_events():
             emit(_event(cfg, job, "attempt", number, duration=time.perf_counter() - started))
         if rejection is None:
@@ -299,8 +202,8 @@ def _retry_flow(
             if cfg.evaluator is None and cfg.skip is None:
                 return _kept(value, info, outer)
             if arguments is None:
-                arguments = cfg.bind(args, kwargs)
-            request = cfg.request(arguments, value, info._context, number, recorder.calls)
+                arguments = cfg.requests.bind(args, kwargs) or {}
+            request = cfg.requests.request(arguments, value, info._context, number, recorder.calls)
             if cfg.skip is not None and cfg.skip(request):
                 if wants_debug_events():
                     emit(_event(cfg, job, "skipped", number))
@@ -309,10 +212,8 @@ def _retry_flow(
                 return _kept(value, info, outer)
             try:
                 verdict: Verdict = yield Evaluate(cfg.evaluator, request)
-            except (JudgeUnavailable, JudgeReplyError) as e:
-                if cfg.judge_error_policy == "fail_closed" or e.fail_closed:
-                    raise
-                verdict = Verdict.unjudged(f"{type(e).__name__}: {e}")
+            except JudgeError as e:
+                verdict = judge_failure(e, cfg.judge_error_policy)
             accepted_unjudged = verdict.status == "unjudged" or (
                 verdict.status == "inconclusive" and cfg.on_inconclusive == "accept"
             )
@@ -393,7 +294,7 @@ def retry_on_low_quality(
     max_retries: int = 2,
     wait: Wait = DEFAULT_WAIT,
     on_exhausted: OnExhausted = "raise",
-    question: str | Callable[[Mapping[str, Any]], str] | None = None,
+    question: QuestionSelector | None = None,
     answer: Callable[[Any], str] | None = None,
     context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = None,
     skip: Callable[[EvaluationRequest], bool] | None = None,
@@ -449,8 +350,7 @@ def retry_on_low_quality(
     if on_exhausted not in ("raise", "return_best"):
         raise ValueError(f"on_exhausted must be 'raise' or 'return_best', got {on_exhausted!r}")
     check_policy(judge_error_policy)
-    if on_inconclusive not in ("fail", "accept"):
-        raise ValueError(f"on_inconclusive must be 'fail' or 'accept', got {on_inconclusive!r}")
+    check_on_inconclusive(on_inconclusive)
     adapted = None if evaluator is None else as_evaluator(evaluator)
     wait_fn = _check_wait(wait)
     for name, value in (
@@ -480,26 +380,6 @@ def retry_on_low_quality(
             judge_error_policy=judge_error_policy,
             on_inconclusive=on_inconclusive,
         )
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                job, token = enter_job()
-                try:
-                    return await run_async(_retry_flow(cfg, fn, args, kwargs, job))
-                finally:
-                    leave_job(token)
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            job, token = enter_job()
-            try:
-                return run_sync(_retry_flow(cfg, fn, args, kwargs, job))  # type: ignore[no-any-return]
-            finally:
-                leave_job(token)
-
-        return wrapper
+        return wrap(fn, _retry_flow, cfg)
 
     return decorate

@@ -6,57 +6,18 @@ import functools
 import inspect
 import json
 from collections.abc import Callable
-from contextvars import ContextVar, Token
 from typing import Any, ParamSpec, TypeVar, overload
 
 import pydantic_core
 
+from ._bridge import is_async_callable
 from ._model import ToolCall
+from ._recorder import current_recorder
 
-__all__ = ["Recorder", "tool"]
+__all__ = ["tool"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class Recorder:
-    """The tool calls made while one decorated call (or one attempt) runs.
-
-    Recorders nest: a tool call is recorded by the innermost recorder and every one around it,
-    so an outer `@retry_on_low_quality` sees the tools an inner decorated function called.
-    """
-
-    __slots__ = ("_token", "calls", "direct", "parent")
-
-    def __init__(self, parent: Recorder | None) -> None:
-        self.parent = parent
-        self.calls: list[ToolCall] = []
-        self.direct: ToolCall | None = None  # the last return_direct call, if any
-        self._token: Token[Recorder | None] | None = None
-
-    def _add(self, call: ToolCall, direct: bool) -> None:
-        recorder: Recorder | None = self
-        while recorder is not None:
-            recorder.calls.append(call)
-            if direct:
-                recorder.direct = call
-            recorder = recorder.parent
-
-
-_RECORDER: ContextVar[Recorder | None] = ContextVar("refinekit_tool_recorder", default=None)
-
-
-def start_recording() -> Recorder:
-    """Open a recorder in the current context; close it with `stop_recording`."""
-    recorder = Recorder(_RECORDER.get())
-    recorder._token = _RECORDER.set(recorder)
-    return recorder
-
-
-def stop_recording(recorder: Recorder) -> None:
-    if recorder._token is not None:
-        _RECORDER.reset(recorder._token)
-        recorder._token = None
 
 
 def _text(value: Any) -> str:
@@ -116,7 +77,7 @@ def tool(
         signature = inspect.signature(fn)
 
         def record(args: tuple[Any, ...], kwargs: dict[str, Any], result: str, ok: bool) -> None:
-            recorder = _RECORDER.get()
+            recorder = current_recorder()
             if recorder is not None:
                 call = ToolCall(
                     name=tool_name,
@@ -124,9 +85,9 @@ def tool(
                     result=result,
                     ok=ok,
                 )
-                recorder._add(call, return_direct and ok)
+                recorder.add(call, return_direct and ok)
 
-        if inspect.iscoroutinefunction(fn):
+        if is_async_callable(fn):
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -52,9 +52,13 @@ from typing import Any
 
 import openai
 
-from ._errors import RefinekitError
+from ._bridge import in_thread
+from ._errors import LocalModelError
+from ._package import rehome
 
 __all__ = ["DEFAULT_MODEL", "LocalModel", "LocalModelError", "default_model_path"]
+
+rehome(globals(), ["LocalModelError"], __name__)  # defined with every other error
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 """The name the server gives the bundled SmolLM2-135M-Instruct model."""
@@ -67,10 +71,6 @@ _LOG_TAIL = 3000
 # (a build for the build machine's newest instructions crashed with SIGSEGV on an Intel Xeon
 # with AVX-512/AMX; on another CPU such a build can die with SIGILL).
 _CRASHES = frozenset({signal.SIGSEGV, signal.SIGILL, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT})
-
-
-class LocalModelError(RefinekitError):
-    """The local model cannot run: the extra is missing, or the server did not come up or died."""
 
 
 def _rebuild_command() -> str:
@@ -450,7 +450,7 @@ class LocalModel:
     async def __aenter__(self) -> LocalModel:
         import asyncio
 
-        starting = asyncio.ensure_future(asyncio.to_thread(self.start))
+        starting = asyncio.ensure_future(in_thread(self.start))
         try:
             return await asyncio.shield(starting)
         except asyncio.CancelledError:  # the start goes on in its thread: undo it after

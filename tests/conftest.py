@@ -4,7 +4,10 @@ from collections.abc import Iterator
 
 import pytest
 
+import refinekit
 import refinekit.testing
+from refinekit import Event
+from refinekit.testing import ScriptedOpenAI
 
 
 @pytest.fixture(autouse=True)
@@ -12,6 +15,30 @@ def _instant_backoff() -> Iterator[None]:
     """No test sleeps for real: refinekit's waits are computed but not slept."""
     with refinekit.testing.set_testing():
         yield
+
+
+@pytest.fixture(params=["sync", "async"])
+def kind(request: pytest.FixtureRequest) -> str:
+    """Which side a test runs: `def` functions and sync clients, or `async def` and async ones.
+
+    Sync and async must behave the same: a test taking `kind` runs once on each side.
+    """
+    return str(request.param)
+
+
+@pytest.fixture
+def events() -> Iterator[list[Event]]:
+    """Every refinekit event emitted during the test, in order."""
+    seen: list[Event] = []
+    with refinekit.subscribe(seen.append):
+        yield seen
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedOpenAI]:
+    """A scripted OpenAI-compatible server on 127.0.0.1 for the test, stopped after it."""
+    with ScriptedOpenAI() as scripted:
+        yield scripted
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

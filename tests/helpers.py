@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
+import functools
 import importlib
+import inspect
 import itertools
 import json
 import os
@@ -44,6 +47,30 @@ def completion(text: str, prompt_tokens: int = 10, completion_tokens: int = 5) -
             },
         }
     )
+
+
+def as_kind(kind: str, impl: Callable[..., Any]) -> Callable[..., Any]:
+    """`impl` itself, or an `async def` with the same signature calling it (by `kind`)."""
+    if kind == "sync":
+        return impl
+
+    @functools.wraps(impl)  # keeps impl's signature: `question` and `feedback` are seen
+    async def impl_async(*args: Any, **kwargs: Any) -> Any:
+        return impl(*args, **kwargs)
+
+    return impl_async
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a decorated function from a sync test: an async one runs on an event loop of its own."""
+    result = fn(*args, **kwargs)
+    return asyncio.run(result) if inspect.iscoroutine(result) else result
+
+
+async def acall(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a decorated function from an async test, awaiting it when it is async."""
+    result = fn(*args, **kwargs)
+    return await result if inspect.isawaitable(result) else result
 
 
 def answering(mode: str, answer: str = "an answer") -> tuple[list[str], Callable[..., Any]]:

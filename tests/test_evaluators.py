@@ -25,13 +25,10 @@ from refinekit._evaluators import as_evaluator
 
 REQUEST = EvaluationRequest(question="Q?", answer="An answer citing a.md.")
 
-Mode = str
-MODES = ["sync", "async"]
 
-
-def judge(evaluator: Any, request: EvaluationRequest, mode: Mode) -> Verdict:
+def judge(evaluator: Any, request: EvaluationRequest, kind: str) -> Verdict:
     """Judge through `evaluate` (no loop running) or `aevaluate` (on a fresh loop)."""
-    if mode == "sync":
+    if kind == "sync":
         result: Verdict = evaluator.evaluate(request)
         return result
     return asyncio.run(evaluator.aevaluate(request))
@@ -82,12 +79,6 @@ class ExpensiveJudge:
         return Verdict(passed=True, score=1.0)
 
 
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> Mode:
-    result: Mode = request.param
-    return result
-
-
 def outcomes(verdict: Verdict) -> list[tuple[str, str]]:
     return [(c.name, c.outcome) for c in verdict.criteria]
 
@@ -95,12 +86,12 @@ def outcomes(verdict: Verdict) -> list[tuple[str, str]]:
 # --- all_of ---------------------------------------------------------------------------------
 
 
-def test_all_of_runs_every_evaluator_in_order_when_all_pass(mode: Mode) -> None:
+def test_all_of_runs_every_evaluator_in_order_when_all_pass(kind: str) -> None:
     log: list[str] = []
     a = Counting("a", log, passed=True, score=0.9)
     b = Counting("b", log, passed=True, score=0.6)
     c = Counting("c", log, passed=True)
-    verdict = judge(all_of(a, b, c), REQUEST, mode)
+    verdict = judge(all_of(a, b, c), REQUEST, kind)
     assert verdict.passed
     assert log == ["a", "b", "c"]
     assert verdict.score == 0.6
@@ -109,13 +100,13 @@ def test_all_of_runs_every_evaluator_in_order_when_all_pass(mode: Mode) -> None:
     assert [c.probability for c in verdict.criteria] == [0.9, 0.6, 1.0]
 
 
-def test_all_of_stops_at_the_first_failure(mode: Mode) -> None:
+def test_all_of_stops_at_the_first_failure(kind: str) -> None:
     log: list[str] = []
     a = Counting("a", log, passed=True)
     b = Counting("b", log, passed=False, score=0.2, feedback="Cite a source.")
     c = Counting("c", log, passed=True)
     expensive = ExpensiveJudge()
-    verdict = judge(all_of(a, b, c, expensive), REQUEST, mode)
+    verdict = judge(all_of(a, b, c, expensive), REQUEST, kind)
     assert not verdict.passed
     assert log == ["a", "b"]
     assert c.calls == 0
@@ -132,11 +123,11 @@ def test_all_of_stops_at_the_first_failure(mode: Mode) -> None:
     assert verdict.criteria[1].feedback == "Cite a source."
 
 
-def test_all_of_never_pays_for_a_judge_after_a_failed_rule(mode: Mode) -> None:
+def test_all_of_never_pays_for_a_judge_after_a_failed_rule(kind: str) -> None:
     expensive = ExpensiveJudge()
     evaluator = all_of(checks.not_empty(), checks.cites_source(), expensive)
     empty = EvaluationRequest(answer="   ")
-    verdict = judge(evaluator, empty, mode)
+    verdict = judge(evaluator, empty, kind)
     assert verdict.feedback == "The answer is empty; answer the question."
     assert outcomes(verdict) == [
         ("not_empty", "fail"),
@@ -145,16 +136,16 @@ def test_all_of_never_pays_for_a_judge_after_a_failed_rule(mode: Mode) -> None:
     ]
     assert verdict.criteria[0].source == "code"
     assert expensive.calls == 0
-    judge(evaluator, EvaluationRequest(answer="x"), mode)
+    judge(evaluator, EvaluationRequest(answer="x"), kind)
     assert expensive.calls == 0
-    assert judge(evaluator, REQUEST.model_copy(update={"context": ()}), mode).passed is False
+    assert judge(evaluator, REQUEST.model_copy(update={"context": ()}), kind).passed is False
     assert expensive.calls == 0
 
 
-def test_all_of_reaches_the_judge_when_the_rules_pass(mode: Mode) -> None:
+def test_all_of_reaches_the_judge_when_the_rules_pass(kind: str) -> None:
     expensive = ExpensiveJudge()
     evaluator = all_of(checks.not_empty(), checks.contains("a.md"), expensive)
-    verdict = judge(evaluator, REQUEST, mode)
+    verdict = judge(evaluator, REQUEST, kind)
     assert verdict.passed
     assert expensive.calls == 1
     assert outcomes(verdict)[-1] == ("model_judge", "pass")
@@ -186,12 +177,12 @@ def test_all_of_needs_evaluators() -> None:
 # --- any_of ---------------------------------------------------------------------------------
 
 
-def test_any_of_stops_at_the_first_pass(mode: Mode) -> None:
+def test_any_of_stops_at_the_first_pass(kind: str) -> None:
     log: list[str] = []
     a = Counting("a", log, passed=False, score=0.3)
     b = Counting("b", log, passed=True, score=0.8)
     c = Counting("c", log, passed=True)
-    verdict = judge(any_of(a, b, c), REQUEST, mode)
+    verdict = judge(any_of(a, b, c), REQUEST, kind)
     assert verdict.passed
     assert log == ["a", "b"]
     assert c.calls == 0
@@ -201,11 +192,11 @@ def test_any_of_stops_at_the_first_pass(mode: Mode) -> None:
     assert outcomes(verdict) == [("a", "fail"), ("b", "pass"), ("c", "skipped")]
 
 
-def test_any_of_fails_with_every_feedback(mode: Mode) -> None:
+def test_any_of_fails_with_every_feedback(kind: str) -> None:
     log: list[str] = []
     a = Counting("a", log, passed=False, score=0.1, feedback="Cite a source.")
     b = Counting("b", log, passed=False, score=0.4, feedback="Mention the price.")
-    verdict = judge(any_of(a, b), REQUEST, mode)
+    verdict = judge(any_of(a, b), REQUEST, kind)
     assert not verdict.passed
     assert log == ["a", "b"]
     assert verdict.score == 0.4
@@ -213,11 +204,11 @@ def test_any_of_fails_with_every_feedback(mode: Mode) -> None:
     assert outcomes(verdict) == [("a", "fail"), ("b", "fail")]
 
 
-def test_any_of_with_one_failure_keeps_its_feedback_as_is(mode: Mode) -> None:
+def test_any_of_with_one_failure_keeps_its_feedback_as_is(kind: str) -> None:
     log: list[str] = []
     a = Counting("a", log, passed=False, feedback="Cite a source.")
     b = Counting("b", log, passed=False, feedback="")
-    verdict = judge(any_of(a, b), REQUEST, mode)
+    verdict = judge(any_of(a, b), REQUEST, kind)
     assert verdict.feedback == "Cite a source."
 
 
@@ -229,11 +220,11 @@ def test_any_of_needs_evaluators() -> None:
 # --- weighted -------------------------------------------------------------------------------
 
 
-def test_weighted_score_is_the_weighted_mean(mode: Mode) -> None:
+def test_weighted_score_is_the_weighted_mean(kind: str) -> None:
     log: list[str] = []
     good = Counting("good", log, passed=True, score=0.9)
     bad = Counting("bad", log, passed=False, score=0.3, feedback="Too vague.")
-    verdict = judge(weighted((good, 3), (bad, 1)), REQUEST, mode)
+    verdict = judge(weighted((good, 3), (bad, 1)), REQUEST, kind)
     assert verdict.score == pytest.approx((3 * 0.9 + 1 * 0.3) / 4)
     assert verdict.passed
     assert verdict.feedback == ""
@@ -242,49 +233,49 @@ def test_weighted_score_is_the_weighted_mean(mode: Mode) -> None:
     assert verdict.metadata == {"threshold": 0.5}
 
 
-def test_weighted_counts_a_verdict_without_score_as_one_or_zero(mode: Mode) -> None:
+def test_weighted_counts_a_verdict_without_score_as_one_or_zero(kind: str) -> None:
     log: list[str] = []
     yes = Counting("yes", log, passed=True)
     no = Counting("no", log, passed=False)
-    verdict = judge(weighted((yes, 1), (no, 3), threshold=0.2), REQUEST, mode)
+    verdict = judge(weighted((yes, 1), (no, 3), threshold=0.2), REQUEST, kind)
     assert verdict.score == 0.25
     assert verdict.passed
 
 
-def test_weighted_passes_at_the_threshold_and_fails_below(mode: Mode) -> None:
+def test_weighted_passes_at_the_threshold_and_fails_below(kind: str) -> None:
     log: list[str] = []
     yes = Counting("yes", log, passed=True, score=1.0)
     no = Counting("no", log, passed=False, score=0.0, feedback="Add the total.")
-    at = judge(weighted((yes, 3), (no, 1), threshold=0.75), REQUEST, mode)
+    at = judge(weighted((yes, 3), (no, 1), threshold=0.75), REQUEST, kind)
     assert at.passed
     assert at.score == 0.75
-    below = judge(weighted((yes, 3), (no, 1), threshold=0.76), REQUEST, mode)
+    below = judge(weighted((yes, 3), (no, 1), threshold=0.76), REQUEST, kind)
     assert not below.passed
     assert below.feedback == "Add the total."
 
 
-def test_weighted_runs_every_evaluator_and_joins_the_feedback(mode: Mode) -> None:
+def test_weighted_runs_every_evaluator_and_joins_the_feedback(kind: str) -> None:
     log: list[str] = []
     a = Counting("a", log, passed=False, score=0.0, feedback="Cite a source.")
     b = Counting("b", log, passed=True, score=1.0)
     c = Counting("c", log, passed=False, score=0.0, feedback="Be shorter.")
-    verdict = judge(weighted((a, 1), (b, 1), (c, 1), threshold=0.9), REQUEST, mode)
+    verdict = judge(weighted((a, 1), (b, 1), (c, 1), threshold=0.9), REQUEST, kind)
     assert log == ["a", "b", "c"]
     assert not verdict.passed
     assert verdict.feedback == "Cite a source. Be shorter."
 
 
-def test_weighted_without_feedback_says_the_score_is_too_low(mode: Mode) -> None:
+def test_weighted_without_feedback_says_the_score_is_too_low(kind: str) -> None:
     log: list[str] = []
     low = Counting("low", log, passed=True, score=0.2)
-    verdict = judge(weighted((low, 1), threshold=0.5), REQUEST, mode)
+    verdict = judge(weighted((low, 1), threshold=0.5), REQUEST, kind)
     assert not verdict.passed
     assert verdict.feedback == "The answer scored too low."
 
 
-def test_weighted_uses_rule_check_scores(mode: Mode) -> None:
+def test_weighted_uses_rule_check_scores(kind: str) -> None:
     contains = checks.contains("a.md", "b.md", "c.md", "d.md")
-    verdict = judge(weighted((contains, 1), threshold=0.25), REQUEST, mode)
+    verdict = judge(weighted((contains, 1), threshold=0.25), REQUEST, kind)
     assert verdict.score == 0.25
     assert verdict.passed
 
@@ -330,14 +321,14 @@ def test_weighted_rejects_a_malformed_pair(pair: object) -> None:
 # --- nesting --------------------------------------------------------------------------------
 
 
-def test_all_of_inside_any_of(mode: Mode) -> None:
+def test_all_of_inside_any_of(kind: str) -> None:
     log: list[str] = []
     first = all_of(
         Counting("rule", log, passed=False, feedback="Rule failed."),
         Counting("judge", log, passed=True),
     )
     fallback = Counting("fallback", log, passed=True)
-    verdict = judge(any_of(first, fallback), REQUEST, mode)
+    verdict = judge(any_of(first, fallback), REQUEST, kind)
     assert verdict.passed
     assert log == ["rule", "fallback"]
     assert outcomes(verdict) == [
@@ -348,14 +339,14 @@ def test_all_of_inside_any_of(mode: Mode) -> None:
     assert verdict.metadata == {"passed": "fallback"}
 
 
-def test_any_of_inside_all_of_carries_the_inner_feedback(mode: Mode) -> None:
+def test_any_of_inside_all_of_carries_the_inner_feedback(kind: str) -> None:
     log: list[str] = []
     inner = any_of(
         Counting("x", log, passed=False, feedback="X."),
         Counting("y", log, passed=False, feedback="Y."),
     )
     after = Counting("after", log, passed=True)
-    verdict = judge(all_of(inner, after), REQUEST, mode)
+    verdict = judge(all_of(inner, after), REQUEST, kind)
     assert not verdict.passed
     assert log == ["x", "y"]
     assert verdict.feedback == "Fix at least one of: X. | Y."
@@ -400,46 +391,46 @@ def test_sync_and_async_give_identical_verdicts(name: str) -> None:
 # --- the adapter ----------------------------------------------------------------------------
 
 
-def test_a_plain_function_returning_bool(mode: Mode) -> None:
+def test_a_plain_function_returning_bool(kind: str) -> None:
     def mentions_price(request: EvaluationRequest) -> bool:
         return "price" in request.answer
 
     evaluator = as_evaluator(mentions_price)
     assert evaluator.name == "mentions_price"
-    failed = judge(evaluator, REQUEST, mode)
+    failed = judge(evaluator, REQUEST, kind)
     assert failed == Verdict(
         passed=False, score=0.0, feedback="The answer failed the check 'mentions_price'."
     )
-    passed = judge(evaluator, EvaluationRequest(answer="the price is 3"), mode)
+    passed = judge(evaluator, EvaluationRequest(answer="the price is 3"), kind)
     assert passed == Verdict(passed=True, score=1.0)
 
 
-def test_a_lambda_is_named_check(mode: Mode) -> None:
+def test_a_lambda_is_named_check(kind: str) -> None:
     evaluator = as_evaluator(lambda request: False)
     assert evaluator.name == "check"
-    assert judge(evaluator, REQUEST, mode).feedback == "The answer failed the check 'check'."
+    assert judge(evaluator, REQUEST, kind).feedback == "The answer failed the check 'check'."
 
 
-def test_a_plain_function_returning_a_verdict(mode: Mode) -> None:
+def test_a_plain_function_returning_a_verdict(kind: str) -> None:
     given = Verdict(passed=False, score=0.4, feedback="Say which plan.", metadata={"k": 1})
-    assert judge(as_evaluator(lambda request: given), REQUEST, mode) == given
+    assert judge(as_evaluator(lambda request: given), REQUEST, kind) == given
 
 
-def test_an_async_function(mode: Mode) -> None:
+def test_an_async_function(kind: str) -> None:
     async def relevant(request: EvaluationRequest) -> Verdict:
         return Verdict(passed=request.question == "Q?", score=0.7)
 
-    verdict = judge(as_evaluator(relevant), REQUEST, mode)
+    verdict = judge(as_evaluator(relevant), REQUEST, kind)
     assert verdict == Verdict(passed=True, score=0.7)
 
 
-def test_an_async_callable_object(mode: Mode) -> None:
+def test_an_async_callable_object(kind: str) -> None:
     class Judge:
         async def __call__(self, request: EvaluationRequest) -> bool:
             return True
 
     evaluator = as_evaluator(Judge())
-    assert judge(evaluator, REQUEST, mode).passed
+    assert judge(evaluator, REQUEST, kind).passed
 
 
 class Recorder:
@@ -449,7 +440,7 @@ class Recorder:
         self.used: list[str] = []
 
 
-def test_an_object_with_only_evaluate(mode: Mode) -> None:
+def test_an_object_with_only_evaluate(kind: str) -> None:
     rec = Recorder()
 
     class SyncOnly:
@@ -459,11 +450,11 @@ def test_an_object_with_only_evaluate(mode: Mode) -> None:
 
     evaluator = as_evaluator(SyncOnly())
     assert evaluator.name == "SyncOnly"
-    assert judge(evaluator, REQUEST, mode).feedback == "sync says no"
+    assert judge(evaluator, REQUEST, kind).feedback == "sync says no"
     assert rec.used == ["evaluate"]
 
 
-def test_an_object_with_only_aevaluate(mode: Mode) -> None:
+def test_an_object_with_only_aevaluate(kind: str) -> None:
     rec = Recorder()
 
     class AsyncOnly:
@@ -471,11 +462,11 @@ def test_an_object_with_only_aevaluate(mode: Mode) -> None:
             rec.used.append("aevaluate")
             return Verdict(passed=False, feedback="async says no")
 
-    assert judge(as_evaluator(AsyncOnly()), REQUEST, mode).feedback == "async says no"
+    assert judge(as_evaluator(AsyncOnly()), REQUEST, kind).feedback == "async says no"
     assert rec.used == ["aevaluate"]
 
 
-def test_an_object_with_both_uses_the_matching_method(mode: Mode) -> None:
+def test_an_object_with_both_uses_the_matching_method(kind: str) -> None:
     rec = Recorder()
 
     class Both:
@@ -487,8 +478,8 @@ def test_an_object_with_both_uses_the_matching_method(mode: Mode) -> None:
             rec.used.append("aevaluate")
             return Verdict(passed=True)
 
-    judge(as_evaluator(Both()), REQUEST, mode)
-    assert rec.used == ["evaluate" if mode == "sync" else "aevaluate"]
+    judge(as_evaluator(Both()), REQUEST, kind)
+    assert rec.used == ["evaluate" if kind == "sync" else "aevaluate"]
 
 
 def test_as_evaluator_keeps_an_adapted_evaluator() -> None:
@@ -583,16 +574,16 @@ async def test_an_async_evaluator_inside_a_running_loop_sees_the_callers_context
 
 @pytest.mark.parametrize("returned", [0.9, "yes", None, 1])
 def test_a_wrong_return_type_is_a_type_error_naming_the_evaluator(
-    returned: object, mode: Mode
+    returned: object, kind: str
 ) -> None:
     def scorer(request: EvaluationRequest) -> Any:
         return returned
 
     with pytest.raises(TypeError, match=r"evaluator 'scorer' returned .*Verdict or a bool"):
-        judge(as_evaluator(scorer), REQUEST, mode)
+        judge(as_evaluator(scorer), REQUEST, kind)
 
 
-def test_a_wrong_return_type_inside_a_composition_propagates(mode: Mode) -> None:
+def test_a_wrong_return_type_inside_a_composition_propagates(kind: str) -> None:
     class Sloppy:
         name = "sloppy_judge"
 
@@ -600,7 +591,7 @@ def test_a_wrong_return_type_inside_a_composition_propagates(mode: Mode) -> None
             return {"passed": True}
 
     with pytest.raises(TypeError, match="evaluator 'sloppy_judge' returned dict"):
-        judge(all_of(checks.not_empty(), Sloppy()), REQUEST, mode)
+        judge(all_of(checks.not_empty(), Sloppy()), REQUEST, kind)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -32,9 +32,9 @@ from refinekit import (
     judges,
     retry_on_low_quality,
 )
+from refinekit._prompts import DATA_RULE
 from refinekit.evidence import JudgingState, called, from_messages
 from refinekit.judges import Criterion, JudgeModel
-from refinekit.judges._base import DATA_RULE
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 JUDGE = "judge"
@@ -544,20 +544,9 @@ def test_called_needs_a_tool_name() -> None:
 
 
 @pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as server:
-        yield server
-
-
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-async def jm(mode: str, server: ScriptedOpenAI) -> AsyncIterator[JudgeModel]:
-    """`JudgeModel` on the mode's client: `server.client()` or `server.async_client()`."""
-    if mode == "sync":
+async def jm(kind: str, server: ScriptedOpenAI) -> AsyncIterator[JudgeModel]:
+    """`JudgeModel` on the kind's client: `server.client()` or `server.async_client()`."""
+    if kind == "sync":
         with server.client() as client:
             yield JudgeModel(client, JUDGE)
     else:
@@ -565,8 +554,8 @@ async def jm(mode: str, server: ScriptedOpenAI) -> AsyncIterator[JudgeModel]:
             yield JudgeModel(aclient, JUDGE)
 
 
-async def judge_with(mode: str, judge: Any, request: EvaluationRequest) -> Verdict:
-    if mode == "sync":
+async def judge_with(kind: str, judge: Any, request: EvaluationRequest) -> Verdict:
+    if kind == "sync":
         verdict: Verdict = judge.evaluate(request)
     else:
         verdict = await judge.aevaluate(request)
@@ -615,11 +604,11 @@ JUDGES: dict[str, tuple[Callable[[JudgeModel], judges.Judge], str | Reply, str, 
 
 @pytest.mark.parametrize("name", list(JUDGES))
 async def test_judges_see_the_tool_calls(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str, name: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str, name: str
 ) -> None:
     make, reply, before, after = JUDGES[name]
     server.script(JUDGE, [reply])
-    verdict = await judge_with(mode, make(jm), from_messages(REFUND))
+    verdict = await judge_with(kind, make(jm), from_messages(REFUND))
     assert verdict.passed
     (recorded,) = server.requests
     text = user_text(recorded)
@@ -640,17 +629,17 @@ async def test_judges_see_the_tool_calls(
 
 @pytest.mark.parametrize("name", list(JUDGES))
 async def test_prompts_without_tool_calls_have_no_tool_calls_block(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str, name: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str, name: str
 ) -> None:
     make, reply, _, _ = JUDGES[name]
     server.script(JUDGE, [reply])
     request = EvaluationRequest(question="q?", answer="a.", context=(ContextDocument(text="c"),))
-    await judge_with(mode, make(jm), request)
+    await judge_with(kind, make(jm), request)
     assert "<tool_calls>" not in user_text(server.requests[0])
 
 
 async def test_failed_and_hostile_tool_results_are_shown_as_data(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     state = from_messages(
         [
@@ -662,7 +651,7 @@ async def test_failed_and_hostile_tool_results_are_shown_as_data(
         ]
     )
     server.script(JUDGE, ["No"])
-    verdict = await judge_with(mode, judges.relevancy(jm), state)
+    verdict = await judge_with(kind, judges.relevancy(jm), state)
     assert not verdict.passed
     block = inside(user_text(server.requests[0]), "tool_calls")  # one block: no way out
     assert "[1] lookup (id: a) (failed)\narguments: {}\nresult: error: timed out" in block
@@ -671,17 +660,17 @@ async def test_failed_and_hostile_tool_results_are_shown_as_data(
 
 
 async def test_fact_check_minicheck_prompt_is_unchanged(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     server.script(JUDGE, ["Yes"])
-    await judge_with(mode, judges.fact_check(jm, prompt="minicheck"), from_messages(REFUND))
+    await judge_with(kind, judges.fact_check(jm, prompt="minicheck"), from_messages(REFUND))
     text = user_text(server.requests[0])
     assert "tool_calls" not in text
     assert "Document: order A-1: unused, delivered 2 days ago\n\nAn unused order" in text
 
 
 async def test_a_groundedness_criterion_judges_against_the_tool_results(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     judge = judges.criteria(
         jm,
@@ -692,7 +681,7 @@ async def test_a_groundedness_criterion_judges_against_the_tool_results(
     )
     server.script(JUDGE, [NO])
     state = from_messages(REFUND, answer="Yes, within thirty days.")
-    verdict = await judge_with(mode, judge, state)
+    verdict = await judge_with(kind, judge, state)
     assert not verdict.passed
     assert verdict.feedback == "State only values a tool returned."
     assert [(c.name, c.outcome, c.source) for c in verdict.criteria] == [
@@ -706,13 +695,13 @@ async def test_a_groundedness_criterion_judges_against_the_tool_results(
 
 
 async def test_called_in_criteria_spares_the_model_when_the_tool_was_not_called(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     judge = judges.criteria(
         jm, [Criterion("checked_policy", called("refund_policy")), Criterion("grounded", GROUNDED)]
     )
     state = from_messages([*REFUND[:4], said("assistant", "Yes.")])  # no refund_policy call
-    verdict = await judge_with(mode, judge, state)
+    verdict = await judge_with(kind, judge, state)
     assert server.requests == []
     assert not verdict.passed
     assert [(c.name, c.outcome) for c in verdict.criteria] == [
@@ -722,7 +711,7 @@ async def test_called_in_criteria_spares_the_model_when_the_tool_was_not_called(
     assert "'refund_policy' was not called" in verdict.feedback
     # the criterion's own when_false wins over the check's feedback
     judge = judges.criteria(jm, [Criterion("c", called("refund_policy"), when_false="Check it.")])
-    assert (await judge_with(mode, judge, state)).feedback == "Check it."
+    assert (await judge_with(kind, judge, state)).feedback == "Check it."
     assert server.requests == []
 
 
@@ -740,12 +729,12 @@ INCOMPLETE = [
 
 @pytest.mark.parametrize("name", list(JUDGES))
 async def test_trace_issues_make_an_inconclusive_verdict_without_a_model_call(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str, name: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str, name: str
 ) -> None:
     make = JUDGES[name][0]
     state = from_messages(INCOMPLETE)
     assert state.trace_issues
-    verdict = await judge_with(mode, make(jm), state)
+    verdict = await judge_with(kind, make(jm), state)
     assert server.requests == []
     assert (verdict.passed, verdict.status, verdict.reason) == (
         False,
@@ -758,7 +747,7 @@ async def test_trace_issues_make_an_inconclusive_verdict_without_a_model_call(
 
 @pytest.mark.parametrize("name", list(JUDGES))
 async def test_a_state_over_max_chars_is_inconclusive_without_a_model_call(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str, name: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str, name: str
 ) -> None:
     make, reply, _, _ = JUDGES[name]
     long_result = "x" * 5_000
@@ -769,7 +758,7 @@ async def test_a_state_over_max_chars_is_inconclusive_without_a_model_call(
         said("assistant", "a"),
     ]
     state = from_messages(conversation, max_chars=4_000)
-    verdict = await judge_with(mode, make(jm), state)
+    verdict = await judge_with(kind, make(jm), state)
     assert server.requests == []
     assert (verdict.status, verdict.reason, verdict.passed) == (
         "inconclusive",
@@ -780,14 +769,14 @@ async def test_a_state_over_max_chars_is_inconclusive_without_a_model_call(
     assert verdict.metadata["max_chars"] == 4_000
     # the same state within its limit is judged
     server.script(JUDGE, [reply])
-    verdict = await judge_with(mode, make(jm), from_messages(conversation, max_chars=20_000))
+    verdict = await judge_with(kind, make(jm), from_messages(conversation, max_chars=20_000))
     assert verdict.judged
     assert len(server.requests) == 1
 
 
-def judging_the_conversation(mode: str, judge: judges.Judge, conversation: list[Any]) -> Any:
+def judging_the_conversation(kind: str, judge: judges.Judge, conversation: list[Any]) -> Any:
     """An evaluator judging the agent's conversation, with the answer under review."""
-    if mode == "sync":
+    if kind == "sync":
 
         def evaluate(request: EvaluationRequest) -> Verdict:
             return judge.evaluate(from_messages(conversation, answer=request.answer))
@@ -801,10 +790,10 @@ def judging_the_conversation(mode: str, judge: judges.Judge, conversation: list[
 
 
 async def test_retry_counts_an_inconclusive_verdict_as_a_rejection_by_default(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
-    calls, respond = answering(mode, "Yes, you can.")
-    evaluator = judging_the_conversation(mode, judges.relevancy(jm), INCOMPLETE[:-1])
+    calls, respond = answering(kind, "Yes, you can.")
+    evaluator = judging_the_conversation(kind, judges.relevancy(jm), INCOMPLETE[:-1])
     fn = retry_on_low_quality(evaluator=evaluator, max_retries=1)(respond)
     with pytest.raises(LowQualityAnswer) as caught:
         await invoke(fn, "Can I get a refund?")
@@ -815,10 +804,10 @@ async def test_retry_counts_an_inconclusive_verdict_as_a_rejection_by_default(
 
 
 async def test_retry_accepts_an_inconclusive_verdict_when_asked(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
-    calls, respond = answering(mode, "Yes, you can.")
-    evaluator = judging_the_conversation(mode, judges.relevancy(jm), INCOMPLETE[:-1])
+    calls, respond = answering(kind, "Yes, you can.")
+    evaluator = judging_the_conversation(kind, judges.relevancy(jm), INCOMPLETE[:-1])
     fn = retry_on_low_quality(evaluator=evaluator, on_inconclusive="accept")(respond)
     events: list[Event] = []
     with refinekit.subscribe(events.append):
@@ -834,12 +823,12 @@ async def test_retry_accepts_an_inconclusive_verdict_when_asked(
 
 
 async def test_retry_with_a_state_over_its_limit_fails_by_default(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
-    _, respond = answering(mode, "Yes, you can.")
+    _, respond = answering(kind, "Yes, you can.")
     big = [said("user", "q"), said("assistant", "y" * 500)]
     judge = judges.relevancy(jm)
-    if mode == "sync":
+    if kind == "sync":
 
         def evaluator(request: EvaluationRequest) -> Verdict:
             return judge.evaluate(from_messages(big, answer=request.answer, max_chars=100))
@@ -858,10 +847,10 @@ async def test_retry_with_a_state_over_its_limit_fails_by_default(
 # --- refinekit.tool -------------------------------------------------------------------------------
 
 
-def make_tools(mode: str) -> SimpleNamespace:
-    """The application's tools, `def` or `async def` by mode, counting their runs."""
+def make_tools(kind: str) -> SimpleNamespace:
+    """The application's tools, `def` or `async def` by kind, counting their runs."""
     runs: list[str] = []
-    if mode == "sync":
+    if kind == "sync":
 
         @refinekit.tool
         def lookup_order(order: str, *, verbose: bool = False) -> dict[str, Any]:
@@ -910,9 +899,9 @@ async def use(tool: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return await invoke(tool, *args, **kwargs)
 
 
-def agent(mode: str, body: Callable[[str], Any]) -> Callable[..., Any]:
-    """A `def` (sync mode, running `body` to completion) or `async def` agent around `body`."""
-    if mode == "sync":
+def agent(kind: str, body: Callable[[str], Any]) -> Callable[..., Any]:
+    """A `def` (sync kind, running `body` to completion) or `async def` agent around `body`."""
+    if kind == "sync":
 
         def answer(question: str) -> str:
             coroutine = body(question)
@@ -931,9 +920,9 @@ def agent(mode: str, body: Callable[[str], Any]) -> Callable[..., Any]:
 
 
 async def test_recorded_tool_calls_reach_the_judge(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
-    tools = make_tools(mode)
+    tools = make_tools(kind)
 
     async def body(question: str) -> str:
         order = await use(tools.lookup_order, "A-1", verbose=True)
@@ -944,7 +933,7 @@ async def test_recorded_tool_calls_reach_the_judge(
     judge = judges.criteria(
         jm, [Criterion("looked_up", called("lookup_order")), Criterion("grounded", GROUNDED)]
     )
-    fn = retry_on_low_quality(evaluator=judge)(agent(mode, body))
+    fn = retry_on_low_quality(evaluator=judge)(agent(kind, body))
     answer = await invoke(fn, "Can I get a refund for A-1?")
     assert answer.startswith("A-1 is unused.")
     (recorded,) = server.requests
@@ -960,9 +949,9 @@ async def test_recorded_tool_calls_reach_the_judge(
 
 
 async def test_a_tool_that_raised_is_recorded_as_an_error(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
-    tools = make_tools(mode)
+    tools = make_tools(kind)
 
     async def body(question: str) -> str:
         with pytest.raises(RuntimeError, match="order A-1 is locked"):  # it still propagates
@@ -970,7 +959,7 @@ async def test_a_tool_that_raised_is_recorded_as_an_error(
         return "I could not check the order."
 
     server.script(JUDGE, ["Yes"])
-    fn = retry_on_low_quality(evaluator=judges.relevancy(jm))(agent(mode, body))
+    fn = retry_on_low_quality(evaluator=judges.relevancy(jm))(agent(kind, body))
     assert await invoke(fn, "Refund A-1?") == "I could not check the order."
     block = inside(user_text(server.requests[0]), "tool_calls")
     assert (
@@ -980,30 +969,30 @@ async def test_a_tool_that_raised_is_recorded_as_an_error(
 
 
 async def test_a_tool_error_the_function_does_not_catch_propagates_unretried(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
-    tools = make_tools(mode)
+    tools = make_tools(kind)
 
     async def body(question: str) -> str:
         return str(await use(tools.broken, "A-1"))
 
-    fn = retry_on_low_quality(evaluator=judges.relevancy(jm))(agent(mode, body))
+    fn = retry_on_low_quality(evaluator=judges.relevancy(jm))(agent(kind, body))
     with pytest.raises(RuntimeError, match="order A-1 is locked"):
         await invoke(fn, "Refund A-1?")
     assert server.requests == []
 
 
 async def test_a_retry_reruns_the_tools_and_judges_each_attempts_calls(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
-    tools = make_tools(mode)
+    tools = make_tools(kind)
 
     async def body(question: str) -> str:
         order = await use(tools.lookup_order, "A-1")
         return f"run {order['run']}"
 
     server.script(JUDGE, ["No", "Yes"])
-    fn = retry_on_low_quality(evaluator=judges.relevancy(jm), max_retries=2)(agent(mode, body))
+    fn = retry_on_low_quality(evaluator=judges.relevancy(jm), max_retries=2)(agent(kind, body))
     assert await invoke(fn, "Refund A-1?") == "run 2"
     assert tools.runs == ["A-1", "A-1"]  # the tool ran again on the retry
     first, second = (inside(user_text(r), "tool_calls") for r in server.requests)
@@ -1014,23 +1003,23 @@ async def test_a_retry_reruns_the_tools_and_judges_each_attempts_calls(
 
 
 async def test_a_return_direct_tool_output_is_returned_unjudged(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
-    tools = make_tools(mode)
+    tools = make_tools(kind)
 
     async def body(question: str) -> str:
         await use(tools.lookup_order, "A-1")
         return str(await use(tools.handoff, "refund dispute"))
 
-    fn = retry_on_low_quality(evaluator=judges.relevancy(jm))(agent(mode, body))
+    fn = retry_on_low_quality(evaluator=judges.relevancy(jm))(agent(kind, body))
     assert await invoke(fn, "Refund A-1?") == "A human will take over: refund dispute"
     assert server.requests == []  # nothing scripted, nothing asked
 
 
 async def test_tools_called_outside_a_decorated_call_run_unrecorded(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
-    tools = make_tools(mode)
+    tools = make_tools(kind)
     assert (await use(tools.lookup_order, "B-2"))["order"] == "B-2"  # just a function
     assert await use(tools.handoff, "outside") == "A human will take over: outside"
     with pytest.raises(RuntimeError):
@@ -1040,7 +1029,7 @@ async def test_tools_called_outside_a_decorated_call_run_unrecorded(
         return "An answer without tools."
 
     server.script(JUDGE, ["Yes"])
-    fn = retry_on_low_quality(evaluator=judges.relevancy(jm))(agent(mode, body))
+    fn = retry_on_low_quality(evaluator=judges.relevancy(jm))(agent(kind, body))
     assert await invoke(fn, "q") == "An answer without tools."
     assert "tool_calls" not in user_text(server.requests[0])  # nothing leaked into it
 

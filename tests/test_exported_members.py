@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import sys
+from typing import Any
+
+import pytest
 
 import refinekit
 import refinekit.checks
@@ -194,7 +199,28 @@ def test_error_tree() -> None:
 
 
 def test_implementation_modules_are_private() -> None:
+    private = [
+        module
+        for name, module in list(sys.modules.items())
+        if name.startswith("refinekit.") and name.rpartition(".")[2].startswith("_")
+    ]
     for name in refinekit.__all__:
         obj = getattr(refinekit, name)
         if inspect.isclass(obj) or inspect.isfunction(obj):
-            assert obj.__module__.startswith("refinekit._"), name
+            assert any(vars(m).get(name) is obj for m in private), name
+
+
+PUBLIC_MODULES = [refinekit, refinekit.checks, refinekit.evidence, refinekit.judges]
+PUBLIC_MODULES += [refinekit.local, refinekit.testing]
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES, ids=lambda m: m.__name__)
+def test_public_names_show_their_public_module(module: Any) -> None:
+    # as httpx does: `refinekit.Verdict`, not `refinekit._model.Verdict`, in reprs, tracebacks,
+    # pickles and docs; a name re-exported from the top-level package shows that one
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            home = "refinekit" if getattr(refinekit, name, None) is obj else module.__name__
+            assert obj.__module__ == home, f"{module.__name__}.{name}"
+            assert getattr(importlib.import_module(home), name) is obj

@@ -7,16 +7,15 @@ over `ScriptedOpenAI` (a real HTTP server on 127.0.0.1: nothing mocks the openai
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import openai
 import pytest
-from helpers import completion
+from helpers import acall, as_kind, completion
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
@@ -47,23 +46,6 @@ JUDGE = "judge"
 # --- helpers shared by the sync and async variants -----------------------------------------------
 
 
-@pytest.fixture(params=["sync", "async"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-def as_kind(kind: str, impl: Callable[..., Any]) -> Callable[..., Any]:
-    """`impl` as it is, or as an `async def` with the same signature."""
-    if kind == "sync":
-        return impl
-
-    @functools.wraps(impl)  # keeps impl's signature: `question` and `feedback` are seen
-    async def impl_async(*args: Any, **kwargs: Any) -> Any:
-        return impl(*args, **kwargs)
-
-    return impl_async
-
-
 def stack(
     kind: str, impl: Callable[..., Any], *decorators: Callable[..., Any]
 ) -> Callable[..., Any]:
@@ -73,14 +55,6 @@ def stack(
         fn = decorator(fn)
     assert inspect.iscoroutinefunction(fn) == (kind == "async")
     return fn
-
-
-async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a decorated function, awaiting it when it is async."""
-    result = fn(*args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
 
 
 def answering(*replies: Any) -> tuple[Callable[..., Any], list[str]]:
@@ -122,13 +96,6 @@ class Quality:
         return Verdict(passed=True)
 
 
-@pytest.fixture
-def events() -> Iterator[list[Event]]:
-    seen: list[Event] = []
-    with refinekit.subscribe(seen.append):
-        yield seen
-
-
 def of_kind(events: list[Event], name: str) -> list[Event]:
     return [e for e in events if e.kind == name]
 
@@ -140,16 +107,16 @@ async def test_a_safe_output_passes_through(kind: str) -> None:
     fn, asked = answering(SAFE)
     screen = Screen()
     answer = stack(kind, fn, guarded(screen=screen))
-    assert await call(answer, QUESTION) == SAFE
+    assert await acall(answer, QUESTION) == SAFE
     assert asked == [QUESTION]
     assert screen.texts == [SAFE]
 
 
 async def test_an_unsafe_output_is_replaced_by_the_refusal(kind: str) -> None:
     fn, asked = answering(UNSAFE)
-    assert await call(stack(kind, fn, guarded(screen=Screen())), QUESTION) == REFUSAL
+    assert await acall(stack(kind, fn, guarded(screen=Screen())), QUESTION) == REFUSAL
     custom = stack(kind, fn, guarded(screen=Screen(), refusal="Sorry, I can't share that."))
-    assert await call(custom, QUESTION) == "Sorry, I can't share that."
+    assert await acall(custom, QUESTION) == "Sorry, I can't share that."
     assert asked == [QUESTION, QUESTION]
 
 
@@ -159,7 +126,7 @@ async def test_a_blocked_input_returns_the_refusal_without_calling_the_function(
     fn, asked = answering(SAFE)
     screen = Screen()
     answer = stack(kind, fn, guarded(screen=screen, screen_input=True))
-    assert await call(answer, UNSAFE_QUESTION) == REFUSAL
+    assert await acall(answer, UNSAFE_QUESTION) == REFUSAL
     assert asked == []  # no model call at all
     assert screen.texts == [UNSAFE_QUESTION]
     assert screen.seen[0].metadata["screened"] == "input"
@@ -169,7 +136,7 @@ async def test_a_safe_input_is_answered_and_the_output_still_screened(kind: str)
     fn, asked = answering(UNSAFE)
     screen = Screen()
     answer = stack(kind, fn, guarded(screen=screen, screen_input=True))
-    assert await call(answer, QUESTION) == REFUSAL
+    assert await acall(answer, QUESTION) == REFUSAL
     assert asked == [QUESTION]
     assert screen.texts == [QUESTION, UNSAFE]
     assert [r.metadata["screened"] for r in screen.seen] == ["input", "output"]
@@ -178,7 +145,7 @@ async def test_a_safe_input_is_answered_and_the_output_still_screened(kind: str)
 async def test_the_output_screen_sees_the_question(kind: str) -> None:
     fn, _ = answering(SAFE)
     screen = Screen()
-    await call(stack(kind, fn, guarded(screen=screen)), QUESTION)
+    await acall(stack(kind, fn, guarded(screen=screen)), QUESTION)
     (request,) = screen.seen
     assert (request.question, request.answer) == (QUESTION, SAFE)
     assert request.metadata["screened"] == "output"
@@ -190,7 +157,7 @@ async def test_the_decorated_function_keeps_its_signature(kind: str) -> None:
     answer = stack(kind, fn, guarded(screen=Screen()))
     assert inspect.signature(answer) == inspect.signature(fn)
     assert answer.__name__ == "answer"
-    assert await call(answer, question=QUESTION, feedback=None) == SAFE
+    assert await acall(answer, question=QUESTION, feedback=None) == SAFE
 
 
 # --- the kinds of screen -------------------------------------------------------------------------
@@ -227,19 +194,13 @@ SCREENS: dict[str, Callable[[], Any]] = {
 async def test_every_kind_of_evaluator_screens(kind: str, make_screen: Callable[[], Any]) -> None:
     fn, asked = answering(SAFE, UNSAFE)
     answer = stack(kind, fn, guarded(screen=make_screen(), screen_input=True))
-    assert await call(answer, QUESTION) == SAFE
-    assert await call(answer, QUESTION) == REFUSAL
-    assert await call(answer, UNSAFE_QUESTION) == REFUSAL
+    assert await acall(answer, QUESTION) == SAFE
+    assert await acall(answer, QUESTION) == REFUSAL
+    assert await acall(answer, UNSAFE_QUESTION) == REFUSAL
     assert asked == [QUESTION, QUESTION]
 
 
 # --- a model judge as the screen, over HTTP ------------------------------------------------------
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as server:
-        yield server
 
 
 @pytest.fixture
@@ -280,8 +241,8 @@ async def test_a_model_judge_screens_outputs_over_http(
     server.script(JUDGE, ["Yes", "No"])
     fn, asked = answering(SAFE, UNSAFE)
     answer = stack(kind, fn, guarded(screen=safety_judge(jm)))
-    assert await call(answer, QUESTION) == SAFE
-    assert await call(answer, QUESTION) == REFUSAL
+    assert await acall(answer, QUESTION) == SAFE
+    assert await acall(answer, QUESTION) == REFUSAL
     assert len(asked) == 2
     assert len(server.requests_for(JUDGE)) == 2
     prompt = user_text(server, 1)
@@ -295,7 +256,7 @@ async def test_a_model_judge_screens_the_input_before_any_model_call(
     server.script(JUDGE, ["No"])
     fn, asked = answering(SAFE)
     answer = stack(kind, fn, guarded(screen=safety_judge(jm), screen_input=True))
-    assert await call(answer, UNSAFE_QUESTION) == REFUSAL
+    assert await acall(answer, UNSAFE_QUESTION) == REFUSAL
     assert asked == []
     assert len(server.requests) == 1  # the screen's request, and nothing else
     assert f"<answer>\n{UNSAFE_QUESTION}\n</answer>" in user_text(server, 0)
@@ -322,7 +283,7 @@ async def test_a_failing_judge_fails_closed_by_default(
     server.script(JUDGE, [reply])
     fn, asked = answering(SAFE)
     answer = stack(kind, fn, guarded(screen=safety_judge(jm)))
-    assert await call(answer, QUESTION) == REFUSAL  # a safe answer, but it was not screened
+    assert await acall(answer, QUESTION) == REFUSAL  # a safe answer, but it was not screened
     assert asked == [QUESTION]
     (blocked,) = of_kind(events, "blocked")
     assert blocked.verdict is not None
@@ -348,7 +309,7 @@ async def test_a_failing_judge_fails_open_when_asked(
     fn, _ = answering(SAFE)
     answer = stack(kind, fn, guarded(screen=safety_judge(jm), judge_error_policy="fail_open"))
     with caplog.at_level(logging.WARNING, logger="refinekit"):
-        assert await call(answer, QUESTION) == SAFE  # published unscreened ...
+        assert await acall(answer, QUESTION) == SAFE  # published unscreened ...
     assert not of_kind(events, "blocked")
     (unjudged,) = of_kind(events, "unjudged")  # ... and said so
     assert unjudged.decorator == "guarded"
@@ -366,7 +327,7 @@ async def test_a_failing_input_screen_follows_the_policy(
     fn, asked = answering(SAFE)
     options: dict[str, Any] = {"screen_input": True, "judge_error_policy": policy}
     answer = stack(kind, fn, guarded(screen=safety_judge(jm), **options))
-    result = await call(answer, QUESTION)
+    result = await acall(answer, QUESTION)
     if policy == "fail_closed":
         assert (result, asked) == (REFUSAL, [])  # not screened, so not answered
     else:
@@ -386,11 +347,11 @@ async def test_a_verdict_that_is_not_a_judgement_never_counts_as_safe(
 ) -> None:
     fn, _ = answering(SAFE)
     closed = stack(kind, fn, guarded(screen=lambda r: verdict))
-    assert await call(closed, QUESTION) == REFUSAL
+    assert await acall(closed, QUESTION) == REFUSAL
     (blocked,) = of_kind(events, "blocked")
     assert blocked.verdict is verdict
     opened = stack(kind, fn, guarded(screen=lambda r: verdict, judge_error_policy="fail_open"))
-    assert await call(opened, QUESTION) == SAFE
+    assert await acall(opened, QUESTION) == SAFE
     assert len(of_kind(events, "unjudged")) == 1
 
 
@@ -403,11 +364,11 @@ async def test_a_misconfigured_judge_always_raises(
     fn, asked = answering(SAFE)
     options: dict[str, Any] = {"screen": safety_judge(jm), "judge_error_policy": policy}
     with pytest.raises(JudgeMisconfigured) as caught:
-        await call(stack(kind, fn, guarded(**options)), QUESTION)
+        await acall(stack(kind, fn, guarded(**options)), QUESTION)
     assert caught.value.status_code == status
     assert asked == [QUESTION]
     with pytest.raises(JudgeMisconfigured):
-        await call(stack(kind, fn, guarded(**options, screen_input=True)), QUESTION)
+        await acall(stack(kind, fn, guarded(**options, screen_input=True)), QUESTION)
     assert asked == [QUESTION]  # a misconfigured input screen: never called unscreened
 
 
@@ -419,7 +380,7 @@ async def test_a_judges_own_fail_closed_policy_raises_past_fail_open(
     strict = safety_judge(jm, judge_error_policy="fail_closed")
     answer = stack(kind, fn, guarded(screen=strict, judge_error_policy="fail_open"))
     with pytest.raises(JudgeUnavailable):
-        await call(answer, QUESTION)
+        await acall(answer, QUESTION)
 
 
 @pytest.mark.parametrize("screen_input", [False, True])
@@ -438,7 +399,7 @@ async def test_a_bug_in_a_rule_check_propagates(kind: str, screen_input: bool) -
         ),
     )
     with pytest.raises(ZeroDivisionError, match="a bug in the check"):
-        await call(answer, QUESTION)
+        await acall(answer, QUESTION)
     assert asked == ([] if screen_input else [QUESTION])
 
 
@@ -451,8 +412,8 @@ async def test_a_chat_completion_is_screened_as_its_text(kind: str) -> None:
     screen = Screen()
     answer = stack(kind, fn, guarded(screen=screen))
     with refinekit.job() as job:
-        assert await call(answer, QUESTION) is safe  # the reply itself, untouched
-        assert await call(answer, QUESTION) == REFUSAL  # a blocked reply becomes the str
+        assert await acall(answer, QUESTION) is safe  # the reply itself, untouched
+        assert await acall(answer, QUESTION) == REFUSAL  # a blocked reply becomes the str
     assert screen.texts == [SAFE, UNSAFE]
     assert job.usage.model_calls == 2  # both replies were paid for; each counted once
 
@@ -466,7 +427,7 @@ async def test_usage_is_counted_once_under_a_retry(kind: str) -> None:
         guarded(screen=Screen()),
     )
     with refinekit.job() as job:
-        reply = await call(answer, QUESTION)
+        reply = await acall(answer, QUESTION)
     assert isinstance(reply, ChatCompletion)
     assert job.usage.model_calls == 2
     assert job.usage.total_tokens == 30
@@ -483,8 +444,8 @@ async def test_a_pydantic_model_is_screened_as_json(kind: str) -> None:
     fn, _ = answering(safe, unsafe)
     screen = Screen()
     answer = stack(kind, fn, guarded(screen=screen))
-    assert await call(answer, QUESTION) is safe
-    assert await call(answer, QUESTION) == REFUSAL
+    assert await acall(answer, QUESTION) is safe
+    assert await acall(answer, QUESTION) == REFUSAL
     assert screen.texts == [safe.model_dump_json(), unsafe.model_dump_json()]
 
 
@@ -494,7 +455,7 @@ async def test_input_names_the_argument_and_turns_input_screening_on(kind: str) 
 
     screen = Screen()
     answer = stack(kind, summarise, guarded(screen=screen, input="text"))
-    assert await call(answer, "en", UNSAFE) == REFUSAL
+    assert await acall(answer, "en", UNSAFE) == REFUSAL
     assert screen.texts == [UNSAFE]  # blocked before the call: no output to screen
 
 
@@ -507,8 +468,8 @@ async def test_input_can_be_a_callable_of_the_bound_arguments(kind: str) -> None
 
     screen = Screen()
     answer = stack(kind, chat, guarded(screen=screen, input=lambda a: a["messages"][-1]["content"]))
-    assert await call(answer, [{"role": "user", "content": UNSAFE_QUESTION}]) == REFUSAL
-    assert await call(answer, messages=[{"role": "user", "content": QUESTION}]) == SAFE
+    assert await acall(answer, [{"role": "user", "content": UNSAFE_QUESTION}]) == REFUSAL
+    assert await acall(answer, messages=[{"role": "user", "content": QUESTION}]) == SAFE
     assert screen.texts == [UNSAFE_QUESTION, QUESTION, SAFE]
     assert len(calls) == 1
 
@@ -521,8 +482,8 @@ async def test_the_default_input_is_question_else_the_first_str(kind: str) -> No
         return SAFE
 
     screen = Screen()
-    await call(stack(kind, by_name, guarded(screen=screen, screen_input=True)), "en", QUESTION)
-    await call(stack(kind, by_position, guarded(screen=screen, screen_input=True)), 1, "a", "b")
+    await acall(stack(kind, by_name, guarded(screen=screen, screen_input=True)), "en", QUESTION)
+    await acall(stack(kind, by_position, guarded(screen=screen, screen_input=True)), 1, "a", "b")
     assert screen.texts == [QUESTION, SAFE, "a", SAFE]
 
 
@@ -532,7 +493,7 @@ async def test_a_non_str_input_is_screened_as_json(kind: str) -> None:
 
     screen = Screen()
     answer = stack(kind, chat, guarded(screen=screen, input="messages"))
-    assert await call(answer, [{"role": "user", "content": UNSAFE_QUESTION}]) == REFUSAL
+    assert await acall(answer, [{"role": "user", "content": UNSAFE_QUESTION}]) == REFUSAL
     assert screen.texts == ['[{"role":"user","content":"' + UNSAFE_QUESTION + '"}]']
 
 
@@ -544,12 +505,12 @@ async def test_no_input_to_screen_raises_instead_of_screening_nothing(kind: str)
         return SAFE
 
     with pytest.raises(TypeError, match="found no str argument"):
-        await call(stack(kind, count, guarded(screen=Screen(), screen_input=True)), 3)
+        await acall(stack(kind, count, guarded(screen=Screen(), screen_input=True)), 3)
     with pytest.raises(TypeError, match="must return a str"):
-        await call(stack(kind, count, guarded(screen=Screen(), input=lambda a: a["n"])), 3)
+        await acall(stack(kind, count, guarded(screen=Screen(), input=lambda a: a["n"])), 3)
     assert calls == []
     # without input screening, such a function is screened on its output alone
-    assert await call(stack(kind, count, guarded(screen=Screen())), 3) == SAFE
+    assert await acall(stack(kind, count, guarded(screen=Screen())), 3) == SAFE
 
 
 # --- events and logs -----------------------------------------------------------------------------
@@ -558,8 +519,8 @@ async def test_no_input_to_screen_raises_instead_of_screening_nothing(kind: str)
 async def test_blocked_events_say_what_was_blocked_and_why(kind: str, events: list[Event]) -> None:
     fn, _ = answering(UNSAFE)
     screen = checks.Check("no_card_numbers", _no_card)
-    await call(stack(kind, fn, guarded(screen=screen)), QUESTION)
-    await call(stack(kind, fn, guarded(screen=screen, screen_input=True)), UNSAFE_QUESTION)
+    await acall(stack(kind, fn, guarded(screen=screen)), QUESTION)
+    await acall(stack(kind, fn, guarded(screen=screen, screen_input=True)), UNSAFE_QUESTION)
     output, input_ = of_kind(events, "blocked")
     for event, text in ((output, UNSAFE), (input_, UNSAFE_QUESTION)):
         assert event.decorator == "guarded"
@@ -577,7 +538,7 @@ async def test_blocked_events_say_what_was_blocked_and_why(kind: str, events: li
 
 async def test_a_passing_screen_is_a_verdict_event(kind: str, events: list[Event]) -> None:
     fn, _ = answering(SAFE)
-    await call(stack(kind, fn, guarded(screen=Screen())), QUESTION)
+    await acall(stack(kind, fn, guarded(screen=Screen())), QUESTION)
     assert [(e.kind, e.decorator) for e in events] == [("verdict", "guarded")]
 
 
@@ -592,8 +553,8 @@ async def test_the_blocked_text_is_never_logged_above_debug(
     fn, _ = answering(UNSAFE, UNSAFE + " unjudged")
     answer = stack(kind, fn, guarded(screen=quoting))
     with caplog.at_level(logging.DEBUG, logger="refinekit"):
-        await call(answer, QUESTION)
-        await call(answer, QUESTION)
+        await acall(answer, QUESTION)
+        await acall(answer, QUESTION)
     records = [r for r in caplog.records if r.name == "refinekit"]
     warnings = [r.getMessage() for r in records if r.levelno >= logging.INFO]
     assert len(warnings) == 2
@@ -617,7 +578,7 @@ async def test_guarded_inside_retry_screens_every_attempt(kind: str, events: lis
         retry_on_low_quality(evaluator=quality, max_retries=2),
         guarded(screen=screen),
     )
-    assert await call(answer, QUESTION) == SAFE
+    assert await acall(answer, QUESTION) == SAFE
     assert len(asked) == 3
     assert len(screen.seen) == 3  # one screen per attempt
     assert quality.judged == [REFUSAL, REFUSAL, SAFE]  # the unsafe drafts never reached it
@@ -637,7 +598,7 @@ async def test_guarded_inside_retry_a_blocked_input_costs_retries_that_cannot_he
         guarded(screen=screen, screen_input=True),
     )
     with pytest.raises(LowQualityAnswer) as caught:
-        await call(answer, UNSAFE_QUESTION)
+        await acall(answer, UNSAFE_QUESTION)
     assert asked == []  # no model call ...
     assert screen.texts == [UNSAFE_QUESTION] * 3  # ... but the input is screened 3 times,
     assert quality.judged == [REFUSAL] * 3  # the refusal judged and rejected 3 times,
@@ -655,7 +616,7 @@ async def test_guarded_outside_retry_screens_once_per_call(kind: str) -> None:
         guarded(screen=screen),
         retry_on_low_quality(evaluator=quality, max_retries=2),
     )
-    assert await call(answer, QUESTION) == SAFE
+    assert await acall(answer, QUESTION) == SAFE
     assert len(asked) == 3
     assert screen.texts == [SAFE]  # one screen for three attempts
     assert quality.judged == ["draft one", "draft two", SAFE]
@@ -671,7 +632,7 @@ async def test_guarded_outside_retry_the_judge_sees_unscreened_drafts(kind: str)
         guarded(screen=screen),
         retry_on_low_quality(evaluator=quality, max_retries=2),
     )
-    assert await call(answer, QUESTION) == SAFE
+    assert await acall(answer, QUESTION) == SAFE
     assert quality.judged == [draft, SAFE]  # the quality judge saw the unsafe draft
     assert screen.texts == [SAFE]  # only the answer the retry settled on was screened
 
@@ -687,7 +648,7 @@ async def test_guarded_outside_retry_a_blocked_input_costs_no_attempt(
         guarded(screen=screen, screen_input=True),
         retry_on_low_quality(evaluator=quality, max_retries=2),
     )
-    assert await call(answer, UNSAFE_QUESTION) == REFUSAL
+    assert await acall(answer, UNSAFE_QUESTION) == REFUSAL
     assert asked == []
     assert quality.judged == []
     assert screen.texts == [UNSAFE_QUESTION]
@@ -707,7 +668,7 @@ async def test_a_draft_carried_by_low_quality_answer_is_screened_too(kind: str) 
         retry_on_low_quality(max_retries=1, on_exhausted="return_best"),
         guarded(screen=screen),
     )
-    assert await call(answer, QUESTION) == REFUSAL
+    assert await acall(answer, QUESTION) == REFUSAL
     assert screen.texts == [UNSAFE, UNSAFE]
 
 
@@ -721,7 +682,7 @@ async def test_an_exhausted_retry_inside_guarded_has_its_answer_screened(kind: s
         retry_on_low_quality(evaluator=lambda request: False, max_retries=1),
     )
     with pytest.raises(LowQualityAnswer) as caught:
-        await call(answer, QUESTION)
+        await acall(answer, QUESTION)
     assert caught.value.answer == REFUSAL
     assert screen.texts == [UNSAFE]
 
@@ -738,10 +699,10 @@ async def test_guarded_on_both_sides_blocks_inputs_early_and_keeps_drafts_from_t
         retry_on_low_quality(evaluator=quality, max_retries=2),
         guarded(screen=screen),
     )
-    assert await call(answer, QUESTION) == SAFE
+    assert await acall(answer, QUESTION) == SAFE
     assert quality.judged == [REFUSAL, SAFE]
     assert screen.texts == [QUESTION, UNSAFE, SAFE, SAFE]  # in, draft 1, draft 2, final
-    assert await call(answer, UNSAFE_QUESTION) == REFUSAL
+    assert await acall(answer, UNSAFE_QUESTION) == REFUSAL
     assert len(asked) == 2
     assert quality.judged == [REFUSAL, SAFE]
 
@@ -755,8 +716,8 @@ async def test_guarded_joins_the_callers_job(kind: str) -> None:
 
     answer = stack(kind, answer_fn, guarded(screen=Screen()))
     with refinekit.job() as job:
-        await call(answer, QUESTION)
-    await call(answer, QUESTION)
+        await acall(answer, QUESTION)
+    await acall(answer, QUESTION)
     assert jobs[0] is job
     assert jobs[1] is not None
     assert jobs[1] is not job

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import inspect
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers import completion
+from helpers import as_kind, call, completion
 from pydantic import BaseModel
 
 import refinekit
@@ -28,29 +25,6 @@ from refinekit import (
 )
 
 # --- helpers -------------------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["sync", "async"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-def as_kind(kind: str, impl: Callable[..., Any]) -> Callable[..., Any]:
-    """`impl` itself, or an `async def` with the same signature calling it."""
-    if kind == "sync":
-        return impl
-
-    @functools.wraps(impl)
-    async def impl_async(*args: Any, **kwargs: Any) -> Any:
-        return impl(*args, **kwargs)
-
-    return impl_async
-
-
-def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a decorated function, running it on an event loop when it is async."""
-    result = fn(*args, **kwargs)
-    return asyncio.run(result) if inspect.iscoroutine(result) else result
 
 
 def answers(*replies: Any) -> Callable[..., Any]:
@@ -75,13 +49,6 @@ def passes_on(n: int) -> Callable[[EvaluationRequest], Verdict]:
 
 
 reject_all = passes_on(10**6)
-
-
-@pytest.fixture
-def events() -> Iterator[list[Event]]:
-    seen: list[Event] = []
-    with refinekit.subscribe(seen.append):
-        yield seen
 
 
 # --- events of @retry_on_low_quality -------------------------------------------------------------

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from helpers import call
 from pydantic import BaseModel
 
 import refinekit
@@ -65,18 +65,6 @@ class Model:
         return len(self.jobs)
 
 
-@pytest.fixture(params=["sync", "async"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def events() -> Iterator[list[Event]]:
-    seen: list[Event] = []
-    with refinekit.subscribe(seen.append):
-        yield seen
-
-
 def extractor(kind: str, model: Callable[..., str], **options: Any) -> Callable[..., Any]:
     """`model` behind `@self_correct(schema=Invoice, **options)`, as a def or an async def."""
     if kind == "sync":
@@ -91,11 +79,6 @@ def extractor(kind: str, model: Callable[..., str], **options: Any) -> Callable[
             return model(messages)
 
     return self_correct(schema=Invoice, **options)(extract)
-
-
-def call(fn: Callable[..., Any], *args: Any) -> Any:
-    result = fn(*args)
-    return asyncio.run(result) if inspect.iscoroutine(result) else result
 
 
 def test_outer_retries_share_one_correction_budget(kind: str, events: list[Event]) -> None:

@@ -21,18 +21,13 @@ import openai
 import pytest
 
 from refinekit import AnswerRejected, EvaluationRequest, JudgeUnavailable, reviewed
-from refinekit._flow import Evaluate, Timed, TimedOut, current_deadline
+from refinekit._errors import TimedOut
+from refinekit._flow import Evaluate, Timed, current_deadline
 from refinekit.judges import JudgeModel, rating, relevancy
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 JUDGE = "judge"
 REQUEST = EvaluationRequest(question="How long is the refund window?", answer="30 days")
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as scripted:
-        yield scripted
 
 
 # --- the clients a JudgeModel makes ----------------------------------------------------------
@@ -154,17 +149,22 @@ def hang(server: ScriptedOpenAI) -> Iterator[_Hang]:
 
 
 class _InWhichThread:
-    """A flow command that runs another and notes the thread and deadline it runs with."""
+    """A flow command that runs another, notes the thread and deadline it runs with, and when
+    it has ended."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.thread: threading.Thread | None = None
         self.deadline: float | None = None
+        self.ended = threading.Event()
 
     def run_sync(self) -> Any:
         self.thread = threading.current_thread()
         self.deadline = current_deadline()
-        return self.inner.run_sync()
+        try:
+            return self.inner.run_sync()
+        finally:
+            self.ended.set()
 
     async def run_async(self) -> Any:
         self.deadline = current_deadline()
@@ -192,9 +192,9 @@ def test_a_timed_out_judge_request_ends_in_its_worker_thread(
         with pytest.raises(TimedOut):
             Timed(command, 0.5).run_sync()
         assert command.thread is not None
-        command.thread.join(timeout=10)  # the server has still not answered...
-        assert not hang.release.is_set()
-        assert not command.thread.is_alive()  # ...yet the request and its thread ended
+        assert command.thread is not threading.current_thread()  # it ran in a worker
+        assert command.ended.wait(timeout=10)  # the request ended in its worker thread...
+        assert not hang.release.is_set()  # ...though the server has still not answered
     assert hang.calls == 1  # sent, and no retry was sent after the deadline
     assert len(server.requests) == 2
 

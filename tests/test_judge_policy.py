@@ -93,13 +93,18 @@ def test_a_bug_in_a_rule_check_always_propagates() -> None:
         fn("q")
 
 
-def test_a_judge_that_fails_closed_itself_wins_over_the_decorator_default() -> None:
+def test_fail_closed_raises_a_marked_copy_and_leaves_the_evaluators_error_alone() -> None:
     _, answer = calls_counter()
     error = unavailable()
-    error.fail_closed = True
-    fn = retry_on_low_quality(evaluator=raising(error))(answer)
-    with pytest.raises(JudgeUnavailable):
+    fn = retry_on_low_quality(evaluator=raising(error), judge_error_policy="fail_closed")(answer)
+    with pytest.raises(JudgeUnavailable) as caught:
         fn("q")
+    raised = caught.value
+    assert raised.fail_closed  # no outer policy lets it through
+    assert (str(raised), raised.model, raised.status_code) == (str(error), "j", 503)
+    assert not error.fail_closed  # the evaluator's own exception is never changed
+    with pytest.raises(AttributeError):
+        error.fail_closed = True  # type: ignore[misc]  # a policy decides it, not a setter
 
 
 async def test_async_path_has_the_same_policy() -> None:

@@ -12,7 +12,6 @@ criterion's question found in the request.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -20,7 +19,7 @@ from typing import Any
 
 import openai
 import pytest
-from helpers import answering
+from helpers import acall, answering
 
 import refinekit
 from refinekit import (
@@ -40,8 +39,8 @@ from refinekit import (
     judges,
     retry_on_low_quality,
 )
+from refinekit._redact import safe_url
 from refinekit.judges import Criterion, JudgeModel
-from refinekit.judges._base import safe_url
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 JUDGE = "judge"
@@ -68,12 +67,6 @@ MakeJudgeModel = Callable[..., JudgeModel]
 # --- fixtures and helpers ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as server:
-        yield server
-
-
 @pytest.fixture(scope="module")
 def offline() -> Iterator[openai.OpenAI]:
     """A client for tests that build judges but never call one (nothing listens there)."""
@@ -81,21 +74,15 @@ def offline() -> Iterator[openai.OpenAI]:
         yield c
 
 
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    """Which side runs: a sync client and `evaluate`, or an async client and `aevaluate`."""
-    return str(request.param)
-
-
 @pytest.fixture
-async def make_jm(mode: str, server: ScriptedOpenAI) -> AsyncIterator[MakeJudgeModel]:
-    """Build `JudgeModel`s on the mode's client (one per test); clients are closed after."""
+async def make_jm(kind: str, server: ScriptedOpenAI) -> AsyncIterator[MakeJudgeModel]:
+    """Build `JudgeModel`s on the kind's client (one per test); clients are closed after."""
     clients: list[Any] = []
 
     def make(model: str = JUDGE, client: Any = None, **settings: Any) -> JudgeModel:
         if client is None:
             if not clients:
-                clients.append(server.client() if mode == "sync" else server.async_client())
+                clients.append(server.client() if kind == "sync" else server.async_client())
             client = clients[0]
         elif client not in clients:
             clients.append(client)
@@ -116,11 +103,11 @@ def jm(make_jm: MakeJudgeModel) -> JudgeModel:
 
 
 @pytest.fixture
-def evaluate(mode: str) -> Evaluate:
-    """`judge.evaluate(request)` or `await judge.aevaluate(request)`, by mode."""
+def evaluate(kind: str) -> Evaluate:
+    """`judge.evaluate(request)` or `await judge.aevaluate(request)`, by kind."""
 
     async def run(judge: Any, request: EvaluationRequest) -> Verdict:
-        if mode == "sync":
+        if kind == "sync":
             verdict: Verdict = judge.evaluate(request)
         else:
             verdict = await judge.aevaluate(request)
@@ -129,16 +116,8 @@ def evaluate(mode: str) -> Evaluate:
     return run
 
 
-async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a decorated function, sync or async alike."""
-    result = fn(*args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
-
-
-async def compare(mode: str, pairwise: judges.Pairwise, *args: Any, **kwargs: Any) -> str:
-    if mode == "sync":
+async def compare(kind: str, pairwise: judges.Pairwise, *args: Any, **kwargs: Any) -> str:
+    if kind == "sync":
         return pairwise.compare(*args, **kwargs)
     return await pairwise.acompare(*args, **kwargs)
 
@@ -399,22 +378,22 @@ async def test_a_judge_after_a_failing_rule_check_is_never_called(
 # --- prompt injection ----------------------------------------------------------------------------
 
 
-async def _judge_injected(kind: str, jm: JudgeModel, mode: str, evaluate: Evaluate) -> None:
+async def _judge_injected(judge_kind: str, jm: JudgeModel, kind: str, evaluate: Evaluate) -> None:
     request = REQUEST.model_copy(update={"answer": INJECTED_ANSWER})
-    if kind == "relevancy":
+    if judge_kind == "relevancy":
         await evaluate(judges.relevancy(jm), request)
-    elif kind == "fact_check":
+    elif judge_kind == "fact_check":
         await evaluate(judges.fact_check(jm), request)
-    elif kind == "rating":
+    elif judge_kind == "rating":
         await evaluate(judges.rating(jm), request)
-    elif kind == "criteria":
+    elif judge_kind == "criteria":
         await evaluate(judges.criteria(jm, [Criterion("keeps", "Are conditions kept?")]), request)
     else:
-        await compare(mode, judges.pairwise(jm), REQUEST.question, INJECTED_ANSWER, "No.")
+        await compare(kind, judges.pairwise(jm), REQUEST.question, INJECTED_ANSWER, "No.")
 
 
 @pytest.mark.parametrize(
-    ("kind", "reply", "tags"),
+    ("judge_kind", "reply", "tags"),
     [
         ("relevancy", "No", ["answer"]),
         ("fact_check", "No", ["claim"]),
@@ -426,14 +405,14 @@ async def _judge_injected(kind: str, jm: JudgeModel, mode: str, evaluate: Evalua
 async def test_an_injected_instruction_stays_inside_the_delimiters(
     server: ScriptedOpenAI,
     jm: JudgeModel,
-    mode: str,
-    evaluate: Evaluate,
     kind: str,
+    evaluate: Evaluate,
+    judge_kind: str,
     reply: str,
     tags: list[str],
 ) -> None:
-    server.script(JUDGE, [reply, "A" if kind == "pairwise" else reply])
-    await _judge_injected(kind, jm, mode, evaluate)
+    server.script(JUDGE, [reply, "A" if judge_kind == "pairwise" else reply])
+    await _judge_injected(judge_kind, jm, kind, evaluate)
     assert server.requests
     for recorded in server.requests:
         system = system_text(recorded)
@@ -1041,12 +1020,12 @@ VOTES: list[tuple[str, Callable[[str], str], str]] = [  # case, vote by answer s
 
 
 async def test_pairwise_asks_in_both_orders(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     pairwise = judges.pairwise(jm)
     for case, vote, winner in VOTES:
         server.script(JUDGE, [voter(vote)] * 2)
-        result = await compare(mode, pairwise, REQUEST.question, FIRST, SECOND, [POLICY])
+        result = await compare(kind, pairwise, REQUEST.question, FIRST, SECOND, [POLICY])
         assert result == winner, case
         asked = server.requests[-2:]
         shown = sorted(
@@ -1061,25 +1040,25 @@ async def test_pairwise_asks_in_both_orders(
 
 
 async def test_pairwise_context_may_be_a_string(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     server.script(JUDGE, ["TIE", "TIE"])
-    await compare(mode, judges.pairwise(jm), "q", "a1", "a2", context="The policy.")
+    await compare(kind, judges.pairwise(jm), "q", "a1", "a2", context="The policy.")
     assert inside(user_text(server.requests[0]), "context") == "[1]\nThe policy."
 
 
 async def test_pairwise_unreadable_vote_is_a_reply_error(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     for vote in ["Maybe", "Both are fine.", ""]:
         server.script(JUDGE, [vote, "A"])
         with pytest.raises(JudgeReplyError, match="A, B or TIE") as caught:
-            await compare(mode, judges.pairwise(jm), "q", FIRST, SECOND)
+            await compare(kind, judges.pairwise(jm), "q", FIRST, SECOND)
         assert caught.value.reply == vote
 
 
 async def test_pairwise_endpoint_failures(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     for fault, error in [
         (Reply.error(503), JudgeUnavailable),
@@ -1087,7 +1066,7 @@ async def test_pairwise_endpoint_failures(
     ]:
         server.script(JUDGE, [fault, fault])
         with pytest.raises(error):
-            await compare(mode, judges.pairwise(jm), "q", FIRST, SECOND)
+            await compare(kind, judges.pairwise(jm), "q", FIRST, SECOND)
 
 
 async def test_a_server_refusing_the_request_with_a_500_is_misconfigured(
@@ -1180,14 +1159,14 @@ async def test_a_lone_surrogate_reaches_every_judge_as_u_fffd(
 
 
 async def test_a_lone_surrogate_reaches_the_pairwise_judge_as_u_fffd(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     first, second = f"Yes {HALF}, if unused.", "No."
     server.script(
         JUDGE, [voter(lambda shown_first: "A" if shown_first == sendable(first) else "B")] * 2
     )
     winner = await compare(
-        mode, judges.pairwise(jm), BROKEN.question, first, second, BROKEN.context
+        kind, judges.pairwise(jm), BROKEN.question, first, second, BROKEN.context
     )
     assert winner == "a"
     for recorded in server.requests:
@@ -1217,15 +1196,15 @@ async def test_a_conversation_with_a_lone_surrogate_is_judged(
 
 
 async def test_an_answer_with_a_lone_surrogate_is_judged_under_the_default_policy(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     answer = f"Yes {HALF}, within seven days if unused."
     server.script(JUDGE, ["No", "Yes"])
-    calls, respond = answering(mode, answer)
+    calls, respond = answering(kind, answer)
     fn = retry_on_low_quality(evaluator=judges.relevancy(jm))(respond)  # fail_open by default
     events: list[Event] = []
     with refinekit.subscribe(events.append):
-        assert await call(fn, f"Can I get a refund {HALF}?") == answer  # returned as it was
+        assert await acall(fn, f"Can I get a refund {HALF}?") == answer  # returned as it was
     assert len(calls) == 2  # the judge said no, then yes: both verdicts were the judge's
     assert not [e for e in events if e.kind == "unjudged"]
     assert {e.verdict.status for e in events if e.verdict is not None} == {"judged"}
@@ -1268,11 +1247,11 @@ async def test_concurrent_criteria_all_count(
 
 
 async def test_pairwise_counts_both_orders(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     server.script(JUDGE, [Reply.text("A", prompt_tokens=50, completion_tokens=1)] * 2)
     with refinekit.job() as job:
-        await compare(mode, judges.pairwise(jm), "q", FIRST, SECOND)
+        await compare(kind, judges.pairwise(jm), "q", FIRST, SECOND)
     assert job.judge_usage == Usage(model_calls=2, prompt_tokens=100, completion_tokens=2)
 
 
@@ -1306,7 +1285,7 @@ async def test_judging_outside_a_job_counts_nowhere(
 
 
 async def test_answer_usage_and_judge_usage_are_separate_under_the_decorator(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     server.script(
         "answer",
@@ -1332,7 +1311,7 @@ async def test_answer_usage_and_judge_usage_are_separate_under_the_decorator(
         return [{"role": "user", "content": question + extra}]
 
     decorate = retry_on_low_quality(evaluator=judges.relevancy(jm), context=lambda args: [POLICY])
-    if mode == "sync":
+    if kind == "sync":
         client: Any = server.client()
 
         @decorate
@@ -1398,17 +1377,17 @@ async def test_each_endpoint_fault_is_judge_unavailable(
 
 
 async def test_fail_open_returns_the_answer_unjudged(
-    server: ScriptedOpenAI, make_jm: MakeJudgeModel, mode: str, caplog: pytest.LogCaptureFixture
+    server: ScriptedOpenAI, make_jm: MakeJudgeModel, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     for name, fault, _ in UNAVAILABLE:
         server.script(JUDGE, [fault])
         judge = judges.relevancy(make_jm(timeout=timeout_for(name)))
-        calls, respond = answering(mode)
+        calls, respond = answering(kind)
         fn = retry_on_low_quality(evaluator=judge)(respond)  # fail_open is the default
         events: list[Event] = []
         caplog.clear()
         with refinekit.subscribe(events.append), caplog.at_level(logging.WARNING, "refinekit"):
-            assert await call(fn, "Can I get a refund?") == "an answer", name
+            assert await acall(fn, "Can I get a refund?") == "an answer", name
         assert calls == ["Can I get a refund?"]  # not retried: an outage says nothing of it
         (unjudged,) = [e for e in events if e.kind == "unjudged"]
         assert unjudged.verdict is not None
@@ -1420,15 +1399,15 @@ async def test_fail_open_returns_the_answer_unjudged(
 
 
 async def test_fail_closed_raises_judge_unavailable(
-    server: ScriptedOpenAI, make_jm: MakeJudgeModel, mode: str
+    server: ScriptedOpenAI, make_jm: MakeJudgeModel, kind: str
 ) -> None:
     for name, fault, status in UNAVAILABLE:
         server.script(JUDGE, [fault])
         judge = judges.relevancy(make_jm(timeout=timeout_for(name)))
-        _, respond = answering(mode)
+        _, respond = answering(kind)
         fn = retry_on_low_quality(evaluator=judge, judge_error_policy="fail_closed")(respond)
         with pytest.raises(JudgeUnavailable) as caught:
-            await call(fn, "Can I get a refund?")
+            await acall(fn, "Can I get a refund?")
         assert caught.value.status_code == status, name
 
 
@@ -1447,43 +1426,43 @@ async def test_a_judge_failing_open_itself_returns_an_unjudged_verdict(
 
 
 @pytest.mark.parametrize(
-    ("kind", "replies"),
+    ("failure", "replies"),
     [
         ("unavailable", [Reply.error(503)]),
         ("unreadable", ["Maybe"]),
     ],
 )
 async def test_a_judges_own_policy_wins_over_the_decorators(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str, kind: str, replies: list[Any]
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str, failure: str, replies: list[Any]
 ) -> None:
-    error = JudgeUnavailable if kind == "unavailable" else JudgeReplyError
+    error = JudgeUnavailable if failure == "unavailable" else JudgeReplyError
     server.script(JUDGE, replies * 2)
-    _, respond = answering(mode)
+    _, respond = answering(kind)
     closed_judge = judges.relevancy(jm, judge_error_policy="fail_closed")
     with pytest.raises(error):  # the decorator's default is fail_open
-        await call(retry_on_low_quality(evaluator=closed_judge)(respond), "q")
+        await acall(retry_on_low_quality(evaluator=closed_judge)(respond), "q")
     open_judge = judges.relevancy(jm, judge_error_policy="fail_open")
     events: list[Event] = []
     fn = retry_on_low_quality(evaluator=open_judge, judge_error_policy="fail_closed")(respond)
     with refinekit.subscribe(events.append):
-        assert await call(fn, "q") == "an answer"
+        assert await acall(fn, "q") == "an answer"
     assert [e.kind for e in events if e.kind == "unjudged"] == ["unjudged"]
 
 
 @pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
 async def test_an_unreadable_verdict_follows_the_policy(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str, policy: Any
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str, policy: Any
 ) -> None:
     server.script(JUDGE, ["I cannot tell."])
-    _, respond = answering(mode)
+    _, respond = answering(kind)
     events: list[Event] = []
     fn = retry_on_low_quality(evaluator=judges.relevancy(jm), judge_error_policy=policy)(respond)
     if policy == "fail_closed":
         with pytest.raises(JudgeReplyError):
-            await call(fn, "q")
+            await acall(fn, "q")
         return
     with refinekit.subscribe(events.append):
-        assert await call(fn, "q") == "an answer"
+        assert await acall(fn, "q") == "an answer"
     (unjudged,) = [e for e in events if e.kind == "unjudged"]
     assert unjudged.verdict is not None
     assert (unjudged.verdict.reason or "").startswith("JudgeReplyError:")
@@ -1491,9 +1470,9 @@ async def test_an_unreadable_verdict_follows_the_policy(
 
 @pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
 async def test_a_misconfigured_judge_always_raises(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str, policy: Any
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str, policy: Any
 ) -> None:
-    calls, respond = answering(mode)
+    calls, respond = answering(kind)
     fn = retry_on_low_quality(evaluator=judges.relevancy(jm), judge_error_policy=policy)(respond)
     # a judge failing open itself still raises a misconfiguration
     open_judge = judges.relevancy(jm, judge_error_policy="fail_open")
@@ -1502,7 +1481,7 @@ async def test_a_misconfigured_judge_always_raises(
         server.script(JUDGE, [Reply.error(status, "refused")] * 2)
         for decorated in (fn, open_fn):
             with pytest.raises(JudgeMisconfigured) as caught:
-                await call(decorated, "q")
+                await acall(decorated, "q")
             assert caught.value.status_code == status
             assert "refused" in str(caught.value)
     assert len(calls) == 2 * len(MISCONFIGURED)
@@ -1510,13 +1489,13 @@ async def test_a_misconfigured_judge_always_raises(
 
 @pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
 async def test_an_unscripted_model_is_misconfigured(
-    server: ScriptedOpenAI, make_jm: MakeJudgeModel, mode: str, policy: Any
+    server: ScriptedOpenAI, make_jm: MakeJudgeModel, kind: str, policy: Any
 ) -> None:
-    _, respond = answering(mode)
+    _, respond = answering(kind)
     judge = judges.relevancy(make_jm("no-such-model"))
     fn = retry_on_low_quality(evaluator=judge, judge_error_policy=policy)(respond)
     with pytest.raises(JudgeMisconfigured, match="check the model name") as caught:
-        await call(fn, "q")
+        await acall(fn, "q")
     assert caught.value.status_code == 404
     assert caught.value.model == "no-such-model"
     assert "'no-such-model'" in str(caught.value)
@@ -1545,22 +1524,22 @@ async def test_every_judge_maps_endpoint_failures(
         ("criteria", [Reply.malformed()], JudgeUnavailable),
         ("criteria", [Reply.error(404)], JudgeMisconfigured),
     ]
-    for kind, replies, error in table:
+    for judge_kind, replies, error in table:
         server.script(JUDGE, replies)
         with pytest.raises(JudgeError) as caught:
-            await evaluate(made[kind], REQUEST)
-        assert type(caught.value) is error, (kind, replies)
+            await evaluate(made[judge_kind], REQUEST)
+        assert type(caught.value) is error, (judge_kind, replies)
         assert caught.value.model == JUDGE
 
 
-@pytest.mark.parametrize("kind", ["criteria", "rating"])
+@pytest.mark.parametrize("judge_kind", ["criteria", "rating"])
 async def test_a_judge_failing_open_turns_any_judge_unjudged(
-    server: ScriptedOpenAI, jm: JudgeModel, evaluate: Evaluate, kind: str
+    server: ScriptedOpenAI, jm: JudgeModel, evaluate: Evaluate, judge_kind: str
 ) -> None:
     server.script(JUDGE, [Reply.error(503)])
     judge = (
         judges.criteria(jm, [KEEPS], judge_error_policy="fail_open")
-        if kind == "criteria"
+        if judge_kind == "criteria"
         else judges.rating(jm, judge_error_policy="fail_open")
     )
     verdict = await evaluate(judge, REQUEST)
@@ -1568,16 +1547,16 @@ async def test_a_judge_failing_open_turns_any_judge_unjudged(
 
 
 async def test_a_bug_in_a_code_check_propagates_through_the_decorator(
-    server: ScriptedOpenAI, jm: JudgeModel, mode: str
+    server: ScriptedOpenAI, jm: JudgeModel, kind: str
 ) -> None:
     def broken(request: EvaluationRequest) -> bool:
         raise KeyError("bug")
 
-    _, respond = answering(mode)
+    _, respond = answering(kind)
     judge = judges.criteria(jm, [Criterion("broken", broken), KEEPS])
     fn = retry_on_low_quality(evaluator=judge)(respond)  # fail_open does not hide a bug
     with pytest.raises(KeyError, match="bug"):
-        await call(fn, "q")
+        await acall(fn, "q")
     assert server.requests == []
 
 
@@ -1587,7 +1566,7 @@ async def test_a_bug_in_a_code_check_propagates_through_the_decorator(
 async def test_the_api_key_never_appears_in_errors_or_logs(
     server: ScriptedOpenAI,
     make_jm: MakeJudgeModel,
-    mode: str,
+    kind: str,
     evaluate: Evaluate,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -1616,10 +1595,10 @@ async def test_the_api_key_never_appears_in_errors_or_logs(
             with pytest.raises(JudgeError) as caught:
                 await evaluate(judge, REQUEST)
             errors.append(caught.value)
-        _, respond = answering(mode)
+        _, respond = answering(kind)
         server.script(JUDGE, [Reply.error(503)])
         fn = retry_on_low_quality(evaluator=judges.relevancy(judge_model))(respond)
-        assert await call(fn, "q") == "an answer"  # logged as unjudged
+        assert await acall(fn, "q") == "an answer"  # logged as unjudged
     assert [type(e) for e in errors] == [
         JudgeMisconfigured,
         JudgeUnavailable,
@@ -1638,11 +1617,11 @@ async def test_the_api_key_never_appears_in_errors_or_logs(
 
 
 async def test_errors_name_the_model_and_the_endpoint_without_credentials(
-    server: ScriptedOpenAI, make_jm: MakeJudgeModel, mode: str, evaluate: Evaluate
+    server: ScriptedOpenAI, make_jm: MakeJudgeModel, kind: str, evaluate: Evaluate
 ) -> None:
     url = server.base_url.replace("http://", "http://alice:s3cret@")
     options = {"base_url": url, "api_key": API_KEY, "max_retries": 0}
-    client = openai.OpenAI(**options) if mode == "sync" else openai.AsyncOpenAI(**options)
+    client = openai.OpenAI(**options) if kind == "sync" else openai.AsyncOpenAI(**options)
     judge_model = make_jm("missing", client=client)
     with pytest.raises(JudgeMisconfigured) as caught:
         await evaluate(judges.relevancy(judge_model), REQUEST)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from _refinekit_pytest_plugin import LIVE_SKIP_REASON
 from refinekit.testing import FakeJudge
-from refinekit.testing._plugin import LIVE_SKIP_REASON
 
 pytest_plugins = ["pytester"]
 
@@ -48,6 +48,28 @@ def golden_tests(
         """
     )
     return tester
+
+
+# loading
+
+
+def test_a_session_that_uses_nothing_of_it_imports_nothing_of_refinekit(
+    tester: pytest.Pytester,
+) -> None:
+    # pytest loads the plugin in every session of every project that has refinekit installed
+    tester.makepyfile(
+        """
+        import sys
+
+        def test_nothing_heavy_was_imported(pytestconfig):
+            assert pytestconfig.pluginmanager.hasplugin("refinekit")
+            heavy = ("refinekit", "openai", "instructor", "pydantic", "tenacity")
+            assert sorted(m for m in sys.modules if m.split(".")[0] in heavy) == []
+            assert "http.server" not in sys.modules
+        """
+    )
+    result = tester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
 
 
 # the golden marker

@@ -7,7 +7,6 @@ error body; and `refinekit eval` with a target whose error quotes a URL's passwo
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 import string
@@ -20,6 +19,7 @@ import pytest
 from helpers import (
     Cli,
     Workspace,
+    acall,
     answering,
     answers,
     cli_runner,
@@ -211,28 +211,17 @@ def test_redact_is_idempotent_on_any_text(text: str) -> None:
 # --- judges over HTTP: an endpoint that echoes the key -----------------------------------------
 
 
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as server:
-        yield server
-
-
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 MakeJudgeModel = Callable[..., JudgeModel]
 
 
 @pytest.fixture
-async def make_jm(mode: str, server: ScriptedOpenAI) -> AsyncIterator[MakeJudgeModel]:
-    """`JudgeModel`s on the mode's client, with the client options given; closed after."""
+async def make_jm(kind: str, server: ScriptedOpenAI) -> AsyncIterator[MakeJudgeModel]:
+    """`JudgeModel`s on the kind's client, with the client options given; closed after."""
     clients: list[Any] = []
 
     def make(**options: Any) -> JudgeModel:
         options.setdefault("api_key", GATEWAY_KEY)
-        client = server.client(**options) if mode == "sync" else server.async_client(**options)
+        client = server.client(**options) if kind == "sync" else server.async_client(**options)
         clients.append(client)
         return JudgeModel(client, JUDGE)
 
@@ -244,17 +233,10 @@ async def make_jm(mode: str, server: ScriptedOpenAI) -> AsyncIterator[MakeJudgeM
             client.close()
 
 
-async def evaluate(mode: str, judge: Any) -> Any:
-    if mode == "sync":
+async def evaluate(kind: str, judge: Any) -> Any:
+    if kind == "sync":
         return judge.evaluate(REQUEST)
     return await judge.aevaluate(REQUEST)
-
-
-async def call(fn: Callable[..., Any], *args: Any) -> Any:
-    result = fn(*args)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
 
 
 def assert_clean(error: BaseException, *secrets: str) -> None:
@@ -267,7 +249,7 @@ def assert_clean(error: BaseException, *secrets: str) -> None:
 JUDGE_KINDS = {"relevancy": judges.relevancy, "rating": judges.rating}  # plain and instructor
 
 
-@pytest.mark.parametrize("kind", JUDGE_KINDS)
+@pytest.mark.parametrize("judge_kind", JUDGE_KINDS)
 @pytest.mark.parametrize(
     ("body", "secret"),
     [
@@ -279,16 +261,16 @@ JUDGE_KINDS = {"relevancy": judges.relevancy, "rating": judges.rating}  # plain 
 async def test_a_401_echoing_the_key_raises_without_it(
     server: ScriptedOpenAI,
     make_jm: MakeJudgeModel,
-    mode: str,
     kind: str,
+    judge_kind: str,
     body: str,
     secret: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     server.script(JUDGE, [Reply.error(401, body)])
-    judge = JUDGE_KINDS[kind](make_jm())
+    judge = JUDGE_KINDS[judge_kind](make_jm())
     with pytest.raises(JudgeMisconfigured) as caught, caplog.at_level(logging.DEBUG):
-        await evaluate(mode, judge)
+        await evaluate(kind, judge)
     assert_clean(caught.value, secret, GATEWAY_KEY)
     # nor in what the libraries under the request log (instructor logs the error at ERROR)
     assert caplog.records
@@ -312,7 +294,7 @@ async def test_a_401_echoing_the_key_raises_without_it(
 async def test_a_key_from_the_headers_or_the_base_url_is_redacted_too(
     server: ScriptedOpenAI,
     make_jm: MakeJudgeModel,
-    mode: str,
+    kind: str,
     options: dict[str, Any],
     secret: str,
     caplog: pytest.LogCaptureFixture,
@@ -323,7 +305,7 @@ async def test_a_key_from_the_headers_or_the_base_url_is_redacted_too(
         options["base_url"] = server.base_url.replace("http://", f"http://alice:{password}@")
     server.script(JUDGE, [Reply.error(403, f"credential {secret} may not use this model")])
     with pytest.raises(JudgeMisconfigured) as caught, caplog.at_level(logging.DEBUG):
-        await evaluate(mode, judges.relevancy(make_jm(**options)))
+        await evaluate(kind, judges.relevancy(make_jm(**options)))
     assert_clean(caught.value, secret)
     for record in caplog.records:  # httpx and openai log the URL, user info and all
         assert secret not in record.getMessage(), record.name
@@ -334,7 +316,7 @@ async def test_a_key_from_the_headers_or_the_base_url_is_redacted_too(
 async def test_an_outage_echoing_the_key_is_unavailable_without_it_everywhere(
     server: ScriptedOpenAI,
     make_jm: MakeJudgeModel,
-    mode: str,
+    kind: str,
     status: int,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -345,13 +327,13 @@ async def test_an_outage_echoing_the_key_is_unavailable_without_it_everywhere(
     # raised to the caller
     server.script(JUDGE, [echo])
     with pytest.raises(JudgeUnavailable) as caught:
-        await evaluate(mode, judges.relevancy(jm))
+        await evaluate(kind, judges.relevancy(jm))
     assert caught.value.status_code == status
     assert_clean(caught.value, *secrets)
 
     # the judge's own fail_open: an unjudged verdict whose reason quotes the error
     server.script(JUDGE, [echo])
-    verdict = await evaluate(mode, judges.relevancy(jm, judge_error_policy="fail_open"))
+    verdict = await evaluate(kind, judges.relevancy(jm, judge_error_policy="fail_open"))
     assert verdict.status == "unjudged"
     assert f"HTTP {status}" in (verdict.reason or "")
     for secret in secrets:
@@ -360,17 +342,17 @@ async def test_an_outage_echoing_the_key_is_unavailable_without_it_everywhere(
     # the decorators' events and log lines: unjudged (fail open), exhausted, blocked
     events: list[Event] = []
     server.script(JUDGE, [echo] * 3)
-    _, respond = answering(mode)
+    _, respond = answering(kind)
     open_fn = retry_on_low_quality(evaluator=judges.relevancy(jm))(respond)
     closed_fn = retry_on_low_quality(
         evaluator=judges.relevancy(jm), judge_error_policy="fail_closed"
     )(respond)
     screened_fn = guarded(screen=judges.relevancy(jm), refusal="Sorry.")(respond)
     with refinekit.subscribe(events.append), caplog.at_level(logging.DEBUG, "refinekit"):
-        assert await call(open_fn, "q") == "an answer"
+        assert await acall(open_fn, "q") == "an answer"
         with pytest.raises(JudgeUnavailable) as closed:
-            await call(closed_fn, "q")
-        assert await call(screened_fn, "q") == "Sorry."
+            await acall(closed_fn, "q")
+        assert await acall(screened_fn, "q") == "Sorry."
     assert_clean(closed.value, *secrets)
     kinds = {e.kind for e in events}
     assert {"unjudged", "blocked"} <= kinds
@@ -388,11 +370,11 @@ async def test_an_outage_echoing_the_key_is_unavailable_without_it_everywhere(
 
 
 async def test_log_lines_redact_what_an_events_text_quotes(
-    mode: str, caplog: pytest.LogCaptureFixture
+    kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Feedback is the user's own text, kept in the event; the log line redacts it."""
     feedback = f"upstream refused Authorization: Bearer {BEARER_TOKEN} for {PROJECT_KEY}"
-    if mode == "sync":
+    if kind == "sync":
 
         def respond(question: str) -> str:
             raise LowQualityAnswer(feedback)
@@ -409,7 +391,7 @@ async def test_log_lines_redact_what_an_events_text_quotes(
         caplog.at_level(logging.DEBUG, "refinekit"),
         pytest.raises(LowQualityAnswer),
     ):
-        await call(fn, "q")
+        await acall(fn, "q")
     assert [e.kind for e in events if e.kind in ("retry", "exhausted")] == ["retry", "exhausted"]
     logged = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert any("Bearer [redacted]" in m and "[redacted key]" in m for m in logged)

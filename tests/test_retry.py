@@ -6,12 +6,12 @@ import asyncio
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import tenacity
-from helpers import completion
+from helpers import call, completion
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
@@ -32,11 +32,6 @@ from refinekit import (
 # --- helpers shared by the sync and async variants -----------------------------------------------
 
 
-@pytest.fixture(params=["sync", "async"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def decorated(kind: str, impl: Callable[..., Any], **options: Any) -> Callable[..., Any]:
     """`impl` under `@retry_on_low_quality(**options)`, as a `def` or as an `async def`."""
     if kind == "sync":
@@ -48,12 +43,6 @@ def decorated(kind: str, impl: Callable[..., Any], **options: Any) -> Callable[.
 
     assert inspect.iscoroutinefunction(impl_async)
     return retry_on_low_quality(**options)(impl_async)
-
-
-def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a decorated function, running it on an event loop when it is async."""
-    result = fn(*args, **kwargs)
-    return asyncio.run(result) if inspect.iscoroutine(result) else result
 
 
 def stub() -> tuple[Callable[..., str], list[str | None]]:
@@ -90,13 +79,6 @@ def recording(verdict: Callable[[EvaluationRequest], Verdict] | None = None) -> 
 
     evaluate.requests = []  # type: ignore[attr-defined]
     return evaluate
-
-
-@pytest.fixture
-def events() -> Iterator[list[Event]]:
-    seen: list[Event] = []
-    with refinekit.subscribe(seen.append):
-        yield seen
 
 
 def waits(events: list[Event]) -> list[float | None]:
@@ -497,6 +479,24 @@ def test_question_callable_gets_the_bound_arguments(kind: str) -> None:
 class Capital(BaseModel):
     country: str
     city: str
+
+
+def test_a_question_that_is_not_text_is_judged_as_json(kind: str) -> None:
+    # found the one way every decorator finds it (@guarded screens an input the same way)
+    def answer(question: Capital) -> str:
+        return "a"
+
+    asked = Capital(country="Norway", city="Oslo")
+    assert judged(kind, answer, asked).question == '{"country":"Norway","city":"Oslo"}'
+
+
+def test_a_question_callable_must_return_text(kind: str) -> None:
+    def answer(question: str) -> str:
+        return "a"
+
+    fn = decorated(kind, answer, evaluator=recording(), question=lambda arguments: 42)
+    with pytest.raises(TypeError, match=r"question= of .* must return a str, got int"):
+        call(fn, "q")
 
 
 def test_answer_text_str_as_is_and_pydantic_model_as_json(kind: str) -> None:

@@ -6,15 +6,15 @@ import asyncio
 import copy
 import dataclasses
 import functools
-import inspect
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, NewType, Optional
 
 import httpx2
 import openai
 import pytest
+from helpers import call
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from pydantic import BaseModel, Field, TypeAdapter
 from typing_extensions import TypedDict
@@ -105,18 +105,6 @@ def message(content: str | None = None, tool_args: Sequence[str] = ()) -> dict[s
 # --- helpers shared by the sync and async variants -----------------------------------------------
 
 
-@pytest.fixture(params=["sync", "async"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def events() -> Iterator[list[Event]]:
-    seen: list[Event] = []
-    with refinekit.subscribe(seen.append):
-        yield seen
-
-
 class Model:
     """A stand-in model: plays `replies` in order (the last repeats; an exception is raised).
 
@@ -162,12 +150,6 @@ def decorated(kind: str, model: Callable[..., Any], **options: Any) -> Callable[
             return model(messages, *args, **kwargs)
 
     return self_correct(**options)(extract)
-
-
-def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call a decorated function, running it on an event loop when it is async."""
-    result = fn(*args, **kwargs)
-    return asyncio.run(result) if inspect.iscoroutine(result) else result
 
 
 def run(kind: str, *replies: Any, **options: Any) -> tuple[Any, Model]:
@@ -765,12 +747,6 @@ def test_exhaustion_emits_one_exhausted_event_naming_the_error(
 
 
 # --- over HTTP: what refinekit sends is valid UTF-8 ----------------------------------------------
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as scripted:
-        yield scripted
 
 
 def over_http(kind: str, server: ScriptedOpenAI, **options: Any) -> Callable[..., Any]:

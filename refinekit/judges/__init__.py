@@ -20,7 +20,9 @@ the job's `judge_usage`, apart from the answering model's `usage`.
 
 from __future__ import annotations
 
-from ._base import Judge, JudgeErrorPolicy, JudgeModel
+from .._package import rehome
+from ._base import Judge, JudgeErrorPolicy
+from ._client import JudgeModel
 from ._criteria import Criterion, criteria
 from ._pairwise import Pairwise, Winner, pairwise
 from ._rating import rating
@@ -39,3 +41,5 @@ __all__ = [
     "rating",
     "relevancy",
 ]
+
+rehome(globals(), __all__, __name__)  # shown as `refinekit.judges.<name>`

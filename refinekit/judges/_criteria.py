@@ -8,22 +8,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._errors import JudgeMisconfigured, JudgeReplyError
-from .._evaluators import _to_verdict
+from .._evaluators import to_verdict
 from .._flow import Flow, Gather
 from .._model import CriterionResult, EvaluationRequest, Outcome, Verdict
-from ._base import (
-    DATA_RULE,
-    Complete,
-    Judge,
-    JudgeErrorPolicy,
-    JudgeModel,
-    context_text,
-    delimit,
-    first_error,
-    reply_text_of,
-    tool_calls_block,
-    yes_no,
-)
+from .._policy import JudgeErrorPolicy
+from .._prompts import DATA_RULE, context_text, delimit, tool_calls_block
+from ._base import Judge, first_error, yes_no
+from ._calls import Complete, reply_text_of
+from ._client import JudgeModel
 
 CodeCheck = Callable[[EvaluationRequest], "bool | Verdict"]
 Probabilities = Literal["auto", "logprobs", "answer"]
@@ -186,7 +178,7 @@ class _Criteria(Judge):
                 check = criterion.question
                 assert callable(check)
                 result = check(request)
-                verdict = _to_verdict(result, criterion.name)
+                verdict = to_verdict(result, criterion.name)
                 # A check returning a Verdict may say what is wrong (as evidence.called does);
                 # the criterion's own when_false wins.
                 own = result.feedback if isinstance(result, Verdict) else ""

@@ -8,16 +8,10 @@ from typing import Any, Literal
 from .._errors import JudgeReplyError
 from .._flow import Flow, Gather, run_async, run_sync
 from .._model import ContextDocument, EvaluationRequest
-from ._base import (
-    DATA_RULE,
-    Complete,
-    JudgeModel,
-    context_text,
-    delimit,
-    first_error,
-    first_word,
-    reply_text_of,
-)
+from .._prompts import DATA_RULE, context_text, delimit
+from ._base import first_error, first_word
+from ._calls import Complete, reply_text_of
+from ._client import JudgeModel
 
 Winner = Literal["a", "b", "tie"]
 

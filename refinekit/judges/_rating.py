@@ -8,16 +8,11 @@ from pydantic import BaseModel, Field, create_model
 
 from .._flow import Flow
 from .._model import EvaluationRequest, Verdict
-from ._base import (
-    DATA_RULE,
-    Judge,
-    JudgeErrorPolicy,
-    JudgeModel,
-    Structured,
-    context_text,
-    delimit,
-    tool_calls_block,
-)
+from .._policy import JudgeErrorPolicy
+from .._prompts import DATA_RULE, context_text, delimit, tool_calls_block
+from ._base import Judge
+from ._calls import Structured
+from ._client import JudgeModel
 
 DEFAULT_RUBRIC = (
     "1: wrong, off-topic or unsupported by the context. "

@@ -6,18 +6,11 @@ from typing import Any, Literal
 
 from .._flow import Flow
 from .._model import EvaluationRequest, Verdict
-from ._base import (
-    DATA_RULE,
-    Complete,
-    Judge,
-    JudgeErrorPolicy,
-    JudgeModel,
-    context_text,
-    delimit,
-    reply_text_of,
-    tool_calls_block,
-    yes_no,
-)
+from .._policy import JudgeErrorPolicy
+from .._prompts import DATA_RULE, context_text, delimit, tool_calls_block
+from ._base import Judge, yes_no
+from ._calls import Complete, reply_text_of
+from ._client import JudgeModel
 
 RELEVANCY_TASK = (
     "Your task is to evaluate whether the answer to the question is in line with the context "

@@ -31,7 +31,10 @@ markers and a pass-rate gate): see docs/testing.md.
 from __future__ import annotations
 
 from .._config import is_testing, set_testing
+from .._package import rehome
 from ._fakes import FakeJudge
 from ._server import RecordedRequest, Reply, ScriptedOpenAI
 
 __all__ = ["FakeJudge", "RecordedRequest", "Reply", "ScriptedOpenAI", "is_testing", "set_testing"]
+
+rehome(globals(), __all__, __name__)  # shown as `refinekit.testing.<name>`

@@ -9,8 +9,11 @@ Installing refinekit is enough to get:
   `refinekit_min_pass_rate`) on the lower end of the 95% Wilson score interval;
 - `@pytest.mark.live` tests, skipped unless `--refinekit-live` is given.
 
-refinekit itself is imported only when a fixture or the gate needs it, so the plugin costs
-nothing to a test run that does not use it.
+pytest imports this module in every session of every project that has refinekit installed,
+so it is a top-level module of its own (as hypothesis's `_hypothesis_pytestplugin` is), not
+part of the `refinekit` package: importing it imports pytest and the standard library only.
+refinekit itself is imported when a fixture, a `golden` mark or the gate needs it, so the
+plugin costs nothing to a test run that does not use it (`tests/test_plugin.py` checks it).
 """
 
 from __future__ import annotations
@@ -24,9 +27,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .._job import Job
-    from ._fakes import FakeJudge
-    from ._server import ScriptedOpenAI
+    from refinekit import Job
+    from refinekit.testing import FakeJudge, ScriptedOpenAI
 
 __all__ = [
     "LIVE_SKIP_REASON",
@@ -124,25 +126,23 @@ def pytest_configure(config: pytest.Config) -> None:
 # golden sets
 
 
-class _GoldenError(Exception):
-    """A golden file that cannot be used; reported as the module's collection error."""
-
-
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    from ..eval._golden import DataFileError, read_rows
+    from refinekit._errors import GoldenFileError
+    from refinekit.eval._golden import DataFileError, read_rows
 
     try:
         return read_rows(path)
     except DataFileError as e:
-        raise _GoldenError(f"golden {e}") from None
+        raise GoldenFileError(f"golden {e}") from None
 
 
 def _golden_cases(
     test: str, path: Path, rows: list[dict[str, Any]], wanted: list[str]
 ) -> tuple[list[tuple[Any, ...]], list[str]]:
     """Each row's values for the wanted arguments, and its id: the row number and a slug."""
-    from ..eval._golden import column_for
-    from ..eval._golden import slug as make_slug
+    from refinekit._errors import GoldenFileError
+    from refinekit.eval._golden import column_for
+    from refinekit.eval._golden import slug as make_slug
 
     columns = list(rows[0])
     values: list[tuple[Any, ...]] = []
@@ -154,7 +154,7 @@ def _golden_cases(
             column = column_for(name, keys)
             if column is None:
                 where = "" if number == 1 else f" in row {number}"
-                raise _GoldenError(
+                raise GoldenFileError(
                     f"{test} takes the argument {name!r} but golden file {path} has no "
                     f"column {name!r}{where}; columns: {columns}"
                 )
@@ -187,12 +187,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
     }
     fixtures: Any = getattr(metafunc, "_arg2fixturedefs", {})
-    from ..eval._golden import column_for
+    from refinekit._errors import GoldenFileError
+    from refinekit.eval._golden import column_for
 
     try:
         rows = _read_rows(path)
         if not rows:
-            raise _GoldenError(f"golden file {path} has no rows")
+            raise GoldenFileError(f"golden file {path} has no rows")
         columns = list(rows[0])
         wanted = [
             name
@@ -203,11 +204,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             and (column_for(name, columns) is not None or name not in fixtures)
         ]
         if not wanted:
-            raise _GoldenError(
+            raise GoldenFileError(
                 f"{test} takes no argument named after a column of {path}; columns: {columns}"
             )
         values, ids = _golden_cases(test, path, rows, wanted)
-    except _GoldenError as e:
+    except GoldenFileError as e:
         raise pytest.Collector.CollectError(f"@pytest.mark.golden: {e}") from None
     metafunc.parametrize(wanted, values, ids=ids)
 
@@ -258,7 +259,7 @@ class _GateHooks:
         gate = self.gate
         if gate.total == 0:
             return
-        from ..eval._stats import wilson_interval
+        from refinekit.eval._stats import wilson_interval
 
         gate.lower = wilson_interval(gate.passed, gate.total, _CONFIDENCE)[0]
         failing = gate.threshold is not None and gate.lower < gate.threshold
@@ -304,7 +305,7 @@ def fake_judge() -> Callable[..., FakeJudge]:
     Returns:
         The factory: `(*verdicts, name=None) -> FakeJudge`.
     """
-    from ._fakes import FakeJudge
+    from refinekit.testing import FakeJudge
 
     made = 0
 
@@ -326,7 +327,7 @@ def scripted_openai() -> Iterator[ScriptedOpenAI]:
     Yields:
         The running server.
     """
-    from ._server import ScriptedOpenAI
+    from refinekit.testing import ScriptedOpenAI
 
     with ScriptedOpenAI() as server:
         yield server
@@ -345,8 +346,8 @@ def refinekit_testing() -> Iterator[Job]:
     Yields:
         The test's job.
     """
-    from .._config import set_testing
-    from .._job import job
+    from refinekit import job
+    from refinekit.testing import set_testing
 
     with set_testing(), job() as current:
         yield current

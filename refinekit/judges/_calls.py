@@ -1,0 +1,177 @@
+"""The judge model's calls, as flow commands: one completion, or a reply parsed by instructor.
+
+Each call runs sync or async (the judge model's client for that side), is bounded by the
+time limit around it, redacts what the libraries log, maps a failure to refinekit's
+`JudgeError` tree and counts the reply's tokens in the job's `judge_usage`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from .._errors import JudgeError, JudgeReplyError
+from .._job import current_job
+from .._model import Usage
+from .._openai import api_error, bounded
+from .._redact import redacted_logs
+from .._replies import first_message, message_text, usage_of
+from ._client import JudgeModel, secrets_of
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion
+
+__all__ = ["REPLY_CHARS", "Complete", "Structured", "judge_error", "reply_text_of"]
+
+REPLY_CHARS = 200
+"""How much of a judge's reply an error or a verdict quotes."""
+
+
+def judge_error(judge: JudgeModel, exc: BaseException) -> JudgeError | None:
+    """The refinekit error for a failed judge request, or None when `exc` is not one.
+
+    Its message never holds a credential (see `refinekit._openai.api_error`).
+    """
+    return api_error(
+        exc,
+        model=judge.model,
+        where=f"judge model {judge.model!r} at {judge.where}",
+        secrets=secrets_of(judge),
+    )
+
+
+def reply_text_of(judge: JudgeModel, completion: ChatCompletion) -> str:
+    """The text of a judge's reply (a reply with no choice is a `JudgeReplyError`)."""
+    if not completion.choices:
+        raise JudgeReplyError(f"judge model {judge.model!r} returned no choices", model=judge.model)
+    return message_text(first_message(completion))
+
+
+def _record(completion: Any) -> None:
+    """Count a judge's reply in the current job's `judge_usage` (one call, its tokens)."""
+    job = current_job()
+    if job is not None:
+        job._add_judge_usage(usage_of(completion) or Usage(model_calls=1))
+
+
+class Complete:
+    """A flow command: one chat completion from the judge model; returns the `ChatCompletion`."""
+
+    __slots__ = ("judge", "kwargs")
+
+    def __init__(self, judge: JudgeModel, kwargs: dict[str, Any]) -> None:
+        self.judge = judge
+        self.kwargs = kwargs
+
+    def run_sync(self) -> ChatCompletion:
+        try:
+            with redacted_logs(secrets_of(self.judge)):
+                completion: ChatCompletion = bounded(
+                    self.judge.sync_client()
+                ).chat.completions.create(**self.kwargs)
+        except Exception as exc:
+            raise (judge_error(self.judge, exc) or exc) from None
+        _record(completion)
+        return completion
+
+    async def run_async(self) -> ChatCompletion:
+        try:
+            with redacted_logs(secrets_of(self.judge)):
+                completion: ChatCompletion = await bounded(
+                    self.judge.async_client()
+                ).chat.completions.create(**self.kwargs)
+        except Exception as exc:
+            raise (judge_error(self.judge, exc) or exc) from None
+        _record(completion)
+        return completion
+
+
+class Structured:
+    """A flow command: a reply parsed into `response_model` with instructor (its retries)."""
+
+    __slots__ = ("judge", "kwargs", "max_retries", "mode", "response_model")
+
+    def __init__(
+        self,
+        judge: JudgeModel,
+        response_model: type[BaseModel],
+        kwargs: dict[str, Any],
+        mode: str,
+        max_retries: int,
+    ) -> None:
+        self.judge = judge
+        self.response_model = response_model
+        self.kwargs = kwargs
+        self.mode = mode
+        self.max_retries = max_retries
+
+    def _instructor(self, client: Any) -> Any:
+        import instructor
+
+        patched = instructor.from_openai(client, mode=instructor.Mode[self.mode])
+        # Every reply that arrives is a judge call, including those instructor retries after.
+        patched.on("completion:response", _record_reply)
+        return patched
+
+    def _fail(self, exc: Exception) -> Exception:
+        retry_error, incomplete_error = _instructor_errors()
+        if isinstance(exc, (retry_error, incomplete_error)):
+            cause = exc.__cause__
+            if isinstance(exc, retry_error) and isinstance(cause, Exception):
+                mapped = judge_error(self.judge, cause)
+                if mapped is not None:
+                    return mapped
+            text = message_text(first_message(getattr(exc, "last_completion", None)))
+            problem = (
+                f"was cut off at max_tokens={self.kwargs.get('max_tokens')} before its "
+                f"{self.response_model.__name__} was complete"
+                if isinstance(exc, incomplete_error)
+                else f"gave no valid {self.response_model.__name__} after "
+                f"{self.max_retries + 1} tries"
+            )
+            return JudgeReplyError(
+                f"judge model {self.judge.model!r} {problem}",
+                model=self.judge.model,
+                reply=text[:REPLY_CHARS],
+            )
+        return judge_error(self.judge, exc) or exc
+
+    def run_sync(self) -> BaseModel:
+        client = self._instructor(bounded(self.judge.sync_client()))
+        try:
+            with redacted_logs(secrets_of(self.judge)):  # instructor logs the error text
+                parsed, _ = client.chat.completions.create_with_completion(
+                    response_model=self.response_model, max_retries=self.max_retries, **self.kwargs
+                )
+        except Exception as exc:
+            raise self._fail(exc) from None
+        return parsed  # type: ignore[no-any-return]
+
+    async def run_async(self) -> BaseModel:
+        client = self._instructor(bounded(self.judge.async_client()))
+        try:
+            with redacted_logs(secrets_of(self.judge)):  # instructor logs the error text
+                parsed, _ = await client.chat.completions.create_with_completion(
+                    response_model=self.response_model, max_retries=self.max_retries, **self.kwargs
+                )
+        except Exception as exc:
+            raise self._fail(exc) from None
+        return parsed  # type: ignore[no-any-return]
+
+
+def _record_reply(completion: Any) -> None:
+    _record(completion)
+
+
+def _instructor_errors() -> tuple[type[Exception], type[Exception]]:
+    """The errors instructor raises for "no reply validated" and "the reply was cut off".
+
+    They moved to `instructor.core` in instructor 1.11 (importing `instructor.exceptions`
+    there is deprecated and warns).
+    """
+    try:
+        from instructor.core import IncompleteOutputException, InstructorRetryException
+    except ImportError:  # instructor 1.10
+        from instructor.exceptions import IncompleteOutputException, InstructorRetryException
+    return InstructorRetryException, IncompleteOutputException
