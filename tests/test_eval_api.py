@@ -220,6 +220,32 @@ def test_a_stopped_run_raises_run_aborted_and_the_same_call_resumes_it(
     assert fresh.run_id == 2
 
 
+@pytest.mark.parametrize("policy", [None, "fail_open", "fail_closed"])
+def test_a_judge_that_could_not_judge_leaves_its_case_unavailable_whatever_its_policy(
+    golden: Path,
+    db: Path,
+    scripted_openai: ScriptedOpenAI,
+    judge_client: openai.OpenAI,
+    policy: judges.JudgeErrorPolicy | None,
+) -> None:
+    """An outage on one case is recorded and the run goes on; a judge's own "fail_closed"
+    policy (no answer through unjudged) is kept too: an unavailable case never passes."""
+    scripted_openai.script("judge", [Reply.error(503, "overloaded"), yes_no(0.9), yes_no(0.2)])
+    judge = judges.criteria(
+        judges.JudgeModel(judge_client, "judge"),
+        [judges.Criterion("grounded", "Is the answer supported?")],
+        judge_error_policy=policy,
+    )
+
+    result = refinekit.eval.run(golden, target=answer, judge=judge, db=db, concurrency=1)
+
+    assert [c.outcome for c in result.cases] == ["unavailable", "passed", "failed"]
+    assert (result.cases[0].error or "").startswith("JudgeUnavailable: ")
+    assert "503" in (result.cases[0].error or "")
+    assert (result.summary.unavailable, result.summary.counted) == (1, 2)
+    assert result.run.status == "complete"
+
+
 async def test_arun_on_the_running_loop_and_run_called_from_one(tmp_path: Path, db: Path) -> None:
     golden = write_csv(
         tmp_path / "golden.csv",

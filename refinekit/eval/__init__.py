@@ -23,6 +23,7 @@ In a notebook or other async code, `await refinekit.eval.arun(...)` (and `acalib
 """
 
 from .._errors import DataFileError, RunAborted, RunStoreError, UsageProblem
+from .._package import rehome
 from ._calibration import Calibration, Thresholds
 from ._results import (
     CalibrationResult,
@@ -66,3 +67,6 @@ __all__ = [
     "runs",
     "store_path",
 ]
+
+rehome(globals(), __all__, __name__)  # shown as `refinekit.eval.<name>`
+del rehome

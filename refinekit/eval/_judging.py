@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .._errors import JudgeError, JudgeMisconfigured, RunAborted
@@ -16,7 +16,6 @@ from .._evaluators import as_evaluator
 from .._job import job
 from .._model import CriterionResult, EvaluationRequest, Usage, Verdict
 from .._redact import redact
-from ._bridge import in_thread
 from ._cases import Case
 from ._column_checks import column_checks
 from ._ratelimit import RateLimiter
@@ -87,18 +86,16 @@ class Judging:
         """
         evaluator = self.evaluator
         assert evaluator is not None
-        # A sync-only judge runs in a thread of its own, as a sync answer function does.
-        judge_one: Callable[[], Awaitable[Verdict]] = (
-            (lambda: evaluator.aevaluate(request))
-            if evaluator._async is not None
-            else (lambda: in_thread(evaluator.evaluate, request))
-        )
-        try:
-            verdict: Verdict = await self.limiter.call(judge_one)
+        try:  # a sync-only judge runs in a worker thread (the adapter's async side)
+            verdict: Verdict = await self.limiter.call(lambda: evaluator.aevaluate(request))
             return verdict
         except JudgeMisconfigured as e:
             raise RunAborted(f"the judge is misconfigured: {redact(str(e))}") from e
         except JudgeError as e:
+            # The judge could not judge: the case is unavailable, never counted as passed.
+            # Not `_policy.judge_failure(e, "fail_open")`: that raises a failure a judge's own
+            # "fail_closed" policy marked (so that no answer goes through unjudged), and here
+            # no answer goes through; the run records the case and goes on.
             return Verdict.unjudged(error_text(e))
         except Exception as e:
             raise RunAborted(f"the judge raised {error_text(e)} (a bug in the judge?)") from e

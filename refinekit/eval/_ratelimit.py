@@ -19,7 +19,7 @@ from tenacity import (
 
 from .._config import is_testing
 from .._errors import JudgeError
-from ..judges._base import retry_after_of
+from .._openai import retry_after_of
 
 __all__ = ["RATE_LIMIT_MAX_WAIT", "RATE_LIMIT_TRIES", "RateLimiter"]
 

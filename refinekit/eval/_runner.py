@@ -11,6 +11,7 @@ Each finished case is stored at once, so an interrupted run keeps what it paid f
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,13 +19,13 @@ from typing import Any
 
 import openai
 
+from .._bridge import in_thread, is_async_callable
 from .._errors import JudgeMisconfigured, LowQualityAnswer, RunAborted
 from .._hooks import Event, subscribe
-from .._job import _ATTEMPT, job
+from .._job import enter_attempt, job, leave_attempt
 from .._model import AttemptInfo, ContextDocument, EvaluationRequest
 from .._redact import redact
-from .._replies import answer_text, usage_of
-from ._bridge import call
+from .._replies import answer_text
 from ._cases import Case, as_text, context_of, merged
 from ._golden import column_for
 from ._judging import Judgement, Judging, decide, error_text, probability_of, verdict_dump
@@ -72,6 +73,19 @@ class Progress:
             self.on_case(self, record)
 
 
+async def _call(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The answer function's result: an async callable awaited here, a sync one in a thread.
+
+    A sync function that returns an awaitable anyway has it awaited here too.
+    """
+    if is_async_callable(function):
+        return await function(*args, **kwargs)
+    result = await in_thread(function, *args, **kwargs)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
 def _request_of(result: Any, case: Case, context: tuple[ContextDocument, ...]) -> EvaluationRequest:
     """What the judge sees: the function's own request (a `JudgingState`), or one built here."""
     if isinstance(result, EvaluationRequest):
@@ -93,11 +107,11 @@ async def _eval_case(
     # The case is attempt 1 of 1 of the answer function: `record_context()` inside it (or
     # the accepted attempt's, inside a `@retry_on_low_quality`) lands here, for the judge.
     attempt = AttemptInfo(1, 1)
-    token = _ATTEMPT.set(attempt)
+    token = enter_attempt(attempt)
 
     def answer_once() -> Awaitable[Any]:
         attempt._context.clear()  # a rate-limited try gave no answer: drop what it recorded
-        return call(target.function, args, kwargs)
+        return _call(target.function, args, kwargs)
 
     try:
         async with job() as answer_job:
@@ -107,11 +121,9 @@ async def _eval_case(
             except Exception as e:
                 error = e
             else:  # a reply returned as it came (no decorator counted it) was paid for too
-                usage = usage_of(result)
-                if usage is not None:
-                    answer_job._add_usage(usage, result, counted)
+                answer_job._count_reply(result, counted)
     finally:
-        _ATTEMPT.reset(token)
+        leave_attempt(token)
     if isinstance(error, _CONFIGURATION_ERRORS):
         raise RunAborted(
             f"the answer function raised {error_text(error)}: a misconfiguration fails every "

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
+from .._bridge import run_blocking
 from .._errors import RunStoreError, UsageProblem
 from .._evaluators import EvaluatorLike
-from ._bridge import run_blocking
 from ._plans import CalibratePlan, EvalPlan, PathLike
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._runstore import RunInfo, RunStore
@@ -92,7 +92,7 @@ def run(
             a misconfiguration; the finished cases are stored, and the same call resumes.
     """
     return run_blocking(
-        arun(
+        lambda: arun(
             golden,
             target=target,
             judge=judge,
@@ -191,7 +191,7 @@ def calibrate(
         RunAborted: The judge is misconfigured or raised a bug; the finished items are stored.
     """
     return run_blocking(
-        acalibrate(
+        lambda: acalibrate(
             labelled,
             judge=judge,
             concurrency=concurrency,

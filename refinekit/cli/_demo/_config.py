@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..._errors import DemoConfigError
-from ...judges._base import safe_url
+from ..._redact import safe_url
 
 __all__ = ["Endpoint", "endpoint_from_options"]
 

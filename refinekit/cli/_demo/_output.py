@@ -7,7 +7,8 @@ import textwrap
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from ..._model import Usage
-from ...judges._base import safe_url
+from ..._redact import safe_url
+from ..._replies import first_message, message_text
 from ...testing import ScriptedOpenAI
 from .._pipe import PipeSafe
 from ._config import Endpoint
@@ -71,7 +72,8 @@ class Output:
 
 
 def text_of(reply: ChatCompletion) -> str:
-    return (reply.choices[0].message.content or "") if reply.choices else ""
+    """A reply's text, as the model sent it ("" when it has none)."""
+    return message_text(first_message(reply))
 
 
 def usage_line(who: str, usage: Usage) -> str:
