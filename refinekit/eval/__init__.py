@@ -3,9 +3,9 @@
 `run` puts a golden file through an answer function and judges every answer; `calibrate`
 measures a judge against answers people labelled; both store their run (in
 `.refinekit/runs.db` by default), resume an interrupted one, and return its figures.
-`compare` pairs two stored runs, `html_report` writes a run's HTML report, `runs` lists the store.
-The `refinekit eval`, `refinekit calibrate` and `refinekit runs` commands are these
-functions with their results printed.
+`compare` pairs two stored runs, `html_report` writes a run's HTML report, `runs` lists the
+store. The `refinekit eval`, `refinekit calibrate` and `refinekit runs` commands are these
+functions with their results printed (docs/workflow.md, "From Python").
 
     import refinekit.eval
 
