@@ -128,7 +128,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
     from refinekit._errors import GoldenFileError
-    from refinekit._golden import DataFileError, read_rows
+    from refinekit.eval._golden import DataFileError, read_rows
 
     try:
         return read_rows(path)
@@ -141,8 +141,8 @@ def _golden_cases(
 ) -> tuple[list[tuple[Any, ...]], list[str]]:
     """Each row's values for the wanted arguments, and its id: the row number and a slug."""
     from refinekit._errors import GoldenFileError
-    from refinekit._golden import column_for
-    from refinekit._golden import slug as make_slug
+    from refinekit.eval._golden import column_for
+    from refinekit.eval._golden import slug as make_slug
 
     columns = list(rows[0])
     values: list[tuple[Any, ...]] = []
@@ -188,7 +188,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     }
     fixtures: Any = getattr(metafunc, "_arg2fixturedefs", {})
     from refinekit._errors import GoldenFileError
-    from refinekit._golden import column_for
+    from refinekit.eval._golden import column_for
 
     try:
         rows = _read_rows(path)
@@ -259,7 +259,7 @@ class _GateHooks:
         gate = self.gate
         if gate.total == 0:
             return
-        from refinekit._stats import wilson_interval
+        from refinekit.eval._stats import wilson_interval
 
         gate.lower = wilson_interval(gate.passed, gate.total, _CONFIDENCE)[0]
         failing = gate.threshold is not None and gate.lower < gate.threshold

@@ -31,7 +31,7 @@ match with the exact McNemar test.
 Judging. A labelled set (`_synthetic.judging_items`: `--judge-items` answers, half correct,
 the others with a changed number, another place's figure, a dropped condition or a flipped
 yes/no) is written to a JSONL file and `refinekit calibrate` runs on it in-process
-(`refinekit._cli.main`), the judge being `_local_judge:judge`: a `criteria` judge with one
+(`refinekit.cli.main`), the judge being `_local_judge:judge`: a `criteria` judge with one
 model criterion on the same local model.
 
 The script reports; it does not gate on quality. It exits 1 when something crashed (an HTTP
@@ -66,7 +66,7 @@ from instructor.core import IncompleteOutputException, InstructorRetryException
 from pydantic import BaseModel, model_validator
 
 from refinekit import CorrectionExhausted, Event, InSource, response_format, self_correct, subscribe
-from refinekit._stats import mcnemar_exact, wilson_interval
+from refinekit.eval._stats import mcnemar_exact, wilson_interval
 from refinekit.local import LocalModel, LocalModelError, default_model_path
 
 PACKAGES = [
@@ -485,7 +485,7 @@ def _quartiles(values: Sequence[float]) -> str:
 
 def judging_extra(db: Path, items: Sequence[JudgingItem]) -> list[str]:
     """What calibrate does not print: P(yes) by label, its AUC, agreement by kind of item."""
-    from refinekit._runstore import RunStore
+    from refinekit.eval._runstore import RunStore
 
     with RunStore(db) as store:
         run = store.runs(kind="calibrate")[-1]
@@ -522,7 +522,7 @@ def judging_extra(db: Path, items: Sequence[JudgingItem]) -> list[str]:
 
 def run_judging(local: LocalModel, items: Sequence[JudgingItem], folder: Path) -> JudgingRun:
     """Write the labelled set, run `refinekit calibrate` on it in this process."""
-    from refinekit._cli import main
+    from refinekit.cli import main
 
     labelled = folder / "labelled.jsonl"
     with labelled.open("w", encoding="utf-8") as f:

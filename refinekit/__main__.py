@@ -1,5 +1,5 @@
 """`python -m refinekit` is the `refinekit` command."""
 
-from ._cli import main
+from .cli import main
 
 raise SystemExit(main())

@@ -16,17 +16,25 @@ Errors (something went wrong and the caller must handle it)::
     │   └── JudgeReplyError          the judge answered something that is not a verdict
     ├── LocalModelError              refinekit.local: the `local` extra is missing, or the
     │                                local model's server did not come up or died
-    └── (slot) the evaluation workflow's errors: `refinekit eval` / `calibrate` / `runs` /
-               `demo` (a bad spec or option, an aborted run, an unusable run store or data
-               file, a bad demo configuration) are defined with that workflow for now and
-               join this tree here when it moves to its own package
+    ├── DataFileError                refinekit.eval: a golden or labelled file that cannot be
+    │                                used: missing, unreadable, wrong shape (also a ValueError)
+    ├── RunAborted                   refinekit.eval: a run stopped before its end (a
+    │                                misconfigured or broken judge); its finished cases are stored
+    ├── RunStoreError                refinekit.eval: the run store cannot be used: not a refinekit
+    │                                database, a newer schema, a missing run
+    ├── UsageProblem                 refinekit.eval: a run that cannot start: a bad target, judge
+    │                                or option, a file without the columns it needs (a ValueError)
+    └── DemoConfigError              `refinekit demo`: the options name a real endpoint only in
+                                     part (also a ValueError)
 
     RefinekitWarning (a UserWarning)  something went wrong that must not break the job
 
-Control-flow signal (not an error, kept out of the tree above)::
+Control-flow signals (not errors, kept out of the tree above)::
 
     LowQualityAnswer   raised by your function to ask @retry_on_low_quality for another
                        attempt; raised to the caller, the same object, when attempts run out
+    ReaderGone         (a BaseException) the `refinekit` command's standard output lost its
+                       reader (`| head`) while printing was its work: it stops, quietly
 
 Internal signals (private: each is caught inside refinekit and never reaches a caller as it
 is)::
@@ -346,3 +354,60 @@ def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, A
     BaseException.__init__(obj, *args)
     obj.__dict__.update(state)
     return obj
+
+
+# The evaluation workflow (refinekit.eval) and the command line (refinekit.cli).
+
+
+class DataFileError(RefinekitError, ValueError):
+    """A golden or labelled file that cannot be used: missing, unreadable, wrong shape."""
+
+
+class UsageProblem(RefinekitError, ValueError):
+    """An eval or calibrate run that cannot start; nothing was run.
+
+    A target or judge that cannot be loaded or called with the file's columns, a data file
+    that cannot be used or lacks a column the run needs, an option out of range, a
+    comparison with a run that cannot be compared.
+    """
+
+
+class RunAborted(RefinekitError):
+    """The run stopped before its end; the cases finished so far are stored.
+
+    The judge is misconfigured or raised a bug, or the answer function raised a
+    misconfiguration: each would fail every case. Running the same thing again resumes the
+    run, without paying again for the stored cases.
+
+    Attributes:
+        run_id: The stopped run's id in its store (None until the run is stopped).
+        stored: The cases the run has stored.
+        cases: The cases of its data file.
+    """
+
+    def __init__(
+        self, message: str, *, run_id: int | None = None, stored: int = 0, cases: int = 0
+    ) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.stored = stored
+        self.cases = cases
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class RunStoreError(RefinekitError):
+    """The run store cannot be used: not a refinekit database, a newer schema, a missing run."""
+
+
+class DemoConfigError(RefinekitError, ValueError):
+    """`refinekit demo`'s options name a real endpoint only in part."""
+
+
+class ReaderGone(BaseException):
+    """Standard output's reader went away, and printing was the command's work: stop.
+
+    A `BaseException`, as `KeyboardInterrupt` is, so that no `except Exception` on its way
+    (an event hook's guard, a scenario's error handler) turns it into a message.
+    """

@@ -91,7 +91,10 @@ def api_error(
             error.retry_after = retry_after_of(exc)
             return error
         return JudgeMisconfigured(message, model=model, status_code=status)
-    if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError)):
+    if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError)) or (
+        # a body whose JSON holds an integer longer than Python converts (4,300 digits)
+        type(exc) is ValueError and "integer string conversion" in str(exc)
+    ):
         return JudgeUnavailable(f"{where}: the reply was not a chat completion", model=model)
     return None
 

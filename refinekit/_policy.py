@@ -21,10 +21,12 @@ Who applies which policy:
 
 - a judge (`refinekit.judges`) applies its own `judge_error_policy` (None by default);
 - `@retry_on_low_quality` applies its `judge_error_policy`: an unjudged answer is returned;
-- `@guarded`, `@reviewed` and `refinekit eval` take every failure as an unjudged verdict
-  (`"fail_open"` here) and then decide what an unjudged verdict means for them: `@guarded`
-  blocks it or publishes it by its own `judge_error_policy`, `@reviewed` rejects the draft
-  (reason `judge_error`), `refinekit eval` records the case as unavailable.
+- `@guarded` and `@reviewed` take every failure as an unjudged verdict (`"fail_open"` here)
+  and then decide what an unjudged verdict means for them: `@guarded` blocks it or publishes
+  it by its own `judge_error_policy`, `@reviewed` rejects the draft (reason `judge_error`);
+- `refinekit eval` records every judge failure but a misconfiguration as an unavailable case
+  (never counted as passed), one a judge's own `"fail_closed"` policy raised too: no answer
+  goes through there (`refinekit.eval._judging`).
 
 The checks of the policy arguments (and of every loop's cap) are here too, so each decorator
 refuses a bad value with the same words.

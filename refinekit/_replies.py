@@ -47,8 +47,16 @@ def get(obj: Any, name: str) -> Any:
 
 
 def is_completion(obj: Any) -> bool:
-    """Whether `obj` is shaped like a chat completion (it has `choices`)."""
-    return get(obj, "choices") is not None and not isinstance(obj, str)
+    """Whether `obj` is shaped like a chat completion (it has `choices`).
+
+    A pydantic response class that declares `choices` (the `openai` client's `ChatCompletion`)
+    is one even when the body it was built from had none (`{}`, `"choices": null`).
+    """
+    if isinstance(obj, str):
+        return False
+    if get(obj, "choices") is not None:
+        return True
+    return "choices" in getattr(type(obj), "model_fields", {})
 
 
 def first_message(completion: Any) -> Any:

@@ -13,6 +13,7 @@ from tenacity.wait import wait_base
 from . import _config
 from ._decorate import wrap
 from ._errors import JudgeError, LowQualityAnswer
+from ._errtext import utf8_text
 from ._evaluators import Adapted, EvaluatorLike, as_evaluator
 from ._flow import Call, Evaluate, Flow, Sleep
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
@@ -239,7 +240,8 @@ def _retry_flow(
         )
         if number == max_attempts:
             break
-        feedback, previous = rejection.feedback, value
+        # Valid UTF-8, as the function will likely put it into its next request.
+        feedback, previous = utf8_text(rejection.feedback), value
         call_args, call_kwargs = cfg.with_feedback(args, kwargs, feedback)
         if state is None:
             state = tenacity.RetryCallState(None, fn, args, kwargs)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ command `@reviewed` yields to ask for a revision.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -178,12 +179,18 @@ class ModelReviser:
                 "reviser_error",
                 f"the reviser model {self.model!r} at {self.where} failed: {type(exc).__name__}",
             )
+        if isinstance(exc, json.JSONDecodeError):  # a 200 whose body is not JSON
+            return ReviserFailed(
+                "reviser_error",
+                f"the reviser model {self.model!r} at {self.where} sent a body that is not JSON",
+            )
         return exc
 
     def _read(self, completion: Any) -> Revised:
-        if not get(completion, "choices"):
+        choices = get(completion, "choices")
+        if not isinstance(choices, list) or not choices or get(choices[0], "message") is None:
             raise ReviserFailed(
-                "reviser_error", f"the reviser model {self.model!r} returned no choices"
+                "reviser_error", f"the reviser model {self.model!r} returned no message"
             )
         message = first_message(completion)
         return Revised(message_text(message), completion, tool_call_names(message))

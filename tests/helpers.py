@@ -195,7 +195,7 @@ Cli = Callable[..., Result]
 
 def cli_runner(capsys: pytest.CaptureFixture[str]) -> Cli:
     """`refinekit ARGS` in process: the exit status (argparse's too) and what it printed."""
-    from refinekit._cli import main
+    from refinekit.cli import main
 
     def run(*args: str | Path) -> Result:
         try:

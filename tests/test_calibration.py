@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refinekit._calibration import calibrate, recommend_thresholds
-from refinekit._runstore import CaseRecord, Outcome
-from refinekit._stats import ReliabilityBin, wilson_interval
+from refinekit.eval._calibration import calibrate, recommend_thresholds
+from refinekit.eval._runstore import CaseRecord, Outcome
+from refinekit.eval._stats import ReliabilityBin, wilson_interval
 from refinekit.judges import Criterion
 
 T, F = True, False  # the people's label: pass, fail

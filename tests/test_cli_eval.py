@@ -37,9 +37,10 @@ from helpers import (
 )
 
 from refinekit import JudgeUnavailable
-from refinekit._evaluation import RateLimiter, compare_runs
-from refinekit._runstore import CaseRecord, RunInfo, RunStore
-from refinekit._stats import mcnemar_exact, wilson_interval
+from refinekit.eval._ratelimit import RateLimiter
+from refinekit.eval._runstore import CaseRecord, RunInfo, RunStore
+from refinekit.eval._stats import mcnemar_exact, wilson_interval
+from refinekit.eval._summary import compare_runs
 from refinekit.testing import Reply, ScriptedOpenAI, set_testing
 
 SECRET = "sk-proj-Zq81vXw2mNe4RtY6uI0oP9aS"
@@ -581,6 +582,23 @@ async def test_a_judge_rate_limit_waits_the_retry_after_it_carries(
         assert limiter.waited == waited
     else:  # beyond a minute: jittered instead
         assert 0 <= limiter.waited <= 2.0
+
+
+async def test_a_call_rate_limited_every_time_is_tried_six_times_then_raises() -> None:
+    limiter = RateLimiter()
+    tries = 0
+
+    async def always_limited() -> str:
+        nonlocal tries
+        tries += 1
+        raise JudgeUnavailable("HTTP 429", model="judge", status_code=429)
+
+    with pytest.raises(JudgeUnavailable):
+        await limiter.call(always_limited)
+    assert tries == 6
+    # a backoff between tries, none after the last: no case holds off for a call given up
+    assert limiter.waits == 5
+    assert 0 <= limiter.waited <= 2 + 4 + 8 + 16 + 32
 
 
 async def test_other_errors_are_not_retried() -> None:

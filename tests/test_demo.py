@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from refinekit import _demo
-from refinekit._cli import main
+from refinekit.cli import _demo, main
 from refinekit.testing import Reply, ScriptedOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent

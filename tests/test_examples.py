@@ -76,6 +76,18 @@ EXPECTED = {
         "gate: Cohen's kappa 0.667 >= --min-kappa 0.600: pass",
         "every outcome as expected",
     ],
+    "eval_python.py": [
+        "run 1: 10 cases, 0 resumed",
+        "main: pass rate 0.800 (8/10), 95% lower bound 0.490; gate held: True",
+        "#5 failed: Can I pay by invoice? -> Say only what the context supports",
+        "against run 1: 3 regressed, 1 improved, McNemar p = 0.6250",
+        "branch gates: pass rate held False, passed False",
+        "calibrate: 24 items, kappa 0.667, accuracy 0.833",
+        "as a criterion: Criterion(..., pass_at=0.85, fail_at=0.45)",
+        "with the comparison: True",
+        "stored run 2: eval complete, target _workflow_app:answer_v2",
+        "every outcome as expected",
+    ],
     "guarded_example.py": [
         "caller got: Refunds are accepted within 30 days (policies/refunds.md).",
         "blocked: output blocked by screen 'no_card_numbers'",

@@ -11,6 +11,8 @@ import pytest
 
 import refinekit
 import refinekit.checks
+import refinekit.eval
+import refinekit.eval.report
 import refinekit.evidence
 import refinekit.judges
 import refinekit.local
@@ -148,6 +150,45 @@ def test_local_names() -> None:
     assert issubclass(refinekit.local.LocalModelError, refinekit.RefinekitError)
 
 
+def test_eval_names() -> None:
+    assert set(refinekit.eval.__all__) == {
+        "Calibration",
+        "CalibrationResult",
+        "CaseFinished",
+        "CaseRecord",
+        "Comparison",
+        "DataFileError",
+        "EvalResult",
+        "Outcome",
+        "ReliabilityBin",
+        "RunAborted",
+        "RunEvent",
+        "RunInfo",
+        "RunStarted",
+        "RunStopped",
+        "RunStoreError",
+        "Summary",
+        "Thresholds",
+        "UsageProblem",
+        "acalibrate",
+        "arun",
+        "calibrate",
+        "compare",
+        "html_report",
+        "run",
+        "runs",
+        "store_path",
+    }
+    for name in refinekit.eval.__all__:
+        obj = getattr(refinekit.eval, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert obj.__doc__, f"refinekit.eval.{name} has no docstring"
+    for error in ("DataFileError", "RunAborted", "RunStoreError", "UsageProblem"):
+        assert issubclass(getattr(refinekit.eval, error), refinekit.RefinekitError)
+    # the HTML report's package and the function that writes a report are apart
+    assert callable(refinekit.eval.html_report)
+
+
 def test_error_tree() -> None:
     assert issubclass(refinekit.CorrectionExhausted, refinekit.RefinekitError)
     assert issubclass(refinekit.AnswerRejected, refinekit.RefinekitError)
@@ -177,7 +218,7 @@ def test_implementation_modules_are_private() -> None:
 
 
 PUBLIC_MODULES = [refinekit, refinekit.checks, refinekit.evidence, refinekit.judges]
-PUBLIC_MODULES += [refinekit.local, refinekit.testing]
+PUBLIC_MODULES += [refinekit.local, refinekit.testing, refinekit.eval]
 
 
 @pytest.mark.parametrize("module", PUBLIC_MODULES, ids=lambda m: m.__name__)

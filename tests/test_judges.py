@@ -1637,3 +1637,24 @@ def test_safe_url_drops_user_info_and_query() -> None:
         "https://example.com:8443/v1"
     )
     assert safe_url("http://localhost:11434/v1/") == "http://localhost:11434/v1/"
+
+
+@pytest.mark.parametrize("policy", ["fail_open", "fail_closed"])
+def test_a_judge_reply_with_an_integer_python_cannot_read_is_unavailable(
+    server: ScriptedOpenAI, policy: str
+) -> None:
+    # The client reads the body with Python's json, which refuses an integer of more than
+    # 4,300 digits with a bare ValueError; the judge says the reply was not a completion.
+    body = '{"id": "x", "object": "chat.completion", "created": ' + "9" * 5000 + ", "
+    body += '"model": "judge", "choices": []}'
+    server.script("judge", [Reply.raw(body)])
+    with server.client() as client:
+        judge = refinekit.judges.relevancy(JudgeModel(client, "judge"), judge_error_policy=policy)
+        request = refinekit.EvaluationRequest(question="q?", answer="a.")
+        if policy == "fail_open":
+            verdict = judge.evaluate(request)
+            assert verdict.status == "unjudged"
+            assert "not a chat completion" in (verdict.reason or "")
+        else:
+            with pytest.raises(JudgeUnavailable, match="not a chat completion"):
+                judge.evaluate(request)

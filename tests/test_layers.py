@@ -41,13 +41,13 @@ LAYERS: dict[str, set[str]] = {
     "judges": {"judges"},
     "decorators": {"_correct", "_guard", "_retry", "_review", "_revisers", "_tools"},
     "local": {"local"},
-    # the evaluation workflow (moving to refinekit/eval/): golden files, runner, store, stats,
+    # the evaluation workflow, refinekit/eval/: golden files, runner, store, stats,
     # calibration, reports
-    "eval": {"eval", "_calibration", "_evaluation", "_golden", "_report", "_runstore", "_stats"},
+    "eval": {"eval"},
     # the pytest plugin reads golden files and gates on a Wilson bound: it sits above eval
     "testing": {"testing", "_refinekit_pytest_plugin"},
-    # the command line (moving to refinekit/cli/); the demo runs on the scripted server
-    "cli": {"cli", "_cli", "_commands", "_demo", "_pipe", "__main__"},
+    # the command line, refinekit/cli/; the demo runs on the scripted server
+    "cli": {"cli", "__main__"},
     "package": {"__init__"},
 }
 ORDER = list(LAYERS)

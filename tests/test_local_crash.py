@@ -17,7 +17,7 @@ import openai
 import pytest
 
 import refinekit.local
-from refinekit._cli import main
+from refinekit.cli import main
 from refinekit.local import LocalModel, LocalModelError
 
 FAKE = Path(__file__).with_name("fake_llama_server.py")

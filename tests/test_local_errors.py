@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from refinekit._cli import main
+from refinekit.cli import main
 from refinekit.local import LocalModel, LocalModelError, default_model_path
 
 PIP = "pip install 'refinekit[local]'"

@@ -370,7 +370,7 @@ def test_retry_on_low_quality_with_a_real_judge_returns_a_passed_answer_or_raise
 
 
 def test_demo_local_runs_against_the_real_model(capsys: pytest.CaptureFixture[str]) -> None:
-    from refinekit._cli import main
+    from refinekit.cli import main
 
     code = main(["demo", "--local"])
     out = capsys.readouterr().out
@@ -380,7 +380,7 @@ def test_demo_local_runs_against_the_real_model(capsys: pytest.CaptureFixture[st
 
 
 def test_demo_local_refuses_an_endpoint_too(capsys: pytest.CaptureFixture[str]) -> None:
-    from refinekit._cli import main
+    from refinekit.cli import main
 
     assert main(["demo", "--local", "--model", "x"]) == 2
     assert "--local runs its own model" in capsys.readouterr().err

@@ -11,6 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 import refinekit
+import refinekit.eval
 import refinekit.judges
 import refinekit.local
 import refinekit.testing
@@ -58,6 +59,8 @@ def test_classes_show_the_package_they_are_used_from() -> None:
     assert refinekit.judges.JudgeModel.__module__ == "refinekit.judges"
     assert refinekit.testing.ScriptedOpenAI.__module__ == "refinekit.testing"
     assert refinekit.local.LocalModelError.__module__ == "refinekit.local"
+    assert refinekit.eval.EvalResult.__module__ == "refinekit.eval"
+    assert refinekit.eval.RunAborted.__module__ == "refinekit.eval"
 
 
 VERDICT = Verdict(
@@ -88,6 +91,10 @@ def errors() -> list[BaseException]:
         JudgeReplyError("unreadable", model="j", reply="maybe"),
         closed,
         refinekit.local.LocalModelError("the local model's server died"),
+        refinekit.eval.RunAborted("the judge is misconfigured", run_id=3, stored=2, cases=5),
+        refinekit.eval.UsageProblem("--target 'm:f' needs 'x'"),
+        refinekit.eval.RunStoreError("no run 9 in runs.db"),
+        refinekit.eval.DataFileError("golden.csv, line 2: 3 values"),
     ]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import shutil
 import signal
 import struct
@@ -23,20 +24,14 @@ from typing import Any
 
 import pytest
 
-from refinekit._calibration import Calibration, calibrate
-from refinekit._cli import main
-from refinekit._evaluation import compare_runs, summarise
 from refinekit._model import Usage
-from refinekit._report import (
-    ANSWER_LIMIT,
-    CSP,
-    DETAILED_LIMIT,
-    _e,
-    calibration_report,
-    eval_report,
-)
-from refinekit._runstore import CaseRecord, RunStore
-from refinekit._stats import wilson_interval
+from refinekit.cli import main
+from refinekit.eval._calibration import Calibration, calibrate
+from refinekit.eval._runstore import CaseRecord, RunStore
+from refinekit.eval._stats import wilson_interval
+from refinekit.eval._summary import compare_runs, summarise
+from refinekit.eval.report import calibration_report, eval_report
+from refinekit.eval.report._html import ANSWER_LIMIT, CSP, DETAILED_LIMIT, esc
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -422,7 +417,7 @@ def test_eval_report_escapes_names_paths_and_odd_characters(
 
 def test_a_lone_surrogate_cannot_break_the_file() -> None:
     # the store cannot hold one (SQLite text is UTF-8), but the escaping copes all the same
-    assert _e("a \ud800 b") == "a ? b"
+    assert esc("a \ud800 b") == "a ? b"
 
 
 def test_eval_report_with_a_comparison(store: RunStore, eval_run: int) -> None:
@@ -453,6 +448,39 @@ def test_eval_report_of_an_incomplete_run_and_of_nothing_judged(
     assert '<span class="big">n/a</span>' in document
     assert "No run has a pass rate yet." in document
     assert_nothing_live(document)
+
+
+def test_the_report_of_a_setup_failure_shows_that_no_answer_was_judged(
+    store: RunStore, golden: Path
+) -> None:
+    """Every case raised a connection error: the run measured the setup, not the answers, so
+    the report shows no pass rate (not 0.000), in its headline or its history."""
+    earlier = store_run(store, golden, [case(1, "passed"), case(2, "failed")])
+    down = [
+        case(i, "raised", answer=None, error="APIConnectionError: Connection error.")
+        for i in (1, 2, 3)
+    ]
+    summary = summarise(down).as_dict() | {"cases_in_file": 3, "setup_failed": True}
+    assert summary["rate"] == 0.0  # what the stored figures say, and must not be shown
+    failed = store_run(store, golden, down, summary=summary)
+    later = store_run(store, golden, [case(1, "passed"), case(2, "passed")])
+
+    for run_id in (failed, later):  # its own report, and a later run's history
+        document = eval_report(store, run_id)
+        assert '<span class="big">0.000</span>' not in document
+        assert ">0.000</text>" not in document  # no point at 0 in the chart
+        rows = re.findall(r'<tr class="(?:current|other)">.*?</tr>', document)
+        [row] = [r for r in rows if re.search(f'^<tr class="\\w+"><td class="n">{failed}[ <]', r)]
+        assert "nothing (setup failed)" in row
+        assert "0.000" not in row
+        assert_nothing_live(document)
+    document = eval_report(store, failed)
+    headline = document.split('<section id="history">')[0]
+    assert '<span class="big">n/a</span>' in headline
+    assert "No answer was judged" in headline
+    assert "a failure of the setup, not a measurement" in headline
+    # the runs that measured something keep their figures
+    assert f"run {earlier}: pass rate 0.500 (1/2)" in document
 
 
 def test_eval_report_refuses_a_calibrate_run(store: RunStore, golden: Path) -> None:

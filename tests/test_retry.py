@@ -1126,3 +1126,25 @@ def test_wait_strategies_see_the_rejection_like_in_tenacity() -> None:
     assert isinstance(seen[0], LowQualityAnswer)
     assert seen[0].answer == "a"
     assert exc_info.value.attempts[0].verdict == seen[0].verdict
+
+
+def test_feedback_reaches_the_function_as_text_it_can_send(kind: str) -> None:
+    # A custom evaluator's feedback may quote a reply holding a lone surrogate; the function
+    # puts the feedback into its next request, so it gets it as valid UTF-8 (U+FFFD).
+    seen: list[str | None] = []
+
+    def judge(request: refinekit.EvaluationRequest) -> refinekit.Verdict:
+        return refinekit.Verdict(passed=request.answer == "fixed", feedback="drop \ud83d")
+
+    def answer(question: str, feedback: str | None = None) -> str:
+        seen.append(feedback)
+        return "fixed" if feedback else "broken \ud83d"
+
+    async def aanswer(question: str, feedback: str | None = None) -> str:
+        return answer(question, feedback)
+
+    fn = retry_on_low_quality(evaluator=judge, max_retries=1)(answer if kind == "sync" else aanswer)
+    assert call(fn, "q?") == "fixed"
+    assert seen == [None, "drop \ufffd"]
+    assert seen[1] is not None
+    seen[1].encode("utf-8")

@@ -16,7 +16,7 @@ import pytest
 from helpers import Cli, Workspace, answers, asked, cli_runner, table, workspace
 
 from refinekit import Usage
-from refinekit._runstore import CaseRecord, RunInfo, RunStore, RunStoreError, redact
+from refinekit.eval._runstore import CaseRecord, RunInfo, RunStore, RunStoreError, redact
 from refinekit.testing import ScriptedOpenAI
 
 

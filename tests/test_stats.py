@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refinekit._stats import (
+from refinekit.eval._stats import (
     ReliabilityBin,
     cohen_kappa,
     expected_calibration_error,

@@ -13,6 +13,7 @@ from .._flow import Flow, Gather
 from .._model import CriterionResult, EvaluationRequest, Outcome, Verdict
 from .._policy import JudgeErrorPolicy
 from .._prompts import DATA_RULE, context_text, delimit, tool_calls_block
+from .._replies import get
 from ._base import Judge, first_error, yes_no
 from ._calls import Complete, reply_text_of
 from ._client import JudgeModel
@@ -92,14 +93,18 @@ def _probability_from_logprobs(completion: Any) -> float | None:
     first position: when "yes" or "no" is among that position's alternatives, their odds
     there are the probability the model would have answered yes.
     """
-    logprobs = completion.choices[0].logprobs if completion.choices else None
-    content = getattr(logprobs, "content", None)
-    if not content:
+    choices = get(completion, "choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    content = get(get(first, "logprobs"), "content")
+    if not isinstance(content, list) or not content:
         return None
-    for token in content:
-        if _word(token.token) in ("yes", "no"):
-            return _yes_no_odds(token.top_logprobs or [token])
-    return _yes_no_odds(content[0].top_logprobs or [])
+    try:
+        for token in content:
+            if _word(token.token) in ("yes", "no"):
+                return _yes_no_odds(token.top_logprobs or [token])
+        return _yes_no_odds(content[0].top_logprobs or [])
+    except (AttributeError, TypeError):  # not the shape of token probabilities: none said
+        return None
 
 
 class _Criteria(Judge):

@@ -40,7 +40,7 @@ from faultmix import (
     _step,
 )
 
-from refinekit._runstore import CaseRecord, RunInfo, RunStore
+from refinekit.eval._runstore import CaseRecord, RunInfo, RunStore
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 TRIES = 6  # refinekit eval tries a rate-limited call this many times in all
@@ -347,7 +347,7 @@ class EvalRun:
 
     def run_in_process(self) -> Invocation:
         """`refinekit eval ...` through the CLI's main, here."""
-        from refinekit._cli import main
+        from refinekit.cli import main
 
         out, err = io.StringIO(), io.StringIO()
         with self.importable(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -97,19 +97,18 @@ verdict_replies = st.one_of(
 )
 
 # --- completion bodies the openai client does not validate ---------------------------------------
-# `completion_bodies` are odd shapes refinekit reads today (an outage or an unreadable reply, or
-# a correction turn). The shapes in `UNREAD_BY_JUDGES` and `UNREAD_BY_SELF_CORRECT` are not read
-# as documented yet (new defects, pinned as strict xfails in test_new_defects.py); when those
-# tests XPASS, add the shapes back to the strategies below.
+# Odd shapes: a judge reads each as an outage or an unreadable reply, @self_correct as a
+# correction turn, the default reviser as a reviser error. `ODD_CHOICES` and `NO_CHOICES` were
+# defects N2 and N3 (tests/reliability/test_new_defects.py pins them one by one).
 
-UNREAD_BY_JUDGES = [
+ODD_CHOICES = [
     {"choices": "none"},
     {"choices": [None]},
     {"choices": [{"message": None}]},
     {"choices": [{"message": {"role": "assistant", "content": 5}}]},
     {"choices": [{"message": {"role": "assistant", "content": ["Yes"]}}]},
 ]
-UNREAD_BY_SELF_CORRECT = [{}, {"choices": None}]
+NO_CHOICES = [{}, {"choices": None}]
 
 _tool_calls = st.sampled_from(
     [[], [{}], [{"function": None}], [{"function": {"name": "f", "arguments": 5}}]]
@@ -127,10 +126,8 @@ completion_bodies = st.one_of(
     st.lists(st.fixed_dictionaries({"message": _messages}), min_size=1, max_size=2).map(
         lambda choices: {"id": "odd", "object": "chat.completion", "choices": choices}
     ),
+    st.sampled_from(ODD_CHOICES + NO_CHOICES),
 )
-# what @self_correct reads as a correction already, on top of those
-self_correct_bodies = st.one_of(completion_bodies, st.sampled_from(UNREAD_BY_JUDGES))
-# every shape: what the default reviser of @reviewed reads
-any_completion_body = st.one_of(
-    completion_bodies, st.sampled_from(UNREAD_BY_JUDGES + UNREAD_BY_SELF_CORRECT)
-)
+# the same shapes for every reader
+self_correct_bodies = completion_bodies
+any_completion_body = completion_bodies

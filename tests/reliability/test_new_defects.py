@@ -1,6 +1,5 @@
-"""Defects the fault suite found beyond issue 10's list, each pinned by the behaviour the docs
-promise, as a strict xfail until it is fixed. A fix makes its test XPASS, which `strict` turns
-into a failure: then drop the mark, and give the shapes back to strategies.py's strategies.
+"""Defects the fault suite found beyond issue 10's list, fixed, each pinned by the behaviour
+the docs promise.
 
 - N1: `@reviewed`'s default reviser lets `json.JSONDecodeError` escape when the reviser
   endpoint answers 200 with a body that is not JSON; the docs promise
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 from faultmix import Invoice
-from strategies import UNREAD_BY_JUDGES, UNREAD_BY_SELF_CORRECT
+from strategies import NO_CHOICES, ODD_CHOICES
 
 from refinekit import (
     AnswerRejected,
@@ -46,7 +45,6 @@ def server() -> Iterator[ScriptedOpenAI]:
         yield server
 
 
-@pytest.mark.xfail(strict=True, reason="N1: the default reviser lets JSONDecodeError escape")
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_reviser_body_that_is_not_json_is_a_reviser_error(
     server: ScriptedOpenAI, mode: str
@@ -83,8 +81,7 @@ def judge_of(kind: str, judge_model: judges.JudgeModel) -> Any:
     return {"relevancy": judges.relevancy, "fact_check": judges.fact_check}[kind](judge_model)
 
 
-@pytest.mark.xfail(strict=True, reason="N2: judges crash on a body that is not a completion")
-@pytest.mark.parametrize("body", UNREAD_BY_JUDGES)
+@pytest.mark.parametrize("body", ODD_CHOICES)
 @pytest.mark.parametrize("kind", ["relevancy", "fact_check", "criteria"])
 def test_a_judge_reads_a_body_that_is_not_a_completion_as_a_judge_error(
     server: ScriptedOpenAI, kind: str, body: dict[str, Any]
@@ -94,9 +91,8 @@ def test_a_judge_reads_a_body_that_is_not_a_completion_as_a_judge_error(
         judge_of(kind, judges.JudgeModel(client, "judge")).evaluate(REQUEST)
 
 
-@pytest.mark.xfail(strict=True, reason="N2: the rating judge crashes on non-text content")
 def test_a_rating_judge_reads_non_text_content_as_a_judge_error(server: ScriptedOpenAI) -> None:
-    server.script("judge", [Reply.raw(UNREAD_BY_JUDGES[3])])
+    server.script("judge", [Reply.raw(ODD_CHOICES[3])])
     with server.client() as client:
         rating = judges.rating(judges.JudgeModel(client, "judge"), max_retries=0)
         with pytest.raises((JudgeUnavailable, JudgeReplyError)) as caught:
@@ -104,8 +100,7 @@ def test_a_rating_judge_reads_non_text_content_as_a_judge_error(server: Scripted
     assert not isinstance(caught.value, JudgeMisconfigured)
 
 
-@pytest.mark.xfail(strict=True, reason="N3: a completion without choices is a TypeError")
-@pytest.mark.parametrize("body", UNREAD_BY_SELF_CORRECT)
+@pytest.mark.parametrize("body", NO_CHOICES)
 def test_a_completion_without_choices_is_corrected(
     server: ScriptedOpenAI, body: dict[str, Any]
 ) -> None:

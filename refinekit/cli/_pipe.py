@@ -18,15 +18,9 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
+from .._errors import ReaderGone
+
 __all__ = ["PipeSafe", "ReaderGone", "discard", "flush_quietly"]
-
-
-class ReaderGone(BaseException):
-    """Standard output's reader went away, and printing was the command's work: stop.
-
-    A `BaseException`, as `KeyboardInterrupt` is, so that no `except Exception` on its way
-    (an event hook's guard, a scenario's error handler) turns it into a message.
-    """
 
 
 def discard(stream: TextIO) -> None:

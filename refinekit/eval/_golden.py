@@ -10,13 +10,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ._errors import RefinekitError
+from .._errors import DataFileError
 
 __all__ = ["DataFileError", "column_for", "file_sha256", "read_rows", "row_key", "slug"]
-
-
-class DataFileError(RefinekitError, ValueError):
-    """A golden or labelled file that cannot be used: missing, unreadable, wrong shape."""
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

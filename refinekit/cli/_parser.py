@@ -83,7 +83,7 @@ exit status:
 
 def _outcomes(text: str) -> frozenset[str]:
     """`--retry`'s value: outcomes a resumed run runs again, comma-separated."""
-    from ._evaluation import RETRYABLE
+    from ..eval._resume import RETRYABLE
 
     wanted = frozenset(part.strip() for part in text.split(",") if part.strip())
     if not wanted or not wanted <= set(RETRYABLE):
@@ -274,12 +274,14 @@ def _main(argv: Sequence[str] | None) -> int:
     _add_workflow_commands(commands)
     args = parser.parse_args(argv)
     if args.command in ("eval", "calibrate", "runs"):
-        from . import _commands
+        from ._calibrate import calibrate_command
+        from ._eval import eval_command
+        from ._runs import runs_command
 
         command = {
-            "eval": _commands.eval_command,
-            "calibrate": _commands.calibrate_command,
-            "runs": _commands.runs_command,
+            "eval": eval_command,
+            "calibrate": calibrate_command,
+            "runs": runs_command,
         }[args.command]
         try:
             return command(args)
@@ -287,7 +289,8 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"refinekit {args.command}: interrupted", file=sys.stderr)
             return 130
     if args.command == "demo":
-        from ._demo import DemoConfigError, endpoint_from_options, run_demo
+        from .._errors import DemoConfigError
+        from ._demo import endpoint_from_options, run_demo
 
         if args.local:
             if args.base_url or args.model or args.judge_model:
@@ -298,7 +301,7 @@ def _main(argv: Sequence[str] | None) -> int:
                     file=sys.stderr,
                 )
                 return 2
-            from .local import LocalModelError
+            from ..local import LocalModelError
 
             try:
                 return run_demo(sys.stdout, local=True)

@@ -16,15 +16,15 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from ._errors import RefinekitError
-from ._model import Usage
-from ._redact import redact
+from .._errors import RunStoreError
+from .._model import Usage
+from .._redact import redact
 
 __all__ = [
     "DEFAULT_DB",
@@ -53,10 +53,6 @@ Outcome = Literal["passed", "failed", "raised", "unavailable", "inconclusive"]
 
 RunKind = Literal["eval", "calibrate"]
 RunStatus = Literal["running", "complete", "incomplete"]
-
-
-class RunStoreError(RefinekitError):
-    """The run store cannot be used: not a refinekit database, a newer schema, a missing run."""
 
 
 @dataclass(frozen=True)
@@ -540,13 +536,3 @@ class _Transaction:
         tb: TracebackType | None,
     ) -> None:
         self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
-
-
-def iter_usage(cases: list[CaseRecord]) -> Iterator[tuple[str, Usage]]:
-    """The run's usage by role: answer, answer_judge, judge."""
-    totals = {role: Usage() for role in _ROLES}
-    for case in cases:
-        totals["answer"] += case.answer_usage
-        totals["answer_judge"] += case.answer_judge_usage
-        totals["judge"] += case.judge_usage
-    yield from totals.items()

@@ -1,0 +1,5 @@
+"""The `refinekit` command line."""
+
+from ._parser import main
+
+__all__ = ["main"]

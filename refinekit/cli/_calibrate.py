@@ -1,0 +1,124 @@
+"""`refinekit calibrate`: `refinekit.eval.calibrate`, its arguments parsed, its result printed."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+from ..eval import Calibration, RunAborted, RunStoreError, UsageProblem, calibrate
+from ._output import (
+    EXIT_GATE,
+    EXIT_SETUP,
+    EXIT_USAGE,
+    Io,
+    RunWatcher,
+    pct,
+    setup_failure,
+    streams,
+    write_report,
+)
+
+__all__ = ["calibrate_command"]
+
+
+def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """`refinekit calibrate`; `args` are the parsed options. Returns the exit status."""
+    io = streams(out, err)
+    watcher = RunWatcher(io, "calibrate")
+    try:
+        result = calibrate(
+            args.labelled,
+            judge=args.judge,
+            concurrency=args.concurrency,
+            db=args.db,
+            resume=not args.fresh,
+            retry=args.retry,
+            target_error=args.target_error,
+            bins=args.bins,
+            min_kappa=args.min_kappa,
+            on_event=watcher,
+        )
+    except (UsageProblem, RunStoreError) as e:
+        io.error("calibrate", str(e))
+        return EXIT_USAGE
+    except RunAborted as e:
+        return watcher.stopped_early(e)
+    except KeyboardInterrupt:
+        if watcher.stopped is None:  # while loading, before a run exists to keep
+            raise
+        return watcher.interrupted()
+    watcher.finished()
+    if result.setup_failed:  # no figure, no gate: the judge never judged
+        io.error("calibrate", setup_failure(result.cases, "the judge gave no verdict"))
+        if args.report is not None:
+            write_report(io, "calibrate", args.report, result)
+        return EXIT_SETUP
+    _print_calibration(io, result.calibration)
+    if args.report is not None and not write_report(io, "calibrate", args.report, result):
+        return EXIT_USAGE
+    if result.min_kappa is not None:
+        kappa = result.calibration.kappa
+        if not result.kappa_held:
+            io.say(
+                f"gate: Cohen's kappa {pct(kappa)} is under --min-kappa "
+                f"{result.min_kappa:.3f}: FAIL"
+            )
+            return EXIT_GATE
+        io.say(f"gate: Cohen's kappa {pct(kappa)} >= --min-kappa {result.min_kappa:.3f}: pass")
+    return 0
+
+
+def _print_calibration(io: Io, c: Calibration) -> None:
+    io.say()
+    left = c.unavailable + c.inconclusive
+    io.say(
+        f"judged {c.items} items"
+        + (
+            f" ({c.unavailable} unavailable and {c.inconclusive} inconclusive left out)"
+            if left
+            else ""
+        )
+    )
+    io.say(f"{'':>12}{'people pass':>13}{'people fail':>13}")
+    io.say(f"{'judge pass':>12}{c.both_pass:>13}{c.human_fail_only:>13}")
+    io.say(f"{'judge fail':>12}{c.judge_fail_only:>13}{c.both_fail:>13}")
+    io.say(
+        f"accuracy {pct(c.accuracy)}, precision on failures {pct(c.precision_fail)}, "
+        f"recall on failures {pct(c.recall_fail)}, Cohen's kappa {pct(c.kappa)}"
+    )
+    if c.reliability is None or c.thresholds is None:
+        io.say(
+            f"probabilities: {c.with_probability} of {c.items} verdicts carried one; a "
+            "reliability table and thresholds need one on every verdict (a criteria judge on "
+            "an endpoint that returns logprobs gives them)"
+        )
+        return
+    io.say(f"reliability ({c.items} items):")
+    io.say(f"  {'bin':<11}{'items':>6}{'mean p':>9}{'passed':>9}")
+    for b in c.reliability:
+        io.say(
+            f"  {b.lower:.2f}-{b.upper:.2f}{'':<2}{b.count:>6}{b.mean_probability:>9.3f}"
+            f"{b.observed_rate:>9.3f}"
+        )
+    io.say(f"expected calibration error {pct(c.ece)}")
+    t = c.thresholds
+    io.say(f"recommended thresholds, at most {t.target_error:.0%} wrong on each side:")
+    if t.pass_at is None:
+        io.say("  pass: no threshold keeps wrong passes that low")
+    else:
+        io.say(
+            f"  pass at p >= {t.pass_at:.3f}: {t.passes} items, {t.wrong_passes} failed by "
+            f"people (95% upper bound {pct(t.pass_error_upper)})"
+        )
+    if t.fail_at is None:
+        io.say("  fail: no threshold keeps wrong fails that low")
+    else:
+        io.say(
+            f"  fail at p <= {t.fail_at:.3f}: {t.fails} items, {t.wrong_fails} passed by "
+            f"people (95% upper bound {pct(t.fail_error_upper)})"
+        )
+    share = t.uncertain / c.items if c.items else 0.0
+    io.say(f"  uncertain (for a person to look at): {t.uncertain} items ({share:.0%})")
+    if t.pass_at is not None and t.fail_at is not None:
+        io.say(
+            f"  as a criterion: Criterion(..., pass_at={t.pass_at:.3f}, fail_at={t.fail_at:.3f})"
+        )

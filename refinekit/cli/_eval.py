@@ -1,0 +1,202 @@
+"""`refinekit eval`: `refinekit.eval.run` with its arguments parsed and its result printed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from .._config import is_testing
+from ..eval import (
+    CaseRecord,
+    Comparison,
+    EvalResult,
+    RunAborted,
+    RunStoreError,
+    UsageProblem,
+    run,
+)
+from ._output import (
+    EXIT_GATE,
+    EXIT_SETUP,
+    EXIT_USAGE,
+    Io,
+    RunWatcher,
+    cases,
+    clean,
+    setup_failure,
+    streams,
+    write_report,
+)
+
+__all__ = ["eval_command"]
+
+
+def eval_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """`refinekit eval`; `args` are the parsed options. Returns the exit status."""
+    io = streams(out, err)
+    watcher = RunWatcher(io, "eval")
+    try:
+        result = run(
+            args.golden,
+            target=args.target,
+            judge=args.judge,
+            concurrency=args.concurrency,
+            repeat=args.repeat,
+            db=args.db,
+            resume=not args.fresh,
+            retry=args.retry,
+            min_pass_rate=args.min_pass_rate,
+            compare=args.compare,
+            alpha=args.alpha,
+            on_event=watcher,
+        )
+    except (UsageProblem, RunStoreError) as e:
+        io.error("eval", str(e))
+        return EXIT_USAGE
+    except RunAborted as e:
+        return watcher.stopped_early(e)
+    except KeyboardInterrupt:
+        if watcher.stopped is None:  # while loading, before a run exists to keep
+            raise
+        return watcher.interrupted()
+    watcher.finished()
+    _print_cases(io, result.cases)
+    if result.setup_failed:  # no gate, no comparison: nothing was measured
+        io.error("eval", setup_failure(result.cases, "no answer was judged"))
+        if args.report is not None:
+            write_report(io, "eval", args.report, result)
+        return EXIT_SETUP
+    status = _print_summary(io, result, args.judge)
+    if args.compare is not None:
+        comparison = result.comparison
+        if comparison is None:
+            io.say(
+                "compare: no earlier complete run of this golden file with the same judge in "
+                "the store; nothing to compare with"
+            )
+        else:
+            if comparison.before.dataset != result.run.dataset:
+                io.say(
+                    f"compare: run {comparison.before.id} is of another file "
+                    f"({clean(comparison.before.dataset)}); comparing the questions both share"
+                )
+            _print_comparison(io, comparison, result.alpha)
+            if result.regressed:
+                status = EXIT_GATE
+    if args.report is not None and not write_report(io, "eval", args.report, result):
+        return EXIT_USAGE
+    return status
+
+
+_MARK = {
+    "passed": "pass",
+    "failed": "FAIL",
+    "raised": "RAISED",
+    "unavailable": "unavail",
+    "inconclusive": "inconcl",
+}
+
+
+def _print_cases(io: Io, records: Sequence[CaseRecord]) -> None:
+    io.say()
+    io.say(f"{'#':>4}  {'outcome':<8} {'verdicts':>8} {'att':>3} {'corr':>4}  question / note")
+    for r in records:
+        verdicts = f"{r.passes}/{r.judgements}" if r.judgements else "-"
+        io.say(
+            f"{r.position:>4}  {_MARK[r.outcome]:<8} {verdicts:>8} {r.attempts:>3} "
+            f"{r.corrections:>4}  {clean(r.question, 60)}"
+        )
+        note = r.error if r.outcome in ("raised", "unavailable", "inconclusive") else r.feedback
+        if r.outcome != "passed" and note:
+            io.say(f"{'':>33}-> {clean(note, 90)}")
+
+
+def _print_summary(io: Io, result: EvalResult, judge: str | None) -> int:
+    s = result.summary
+    io.say()
+    if s.rate is None:
+        io.say(f"pass rate: n/a (none of the {s.cases} cases was judged)")
+    else:
+        io.say(
+            f"pass rate {s.rate:.3f} ({s.passed}/{s.counted}), 95% Wilson interval "
+            f"{s.lower:.3f} to {s.upper:.3f}, over {cases(s.counted)} ({s.passed} passed, "
+            f"{s.failed} failed, {s.raised} raised: a function that raised counts as failed)"
+        )
+    io.say(
+        f"not counted: {s.unavailable} unavailable (the judge could not judge), "
+        f"{s.inconclusive} inconclusive"
+    )
+    if s.repeated:
+        lo, hi = s.flip_interval
+        io.say(
+            f"judge consistency: {s.flipped} of {s.repeated} answers judged more than once got "
+            f"differing verdicts (flip rate {s.flipped / s.repeated:.3f}, 95% {lo:.3f} to {hi:.3f})"
+        )
+    if s.criteria:
+        parts = []
+        for name, c in s.criteria.items():
+            decided = c.get("pass", 0) + c.get("fail", 0) + c.get("uncertain", 0)
+            parts.append(f"{name} {c.get('pass', 0)}/{decided}")
+        io.say("criteria passed: " + ", ".join(parts))
+    io.say(
+        f"attempts per answer: mean {s.attempts_mean:.2f}, max {s.attempts_max}; corrections: "
+        f"{s.corrections_total} in all, max {s.corrections_max} per answer"
+    )
+    roles = (
+        ("answer model", s.usage["answer"]),
+        ("judges inside the function", s.usage["answer_judge"]),
+        ("the run's judge", s.usage["judge"]),
+    )
+    spent = [f"{name} {_usage(u)}" for name, u in roles if u["model_calls"]]
+    io.say(
+        "model calls seen: " + ("; ".join(spent) if spent else "none")
+        if judge or spent
+        else "model calls seen: none (column checks only)"
+    )
+    if result.rate_limit_waits:
+        slept = "not slept: testing switch on" if is_testing() else "in all"
+        waits = result.rate_limit_waits
+        times = "once" if waits == 1 else f"{waits} times"
+        io.say(f"rate limited: backed off {times} ({result.rate_limit_seconds:.1f} s {slept})")
+    if not result.measured:
+        io.say("gate: no case has a pass or fail outcome, so the run measured nothing: FAIL")
+        return EXIT_GATE
+    floor = result.min_pass_rate
+    if floor is None:
+        return 0
+    if not result.pass_rate_held:
+        io.say(f"gate: lower bound {s.lower:.3f} is under --min-pass-rate {floor:.3f}: FAIL")
+        return EXIT_GATE
+    io.say(f"gate: lower bound {s.lower:.3f} >= --min-pass-rate {floor:.3f}: pass")
+    return 0
+
+
+def _usage(u: dict[str, int]) -> str:
+    tokens = u["prompt_tokens"] + u["completion_tokens"]
+    return (
+        f"{u['model_calls']} calls, {tokens:,} tokens "
+        f"({u['prompt_tokens']:,} prompt + {u['completion_tokens']:,} completion)"
+    )
+
+
+def _print_comparison(io: Io, c: Comparison, alpha: float) -> None:
+    io.say()
+    io.say(
+        f"compare with run {c.before.id}: {c.shared} questions judged in both runs; "
+        f"{len(c.regressed)} regressed, {len(c.improved)} improved; exact McNemar p = "
+        f"{c.p_value:.4f}"
+        + (
+            f" ({c.not_comparable} shared questions not judged in one run)"
+            if c.not_comparable
+            else ""
+        )
+    )
+    for title, pairs in (("regressed", c.regressed), ("improved", c.improved)):
+        for _, now in pairs:
+            note = now.error or now.feedback if title == "regressed" else ""
+            io.say(
+                f"  {title}: #{now.position} {clean(now.question, 60)}"
+                + (f" -> {clean(note, 60)}" if note else "")
+            )
+    if c.significant_regression(alpha):
+        io.say(f"gate: significant regression (p {c.p_value:.4f} < --alpha {alpha}): FAIL")

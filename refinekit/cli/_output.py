@@ -1,0 +1,237 @@
+"""What the workflow commands print with: streams, safe text, the progress bar, a run's story.
+
+Exit statuses: 0 done (and every gate held); 1 a gate failed (the pass rate's lower bound
+under `--min-pass-rate`, or a significant regression against `--compare`); 2 a usage error
+(nothing was run); 3 the run stopped early (the judge is misconfigured or raised a bug; the
+finished cases are stored, and the same command resumes); 4 the run is complete but no answer
+was judged (every case raised an error other than a refused answer, or found the judge
+unavailable): a failure of the setup, not a measurement; 130 interrupted (likewise
+resumable).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TextIO, cast
+
+from .._redact import redact
+from ..eval import (
+    CalibrationResult,
+    CaseFinished,
+    CaseRecord,
+    EvalResult,
+    RunAborted,
+    RunEvent,
+    RunStarted,
+    RunStopped,
+    html_report,
+)
+from ._pipe import PipeSafe
+
+__all__ = [
+    "EXIT_ABORTED",
+    "EXIT_GATE",
+    "EXIT_INTERRUPTED",
+    "EXIT_SETUP",
+    "EXIT_USAGE",
+    "Io",
+    "RunWatcher",
+    "cases",
+    "clean",
+    "pct",
+    "setup_failure",
+    "streams",
+    "write_report",
+]
+
+EXIT_GATE = 1
+EXIT_USAGE = 2
+EXIT_ABORTED = 3
+EXIT_SETUP = 4
+EXIT_INTERRUPTED = 130
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def clean(text: str, width: int | None = None) -> str:
+    """Model or user text made safe for a terminal: one line, no control characters."""
+    text = _CONTROL.sub("?", " ".join(str(text).split()))
+    if width is not None and len(text) > width:
+        text = text[: max(1, width - 1)] + "\u2026"
+    return text
+
+
+def pct(value: float | None, digits: int = 3) -> str:
+    """A figure to `digits` decimals, or n/a."""
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def cases(n: int) -> str:
+    """`n` cases, in words."""
+    return "1 case" if n == 1 else f"{n} cases"
+
+
+@dataclass
+class Io:
+    """Where a command prints: its output, and its errors."""
+
+    out: TextIO
+    err: TextIO
+
+    def say(self, text: str = "") -> None:
+        """Print a line of output."""
+        print(text, file=self.out)
+
+    def error(self, command: str, text: str) -> None:
+        """Print `refinekit COMMAND: error: TEXT` to the error stream."""
+        # an error may quote a server's or a model's text: no credential, no control character
+        print(f"refinekit {command}: error: {clean(redact(text))}", file=self.err)
+
+
+def streams(out: TextIO | None, err: TextIO | None) -> Io:
+    """Where a command prints: standard output and error unless given.
+
+    Once a stream's reader went away (`| head`) nothing more is written to it, without an
+    error: the command's work goes on.
+    """
+    return Io(cast(TextIO, PipeSafe(out or sys.stdout)), cast(TextIO, PipeSafe(err or sys.stderr)))
+
+
+class _Bar:
+    """A progress line on a terminal (stderr); nothing otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.on = stream.isatty() and os.environ.get("TERM") != "dumb"
+        self.last = 0.0
+
+    def show(self, event: CaseFinished) -> None:
+        if not self.on:
+            return
+        now = time.monotonic()
+        if event.done < event.total and now - self.last < 0.1:
+            return
+        self.last = now
+        width = 30
+        filled = width * event.done // max(1, event.total)
+        counts = "  ".join(f"{k} {v}" for k, v in sorted(event.counts.items()))
+        self.stream.write(
+            f"\r[{'#' * filled}{'-' * (width - filled)}] {event.done}/{event.total}  {counts}\x1b[K"
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.on:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+class RunWatcher:
+    """A run's story as it goes, told by its events: what is resumed, progress, a stop.
+
+    Pass it as `on_event`; call `finished` when the run returns; when it raises instead,
+    `stopped_early` or `interrupted` print the end of the story and give the exit status.
+    """
+
+    def __init__(self, io: Io, command: str) -> None:
+        self.io = io
+        self.command = command
+        self.bar = _Bar(io.err)
+        self.stopped: RunStopped | None = None
+
+    def __call__(self, event: RunEvent) -> None:
+        if isinstance(event, RunStarted):
+            self._started(event)
+        elif isinstance(event, CaseFinished):
+            self.bar.show(event)
+        else:
+            self.bar.close()
+            self.stopped = event
+
+    def finished(self) -> None:
+        """The run ran its cases to the end: the progress line goes."""
+        self.bar.close()
+
+    def _started(self, event: RunStarted) -> None:
+        io, run = self.io, event.run
+        io.say(
+            f"refinekit {self.command}: {event.dataset} ({event.cases} cases) -> run {run.id} "
+            f"in {event.db}"
+        )
+        again = sum(event.retried.values())
+        if event.resumed or again:
+            io.say(
+                f"resuming run {run.id}: {event.resumed + again} of {event.cases} cases already "
+                "stored "
+                + (
+                    f"({event.resumed} not run again; --fresh starts over)"
+                    if again
+                    else "(not run again; --fresh starts over)"
+                )
+            )
+        if again:
+            which = ", ".join(f"{n} {outcome}" for outcome, n in sorted(event.retried.items()))
+            io.say(
+                f"  running again {cases(again)} that ended {which} (--retry); the new outcome "
+                "replaces the stored one"
+            )
+        elif event.retry and event.resuming:
+            io.say(f"  --retry: no stored case ended {' or '.join(sorted(event.retry))}")
+        elif event.retry:
+            io.say(
+                "  --retry: no unfinished run of this command to resume (a complete run is never "
+                "resumed): every case runs"
+            )
+        if event.dropped:
+            io.say(
+                f"  {event.dropped} stored cases are no longer in the file: dropped from the run"
+            )
+
+    def _incomplete(self, why: str, status: int) -> int:
+        self.io.error(self.command, why)
+        stopped = self.stopped
+        assert stopped is not None
+        self.io.say(
+            f"run {stopped.run.id} is incomplete: {stopped.stored} of {stopped.cases} cases "
+            "stored. Run the same command again to finish it without paying again for those."
+        )
+        return status
+
+    def stopped_early(self, error: RunAborted) -> int:
+        """Say the run stopped early and is stored incomplete; exit status 3."""
+        return self._incomplete(f"{error}", EXIT_ABORTED)
+
+    def interrupted(self) -> int:
+        """Say the run was interrupted and is stored incomplete; exit status 130."""
+        return self._incomplete("interrupted", EXIT_INTERRUPTED)
+
+
+def setup_failure(records: Sequence[CaseRecord], what: str) -> str:
+    """The one line saying that no case reached a verdict, with the commonest error."""
+    counts = Counter(r.outcome for r in records)
+    how = " and ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+    errors = Counter(r.error or r.outcome for r in records)
+    error, times = errors.most_common(1)[0]
+    often = "every time" if times == len(records) else f"{times} times"
+    return (
+        f"{what}: {how} of {cases(len(records))} (the commonest error, {often}: "
+        f"{clean(error, 200)}); a failure of the setup (an endpoint, a key, the function), "
+        "not a measurement: fix it and run again"
+    )
+
+
+def write_report(io: Io, command: str, path: str, result: EvalResult | CalibrationResult) -> bool:
+    """Write the run's HTML report to `path` and say so; say why not when it cannot."""
+    try:
+        html_report(result, path)
+    except OSError as e:
+        io.error(command, f"cannot write the report to {path}: {e.strerror or e}")
+        return False
+    io.say(f"report: {path}")
+    return True

@@ -1,0 +1,72 @@
+"""The evaluation workflow: golden sets run and judged, judges calibrated, runs stored.
+
+`run` puts a golden file through an answer function and judges every answer; `calibrate`
+measures a judge against answers people labelled; both store their run (in
+`.refinekit/runs.db` by default), resume an interrupted one, and return its figures.
+`compare` pairs two stored runs, `html_report` writes a run's HTML report, `runs` lists the
+store. The `refinekit eval`, `refinekit calibrate` and `refinekit runs` commands are these
+functions with their results printed (docs/workflow.md, "From Python").
+
+    import refinekit.eval
+
+    result = refinekit.eval.run(
+        "tests/golden.csv",
+        target=answer,
+        judge=grounded,
+        min_pass_rate=0.8,
+        compare="previous",
+    )
+    print(result.summary.rate, result.summary.lower, result.passed)
+    refinekit.eval.html_report(result, "eval.html")
+
+In a notebook or other async code, `await refinekit.eval.arun(...)` (and `acalibrate`).
+"""
+
+from .._errors import DataFileError, RunAborted, RunStoreError, UsageProblem
+from .._package import rehome
+from ._calibration import Calibration, Thresholds
+from ._results import (
+    CalibrationResult,
+    CaseFinished,
+    EvalResult,
+    RunEvent,
+    RunStarted,
+    RunStopped,
+)
+from ._runstore import CaseRecord, Outcome, RunInfo
+from ._session import store_path
+from ._stats import ReliabilityBin
+from ._summary import Comparison, Summary
+from ._workflow import acalibrate, arun, calibrate, compare, html_report, run, runs
+
+__all__ = [
+    "Calibration",
+    "CalibrationResult",
+    "CaseFinished",
+    "CaseRecord",
+    "Comparison",
+    "DataFileError",
+    "EvalResult",
+    "Outcome",
+    "ReliabilityBin",
+    "RunAborted",
+    "RunEvent",
+    "RunInfo",
+    "RunStarted",
+    "RunStopped",
+    "RunStoreError",
+    "Summary",
+    "Thresholds",
+    "UsageProblem",
+    "acalibrate",
+    "arun",
+    "calibrate",
+    "compare",
+    "html_report",
+    "run",
+    "runs",
+    "store_path",
+]
+
+rehome(globals(), __all__, __name__)  # shown as `refinekit.eval.<name>`
+del rehome

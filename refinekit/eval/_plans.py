@@ -1,0 +1,288 @@
+"""A run's arguments, loaded and checked, and its result once its cases ran.
+
+Every usage problem (a file, a target, a judge, an option) raises here, before a run exists.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from .._errors import UsageProblem
+from .._evaluators import EvaluatorLike
+from ._calibration import calibrate as calibration_of
+from ._cases import Case, labels_of, load_cases
+from ._column_checks import has_column_checks
+from ._results import CalibrationResult, EvalResult, RunEvent
+from ._resume import RETRYABLE, RunPlan
+from ._runstore import RunInfo, RunStore
+from ._session import Session, store_path
+from ._summary import compare_runs, measured, summarise
+from ._target import Target, check_judge, load_judge, name_of
+
+__all__ = ["CalibratePlan", "EvalPlan", "PathLike"]
+
+PathLike = str | os.PathLike[str]
+
+
+# --- checking the arguments ---------------------------------------------------------------------
+
+
+def _whole(name: str, value: int, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise UsageProblem(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+    return value
+
+
+def _fraction(
+    name: str, value: float | None, low: float, high: float, *, open_low: bool = False
+) -> float | None:
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or math.isnan(value)
+        or not low <= value <= high
+        or (open_low and value == low)
+    ):
+        side = "above" if open_low else "from"
+        raise UsageProblem(f"{name} must be a number {side} {low:g} to {high:g}, got {value!r}")
+    return float(value)
+
+
+def _outcomes(retry: Iterable[str]) -> frozenset[str]:
+    if isinstance(retry, str):  # "raised,unavailable", as the command line takes it
+        retry = retry.split(",")
+    wanted = frozenset(part.strip() for part in retry if part.strip())
+    if not wanted <= set(RETRYABLE):
+        raise UsageProblem(
+            f"retry takes raised and unavailable (a passed, failed or inconclusive case is a "
+            f"measurement, never run again), got {sorted(wanted)}"
+        )
+    return wanted
+
+
+def _judge(judge: EvaluatorLike | str | None) -> tuple[Any | None, str | None]:
+    """The judge object and the name the run stores for it."""
+    if judge is None:
+        return None, None
+    if isinstance(judge, str):
+        return load_judge(judge), judge
+    name = name_of(judge, evaluator=True)
+    return check_judge(judge, name), name
+
+
+def _before(store: RunStore, which: int | str) -> RunInfo:
+    """The run `compare=ID` names, checked to be comparable."""
+    try:
+        number = int(which)
+    except (TypeError, ValueError):
+        raise UsageProblem(
+            f"--compare takes 'previous' or a run id (see `refinekit runs`), not {which!r}"
+        ) from None
+    run = store.run(number)
+    if run.kind != "eval":
+        raise UsageProblem(f"--compare {number}: run {number} is a {run.kind} run, not an eval")
+    if run.summary.get("setup_failed"):
+        raise UsageProblem(
+            f"--compare {number}: run {number} measured nothing (no answer was judged: a "
+            "failure of the setup); compare with another run"
+        )
+    return run
+
+
+def _previous(store: RunStore, run: RunInfo) -> RunInfo | None:
+    """The run `compare="previous"` means: the newest earlier one that measured something."""
+    before = store.previous(run)
+    while before is not None and before.summary.get("setup_failed"):
+        before = store.previous(before)
+    return before
+
+
+# --- eval ---------------------------------------------------------------------------------------
+
+
+class EvalPlan:
+    """An eval run's arguments, loaded and checked: everything a usage problem can be."""
+
+    def __init__(
+        self,
+        golden: PathLike,
+        *,
+        target: Callable[..., Any] | str,
+        judge: EvaluatorLike | str | None,
+        concurrency: int,
+        repeat: int,
+        db: PathLike | None,
+        resume: bool,
+        retry: Iterable[str],
+        min_pass_rate: float | None,
+        compare: int | str | None,
+        alpha: float,
+        on_event: Callable[[RunEvent], None] | None,
+    ) -> None:
+        self.dataset = Path(golden)
+        self.concurrency = _whole("concurrency", concurrency, 1, 256)
+        self.repeat = _whole("repeat", repeat, 1, 50)
+        self.min_pass_rate = _fraction("min_pass_rate", min_pass_rate, 0.0, 1.0)
+        alpha_ = _fraction("alpha", alpha, 0.0, 1.0, open_low=True)
+        assert alpha_ is not None
+        self.alpha = alpha_
+        self.retry = _outcomes(retry)
+        self.resume = resume
+        self.compare = compare
+        self.db = store_path(db)
+        self.on_event = on_event
+        self.cases = load_cases(self.dataset)
+        columns = sorted({c for case in self.cases for c in case.row})
+        if isinstance(target, str):
+            self.target = Target.load(target, columns)
+        else:
+            self.target = Target.of(target, name_of(target), columns)
+        self.target.check(self.cases)
+        self.judge, self.judge_name = _judge(judge)
+        if self.judge is None and not has_column_checks(columns):
+            raise UsageProblem(
+                "nothing to judge the answers by: give --judge, or a golden file with a "
+                f"must_mention or expected_source column (columns: {columns})"
+            )
+        if self.judge is None and self.repeat > 1:
+            raise UsageProblem(
+                "--repeat measures a judge's consistency; without --judge the column checks "
+                "always agree with themselves"
+            )
+
+    def session(self, store: RunStore) -> tuple[Session, RunInfo | None]:
+        """The run started (or resumed) in `store`, and the run `compare=ID` names."""
+        before = _before(store, self.compare) if self.compare not in (None, "previous") else None
+        plan = RunPlan(
+            dataset=self.dataset,
+            target=self.target.spec,
+            judge=self.judge_name,
+            concurrency=self.concurrency,
+            repeat=self.repeat,
+            retry=self.retry,
+        )
+        session = Session(
+            store,
+            plan,
+            self.cases,
+            fresh=not self.resume,
+            target=self.target,
+            judge=self.judge,
+            on_event=self.on_event,
+        )
+        return session, before
+
+    def result(self, session: Session, before: RunInfo | None) -> EvalResult:
+        """Store the run complete; its figures and, when asked, the comparison."""
+        store = session.store
+        records = session.records()
+        summary = summarise(records)
+        setup_failed = not any(measured(r) for r in records)
+        run = session.complete(
+            summary.as_dict()
+            | {
+                "rate_limit_waits": session.limiter.waits,
+                "cases_in_file": len(self.cases),
+                "retried": session.retried,
+                "setup_failed": setup_failed,
+            }
+        )
+        comparison = None
+        if self.compare is not None and not setup_failed:  # a failed setup measured nothing
+            if before is None:
+                before = _previous(store, run)
+            if before is not None:
+                comparison = compare_runs(before, store.cases(before.id), run, records)
+        return EvalResult(
+            run=run,
+            cases=records,
+            summary=summary,
+            setup_failed=setup_failed,
+            min_pass_rate=self.min_pass_rate,
+            comparison=comparison,
+            alpha=self.alpha,
+            db=store.path,
+            cases_in_file=len(self.cases),
+            retried=session.retried,
+            rate_limit_waits=session.limiter.waits,
+            rate_limit_seconds=session.limiter.waited,
+        )
+
+
+# --- calibrate ----------------------------------------------------------------------------------
+
+
+class CalibratePlan:
+    """A calibrate run's arguments, loaded and checked."""
+
+    def __init__(
+        self,
+        labelled: PathLike,
+        *,
+        judge: EvaluatorLike | str,
+        concurrency: int,
+        db: PathLike | None,
+        resume: bool,
+        retry: Iterable[str],
+        target_error: float,
+        bins: int,
+        min_kappa: float | None,
+        on_event: Callable[[RunEvent], None] | None,
+    ) -> None:
+        self.dataset = Path(labelled)
+        self.concurrency = _whole("concurrency", concurrency, 1, 256)
+        self.bins = _whole("bins", bins, 1, 100)
+        target_error_ = _fraction("target_error", target_error, 0.0, 0.99)
+        assert target_error_ is not None
+        self.target_error = target_error_
+        self.min_kappa = _fraction("min_kappa", min_kappa, -1.0, 1.0)
+        self.retry = _outcomes(retry)
+        self.resume = resume
+        self.db = store_path(db)
+        self.on_event = on_event
+        self.cases: list[Case] = load_cases(self.dataset)
+        self.labels = labels_of(self.cases)
+        self.judge, self.judge_name = _judge(judge)
+
+    def session(self, store: RunStore) -> Session:
+        plan = RunPlan(
+            dataset=self.dataset,
+            target=None,
+            judge=self.judge_name,
+            concurrency=self.concurrency,
+            kind="calibrate",
+            retry=self.retry,
+        )
+        return Session(
+            store,
+            plan,
+            self.cases,
+            fresh=not self.resume,
+            target=None,
+            judge=self.judge,
+            labels=self.labels,
+            on_event=self.on_event,
+        )
+
+    def result(self, session: Session) -> CalibrationResult:
+        records = session.records()
+        figures = calibration_of(records, target_error=self.target_error, bins=self.bins)
+        setup_failed = not any(measured(r) for r in records)
+        run = session.complete(
+            figures.as_dict() | {"retried": session.retried, "setup_failed": setup_failed}
+        )
+        return CalibrationResult(
+            run=run,
+            cases=records,
+            calibration=figures,
+            setup_failed=setup_failed,
+            min_kappa=self.min_kappa,
+            db=session.store.path,
+            retried=session.retried,
+        )

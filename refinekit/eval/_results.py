@@ -1,0 +1,206 @@
+"""What a run gives back: its result, and the events it reports while it goes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._calibration import Calibration
+from ._runstore import CaseRecord, RunInfo
+from ._summary import Comparison, Summary
+
+__all__ = [
+    "CalibrationResult",
+    "CaseFinished",
+    "EvalResult",
+    "RunEvent",
+    "RunStarted",
+    "RunStopped",
+]
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    """A run is about to run its cases: a new run, or an unfinished one resumed.
+
+    Attributes:
+        run: The stored run.
+        db: The run store's file.
+        dataset: The data file, as it was given.
+        cases: The cases of the data file.
+        resuming: Whether `run` is an unfinished run resumed (else a new one).
+        resumed: Stored cases kept as they are, not run again.
+        retried: Stored cases to run again (`retry=`), by their stored outcome.
+        dropped: Stored cases no longer in the file, removed from the run.
+        retry: The outcomes `retry=` asked to run again.
+    """
+
+    run: RunInfo
+    db: Path
+    dataset: Path
+    cases: int
+    resuming: bool
+    resumed: int
+    retried: Mapping[str, int]
+    dropped: int
+    retry: frozenset[str]
+
+
+@dataclass(frozen=True)
+class CaseFinished:
+    """A case finished and was stored.
+
+    Attributes:
+        record: The case as stored.
+        done: The run's cases finished so far, those resumed included.
+        total: The cases of the data file.
+        counts: The outcomes of this session's finished cases, by outcome.
+    """
+
+    record: CaseRecord
+    done: int
+    total: int
+    counts: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class RunStopped:
+    """The run stopped before its end and is stored `incomplete`; it is resumable.
+
+    Told before the error that stopped it is raised.
+
+    Attributes:
+        run: The stored run.
+        stored: The cases the run has stored.
+        cases: The cases of the data file.
+        error: What stopped it: a `RunAborted`, a `KeyboardInterrupt`, a cancellation...
+    """
+
+    run: RunInfo
+    stored: int
+    cases: int
+    error: BaseException
+
+
+RunEvent = RunStarted | CaseFinished | RunStopped
+"""What `on_event` is told while a run goes."""
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """A complete `refinekit.eval.run`: the stored run, its cases, its figures, its gates.
+
+    Attributes:
+        run: The run as stored (`run.id` is its id; `run.summary` its stored figures).
+        cases: Every case of the run, in file order, resumed ones included.
+        summary: The run's figures: the pass rate and its 95% Wilson interval, the outcomes,
+            attempts, corrections, model calls and tokens.
+        setup_failed: Whether no answer was judged at all (every case raised an error that is
+            not a refused answer, or found the judge unavailable): the run measured the
+            setup, not the answers, so no gate applies and no comparison is made.
+        min_pass_rate: The pass-rate gate asked for, or None.
+        comparison: The comparison with an earlier run (`compare=`), when one was made.
+        alpha: The significance level of the comparison's gate.
+        db: The run store's file.
+        cases_in_file: The rows of the data file.
+        retried: Stored cases run again (`retry=`) over the run's life.
+        rate_limit_waits: How often a rate-limited model call was backed off.
+        rate_limit_seconds: The seconds those backoffs took, in all (computed, and not slept
+            under the testing switch).
+    """
+
+    run: RunInfo
+    cases: list[CaseRecord]
+    summary: Summary
+    setup_failed: bool
+    min_pass_rate: float | None
+    comparison: Comparison | None
+    alpha: float
+    db: Path
+    cases_in_file: int
+    retried: int
+    rate_limit_waits: int
+    rate_limit_seconds: float
+
+    @property
+    def run_id(self) -> int:
+        """The run's id in its store."""
+        return self.run.id
+
+    @property
+    def measured(self) -> bool:
+        """Whether some case passed or failed (or raised), so the pass rate means something."""
+        return not self.setup_failed and self.summary.rate is not None
+
+    @property
+    def pass_rate_held(self) -> bool | None:
+        """Whether the pass rate's 95% lower bound is at least `min_pass_rate`.
+
+        None when no `min_pass_rate` was given; False when the run measured nothing.
+        """
+        if self.min_pass_rate is None:
+            return None
+        return self.measured and self.summary.lower >= self.min_pass_rate
+
+    @property
+    def regressed(self) -> bool:
+        """Whether the comparison found a significant regression (at level `alpha`)."""
+        return self.comparison is not None and self.comparison.significant_regression(self.alpha)
+
+    @property
+    def passed(self) -> bool:
+        """Whether every gate held.
+
+        The run measured something, `min_pass_rate` (when given) held, and the comparison
+        (when made) found no significant regression.
+        """
+        return self.measured and self.pass_rate_held is not False and not self.regressed
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """A complete `refinekit.eval.calibrate`: the stored run, its items and its figures.
+
+    Attributes:
+        run: The run as stored (`run.id` is its id).
+        cases: Every labelled item of the run, with the judge's verdicts, in file order.
+        calibration: How far the judge agrees with the labels: the confusion table,
+            accuracy, precision and recall on failures, Cohen's kappa, and (when every
+            verdict carried a probability) the reliability table, the expected calibration
+            error and the recommended thresholds.
+        setup_failed: Whether the judge gave no verdict on any item (all unavailable): no
+            figure means anything, and no gate applies.
+        min_kappa: The kappa gate asked for, or None.
+        db: The run store's file.
+        retried: Stored items run again (`retry=`) over the run's life.
+    """
+
+    run: RunInfo
+    cases: list[CaseRecord]
+    calibration: Calibration
+    setup_failed: bool
+    min_kappa: float | None
+    db: Path
+    retried: int
+
+    @property
+    def run_id(self) -> int:
+        """The run's id in its store."""
+        return self.run.id
+
+    @property
+    def kappa_held(self) -> bool | None:
+        """Whether Cohen's kappa is at least `min_kappa`; None when no `min_kappa` was given.
+
+        False when there is no kappa (no item was judged).
+        """
+        if self.min_kappa is None:
+            return None
+        kappa = self.calibration.kappa
+        return not self.setup_failed and kappa is not None and kappa >= self.min_kappa
+
+    @property
+    def passed(self) -> bool:
+        """Whether the judge gave verdicts and `min_kappa`, when given, held."""
+        return not self.setup_failed and self.kappa_held is not False

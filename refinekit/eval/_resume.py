@@ -1,0 +1,112 @@
+"""Starting a run, or resuming the newest unfinished run of the same command."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ._cases import Case
+from ._golden import file_sha256
+from ._runstore import CaseRecord, RunInfo, RunStore
+
+__all__ = ["RETRYABLE", "RunPlan", "Started", "fingerprint", "start"]
+
+RETRYABLE = ("raised", "unavailable")
+"""The outcomes `--retry` may run again: each says nothing about the answer, only that no
+verdict was reached. A passed, failed or inconclusive case is a measurement, never re-run."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What identifies a run and how it runs: its file, target, judge and options."""
+
+    dataset: Path
+    target: str | None
+    judge: str | None
+    concurrency: int = 4
+    repeat: int = 1
+    kind: Literal["eval", "calibrate"] = "eval"
+    retry: frozenset[str] = frozenset()  # outcomes whose stored cases a resume runs again
+
+
+def fingerprint(*parts: Any) -> str:
+    """What a re-run must match to resume a stored run."""
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
+
+
+@dataclass
+class Started:
+    """A run about to go: the stored run, the cases still to do, what was resumed.
+
+    Attributes:
+        resuming: Whether `run` is an unfinished run resumed (else a new one).
+        resumed: Stored cases kept as they are (not run again).
+        dropped: Stored cases no longer in the file, removed from the run.
+        retried: Stored cases run again (`--retry`), by their stored outcome.
+        earlier: The stored records of those cases: their model calls and tokens are added
+            to the new record's, so the run's spend stays true.
+        retried_before: Cases earlier sessions of this run had already run again.
+    """
+
+    run: RunInfo
+    todo: list[Case]
+    resuming: bool = False
+    resumed: int = 0
+    dropped: int = 0
+    retried: dict[str, int] = field(default_factory=dict)
+    earlier: dict[str, CaseRecord] = field(default_factory=dict)
+    retried_before: int = 0
+
+
+def start(
+    store: RunStore, plan: RunPlan, cases: list[Case], *, fresh: bool, version: str
+) -> Started:
+    """Resume the newest unfinished run of the same command, or start a new one.
+
+    On resume the stored cases are not run again, except those whose outcome is in
+    `plan.retry`: they are run again and their new record replaces the old one.
+    """
+    sha = file_sha256(plan.dataset)
+    key = fingerprint(plan.kind, str(plan.dataset.resolve()), plan.target, plan.judge, plan.repeat)
+    previous = None if fresh else store.resumable(key)
+    if previous is not None:
+        run = store.resume(previous.id, sha)
+        keys = {c.key for c in cases}
+        stored = store.case_keys(run.id)
+        dropped = stored - keys
+        if dropped:
+            store.drop_cases(run.id, dropped)
+        earlier = (
+            {r.key: r for r in store.cases(run.id) if r.outcome in plan.retry and r.key in keys}
+            if plan.retry
+            else {}
+        )
+        retried: dict[str, int] = {}
+        for record in earlier.values():
+            retried[record.outcome] = retried.get(record.outcome, 0) + 1
+        todo = [c for c in cases if c.key not in stored or c.key in earlier]
+        done_before = previous.summary.get("retried", 0)
+        return Started(
+            run,
+            todo,
+            resuming=True,
+            resumed=len(stored & keys) - len(earlier),
+            dropped=len(dropped),
+            retried=retried,
+            earlier=earlier,
+            retried_before=done_before if isinstance(done_before, int) else 0,
+        )
+    run = store.start_run(
+        kind=plan.kind,
+        dataset=plan.dataset,
+        dataset_sha256=sha,
+        target=plan.target,
+        judge=plan.judge,
+        options={"concurrency": plan.concurrency, "repeat": plan.repeat},
+        fingerprint=key,
+        version=version,
+    )
+    return Started(run, list(cases))

@@ -1,0 +1,303 @@
+"""Running a run's cases: concurrently, each in a job of its own, each stored as it finishes.
+
+Cases run concurrently on one event loop (a sync answer function or judge in a worker thread),
+each inside a refinekit job of its own, so its corrections, attempts and tokens are its own.
+A rate-limited model call (HTTP 429) is backed off and tried again, and while one case waits
+the others hold off too; every other error is recorded on its case and the run goes on, except
+a misconfigured judge or a bug in the judge, which stops the run (it would fail every case).
+Each finished case is stored at once, so an interrupted run keeps what it paid for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import openai
+
+from .._bridge import in_thread, is_async_callable
+from .._errors import JudgeMisconfigured, LowQualityAnswer, RunAborted
+from .._hooks import Event, subscribe
+from .._job import enter_attempt, job, leave_attempt
+from .._model import AttemptInfo, ContextDocument, EvaluationRequest
+from .._redact import redact
+from .._replies import answer_text
+from ._cases import Case, as_text, context_of, merged
+from ._golden import column_for
+from ._judging import Judgement, Judging, decide, error_text, probability_of, verdict_dump
+from ._ratelimit import RateLimiter
+from ._resume import RunPlan
+from ._runstore import CaseRecord, RunInfo, RunStore
+from ._target import Target
+
+__all__ = ["Progress", "run_cases"]
+
+_CONFIGURATION_ERRORS = (
+    JudgeMisconfigured,
+    openai.AuthenticationError,
+    openai.PermissionDeniedError,
+    openai.NotFoundError,
+)
+
+
+class _Attempts:
+    """The attempts `@retry_on_low_quality` made in each job, from its events."""
+
+    def __init__(self) -> None:
+        self.by_job: dict[str, int] = {}
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "attempt" and event.decorator == "retry_on_low_quality":
+            self.by_job[event.job_id] = max(self.by_job.get(event.job_id, 0), event.attempt)
+
+
+@dataclass
+class Progress:
+    """Counts while the run goes; `on_case` is told of each finished case."""
+
+    total: int
+    done: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    on_case: Callable[[Progress, CaseRecord], None] | None = None
+    retried: int = 0  # stored cases run again (`--retry`) whose new outcome replaced the old
+
+    def add(self, record: CaseRecord) -> None:
+        """Count a finished case, and say so."""
+        self.done += 1
+        self.counts[record.outcome] = self.counts.get(record.outcome, 0) + 1
+        if self.on_case is not None:
+            self.on_case(self, record)
+
+
+async def _call(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The answer function's result: an async callable awaited here, a sync one in a thread.
+
+    A sync function that returns an awaitable anyway has it awaited here too.
+    """
+    if is_async_callable(function):
+        return await function(*args, **kwargs)
+    result = await in_thread(function, *args, **kwargs)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def _request_of(result: Any, case: Case, context: tuple[ContextDocument, ...]) -> EvaluationRequest:
+    """What the judge sees: the function's own request (a `JudgingState`), or one built here."""
+    if isinstance(result, EvaluationRequest):
+        return result.model_copy(
+            update={
+                "question": result.question or case.question,
+                "context": result.context or context,
+            }
+        )
+    return EvaluationRequest(question=case.question, answer=answer_text(result), context=context)
+
+
+async def _eval_case(
+    case: Case, target: Target, judging: Judging, attempts: _Attempts
+) -> CaseRecord:
+    args, kwargs = target.arguments(case)
+    started = time.perf_counter()
+    error: Exception | None = None
+    # The case is attempt 1 of 1 of the answer function: `record_context()` inside it (or
+    # the accepted attempt's, inside a `@retry_on_low_quality`) lands here, for the judge.
+    attempt = AttemptInfo(1, 1)
+    token = enter_attempt(attempt)
+
+    def answer_once() -> Awaitable[Any]:
+        attempt._context.clear()  # a rate-limited try gave no answer: drop what it recorded
+        return _call(target.function, args, kwargs)
+
+    try:
+        async with job() as answer_job:
+            counted = answer_job._replies_counted()
+            try:
+                result = await judging.limiter.call(answer_once)
+            except Exception as e:
+                error = e
+            else:  # a reply returned as it came (no decorator counted it) was paid for too
+                answer_job._count_reply(result, counted)
+    finally:
+        leave_attempt(token)
+    if isinstance(error, _CONFIGURATION_ERRORS):
+        raise RunAborted(
+            f"the answer function raised {error_text(error)}: a misconfiguration fails every "
+            "case, so the run stops here"
+        ) from error
+    context = merged(attempt._context, context_of(case))
+    tried = max(1, attempts.by_job.pop(answer_job.id, 1))
+    cost: dict[str, Any] = {
+        "corrections": answer_job.corrections_used,
+        "answer_usage": answer_job.usage,
+        "answer_judge_usage": answer_job.judge_usage,
+        "answer_seconds": time.perf_counter() - started,
+    }
+    if error is not None:
+        answer = feedback = None
+        if isinstance(error, LowQualityAnswer):  # the rejected answer is kept, with why
+            tried = max(tried, len(error.attempts))
+            feedback = error.verdict.feedback
+            answer = None if error.answer is None else answer_text(error.answer)
+        return CaseRecord(
+            key=case.key,
+            position=case.position,
+            question=case.question,
+            row=case.row,
+            outcome="raised",
+            error=error_text(error),
+            answer=answer,
+            feedback=redact(feedback or ""),
+            attempts=tried,
+            **cost,
+        )
+    request = _request_of(result, case, context)
+    judgement = await judging.judge(case, request)
+    return _record(
+        case,
+        request.answer,
+        judgement,
+        judging.evaluator is not None,
+        attempts=tried,
+        **cost,
+    )
+
+
+def _record(
+    case: Case,
+    answer: str,
+    judgement: Judgement,
+    judged_by_model: bool,
+    **fields: Any,
+) -> CaseRecord:
+    checks, verdicts, judge_usage, judge_seconds = judgement
+    outcome, passes, judged, flipped, reason = decide(verdicts, checks, judged_by_model)
+    failing = [v for v in verdicts if not v.passed and (v.judged or outcome == "failed")]
+    scores = [v.score for v in verdicts if v.judged and v.score is not None]
+    probabilities = [p for v in verdicts if v.judged and (p := probability_of(v)) is not None]
+    return CaseRecord(
+        key=case.key,
+        position=case.position,
+        question=case.question,
+        row=case.row,
+        outcome=outcome,
+        answer=answer,
+        error=reason if outcome in ("unavailable", "inconclusive") else None,
+        feedback=redact(failing[0].feedback) if failing else "",
+        score=sum(scores) / len(scores) if scores else None,
+        probability=sum(probabilities) / len(probabilities) if probabilities else None,
+        verdicts=[verdict_dump(v) for v in verdicts],
+        passes=passes,
+        judgements=judged,
+        flipped=flipped,
+        judge_usage=judge_usage,
+        judge_seconds=judge_seconds,
+        **fields,
+    )
+
+
+async def _calibrate_case(case: Case, judging: Judging, label: str) -> CaseRecord:
+    answer_column = column_for("answer", list(case.row), loose=True)
+    assert answer_column is not None
+    request = EvaluationRequest(
+        question=case.question,
+        answer=as_text(case.row[answer_column]),
+        context=context_of(case),
+    )
+    judgement = await judging.judge(case, request)
+    return replace(_record(case, request.answer, judgement, True, answer_seconds=0.0), label=label)
+
+
+async def _run_all(
+    cases: Sequence[Case],
+    work: Callable[[Case], Awaitable[CaseRecord]],
+    concurrency: int,
+    store: RunStore,
+    run_id: int,
+    progress: Progress,
+) -> None:
+    semaphore = asyncio.Semaphore(concurrency)
+    stopping = False
+
+    async def one(case: Case) -> None:
+        nonlocal stopping
+        async with semaphore:
+            # A case that failed the run hands its slot on before the others are cancelled:
+            # the next case must not start (and pay for a model call) in that moment.
+            if stopping:
+                return
+            try:
+                record = await work(case)
+            except BaseException:
+                stopping = True
+                raise
+        store.save_case(run_id, record)
+        progress.add(record)
+
+    tasks = [asyncio.ensure_future(one(case)) for case in cases]
+    try:
+        for task in asyncio.as_completed(tasks):
+            await task
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_cases(
+    store: RunStore,
+    run: RunInfo,
+    todo: Sequence[Case],
+    *,
+    target: Target | None,
+    judge: Any | None,
+    plan: RunPlan,
+    progress: Progress,
+    limiter: RateLimiter,
+    labels: Mapping[str, str] | None = None,
+    earlier: Mapping[str, CaseRecord] | None = None,
+) -> None:
+    """Run the cases still to do, storing each as it finishes.
+
+    Without a `target` the cases are labelled answers (`labels`), judged as they are. A case
+    in `earlier` (a stored case run again, `--retry`) replaces its stored record, with the
+    earlier record's model calls and tokens added to its own: they were paid for.
+
+    Raises:
+        RunAborted: The judge is misconfigured or raised a bug; finished cases are stored.
+    """
+    judging = Judging(judge, plan.judge, plan.repeat, limiter)
+    attempts = _Attempts()
+    if target is not None:
+        tgt = target
+
+        async def once(case: Case) -> CaseRecord:
+            return await _eval_case(case, tgt, judging, attempts)
+    else:
+        assert labels is not None
+        lab = labels
+
+        async def once(case: Case) -> CaseRecord:
+            return await _calibrate_case(case, judging, lab[case.key])
+
+    stored = earlier or {}
+
+    async def work(case: Case) -> CaseRecord:
+        record = await once(case)
+        old = stored.get(case.key)
+        if old is None:
+            return record
+        progress.retried += 1
+        return replace(
+            record,
+            answer_usage=old.answer_usage + record.answer_usage,
+            answer_judge_usage=old.answer_judge_usage + record.answer_judge_usage,
+            judge_usage=old.judge_usage + record.judge_usage,
+        )
+
+    with subscribe(attempts):
+        await _run_all(todo, work, plan.concurrency, store, run.id, progress)

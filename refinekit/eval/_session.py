@@ -1,0 +1,146 @@
+"""One run from start to finish, its events told as it goes.
+
+The run is started or resumed in an open store, its cases are run, and it is stored complete,
+or incomplete (resumable) when it stops early.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .._errors import RunAborted
+from ._cases import Case
+from ._ratelimit import RateLimiter
+from ._results import CaseFinished, RunEvent, RunStarted, RunStopped
+from ._resume import RunPlan, start
+from ._runner import Progress, run_cases
+from ._runstore import DEFAULT_DB, CaseRecord, RunInfo, RunStore
+from ._target import Target
+
+__all__ = ["Session", "store_path"]
+
+
+def store_path(db: str | os.PathLike[str] | None = None) -> Path:
+    """The run store a `db` argument means: `db`, else `$REFINEKIT_DB`, else `.refinekit/runs.db`.
+
+    Args:
+        db: A path, or None for the default.
+
+    Returns:
+        The store's file (it may not exist yet).
+    """
+    return Path(db or os.environ.get("REFINEKIT_DB") or DEFAULT_DB)
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+class Session:
+    """A run of `plan` in `store`, started (or resumed) when made: `RunStarted` is told.
+
+    `await execute()` runs its cases; then `complete` stores it complete.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        plan: RunPlan,
+        cases: list[Case],
+        *,
+        fresh: bool,
+        target: Target | None,
+        judge: Any | None,
+        labels: Mapping[str, str] | None = None,
+        on_event: Callable[[RunEvent], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.plan = plan
+        self.cases = cases
+        self.target = target
+        self.judge = judge
+        self.labels = labels
+        self.on_event = on_event
+        self.limiter = RateLimiter()
+        self.started = start(store, plan, cases, fresh=fresh, version=_version())
+        self.run = self.started.run
+        self.progress = Progress(total=len(cases), done=self.started.resumed, on_case=self._done)
+        self._tell(
+            RunStarted(
+                run=self.run,
+                db=store.path,
+                dataset=plan.dataset,
+                cases=len(cases),
+                resuming=self.started.resuming,
+                resumed=self.started.resumed,
+                retried=dict(self.started.retried),
+                dropped=self.started.dropped,
+                retry=plan.retry,
+            )
+        )
+
+    def _tell(self, event: RunEvent) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def _done(self, progress: Progress, record: CaseRecord) -> None:
+        self._tell(CaseFinished(record, progress.done, progress.total, dict(progress.counts)))
+
+    @property
+    def retried(self) -> int:
+        """Stored cases run again (`retry=`) over the run's life."""
+        return self.started.retried_before + self.progress.retried
+
+    async def _cases(self) -> None:
+        await run_cases(
+            self.store,
+            self.run,
+            self.started.todo,
+            target=self.target,
+            judge=self.judge,
+            plan=self.plan,
+            progress=self.progress,
+            limiter=self.limiter,
+            labels=self.labels,
+            earlier=self.started.earlier,
+        )
+
+    async def execute(self) -> None:
+        """Run the cases still to do, on the running event loop.
+
+        Raises:
+            RunAborted: The run stopped early; it is stored incomplete.
+            BaseException: Whatever else stopped it (an interruption, a cancellation...),
+                likewise.
+        """
+        try:
+            await self._cases()
+        except BaseException as e:
+            self._stop(e)
+            raise
+
+    def _stop(self, error: BaseException) -> None:
+        """Store the run incomplete (resumable), and say so."""
+        stored = len(self.store.case_keys(self.run.id))
+        total = len(self.cases)
+        self.store.finish_run(
+            self.run.id, "incomplete", {"stored": stored, "cases": total, "retried": self.retried}
+        )
+        if isinstance(error, RunAborted):  # what the caller needs to resume it
+            error.run_id, error.stored, error.cases = self.run.id, stored, total
+        self._tell(RunStopped(self.store.run(self.run.id), stored, total, error))
+
+    def records(self) -> list[CaseRecord]:
+        """Every stored case of the run, in file order."""
+        return self.store.cases(self.run.id)
+
+    def complete(self, summary: Mapping[str, Any]) -> RunInfo:
+        """Store the run complete, with its figures."""
+        self.store.finish_run(self.run.id, "complete", summary)
+        self.run = self.store.run(self.run.id)
+        return self.run

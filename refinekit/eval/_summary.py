@@ -1,0 +1,217 @@
+"""What a run measured: its figures (`Summary`), and two runs compared (`Comparison`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._model import Usage
+from ._runstore import CaseRecord, RunInfo
+from ._stats import mcnemar_exact, wilson_interval
+
+__all__ = ["CONFIDENCE", "Comparison", "Summary", "compare_runs", "measured", "summarise"]
+
+CONFIDENCE = 0.95
+"""The confidence level of every interval a run reports."""
+
+_REFUSALS = frozenset(
+    {
+        "LowQualityAnswer",
+        "CorrectionExhausted",
+        "JsonParseError",
+        "ResponseValidationError",
+        "AnswerRejected",
+    }
+)
+
+
+def measured(record: CaseRecord) -> bool:
+    """Whether a case says something about an answer, not only about the setup.
+
+    A `passed`, `failed` or `inconclusive` case reached a verdict (or a row check). A `raised`
+    case did when refinekit refused an answer the model gave (`LowQualityAnswer`,
+    `CorrectionExhausted`, `AnswerRejected`): the model answered, not well enough. Any other
+    error (a connection error, a timeout, a bug in the function) and an `unavailable` case
+    (the judge could not judge) reached no verdict. A run in which no case is measured is a
+    failure of the setup, not a measurement.
+    """
+    if record.outcome in ("passed", "failed", "inconclusive"):
+        return True
+    if record.outcome == "raised":  # the stored error reads "TypeName: message"
+        return (record.error or "").split(":", 1)[0].strip() in _REFUSALS
+    return False
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The figures of an eval run.
+
+    The pass rate counts `raised` cases as failures (the user got no answer) and leaves out
+    `unavailable` and `inconclusive` ones (nothing was learnt about the answer); both are
+    counted apart.
+
+    Attributes:
+        cases: The run's cases.
+        passed: Cases whose answer passed.
+        failed: Cases whose answer failed (the judge, or a row check).
+        raised: Cases whose answer function raised: no answer reached the judge.
+        unavailable: Cases the judge could not judge.
+        inconclusive: Cases with no verdict: the evidence could not support one, or the
+            repeated verdicts split evenly.
+        rate: passed / (passed + failed + raised), or None when that is 0 / 0.
+        lower: The rate's 95% Wilson lower bound (0 when there is no rate).
+        upper: Its upper bound (1 when there is no rate).
+        repeated: Cases judged more than once (`repeat`).
+        flipped: Of those, cases whose verdicts disagreed.
+        criteria: Per criterion (the row checks' and the judge's), how many cases it passed,
+            failed, left uncertain or skipped, from each case's first verdict.
+        attempts_mean: The mean of the attempts `@retry_on_low_quality` made per answer.
+        attempts_max: The most attempts one answer took.
+        corrections_total: The corrections `@self_correct` spent, in all.
+        corrections_max: The most corrections one answer took.
+        usage: Model calls, prompt tokens and completion tokens, by role: `answer` (the
+            answering model), `answer_judge` (judges inside the function), `judge` (the
+            run's judge).
+        seconds: The answer functions' and the judging's time, summed over the cases.
+    """
+
+    cases: int
+    passed: int
+    failed: int
+    raised: int
+    unavailable: int
+    inconclusive: int
+    rate: float | None
+    lower: float
+    upper: float
+    repeated: int
+    flipped: int
+    criteria: dict[str, dict[str, int]]
+    attempts_mean: float
+    attempts_max: int
+    corrections_total: int
+    corrections_max: int
+    usage: dict[str, dict[str, int]]
+    seconds: float
+
+    @property
+    def counted(self) -> int:
+        """The cases the pass rate is computed over."""
+        return self.passed + self.failed + self.raised
+
+    @property
+    def flip_interval(self) -> tuple[float, float]:
+        """The 95% Wilson interval of the flip rate, `flipped` out of `repeated`."""
+        return wilson_interval(self.flipped, self.repeated, CONFIDENCE)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as a JSON-ready dict, as the run store keeps them."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def summarise(cases: Sequence[CaseRecord]) -> Summary:
+    """The figures of a run's cases."""
+    count = {o: 0 for o in ("passed", "failed", "raised", "unavailable", "inconclusive")}
+    criteria: dict[str, dict[str, int]] = {}
+    usage = {r: Usage() for r in ("answer", "answer_judge", "judge")}
+    for case in cases:
+        count[case.outcome] += 1
+        for criterion in case.criteria:
+            name = str(criterion.get("name"))
+            outcome = str(criterion.get("outcome"))
+            slot = criteria.setdefault(name, {"pass": 0, "fail": 0, "uncertain": 0, "skipped": 0})
+            slot[outcome] = slot.get(outcome, 0) + 1
+        usage["answer"] += case.answer_usage
+        usage["answer_judge"] += case.answer_judge_usage
+        usage["judge"] += case.judge_usage
+    counted = count["passed"] + count["failed"] + count["raised"]
+    lower, upper = wilson_interval(count["passed"], counted, CONFIDENCE)
+    repeated = [c for c in cases if c.judgements > 1]
+    return Summary(
+        cases=len(cases),
+        rate=count["passed"] / counted if counted else None,
+        lower=lower,
+        upper=upper,
+        repeated=len(repeated),
+        flipped=sum(c.flipped for c in repeated),
+        criteria=criteria,
+        attempts_mean=sum(c.attempts for c in cases) / len(cases) if cases else 0.0,
+        attempts_max=max((c.attempts for c in cases), default=0),
+        corrections_total=sum(c.corrections for c in cases),
+        corrections_max=max((c.corrections for c in cases), default=0),
+        usage={
+            role: {
+                "model_calls": u.model_calls,
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+            }
+            for role, u in usage.items()
+        },
+        seconds=sum(c.answer_seconds + c.judge_seconds for c in cases),
+        **count,
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two runs on the questions they share: what regressed, what improved, and McNemar's p."""
+
+    before: RunInfo
+    after: RunInfo
+    shared: int  # questions judged (pass or fail) in both
+    regressed: list[tuple[CaseRecord, CaseRecord]]
+    improved: list[tuple[CaseRecord, CaseRecord]]
+    p_value: float
+    not_comparable: int  # shared questions unavailable or inconclusive in either run
+
+    def significant_regression(self, alpha: float) -> bool:
+        """More regressions than improvements, and unlikely to be chance at level `alpha`."""
+        return len(self.regressed) > len(self.improved) and self.p_value < alpha
+
+
+def _by_question(cases: Sequence[CaseRecord]) -> dict[tuple[str, int], CaseRecord]:
+    seen: dict[str, int] = {}
+    out = {}
+    for case in sorted(cases, key=lambda c: c.position):
+        n = seen.get(case.question, 0)
+        seen[case.question] = n + 1
+        out[(case.question, n)] = case
+    return out
+
+
+def compare_runs(
+    before: RunInfo,
+    before_cases: Sequence[CaseRecord],
+    after: RunInfo,
+    after_cases: Sequence[CaseRecord],
+) -> Comparison:
+    """Pair the two runs' cases by question; a raised case counts as a failure."""
+    old, new = _by_question(before_cases), _by_question(after_cases)
+    regressed, improved = [], []
+    shared = not_comparable = 0
+    for key in old.keys() & new.keys():
+        a, b = old[key], new[key]
+        if a.outcome in ("unavailable", "inconclusive") or b.outcome in (
+            "unavailable",
+            "inconclusive",
+        ):
+            not_comparable += 1
+            continue
+        shared += 1
+        was, now = a.outcome == "passed", b.outcome == "passed"
+        if was and not now:
+            regressed.append((a, b))
+        elif now and not was:
+            improved.append((a, b))
+    regressed.sort(key=lambda p: p[1].position)
+    improved.sort(key=lambda p: p[1].position)
+    return Comparison(
+        before=before,
+        after=after,
+        shared=shared,
+        regressed=regressed,
+        improved=improved,
+        p_value=mcnemar_exact(len(regressed), len(improved)),
+        not_comparable=not_comparable,
+    )

@@ -1,0 +1,240 @@
+"""The pieces every report is made of: escaped text, numbers, badges, the page and its style.
+
+Every piece of user and model text (questions, answers, feedback, errors, row values, file
+paths, target and judge names) passes through `esc` (`html.escape(..., quote=True)`);
+attributes carry only numbers and fixed words, and no user text goes into the style sheet,
+which is the package's `report.css`. Long texts are shortened so a run of thousands of cases
+still makes a file of reasonable size.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+import re
+import time
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from typing import Any
+
+from .._runstore import RunInfo
+
+__all__ = [
+    "ANSWER_LIMIT",
+    "CELL_LIMIT",
+    "CSP",
+    "DETAILED_LIMIT",
+    "HISTORY_LIMIT",
+    "LISTED_LIMIT",
+    "NOTE_LIMIT",
+    "OUTCOMES",
+    "TEXT_LIMIT",
+    "VALUE_LIMIT",
+    "badge",
+    "bar",
+    "count",
+    "esc",
+    "fmt3",
+    "fmt_p",
+    "incomplete_note",
+    "meta",
+    "number",
+    "one_line",
+    "outcome_class",
+    "page",
+    "pre",
+    "recent",
+    "run_meta",
+    "section",
+    "shorten",
+    "style",
+    "toc",
+    "value_text",
+    "when",
+    "whole",
+]
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+ANSWER_LIMIT = 1500  # characters of an answer shown in a case's details
+TEXT_LIMIT = 1500  # characters of a question shown in a case's details
+NOTE_LIMIT = 2000  # characters of feedback or an error
+VALUE_LIMIT = 300  # characters of a row value
+CELL_LIMIT = 120  # characters of a text in the all-cases table
+DETAILED_LIMIT = 200  # cases shown in full in a list of failing cases or disagreements
+LISTED_LIMIT = 200  # rows of a list of regressions, improvements, flips
+HISTORY_LIMIT = 60  # stored runs in a history chart
+
+OUTCOMES = ("passed", "failed", "raised", "unavailable", "inconclusive")
+_STATUSES = ("complete", "incomplete", "running")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+@functools.cache
+def style() -> str:
+    """The reports' style sheet, `report.css` (package data)."""
+    return resources.files(__package__).joinpath("report.css").read_text(encoding="utf-8")
+
+
+# text
+
+
+def esc(value: object) -> str:
+    """`value` as HTML text: quotes escaped, control characters and lone surrogates made safe."""
+    text = value if isinstance(value, str) else str(value)
+    text = _CONTROL.sub("\ufffd", text)
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return html.escape(text, quote=True)
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\u2026 [{len(text) - limit:,} more characters]"
+
+
+def one_line(text: str, limit: int) -> str:
+    """`text` on one line, cut to `limit` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: max(1, limit - 1)] + "\u2026"
+
+
+def fmt3(value: float | None) -> str:
+    """A number to 3 decimals, or n/a."""
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def fmt_p(value: float) -> str:
+    """A p-value to 3 decimals."""
+    return "< 0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def whole(value: int) -> str:
+    return f"{value:,}"
+
+
+def when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "\u2014"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
+def number(value: Any) -> float | None:
+    """A stored figure as a float; None when it is missing or not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def outcome_class(outcome: str) -> str:
+    return outcome if outcome in OUTCOMES else "other"
+
+
+def badge(word: str, known: Iterable[str]) -> str:
+    css = word if word in known else "other"
+    return f'<span class="badge {css}">{esc(word)}</span>'
+
+
+def bar(share: float) -> str:
+    width = min(100.0, max(0.0, share * 100))
+    return f'<span class="bar"><span style="width:{width:.1f}%"></span></span>'
+
+
+def pre(text: str, limit: int) -> str:
+    return f"<pre>{esc(shorten(text, limit))}</pre>"
+
+
+def meta(items: Sequence[tuple[str, str]]) -> str:
+    """A definition list; the labels are fixed words, the values already HTML."""
+    rows = "".join(f"<dt>{label}</dt><dd>{value}</dd>" for label, value in items)
+    return f'<dl class="meta">{rows}</dl>'
+
+
+def section(anchor: str, title: str, body: str) -> str:
+    return f'<section id="{anchor}"><h2>{title}</h2>{body}</section>'
+
+
+def toc(entries: Sequence[tuple[str, str]]) -> str:
+    links = "".join(f'<a href="#{anchor}">{title}</a>' for anchor, title in entries)
+    return f'<nav class="toc">{links}</nav>'
+
+
+def page(title: str, heading: str, body: str) -> str:
+    from ... import __version__
+
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        '<meta name="referrer" content="no-referrer">\n'
+        f"<title>{esc(title)}</title>\n<style>\n{style()}</style>\n</head>\n<body>\n<main>\n"
+        f"{heading}\n{body}\n"
+        f"<footer>Written by refinekit {esc(__version__)} on {esc(when(time.time()))}. "
+        "This file is self-contained: it loads nothing.</footer>\n"
+        "</main>\n</body>\n</html>\n"
+    )
+
+
+def run_meta(run: RunInfo, extra: Sequence[tuple[str, str]]) -> str:
+    options = ", ".join(f"{esc(k)} {esc(value_text(v))}" for k, v in sorted(run.options.items()))
+    items: list[tuple[str, str]] = [
+        ("Data file", f"<code>{esc(run.dataset)}</code>"),
+        (
+            "SHA-256",
+            f'<code title="{esc(run.dataset_sha256)}">{esc(run.dataset_sha256[:16])}</code>',
+        ),
+    ]
+    if run.kind == "eval":
+        items.append(("Target", f"<code>{esc(run.target or '')}</code>"))
+    items.append(
+        (
+            "Judge",
+            f"<code>{esc(run.judge)}</code>"
+            if run.judge
+            else "none: the file's own columns (must_mention, expected_source) are the checks",
+        )
+    )
+    items += [
+        ("Status", badge(run.status, _STATUSES)),
+        ("Started", esc(when(run.started_at))),
+        ("Finished", esc(when(run.finished_at))),
+        ("Options", options or "\u2014"),
+        ("refinekit", f"{esc(run.version)} (the version that made the run)"),
+        *extra,
+    ]
+    return meta(items)
+
+
+def incomplete_note(run: RunInfo, stored: int) -> str:
+    if run.status == "complete":
+        return ""
+    total = count(run.summary.get("cases"))
+    of = f" of {whole(total)}" if total else ""
+    return (
+        f'<p class="warn">This run is <b>{esc(run.status)}</b>: {whole(stored)}{of} cases are '
+        "stored, and the figures below cover those only. Run the same command again to finish "
+        "it.</p>"
+    )
+
+
+def recent(runs: Sequence[RunInfo], current: int) -> list[RunInfo]:
+    """The last `HISTORY_LIMIT` runs, the current one always among them."""
+    if len(runs) <= HISTORY_LIMIT:
+        return list(runs)
+    keep = list(runs[-HISTORY_LIMIT:])
+    if all(r.id != current for r in keep):
+        keep = [*runs[-(HISTORY_LIMIT - 1) :], *(r for r in runs if r.id == current)]
+        keep.sort(key=lambda r: r.id)
+    return keep
