@@ -335,7 +335,9 @@ def run_method(
 
 
 def rate(successes: int, total: int) -> str:
-    """`k/n = p (low-high)`, with the 95% Wilson interval."""
+    """`k/n = p (low-high)`, with the 95% Wilson interval ("-" of nothing)."""
+    if total == 0:
+        return "0/0 = -"
     low, high = wilson_interval(successes, total)
     share = successes / total if total else 0.0
     return f"{successes}/{total} = {share:.2f} ({low:.2f}-{high:.2f})"
@@ -348,8 +350,9 @@ def per_item(values: Sequence[float]) -> str:
 def extraction_table(runs: Sequence[MethodRun]) -> list[str]:
     lines = [
         "| method | constrained | budget | valid output (95% CI) | exact match (95% CI) "
-        "| calls/item | prompt tok/item | completion tok/item | s/item mean | s/item median |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| exact among valid | calls/item | prompt tok/item | completion tok/item "
+        "| s/item mean | s/item median |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         r = run.results
@@ -358,6 +361,7 @@ def extraction_table(runs: Sequence[MethodRun]) -> list[str]:
         lines.append(
             f"| {run.method.name} | {run.method.constraint} | {run.method.budget} "
             f"| {rate(sum(x.valid for x in r), n)} | {rate(sum(x.exact for x in r), n)} "
+            f"| {rate(sum(x.exact for x in r), sum(x.valid for x in r))} "
             f"| {statistics.fmean(x.tally.calls for x in r):.2f} "
             f"| {per_item([x.tally.prompt_tokens for x in r])} "
             f"| {per_item([x.tally.completion_tokens for x in r])} "
