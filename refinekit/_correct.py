@@ -73,6 +73,7 @@ class CorrectionFailure:
     """Why one reply was unusable, with what is needed to explain it to the model."""
 
     __slots__ = (
+        "detailed",
         "errors",
         "parsed",
         "placeholders",
@@ -103,6 +104,7 @@ class CorrectionFailure:
         self.prose = prose  # it was found inside prose or a code fence
         self.shape_error = shape_error
         self.placeholders = placeholders
+        self.detailed: list[dict[str, Any]] = errors  # with pydantic's ctx, to explain them
 
     @property
     def error_type(self) -> type[CorrectionExhausted]:
@@ -134,9 +136,11 @@ def _validation_failure(
     plural = "s" if n > 1 else ""
     summary = f"{n} validation error{plural}, first: {error_path(first['loc'])}: {first['msg']}"
     _, value = _python_json(text)  # pydantic read it: a validation failure, not a parse one
-    return CorrectionFailure(
+    failure = CorrectionFailure(
         summary, [dict(e) for e in errors], text=text, parsed=True, value=value, prose=prose
     )
+    failure.detailed = [dict(e) for e in error.errors(include_url=False)]
+    return failure
 
 
 def _parse_failure(
@@ -505,7 +509,12 @@ def _event(
     return make_event(kind, "self_correct", cfg.function, job, number, maximum, **fields)
 
 
-def _diagnosis(cfg: _CorrectConfig[Any], failure: CorrectionFailure, finish: str | None) -> Any:
+def _diagnosis(
+    cfg: _CorrectConfig[Any],
+    failure: CorrectionFailure,
+    finish: str | None,
+    context: Mapping[str, Any] | None,
+) -> Any:
     parser = cfg.parser
     unrepaired = not failure.parsed and failure.value is not None
     return diagnose(
@@ -514,13 +523,14 @@ def _diagnosis(cfg: _CorrectConfig[Any], failure: CorrectionFailure, finish: str
         adapter=parser.adapter,
         value=failure.value,
         parsed=failure.parsed or unrepaired,
-        errors=failure.errors if failure.parsed else (),
+        errors=failure.detailed if failure.parsed else (),
         prose=failure.prose,
         finish_reason=finish,
         placeholders=failure.placeholders,
         shape_error=failure.shape_error,
         unrepaired=failure.summary if unrepaired else None,
         detail=None if failure.parsed else failure.summary,
+        context=context,
     )
 
 
@@ -569,7 +579,7 @@ def _correct_flow(
         replies.append(text)
         # As it can be sent: a lone surrogate in the reply would make the next request fail.
         last = [*sent, {"role": "assistant", "content": utf8_text(text)}]
-        diagnosis = _diagnosis(cfg, failure, finish)
+        diagnosis = _diagnosis(cfg, failure, finish, context)
         if not job._take_correction(cfg.max_corrections):
             error = failure.error_type(
                 failure.summary,
@@ -601,7 +611,7 @@ def _correct_flow(
                 "placeholder",
             )
             template = (
-                parser.template.render(diagnosis.kept, diagnosis.bad)
+                parser.template.render(diagnosis.kept, diagnosis.bad, diagnosis.suggested)
                 if keep
                 else parser.template.render()
             )

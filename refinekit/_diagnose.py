@@ -68,10 +68,14 @@ class ReplyProblem:
     Attributes:
         path: Where: a field path such as `total` or `items[0].price`; "" for the whole reply.
         message: What is wrong and what to do, e.g. `use "total", not "amount_paid"`.
+        suggestion: A value for the field the source suggests (the closest span of the text,
+            for a value `InSource` refused), shown in the template in the field's place; None
+            for most problems.
     """
 
     path: str
     message: str
+    suggestion: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,7 @@ class Diagnosis:
     kept: Any = None
     bad: tuple[tuple[str | int, ...], ...] = ()
     prose: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    suggested: dict[tuple[str | int, ...], Any] = field(default_factory=dict)
 
 
 def looks_like_schema(value: Any) -> bool:
@@ -275,6 +279,12 @@ def _validation_problems(
                 if isinstance(e.get("input"), (Mapping, list))
                 else (f"the reply: got {short_value(e.get('input'))}; {_said(e)}")
             )
+        elif kind == "not_in_source":
+            message = f'"{path}": {_said(e)}'
+            closest = (e.get("ctx") or {}).get("closest")
+            if isinstance(closest, str):
+                problems.append(ReplyProblem(path, message, closest))
+                continue
         elif _quotes_input(e):
             message = f'"{path}": {_said(e)}'
         elif kind in ("literal_error", "enum") and template is not None:
@@ -339,6 +349,7 @@ def diagnose(
     shape_error: str | None = None,
     unrepaired: str | None = None,
     detail: str | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> Diagnosis:
     """Read a failed reply.
 
@@ -357,6 +368,7 @@ def diagnose(
             (`repair=False`); `value` is then the JSON it held.
         detail: What the JSON parser said of a reply that is not JSON, for when nothing more
             precise can be said.
+        context: The validation context, to validate recovered values with.
     """
     problems: list[ReplyProblem] = []
     cut = finish_reason == "length"
@@ -441,9 +453,9 @@ def diagnose(
         if recovered and template is not None and template.is_object:
             kept = recovered
             try:
-                adapter.validate_python(recovered)
+                adapter.validate_python(recovered, context=context)
             except ValidationError as e:
-                found = e.errors(include_url=False, include_context=False)
+                found = e.errors(include_url=False)
                 bad = [tuple(x["loc"]) for x in found]
                 problems.extend(
                     p
@@ -470,7 +482,18 @@ def diagnose(
     if len(unique) > _MAX_PROBLEMS:
         more = len(unique) - (_MAX_PROBLEMS - 1)
         unique = [*unique[: _MAX_PROBLEMS - 1], ReplyProblem("", f"and {more} more problems")]
-    return Diagnosis(kind, tuple(unique), kept=kept, bad=tuple(bad), prose=prose)
+    suggested = {_loc(p.path, bad): p.suggestion for p in unique if p.suggestion is not None}
+    return Diagnosis(
+        kind, tuple(unique), kept=kept, bad=tuple(bad), prose=prose, suggested=suggested
+    )
+
+
+def _loc(path: str, bad: Sequence[tuple[str | int, ...]]) -> tuple[str | int, ...]:
+    """The location (as pydantic gives it) of a problem's path."""
+    for loc in bad:
+        if error_path(loc) == path:
+            return loc
+    return (path,)
 
 
 def _is_missing_broken(problem: ReplyProblem, broken: Mapping[str, str]) -> bool:

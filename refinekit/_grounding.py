@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import AfterValidator, ValidationInfo
+from pydantic_core import PydanticCustomError
 
 __all__ = ["InSource", "closest_span", "in_source"]
 
@@ -63,8 +64,10 @@ def in_source(key: str = "source") -> AfterValidator:
         def extract(messages, text): ...
 
     Case and runs of spaces are ignored in the comparison. A value that does not appear fails
-    validation with a message naming the closest span of the text ("'Balt Paper' does not
-    appear in the text; it has 'Baltic Paper'"), which `@self_correct` turns into a correction.
+    validation (error type `not_in_source`) with a message naming the closest span of the text
+    ("'Balt Paper' does not appear in the text; it has 'Baltic Paper'"), which `@self_correct`
+    turns into a correction: its template shows that span in the field's place, for the model
+    to confirm or replace (the reply is validated again either way).
     Without that key in the context (validating elsewhere, say loading stored data), the value
     is not checked.
 
@@ -88,8 +91,15 @@ def in_source(key: str = "source") -> AfterValidator:
             return value
         shown = value if len(value) <= 80 else value[:77] + "..."
         closest = closest_span(value, source) if value.strip() else None
-        hint = f"; it has '{closest}'" if closest else ""
-        raise ValueError(f"'{shown}' does not appear in the text{hint}")
+        if closest:
+            raise PydanticCustomError(
+                "not_in_source",
+                "'{value}' does not appear in the text; it has '{closest}'",
+                {"value": shown, "closest": closest},
+            )
+        raise PydanticCustomError(
+            "not_in_source", "'{value}' does not appear in the text", {"value": shown}
+        )
 
     return AfterValidator(check)
 

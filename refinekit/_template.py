@@ -90,16 +90,23 @@ class Template:
         sub = self.field_schema(key)
         return "a value" if sub is None else _kind_words(self, sub)
 
-    def render(self, kept: Any = None, bad: Sequence[Path] = ()) -> str:
+    def render(
+        self,
+        kept: Any = None,
+        bad: Sequence[Path] = (),
+        suggested: Mapping[Path, Any] | None = None,
+    ) -> str:
         """The template as text, keeping the values of `kept` that are not under a `bad` path.
 
         Args:
             kept: A failed reply's value (a dict for an object schema), or None.
             bad: The paths of `kept` that failed validation: their placeholders are shown.
+            suggested: Values to show at some of those paths instead of the placeholder.
         """
-        text = self._render(self._root, kept, (), tuple(bad), 0, keep=kept is not None)
+        shown = suggested or {}
+        text = self._render(self._root, kept, (), tuple(bad), 0, shown, keep=kept is not None)
         if len(text) > _MAX_CHARS:  # a very large schema: nested objects collapsed
-            text = self._render(self._root, kept, (), tuple(bad), _MAX_DEPTH - 1, keep=False)
+            text = self._render(self._root, kept, (), tuple(bad), _MAX_DEPTH - 1, {}, keep=False)
         return text
 
     # --- walking the schema --------------------------------------------------------------
@@ -123,10 +130,13 @@ class Template:
         path: Path,
         bad: tuple[Path, ...],
         depth: int,
+        suggested: Mapping[Path, Any],
         *,
         keep: bool,
     ) -> str:
         node = self._resolve(node)
+        if path in suggested:
+            return json.dumps(suggested[path], ensure_ascii=False)
         if keep and not any(b[: len(path)] == path for b in bad):
             return dumps_raw(value)
         kind = _type_of(node)
@@ -139,7 +149,7 @@ class Template:
             and depth < _MAX_DEPTH
         ):
             items = [
-                self._render(node["items"], item, (*path, i), bad, depth + 1, keep=True)
+                self._render(node["items"], item, (*path, i), bad, depth + 1, suggested, keep=True)
                 for i, item in enumerate(value)
             ]
             return "[" + ", ".join(items) + "]"
@@ -156,6 +166,7 @@ class Template:
                     (*path, key),
                     bad,
                     depth + 1,
+                    suggested,
                     keep=inner_keep,
                 )
                 parts.append(f"{json.dumps(key, ensure_ascii=False)}: {shown}")
@@ -183,7 +194,7 @@ class Template:
         kind = _type_of(node)
         if kind == "object":
             if "properties" in node:
-                return self._render(node, None, (), (), depth + 1, keep=False)
+                return self._render(node, None, (), (), depth + 1, {}, keep=False)
             extra = node.get("additionalProperties")
             if isinstance(extra, Mapping) and depth < _MAX_DEPTH:
                 key = self._string("<key>")

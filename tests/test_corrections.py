@@ -516,8 +516,33 @@ def test_a_string_not_in_the_source_is_corrected_with_the_closest_span(kind: str
     assert value.vendor == "Beacon Security"
     assert model.correction() == turn(
         "\"vendor\": 'Bacon Securty' does not appear in the text; it has 'Beacon Security'.",
+        template='{"number": "FA32135", "vendor": "Beacon Security", "currency": "USD", '
+        '"total": 954.88}',
+    )
+    # the span is shown in the field's place for the model to confirm: the next reply is
+    # validated against the text again
+
+
+def test_a_refused_string_without_a_close_span_gets_a_placeholder(kind: str) -> None:
+    bad = GOOD.replace("Beacon Security", "Zzyzx Qqq Ltd Wwww")
+    value, model = run(
+        kind, bad, GOOD, schema=Grounded, validation_context={"source": USER[1]["content"]}
+    )
+    assert value == Grounded.model_validate_json(GOOD)
+    assert model.correction() == turn(
+        "\"vendor\": 'Zzyzx Qqq Ltd Wwww' does not appear in the text.",
         template='{"number": "FA32135", "vendor": "<string>", "currency": "USD", "total": 954.88}',
     )
+
+
+def test_a_suggestion_is_validated_again_like_any_reply(kind: str) -> None:
+    # a reply that ignores the suggested span and invents again is refused again
+    bad = GOOD.replace("Beacon Security", "Bacon Securty")
+    options = {"schema": Grounded, "validation_context": {"source": USER[1]["content"]}}
+    with pytest.raises(ResponseValidationError) as info:
+        call(decorated(kind, Model(bad), **options), USER)
+    assert [e["type"] for e in info.value.errors] == ["not_in_source"]
+    assert info.value.corrections_used == 2
 
 
 def test_the_context_can_be_made_from_the_calls_arguments(kind: str) -> None:
