@@ -279,6 +279,15 @@ def _validation_problems(
                 if isinstance(e.get("input"), (Mapping, list))
                 else (f"the reply: got {short_value(e.get('input'))}; {_said(e)}")
             )
+        elif kind == "string_type" and _short_number(e.get("input")) is not None:
+            # what repair would do, were it the only problem: the number as a string
+            written = _short_number(e.get("input"))
+            problems.append(
+                ReplyProblem(
+                    path, f'"{path}" must be a string: write "{written}", in quotes', written
+                )
+            )
+            continue
         elif kind == "not_in_source":
             message = f'"{path}": {_said(e)}'
             closest = (e.get("ctx") or {}).get("closest")
@@ -293,6 +302,17 @@ def _validation_problems(
             message = f'"{path}": got {short_value(e.get("input"))}; {_said(e)}'
         problems.append(ReplyProblem(path if loc else "", message))
     return problems
+
+
+def _short_number(value: Any) -> str | None:
+    """A number as JSON writes it, when it is short enough to suggest (else None)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        written = json.dumps(value)
+    except ValueError:  # more digits than Python converts
+        return None
+    return written if len(written) <= 40 else None
 
 
 def _quotes_input(error: Mapping[str, Any]) -> bool:

@@ -780,3 +780,19 @@ def test_over_http_a_cut_off_reply_is_named_from_its_finish_reason(
     content = second.body["messages"][-1]["content"]
     assert "The reply was cut off at the length limit" in content
     assert '{"number": "FA32135", "vendor": "<string>"' in content
+
+
+def test_a_number_for_a_string_next_to_another_problem_is_suggested_as_a_string(
+    kind: str,
+) -> None:
+    # alone it would be repaired; with another problem it goes to the model, with the digits
+    # already in quotes in the template
+    bad = '{"number": 32135, "vendor": "Beacon Security", "currency": "USD"}'
+    value, model = run(kind, bad, GOOD)
+    assert value == INVOICE
+    assert model.correction() == turn(
+        '"number" must be a string: write "32135", in quotes.',
+        '"total" is missing.',
+        template='{"number": "32135", "vendor": "Beacon Security", "currency": "USD", '
+        '"total": <number>}',
+    )

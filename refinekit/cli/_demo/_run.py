@@ -30,6 +30,17 @@ if TYPE_CHECKING:
 
 __all__ = ["Setting", "invoice", "refund"]
 
+_KINDS = {
+    "empty": "an empty reply",
+    "cut_off": "cut off at the token limit",
+    "schema_echo": "the schema echoed back",
+    "not_json": "not JSON",
+    "invalid": "JSON that fails validation",
+    "placeholder": "a copied placeholder",
+    "tool_calls": "several tool calls",
+}
+"""What each `FailureKind` is, in words."""
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -65,6 +76,8 @@ class _Scene:
         self.job_id: str | None = None
         self.verdicts: list[Verdict] = []
         self.calls = 0
+        self.last_reply = ""
+        self.correction: tuple[int, str | None, str] | None = None  # number, kind, text
 
     # events
 
@@ -89,11 +102,36 @@ class _Scene:
                 6,
             )
         elif event.kind == "correction":
-            say(
-                f"   correction {event.attempt}/{event.max_attempts} ({event.failure}) goes "
-                "back as one user turn after the original conversation:"
-            )
+            self.after_correction(valid=False, failure=event.failure)
+            kind = _KINDS.get(event.failure or "", event.failure)
+            number = f"{event.attempt}/{event.max_attempts}"
+            say(f"   correction {number} ({kind}) goes back as a user turn:")
             say.quoted(event.detail or "")
+            self.correction = (event.attempt, event.failure, event.detail or "")
+
+    def after_correction(self, *, valid: bool, failure: str | None) -> None:
+        """Say whether the model acted on the last correction, from the reply that followed."""
+        if self.correction is None:
+            return
+        number, before, text = self.correction
+        self.correction = None
+        said = [line for line in text.splitlines()[1:] if len(line) > 20]
+        copied = any(line in self.last_reply for line in said)
+        now = _KINDS.get(failure or "", failure)
+        if valid:
+            line = self.say.good(f"the model acted on correction {number}: its reply is valid")
+        elif copied:
+            line = self.say.bad(
+                f"the model did not act on correction {number}: it copied the correction's "
+                "text back instead of answering"
+            )
+        elif failure != before:
+            line = f"the model acted on correction {number} in part: its reply is {now} now"
+        else:
+            line = self.say.bad(
+                f"the model did not act on correction {number}: its reply is {now} again"
+            )
+        self.say(f"   -> {line}")
 
     def show_verdict(self, verdict: Verdict) -> None:
         say = self.say
@@ -123,6 +161,7 @@ class _Scene:
 
     def show_extraction(self, messages: list[dict[str, Any]], reply: ChatCompletion) -> None:
         self.calls += 1
+        self.last_reply = text_of(reply)
         self.show_reply(f"reply {self.calls} ({len(messages)} messages sent)", reply)
 
     def show_usage(self, usage: Usage, judge_usage: Usage) -> None:
@@ -224,6 +263,7 @@ def invoice(setting: Setting) -> bool:
     say = setting.say
     say(say.head("2. Invoice extraction: @self_correct(schema=Invoice)"))
     say("   schema:    Invoice(number: str, total_cents: int, currency: str)")
+    say("   prompt:    the format from refinekit.schema_prompt(Invoice), then the invoice")
     say(f"   invoice:   {INVOICE_TEXT}")
     scene = _Scene(setting)
     extract = invoice_extractor(setting.client, setting.model, on_reply=scene.show_extraction)
@@ -235,10 +275,13 @@ def invoice(setting: Setting) -> bool:
         try:
             result = extract(conversation)
         except CorrectionExhausted as e:
+            scene.after_correction(valid=False, failure=e.failure)
             scene.gave_up, refusal = True, type(e).__name__
             say.wrapped(f"   {say.bad('gave up')}: ", f"{type(e).__name__}: {e}", 6)
         except (openai.OpenAIError, RefinekitError, ValueError) as e:
             scene.failed(e)
+        else:
+            scene.after_correction(valid=True, failure=None)
     if result is not None:
         say(f"   caller got: {result!r}")
         say(

@@ -12,13 +12,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import openai
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ... import checks, judges
 from ..._correct import self_correct
 from ..._job import record_context
 from ..._model import ContextDocument
 from ..._retry import retry_on_low_quality
+from ..._template import schema_prompt
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
@@ -80,9 +81,9 @@ INVOICE_TEXT = "Invoice INV-7 from Acme Audio GmbH, issued 3 March 2025. Total d
 class Invoice(BaseModel):
     """What the extraction scenario asks for."""
 
-    number: str
-    total_cents: int
-    currency: str
+    number: str = Field(description="the invoice number as written, e.g. INV-3")
+    total_cents: int = Field(description="the total due in cents: 12.50 is 1250")
+    currency: str = Field(description="the ISO currency code, e.g. EUR")
 
 
 EXPECTED_INVOICE = Invoice(number="INV-7", total_cents=1250, currency="EUR")
@@ -150,7 +151,7 @@ def refund_answerer(
 
 
 def invoice_messages(text: str) -> list[dict[str, Any]]:
-    """The extraction request: a system message with the format, then the invoice.
+    """The extraction request: the format as `schema_prompt` writes it, then the invoice.
 
     Args:
         text: The invoice's text.
@@ -161,8 +162,7 @@ def invoice_messages(text: str) -> list[dict[str, Any]]:
     return [
         {
             "role": "system",
-            "content": "Extract the invoice's number, its total in cents and its ISO currency "
-            'code. Reply with JSON only: {"number": str, "total_cents": int, "currency": str}.',
+            "content": "You extract invoices.\n" + schema_prompt(Invoice),
         },
         {"role": "user", "content": f"Extract the invoice: {text}"},
     ]
