@@ -2,9 +2,10 @@
 
 Run with `pytest -m local_model --local-model` (`.ci/run` does). Nothing here asserts a
 wording or a quality: a 135M model is weak. What holds for any model is asserted: a valid
-typed value or a typed error, never a hole; corrections carry the real validation errors;
-logprob probabilities parsed from a real reply and marked as such; the server's quirks
-mapped to the right refinekit error; no server process outliving its block.
+typed value or a typed error, never a hole; corrections carry the real problems and an
+instance template, never the schema; logprob probabilities parsed from a real reply and marked
+as such; the server's quirks mapped to the right refinekit error; no server process outliving
+its block.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import resource
 import select
 import signal
@@ -216,6 +218,11 @@ SYSTEM = (
 )
 
 
+def _filled(template: str) -> str:
+    """A template with its placeholders filled with null: JSON, to read its keys."""
+    return re.sub(r'"<[^"]*>"|<[^>]*>', "null", template)
+
+
 def test_self_correct_gives_a_typed_invoice_or_a_typed_error(local: LocalModel) -> None:
     conversations: list[list[dict[str, Any]]] = []
     outcomes: list[object] = []
@@ -256,9 +263,14 @@ def test_self_correct_gives_a_typed_invoice_or_a_typed_error(local: LocalModel) 
         if m["role"] == "user" and str(m["content"]).startswith(CHECK_MARKER)
     ]
     assert corrections, "the tiny model got every invoice right first time: no correction seen"
-    for text in corrections:  # the real errors, with field paths, and the schema
-        assert "total_cents" in text or "not valid JSON" in text or "JSON" in text
-        assert '"properties"' in text  # the JSON schema goes with the correction
+    for conversation in conversations[1:]:  # a correction is one turn, never compounded
+        if str(conversation[-1]["content"]).startswith(CHECK_MARKER):
+            assert len(conversation) == 3
+    for text in corrections:  # the real problems, then the instance template, never the schema
+        assert '"properties"' not in text
+        lines = text.splitlines()
+        assert lines[-2].startswith("Reply with only a JSON object like this one")
+        assert json.loads(_filled(lines[-1])).keys() == {"number", "total_cents", "currency"}
 
 
 def test_json_object_mode_constrains_the_reply_to_json(local: LocalModel) -> None:
