@@ -52,6 +52,7 @@ def _judge_on_two_loops(client: openai.OpenAI) -> list[openai.AsyncOpenAI]:
 
 def test_the_async_copy_of_a_sync_client_is_closed_with_its_loop(server: ScriptedOpenAI) -> None:
     server.script(JUDGE, ["Yes", "Yes"])
+    gc.collect()  # earlier tests' garbage is collected now, not inside the recording below
     with server.client() as client, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # recorded, so a warning from a finalizer is seen
         copies = _judge_on_two_loops(client)

@@ -676,7 +676,9 @@ def test_with_leaves_no_thread_behind() -> None:
         client.chat.completions.create(model="m", messages=USER)
         assert any(t.name.startswith("ScriptedOpenAI") for t in threading.enumerate())
     try:  # the server stopped while the client still held a keep-alive connection
-        assert set(threading.enumerate()) == before
+        # (other threads, such as refinekit's idle workers, may end meanwhile: only new ones
+        # would be the server's)
+        assert set(threading.enumerate()) - before == set()
     finally:
         client.close()
 
