@@ -38,6 +38,7 @@ from ._model import (
     VerdictStatus,
 )
 from ._retry import retry_on_low_quality
+from ._retry_prompt import retry_prompt
 from ._review import RevisionRequest, reviewed
 from ._tools import tool
 
@@ -82,6 +83,7 @@ __all__ = [
     "job",
     "record_context",
     "retry_on_low_quality",
+    "retry_prompt",
     "reviewed",
     "self_correct",
     "subscribe",

@@ -50,6 +50,7 @@ PUBLIC = {
     "job",
     "record_context",
     "retry_on_low_quality",
+    "retry_prompt",
     "reviewed",
     "self_correct",
     "subscribe",
@@ -82,6 +83,7 @@ def test_checks_names() -> None:
         "matches",
         "max_length",
         "not_empty",
+        "numbers_supported",
         "weighted",
     }
 
