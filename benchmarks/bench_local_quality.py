@@ -704,7 +704,7 @@ def _question_and_document(item: CitationItem) -> str:
 
 
 def _first_docs(item: CitationItem) -> list[dict[str, Any]]:
-    """The prompt of docs/retry_on_low_quality.md's example, with one document."""
+    """The prompt docs/retry_on_low_quality.md showed until now, with one document."""
     return [
         {
             "role": "user",
