@@ -104,6 +104,27 @@ async def test_cites_source_feedback_lists_at_most_five_sources() -> None:
     )
 
 
+async def test_cites_source_feedback_names_a_citation_shortened_to_the_end_of_its_path() -> None:
+    check = checks.cites_source()
+    verdict = await judge(
+        check, request("The warranty is 10 months [warranty-1.md].", "policies/warranty-1.md")
+    )
+    assert not verdict.passed
+    assert verdict.feedback == "Cite the source as [policies/warranty-1.md], not warranty-1.md."
+    several = await judge(check, request("See [faq/7].", "https://x.test/faq/7", "b.md"))
+    assert (
+        several.feedback
+        == "Cite the source you used as [https://x.test/faq/7] or [b.md], not faq/7."
+    )
+
+
+async def test_cites_source_does_not_take_a_bare_word_or_number_for_a_shortened_citation() -> None:
+    verdict = await judge(
+        checks.cites_source(), request("It takes 7 days.", "https://x.test/faq/7")
+    )
+    assert verdict.feedback == "Cite the source as [https://x.test/faq/7]."
+
+
 @pytest.mark.parametrize(
     "sources",
     [("policies/warranty-1.md",), ("a.md", "b.md", "c.md"), ("https://x.test/faq?id=7", "id-42")],
