@@ -9,6 +9,9 @@ on every machine and Python version the project supports:
 - `judging_items(n, seed)`: question, context and answer, with a pass/fail label and the kind
   of mistake a failing answer makes (a changed number, the figure of another place, a dropped
   condition, a flipped yes/no). Exactly half pass (the odd item out fails).
+- `citation_items(n, seed)`: a question and one short source document with a source id
+  (`policies/warranty-3.md`) and the fact that answers it (`10 months`), for answers that must
+  cite their source and state the fact.
 """
 
 from __future__ import annotations
@@ -21,7 +24,15 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-__all__ = ["Invoice", "InvoiceItem", "JudgingItem", "invoices", "judging_items"]
+__all__ = [
+    "CitationItem",
+    "Invoice",
+    "InvoiceItem",
+    "JudgingItem",
+    "citation_items",
+    "invoices",
+    "judging_items",
+]
 
 
 Currency = Literal["EUR", "USD", "GBP"]
@@ -477,4 +488,186 @@ def judging_items(n: int, seed: int) -> list[JudgingItem]:
                 kind=kind,
             )
         )
+    return items
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers with citations
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CitationItem:
+    """One question, its source document (`source`, `document`) and the fact that answers it."""
+
+    index: int
+    topic: str
+    question: str
+    source: str
+    document: str
+    fact: str
+
+
+# Each topic: (its folder and file stem, a function of rng -> (question, document, fact)).
+_Cited = Callable[[random.Random], tuple[str, str, str]]
+
+DEVICES = ("e-reader", "speaker", "headset", "smartwatch", "camera", "power bank")
+PLANS = ("Basic", "Plus", "Team", "Studio", "Pro", "Family")
+
+
+def _c_warranty(rng: random.Random) -> tuple[str, str, str]:
+    product = rng.choice(PRODUCTS)
+    months = rng.choice((6, 10, 18, 24, 30, 36))
+    return (
+        f"How long is the warranty on your {product}?",
+        f"Our {product} carry a warranty of {months} months from the date of purchase. It "
+        "covers manufacturing defects, not accidental damage.",
+        f"{months} months",
+    )
+
+
+RETURNABLE = (
+    "Unused items",
+    "Unopened items",
+    "Items in their original packaging",
+    "Sale items",
+    "Gifts",
+)
+CHANNELS = ("Email support", "Chat support", "The help desk", "The billing team")
+GROUPS = ("Members", "Students", "Teachers", "Seniors", "New customers")
+
+
+def _c_returns(rng: random.Random) -> tuple[str, str, str]:
+    what = rng.choice(RETURNABLE)
+    days = rng.choice((10, 14, 21, 30, 45, 60, 90))
+    return (
+        f"How many days do I have to return {what[0].lower() + what[1:]}?",
+        f"{what} can be returned within {days} days of delivery. Refunds are paid to the "
+        "original payment method.",
+        f"{days} days",
+    )
+
+
+def _c_shipping(rng: random.Random) -> tuple[str, str, str]:
+    country = rng.choice(COUNTRIES)
+    days = rng.randrange(2, 10)
+    return (
+        f"How long does delivery to {country} take?",
+        f"Orders to {country} are delivered within {days} business days. A tracking link is "
+        "sent by email when the parcel leaves the warehouse.",
+        f"{days} business days",
+    )
+
+
+def _c_support(rng: random.Random) -> tuple[str, str, str]:
+    channel = rng.choice(CHANNELS)
+    hours = rng.choice((2, 4, 6, 8, 12, 24, 48))
+    return (
+        f"How quickly does {channel[0].lower() + channel[1:]} reply?",
+        f"{channel} replies within {hours} hours on weekdays. Phone support is for business "
+        "customers only.",
+        f"{hours} hours",
+    )
+
+
+def _c_discount(rng: random.Random) -> tuple[str, str, str]:
+    group = rng.choice(GROUPS)
+    percent = rng.choice((5, 10, 12, 15, 20, 25, 30))
+    return (
+        f"What discount do {group.lower()} get?",
+        f"{group} get {percent}% off every order. The discount cannot be combined with other "
+        "offers.",
+        f"{percent}%",
+    )
+
+
+def _c_battery(rng: random.Random) -> tuple[str, str, str]:
+    device = rng.choice(DEVICES)
+    hours = rng.choice((6, 9, 12, 15, 20, 30))
+    return (
+        f"How long does the battery of the {device} last?",
+        f"The {device} battery lasts up to {hours} hours on one charge. A full charge takes "
+        "about two hours.",
+        f"{hours} hours",
+    )
+
+
+def _c_leave(rng: random.Random) -> tuple[str, str, str]:
+    who = rng.choice(("full-time employees", "part-time employees", "apprentices", "managers"))
+    days = rng.choice((12, 18, 20, 22, 24, 25, 28, 30))
+    return (
+        f"How many days of paid leave do {who} get per year?",
+        f"{who[0].upper() + who[1:]} get {days} days of paid leave per year. Unused days can be "
+        "carried over until the end of March.",
+        f"{days} days",
+    )
+
+
+def _c_trial(rng: random.Random) -> tuple[str, str, str]:
+    plan = rng.choice(PLANS)
+    days = rng.choice((7, 10, 14, 21, 30, 45, 60))
+    return (
+        f"How long is the free trial of the {plan} plan?",
+        f"The free trial of the {plan} plan lasts {days} days. No payment card is needed to "
+        "start it.",
+        f"{days} days",
+    )
+
+
+def _c_fee(rng: random.Random) -> tuple[str, str, str]:
+    fee, when = rng.choice(
+        (
+            ("late payment", "an invoice is paid after its due date"),
+            ("cancellation", "an order is cancelled after it has shipped"),
+            ("paper invoice", "an invoice is sent by post"),
+            ("returned parcel", "a parcel is refused at delivery"),
+        )
+    )
+    euros = rng.choice((3, 5, 8, 10, 12, 15, 20, 25, 40))
+    return (
+        f"What is the fee for a {fee}?",
+        f"A {fee} fee of {euros} euros is charged when {when}.",
+        f"{euros} euros",
+    )
+
+
+def _c_checkout(rng: random.Random) -> tuple[str, str, str]:
+    city = rng.choice(CITIES)
+    hour = rng.choice((10, 11, 12))
+    return (
+        f"What time is check-out at the {city} hotel?",
+        f"Check-out at the {city} hotel is at {hour}:00. Late check-out can be booked at the "
+        "front desk.",
+        f"{hour}:00",
+    )
+
+
+CITATION_TOPICS: tuple[tuple[str, str, _Cited], ...] = (
+    ("warranty", "policies/warranty", _c_warranty),
+    ("returns", "policies/returns", _c_returns),
+    ("shipping", "faq/shipping", _c_shipping),
+    ("support", "support/contact", _c_support),
+    ("discount", "offers/members", _c_discount),
+    ("battery", "products/battery", _c_battery),
+    ("leave", "handbook/leave", _c_leave),
+    ("trial", "billing/trial", _c_trial),
+    ("fee", "billing/fees", _c_fee),
+    ("checkout", "hotels/checkout", _c_checkout),
+)
+"""The questions, used in turn (item i has topic i mod 10)."""
+
+
+def citation_items(n: int, seed: int) -> list[CitationItem]:
+    """`n` questions, each with one source document and its fact, the same for the same `seed`.
+
+    The document is two sentences: the one with the fact, and one more about something else.
+    Its source id is the topic's path with a number, `policies/warranty-3.md`.
+    """
+    rng = random.Random(seed)
+    items = []
+    for index in range(n):
+        topic, stem, make = CITATION_TOPICS[index % len(CITATION_TOPICS)]
+        question, document, fact = make(rng)
+        source = f"{stem}-{rng.randrange(1, 10)}.md"
+        items.append(CitationItem(index, topic, question, source, document, fact))
     return items

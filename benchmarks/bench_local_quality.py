@@ -1,4 +1,4 @@
-"""Quality and cost on a real model: extraction side by side, and a judge calibrated.
+"""Quality and cost on a real model: extraction, retries with feedback, and a judge calibrated.
 
 Run it from the repository root, with the `local` extra installed::
 
@@ -28,11 +28,25 @@ the same transport under every method's `openai` client (`_http_count`), not fro
 library reports. Rates come with 95% Wilson intervals; paired methods are compared on exact
 match with the exact McNemar test.
 
+Answers with citations. A deterministic set (`_synthetic.citation_items`: `--cite-items`
+questions, each with one source document holding the fact that answers it) is answered by a
+function under `@retry_on_low_quality(evaluator=all_of(cites_source(), contains(fact)),
+max_retries=2)` that records its document with `record_context`. First, each candidate
+prompt for the first attempt runs alone (one call per question); the one chosen on seed 2024
+(`FIRST_PROMPT`) is then the first attempt of every retry variant, which differ only in where
+the feedback goes on a retry (`RETRY_VARIANTS`: appended as the README showed, the feedback
+alone, `refinekit.retry_prompt`, a rewrite instruction, a separate user turn). A pass counts
+when the final answer passes the evaluator and does not echo the retry instruction
+(`ECHO_MARKS`). Attempt 1 against after the retries, and each variant against the README's,
+are compared with the exact McNemar test.
+
 Judging. A labelled set (`_synthetic.judging_items`: `--judge-items` answers, half correct,
 the others with a changed number, another place's figure, a dropped condition or a flipped
 yes/no) is written to a JSONL file and `refinekit calibrate` runs on it in-process
 (`refinekit.cli.main`), the judge being `_local_judge:judge`: a `criteria` judge with one
-model criterion on the same local model.
+model criterion on the same local model. Then prompt and format variants of that judge run on
+the same items (`JUDGE_VARIANTS`), with `checks.numbers_supported()` beside them: AUC, and
+Cohen's kappa and accuracy at the default threshold and at P(yes) >= 0.5.
 
 The script reports; it does not gate on quality. It exits 1 when something crashed (an HTTP
 error, an exception other than "the reply was unusable", calibrate not finishing), else 0.
@@ -42,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import logging
@@ -61,12 +76,38 @@ import instructor
 import openai
 from _http_count import Counter, Tally, http_client
 from _machine import loadavg, machine
-from _synthetic import Invoice, InvoiceItem, JudgingItem, invoices, judging_items
+from _synthetic import (
+    CitationItem,
+    Invoice,
+    InvoiceItem,
+    JudgingItem,
+    citation_items,
+    invoices,
+    judging_items,
+)
 from instructor.core import IncompleteOutputException, InstructorRetryException
 from pydantic import BaseModel, model_validator
 
-from refinekit import CorrectionExhausted, Event, InSource, response_format, self_correct, subscribe
-from refinekit.eval._stats import mcnemar_exact, wilson_interval
+from refinekit import (
+    ContextDocument,
+    CorrectionExhausted,
+    EvaluationRequest,
+    Event,
+    InSource,
+    LowQualityAnswer,
+    all_of,
+    checks,
+    current_attempt,
+    record_context,
+    response_format,
+    retry_on_low_quality,
+    retry_prompt,
+    self_correct,
+    subscribe,
+)
+from refinekit._prompts import DATA_RULE, delimit
+from refinekit.eval._stats import cohen_kappa, mcnemar_exact, wilson_interval
+from refinekit.judges._criteria import _probability_from_logprobs
 from refinekit.local import LocalModel, LocalModelError, default_model_path
 
 PACKAGES = [
@@ -457,6 +498,7 @@ class JudgingRun:
     seconds: float
     tally: Tally
     extra: list[str]
+    probabilities: list[float | None] = field(default_factory=list)  # by item, from the store
 
 
 def auc(probabilities: Sequence[float], labels: Sequence[bool]) -> tuple[float, float, float]:
@@ -553,7 +595,528 @@ def run_judging(local: LocalModel, items: Sequence[JudgingItem], folder: Path) -
     judge_module = sys.modules.get("_local_judge")
     tally = judge_module.counter.snapshot() if judge_module is not None else Tally()
     extra = judging_extra(db, items) if status == 0 else []
-    return JudgingRun(status, out.getvalue(), err.getvalue(), seconds, tally, extra)
+    probabilities = calibrated_probabilities(db, len(items)) if status == 0 else []
+    return JudgingRun(status, out.getvalue(), err.getvalue(), seconds, tally, extra, probabilities)
+
+
+def calibrated_probabilities(db: Path, n: int) -> list[float | None]:
+    """The judge's P(yes) for each item of the last calibrate run, in the file's order."""
+    from refinekit._runstore import RunStore
+
+    with RunStore(db) as store:
+        run = store.runs(kind="calibrate")[-1]
+        by_position = {c.position: c.probability for c in store.cases(run.id)}
+    return [
+        None if by_position.get(i + 1) is None else float(by_position[i + 1])  # type: ignore[arg-type]
+        for i in range(n)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging: the prompt and format variants tried, and a rule check beside the judge
+# ---------------------------------------------------------------------------------------------
+
+JUDGE_QUESTION = "Is the answer correct and supported by the context?"
+ONE_CLAIM = "Does the context say what the answer says?"
+SAME_AS_REFERENCE = "Does the answer say the same as the reference answer?"
+YES_NO = "Reply with one word: YES or NO."
+
+
+def _judge_messages(question: str, blocks: Sequence[str]) -> list[dict[str, Any]]:
+    """The layout of refinekit's `criteria` prompt: the data rule, then the question and data."""
+    content = "\n\n".join(
+        [f"Answer this yes/no question about the data below: {question}", *blocks, YES_NO]
+    )
+    return [{"role": "system", "content": DATA_RULE}, {"role": "user", "content": content}]
+
+
+def _blocks(item: JudgingItem, answer_first: bool = False) -> list[str]:
+    question = delimit("question", item.question)
+    context = delimit("context", f"[1]\n{item.context}")
+    answer = delimit("answer", item.answer)
+    return [question, answer, context] if answer_first else [question, context, answer]
+
+
+JUDGE_VARIANTS: dict[str, str] = {
+    "default": f"criteria, {JUDGE_QUESTION!r} (the calibrate run above)",
+    "one claim": f"criteria, one claim per question: {ONE_CLAIM!r}",
+    "answer first": "criteria, the answer before the context",
+    "reference-guided": "the model answers the question from the context first; then "
+    f"{SAME_AS_REFERENCE!r}",
+    "mean of two phrasings": "the mean of P(yes) of 'default' and 'one claim'",
+}
+
+
+@dataclass
+class JudgeVariant:
+    """P(yes) of one judge variant on every labelled answer."""
+
+    key: str
+    probabilities: list[float]
+    calls: int
+    tally: Tally = field(default_factory=Tally)
+
+
+def _p_yes(client: openai.OpenAI, model: str, messages: list[dict[str, Any]]) -> float:
+    reply = client.chat.completions.create(
+        model=model,
+        messages=messages,  # type: ignore[arg-type]
+        temperature=0.0,
+        seed=REQUEST_SEED,
+        max_tokens=4,
+        logprobs=True,
+        top_logprobs=5,
+    )
+    p = _probability_from_logprobs(reply)
+    return 0.5 if p is None else p  # no yes/no in sight: no information either way
+
+
+def run_judge_variants(
+    local: LocalModel, items: Sequence[JudgingItem], default: Sequence[float | None]
+) -> list[JudgeVariant]:
+    """Each variant's P(yes) on every item, asked as refinekit's criteria judge asks."""
+    counter = Counter()
+    client = local.client(http_client=http_client(counter, TIMEOUT_S), timeout=TIMEOUT_S)
+    ask = functools.partial(_p_yes, client, local.model)
+    variants = [JudgeVariant("default", [0.5 if p is None else p for p in default], 1)]
+    for key in ("one claim", "answer first", "reference-guided"):
+        print(f"running judge variant {key} ...", file=sys.stderr, flush=True)
+        before = counter.snapshot()
+        ps = []
+        for item in items:
+            if key == "one claim":
+                ps.append(ask(_judge_messages(ONE_CLAIM, _blocks(item))))
+            elif key == "answer first":
+                ps.append(ask(_judge_messages(JUDGE_QUESTION, _blocks(item, answer_first=True))))
+            else:
+                reply = client.chat.completions.create(
+                    model=local.model,
+                    messages=[
+                        {
+                            "role": "user",
+                            "content": f"{item.context}\n\nQuestion: {item.question}\n"
+                            "Answer in one short sentence.",
+                        }
+                    ],
+                    temperature=0.0,
+                    seed=REQUEST_SEED,
+                    max_tokens=40,
+                )
+                reference = reply.choices[0].message.content or ""
+                blocks = _blocks(item)
+                blocks.insert(2, f"Reference answer: {reference}")
+                ps.append(ask(_judge_messages(SAME_AS_REFERENCE, blocks)))
+        tally = counter.snapshot().minus(before)
+        variants.append(JudgeVariant(key, ps, 2 if key == "reference-guided" else 1, tally))
+    one_claim = variants[1].probabilities
+    mean = [(a + b) / 2 for a, b in zip(variants[0].probabilities, one_claim, strict=True)]
+    variants.append(JudgeVariant("mean of two phrasings", mean, 2))
+    client.close()
+    return variants
+
+
+def _agreement(passed: Sequence[bool], labels: Sequence[bool]) -> str:
+    kappa = cohen_kappa(zip(passed, labels, strict=True))
+    accuracy = sum(p == label for p, label in zip(passed, labels, strict=True)) / len(labels)
+    return f"{kappa:+.3f} | {accuracy:.2f}"
+
+
+def judge_variants_table(
+    variants: Sequence[JudgeVariant], items: Sequence[JudgingItem]
+) -> list[str]:
+    """AUC, and kappa and accuracy at the default thresholds and at P(yes) >= 0.5."""
+    labels = [i.label == "pass" for i in items]
+    lines = [
+        "| judge | calls/item | AUC (approx. 95% CI) | kappa, pass at P >= 0.8 | accuracy "
+        "| kappa, pass at P >= 0.5 | accuracy |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for v in variants:
+        area, low, high = auc(v.probabilities, labels)
+        lines.append(
+            f"| {v.key}: {JUDGE_VARIANTS[v.key]} | {v.calls} "
+            f"| {area:.3f} ({low:.2f}-{high:.2f}) "
+            f"| {_agreement([p >= 0.8 for p in v.probabilities], labels)} "
+            f"| {_agreement([p >= 0.5 for p in v.probabilities], labels)} |"
+        )
+    check = checks.numbers_supported()
+    passed = [
+        check.evaluate(
+            EvaluationRequest(
+                question=i.question, answer=i.answer, context=(ContextDocument(text=i.context),)
+            )
+        ).passed
+        for i in items
+    ]
+    area, low, high = auc([float(p) for p in passed], labels)
+    lines.append(
+        f"| checks.numbers_supported() (code, no model) | 0 | {area:.3f} ({low:.2f}-{high:.2f}) "
+        f"| {_agreement(passed, labels)} | {_agreement(passed, labels)} |"
+    )
+    lines.append("")
+    lines.append("| item kind | items | numbers_supported agrees with people |")
+    lines.append("|---|---|---|")
+    for kind in ("correct", "number", "place", "condition", "negation"):
+        chosen = [(p, i) for p, i in zip(passed, items, strict=True) if i.kind == kind]
+        if chosen:
+            agree = sum(p == (i.label == "pass") for p, i in chosen)
+            lines.append(f"| {kind} | {len(chosen)} | {rate(agree, len(chosen))} |")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers with citations: where retry feedback goes
+# ---------------------------------------------------------------------------------------------
+
+CITATION_SYSTEM = (
+    "Answer the question in one sentence, using only the document. End the answer with the "
+    "document's source in square brackets."
+)
+CITATION_EXAMPLE_QUESTION = "How long is the warranty on your kettles?"
+CITATION_EXAMPLE_DOCUMENT = (
+    "Our kettles carry a warranty of 2 years from the date of purchase. It does not cover "
+    "limescale."
+)
+CITATION_EXAMPLE_SOURCE = "policies/kettles-1.md"
+CITATION_EXAMPLE_REPLY = "The warranty on your kettles is 2 years [policies/kettles-1.md]."
+
+
+def _question_and_document(item: CitationItem) -> str:
+    return f"Document [{item.source}]:\n{item.document}\n\nQuestion: {item.question}"
+
+
+def _first_docs(item: CitationItem) -> list[dict[str, Any]]:
+    """The prompt docs/retry_on_low_quality.md showed until now, with one document."""
+    return [
+        {
+            "role": "user",
+            "content": "Answer from these documents, citing their path.\n"
+            f"{item.source}: {item.document}\nQuestion: {item.question}",
+        }
+    ]
+
+
+def _first_instructed(item: CitationItem) -> list[dict[str, Any]]:
+    """An instruction that names the citation's exact form, then the document and question."""
+    return [
+        {
+            "role": "user",
+            "content": "Answer the question from the document, and cite the document as "
+            f"[{item.source}].\n\n{_question_and_document(item)}",
+        }
+    ]
+
+
+def _first_example(item: CitationItem) -> list[dict[str, Any]]:
+    """A system instruction, one worked example as a user/assistant exchange, then the item."""
+    example = CitationItem(
+        -1,
+        "example",
+        CITATION_EXAMPLE_QUESTION,
+        CITATION_EXAMPLE_SOURCE,
+        CITATION_EXAMPLE_DOCUMENT,
+        "",
+    )
+    return [
+        {"role": "system", "content": CITATION_SYSTEM},
+        {"role": "user", "content": _question_and_document(example)},
+        {"role": "assistant", "content": CITATION_EXAMPLE_REPLY},
+        {"role": "user", "content": _question_and_document(item)},
+    ]
+
+
+FIRST_PROMPTS: dict[str, Callable[[CitationItem], list[dict[str, Any]]]] = {
+    "docs": _first_docs,
+    "instructed": _first_instructed,
+    "example": _first_example,
+}
+"""The first-attempt prompts tried, each on attempt 1 only (one call, no retry)."""
+
+FIRST_PROMPT = "example"
+"""The first attempt's prompt for every feedback variant: chosen once, on seed 2024, as the
+candidate with the highest pass rate at attempt 1, before any feedback variant ran."""
+
+Retry = Callable[[list[dict[str, Any]], str, str], list[dict[str, Any]]]
+
+
+def _with_last_user(messages: list[dict[str, Any]], extra: str) -> list[dict[str, Any]]:
+    *head, last = messages
+    return [*head, {**last, "content": last["content"] + extra}]
+
+
+def _retry_append(
+    messages: list[dict[str, Any]], rejected: str, feedback: str
+) -> list[dict[str, Any]]:
+    """The README's quick start until now: "Your last answer was rejected: ..." appended."""
+    return _with_last_user(messages, f"\nYour last answer was rejected: {feedback}")
+
+
+def _retry_instruction(
+    messages: list[dict[str, Any]], rejected: str, feedback: str
+) -> list[dict[str, Any]]:
+    """The feedback alone, appended to the prompt as its last line."""
+    return _with_last_user(messages, f"\n\n{feedback}")
+
+
+def _retry_quote(
+    messages: list[dict[str, Any]], rejected: str, feedback: str
+) -> list[dict[str, Any]]:
+    """`refinekit.retry_prompt`: the rejected answer quoted, then the feedback."""
+    return retry_prompt(messages, rejected=rejected, feedback=feedback)
+
+
+def _retry_rewrite(
+    messages: list[dict[str, Any]], rejected: str, feedback: str
+) -> list[dict[str, Any]]:
+    """The rejected answer quoted, and an instruction to rewrite it."""
+    return _with_last_user(
+        messages,
+        f"\n\nYour last answer was:\n{rejected}\n\nRewrite it so that it follows this "
+        f"instruction: {feedback}",
+    )
+
+
+def _retry_turn(
+    messages: list[dict[str, Any]], rejected: str, feedback: str
+) -> list[dict[str, Any]]:
+    """The rejected answer as the assistant's turn, the feedback as the next user turn."""
+    return [
+        *messages,
+        {"role": "assistant", "content": rejected},
+        {"role": "user", "content": f"Your last answer was rejected: {feedback}"},
+    ]
+
+
+RETRY_VARIANTS: dict[str, tuple[str, Retry]] = {
+    "append": ('prompt + "Your last answer was rejected: {feedback}" (README)', _retry_append),
+    "instruction": ("prompt + the feedback alone as its last line", _retry_instruction),
+    "quote": ('retry_prompt: prompt + "Your answer was: {answer}" + the feedback', _retry_quote),
+    "rewrite": ("prompt + the answer quoted + rewrite it so that it ...", _retry_rewrite),
+    "turn": ("answer as assistant turn, feedback as user turn", _retry_turn),
+}
+"""Where the feedback goes on a retry; the first attempt's prompt is the same for all."""
+
+ECHO_MARKS = (
+    "cite the source",
+    "mention '",
+    "in the answer",
+    "rejected",
+    "rewrite",
+    "instruction",
+    "your answer was",
+    "your last answer",
+)
+"""Phrases of the retry prompts and of the checks' feedback that an answer has no reason to
+contain: a final answer with one of them (or "not <the source shortened>") repeats the
+instruction instead of acting on it, and its pass is not counted as a rescue."""
+
+
+@dataclass
+class CitationResult:
+    """One item under one variant."""
+
+    passed_at: int | None  # the attempt that passed (1, 2, 3), None when none did
+    echoed: bool  # the final answer repeats the retry instruction
+    cited: bool
+    mentioned: bool
+    tally: Tally
+    seconds: float
+    answers: list[str] = field(default_factory=list)
+    feedback: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def clean(self) -> bool:
+        """Passed, and not by repeating the instruction."""
+        return self.passed_at is not None and not self.echoed
+
+
+def _echoed(item: CitationItem, answer: str, retried: bool) -> bool:
+    if not retried:
+        return False
+    text = answer.casefold()
+    shortened = [f"not {p}".casefold() for p in item.source.split("/")[1:]]
+    return any(mark in text for mark in (*ECHO_MARKS, *shortened))
+
+
+def run_citation_item(
+    item: CitationItem,
+    retry: Retry | None,
+    first: Callable[[CitationItem], list[dict[str, Any]]],
+    client: openai.OpenAI,
+    counter: Counter,
+    settings: dict[str, Any],
+) -> CitationResult:
+    """Answer one question: attempt 1 alone (`retry` None), or with up to 2 retries.
+
+    The answer function is the README's pattern: `record_context(doc)`, the prompt rebuilt
+    from the question and document on every attempt, the latest feedback placed by `retry`.
+    """
+    answers: list[str] = []
+    feedbacks: list[str] = []
+    document = {"text": item.document, "source": item.source}
+
+    @retry_on_low_quality(
+        evaluator=all_of(checks.cites_source(), checks.contains(item.fact)),
+        max_retries=0 if retry is None else 2,
+        wait=0,
+    )
+    def answer(question: str, feedback: str | None = None) -> str:
+        record_context(document)
+        messages = first(item)
+        attempt = current_attempt()
+        if feedback is not None and retry is not None and attempt is not None:
+            feedbacks.append(feedback)
+            messages = retry(messages, str(attempt.previous_answer), feedback)
+        reply = client.chat.completions.create(messages=messages, **settings)  # type: ignore[arg-type]
+        text = reply.choices[0].message.content or ""
+        answers.append(text)
+        return text
+
+    before = counter.snapshot()
+    started = time.perf_counter()
+    passed_at: int | None = None
+    error: str | None = None
+    try:
+        answer(item.question)
+        passed_at = len(answers)
+    except LowQualityAnswer:
+        pass
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+    seconds = time.perf_counter() - started
+    tally = counter.snapshot().minus(before)
+    if error is None and tally.errors:
+        error = f"{tally.errors} HTTP call(s) failed"
+    last = answers[-1] if answers else ""
+    request = EvaluationRequest(
+        question=item.question,
+        answer=last,
+        context=(ContextDocument(text=item.document, source=item.source),),
+    )
+    return CitationResult(
+        passed_at=passed_at,
+        echoed=_echoed(item, last, len(answers) > 1),
+        cited=checks.cites_source().evaluate(request).passed,
+        mentioned=checks.contains(item.fact).evaluate(request).passed,
+        tally=tally,
+        seconds=seconds,
+        answers=answers,
+        feedback=feedbacks,
+        error=error,
+    )
+
+
+@dataclass
+class CitationRun:
+    """One first prompt, or one retry variant, over the whole set."""
+
+    key: str
+    results: list[CitationResult]
+    seconds: float
+    load_before: str
+    load_after: str
+
+
+def run_citations(
+    key: str,
+    retry: Retry | None,
+    first: Callable[[CitationItem], list[dict[str, Any]]],
+    local: LocalModel,
+    items: Sequence[CitationItem],
+    max_tokens: int,
+) -> CitationRun:
+    """Every item, one after another, with a counting client of its own."""
+    counter = Counter()
+    client = local.client(http_client=http_client(counter, TIMEOUT_S), timeout=TIMEOUT_S)
+    settings: dict[str, Any] = {
+        "model": local.model,
+        "temperature": 0.0,
+        "seed": REQUEST_SEED,
+        "max_tokens": max_tokens,
+    }
+    load_before = loadavg()
+    started = time.perf_counter()
+    results = []
+    for n, item in enumerate(items, 1):
+        result = run_citation_item(item, retry, first, client, counter, settings)
+        results.append(result)
+        if result.error:
+            print(f"  {key} item {item.index}: ERROR {result.error}", file=sys.stderr)
+        if n % 10 == 0 or n == len(items):
+            print(
+                f"  {key}: {n}/{len(items)} items, {time.perf_counter() - started:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+    client.close()
+    return CitationRun(key, results, time.perf_counter() - started, load_before, loadavg())
+
+
+def first_prompt_table(runs: Sequence[CitationRun]) -> list[str]:
+    lines = [
+        "| first prompt | passes at attempt 1 (95% CI) | cites the source | states the fact "
+        "| prompt tok/item | completion tok/item |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        r = run.results
+        n = len(r)
+        lines.append(
+            f"| {run.key}{' (chosen)' if run.key == FIRST_PROMPT else ''} "
+            f"| {rate(sum(x.passed_at == 1 for x in r), n)} | {sum(x.cited for x in r)} "
+            f"| {sum(x.mentioned for x in r)} | {per_item([x.tally.prompt_tokens for x in r])} "
+            f"| {per_item([x.tally.completion_tokens for x in r])} |"
+        )
+    return lines
+
+
+def retry_table(runs: Sequence[CitationRun]) -> list[str]:
+    lines = [
+        "| feedback placed as | attempt 1 (95% CI) | after max_retries=2 (95% CI) "
+        "| rescued at retry 1 / 2 | passes that echo the instruction | McNemar p "
+        "| calls/item | prompt tok/item | completion tok/item | s/item |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        r = run.results
+        n = len(r)
+        first = sum(x.passed_at == 1 for x in r)
+        final = sum(x.clean for x in r)
+        rescued = [sum(x.clean and x.passed_at == k for x in r) for k in (2, 3)]
+        lost = sum(x.passed_at == 1 and not x.clean for x in r)  # 0: attempt 1 is never echo
+        echoes = sum(x.passed_at is not None and x.echoed for x in r)
+        lines.append(
+            f"| {run.key}: {RETRY_VARIANTS[run.key][0]} | {rate(first, n)} | {rate(final, n)} "
+            f"| {rescued[0]} / {rescued[1]} | {echoes} "
+            f"| {mcnemar_exact(sum(rescued), lost):.4f} "
+            f"| {statistics.fmean(x.tally.calls for x in r):.2f} "
+            f"| {per_item([x.tally.prompt_tokens for x in r])} "
+            f"| {per_item([x.tally.completion_tokens for x in r])} "
+            f"| {statistics.fmean(x.seconds for x in r):.2f} |"
+        )
+    return lines
+
+
+def retry_pairs_table(runs: dict[str, CitationRun], baseline: str) -> list[str]:
+    lines = [
+        "| A | B | both pass | A only | B only | neither | exact McNemar p |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    if baseline not in runs:
+        return []
+    for key, run in runs.items():
+        if key == baseline:
+            continue
+        pairs = list(zip(run.results, runs[baseline].results, strict=True))
+        both = sum(a.clean and b.clean for a, b in pairs)
+        a_only = sum(a.clean and not b.clean for a, b in pairs)
+        b_only = sum(b.clean and not a.clean for a, b in pairs)
+        lines.append(
+            f"| {key} | {baseline} | {both} | {a_only} | {b_only} "
+            f"| {len(pairs) - both - a_only - b_only} | {mcnemar_exact(a_only, b_only):.4f} |"
+        )
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -597,18 +1160,36 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the server's --n_threads and --n_threads_batch (default 1)",
     )
     parser.add_argument(
-        "--only", choices=("extraction", "judging"), help="run one half of the benchmark"
+        "--cite-items",
+        type=int,
+        default=60,
+        help="questions answered with a citation (default 60)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=("extraction", "citations", "judging"),
+        help="run only this part of the benchmark (repeat it for several)",
     )
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: 1 invoice, 4 judge items, max_tokens 64; not figures",
+        help="smoke run: 1 invoice, 2 questions, 4 judge items, max_tokens 64; not figures",
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.items, args.judge_items, args.max_tokens = 1, 4, 64
-    if args.items < 1 or args.judge_items < 2 or args.max_tokens < 16 or args.threads < 1:
-        parser.error("--items >= 1, --judge-items >= 2, --max-tokens >= 16, --threads >= 1")
+        args.items, args.cite_items, args.judge_items, args.max_tokens = 1, 2, 4, 64
+    if (
+        args.items < 1
+        or args.cite_items < 1
+        or args.judge_items < 2
+        or args.max_tokens < 16
+        or args.threads < 1
+    ):
+        parser.error(
+            "--items >= 1, --cite-items >= 1, --judge-items >= 2, --max-tokens >= 16, "
+            "--threads >= 1"
+        )
     return args
 
 
@@ -617,15 +1198,15 @@ def command_line(args: argparse.Namespace) -> str:
     if args.quick:
         parts.append("--quick")
     else:
-        defaults = {"items": 100, "judge_items": 60}
+        defaults = {"items": 100, "cite_items": 60, "judge_items": 60}
         for name, default in defaults.items():
             if getattr(args, name) != default:
                 parts.append(f"--{name.replace('_', '-')} {getattr(args, name)}")
     for name, default in (("seed", 2024), ("max_tokens", 128), ("threads", 1)):
         if getattr(args, name) != default and not (args.quick and name == "max_tokens"):
             parts.append(f"--{name.replace('_', '-')} {getattr(args, name)}")
-    if args.only:
-        parts.append(f"--only {args.only}")
+    for part in args.only or ():
+        parts.append(f"--only {part}")
     return " ".join(parts)
 
 
@@ -657,8 +1238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     mode = "QUICK smoke run: too few items for figures" if args.quick else "full run"
     print(
-        f"run        {mode}; {args.items} invoice(s) and {args.judge_items} labelled answers "
-        f"from seed {args.seed}"
+        f"run        {mode}; {args.items} invoice(s), {args.cite_items} question(s) with a "
+        f"source and {args.judge_items} labelled answers from seed {args.seed}"
     )
     print(f"load avg   {loadavg()} before (1/5/15 min)")
     print()
@@ -667,9 +1248,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with LocalModel(server_args=server_args, startup_timeout=300) as local:
         print(f"server started in {time.perf_counter() - started:.1f} s at {local.base_url}")
         print()
-        if args.only != "judging":
+        parts = args.only or ("extraction", "citations", "judging")
+        if "extraction" in parts:
             crashed |= extraction(args, local)
-        if args.only != "extraction":
+        if "citations" in parts:
+            crashed |= citations(args, local)
+        if "judging" in parts:
             crashed |= judging(args, local)
     print(f"load avg   {loadavg()} after")
     print(f"total      {time.perf_counter() - began:.0f} s")
@@ -738,6 +1322,82 @@ def extraction(args: argparse.Namespace, local: LocalModel) -> bool:
     return errors > 0
 
 
+def citations(args: argparse.Namespace, local: LocalModel) -> bool:
+    """The citations part; True when an item crashed."""
+    items = citation_items(args.cite_items, args.seed)
+    print(
+        f"Answers with citations: {len(items)} question(s) (seed {args.seed}), each with one "
+        "source document; evaluator all_of(cites_source(), contains(fact))"
+    )
+    print()
+    firsts = []
+    for key, first in FIRST_PROMPTS.items():
+        print(f"running first prompt {key} ...", file=sys.stderr, flush=True)
+        firsts.append(run_citations(key, None, first, local, items, args.max_tokens))
+    print("The first attempt's prompt, attempt 1 only (one call per question):")
+    print()
+    for line in first_prompt_table(firsts):
+        print(line)
+    print()
+    runs: dict[str, CitationRun] = {}
+    for key, (_, retry) in RETRY_VARIANTS.items():
+        print(f"running retry variant {key} ...", file=sys.stderr, flush=True)
+        runs[key] = run_citations(
+            key, retry, FIRST_PROMPTS[FIRST_PROMPT], local, items, args.max_tokens
+        )
+    print(
+        f"Where the feedback goes: @retry_on_low_quality(max_retries=2), first prompt "
+        f"{FIRST_PROMPT!r} for every variant"
+    )
+    print()
+    for line in retry_table(list(runs.values())):
+        print(line)
+    print()
+    print("a pass counts when the final answer passes the evaluator and does not echo the")
+    print("retry instruction (ECHO_MARKS); McNemar: attempt 1 against after the retries,")
+    print("paired on the same questions")
+    print()
+    print("Paired against the README's placement (passes after the retries):")
+    print()
+    for line in retry_pairs_table(runs, "append"):
+        print(line)
+    print()
+    print("Notes")
+    same = [
+        sum(
+            (a.passed_at == 1) == (b.passed_at == 1) and a.answers[:1] == b.answers[:1]
+            for a, b in zip(run.results, runs["append"].results, strict=True)
+        )
+        for run in runs.values()
+    ]
+    print(f"  attempt 1 identical to the append variant's, per variant: {same} of {len(items)}")
+    for run in [*firsts, *runs.values()]:
+        print(
+            f"  {run.key:<12} {run.seconds:7.1f} s in all; load avg {run.load_before} before, "
+            f"{run.load_after} after"
+        )
+    for run in runs.values():
+        r = run.results
+        repeated = sum(len(x.answers) == 3 and x.answers[1] == x.answers[2] for x in r)
+        third = sum(len(x.answers) == 3 for x in r)
+        print(
+            f"  {run.key:<12} final failures: {sum(not x.cited for x in r)} not citing, "
+            f"{sum(not x.mentioned for x in r)} without the fact; second retries that "
+            f"repeated the first retry's answer word for word: {repeated} of {third}"
+        )
+    print("  final answers of the items rescued (cut to 110 characters; * = echo, not counted):")
+    for run in runs.values():
+        for item, x in zip(items, run.results, strict=True):
+            if x.passed_at is not None and x.passed_at > 1:
+                mark = "*" if x.echoed else " "
+                answer = x.answers[-1].replace("\n", " / ")[:110]
+                print(f"    {run.key:<12}{mark}item {item.index:>3} {item.fact!r}: {answer!r}")
+    errors = sum(x.error is not None for run in [*firsts, *runs.values()] for x in run.results)
+    print(f"  items that CRASHED (HTTP error or unexpected exception): {errors}")
+    print()
+    return errors > 0
+
+
 def judging(args: argparse.Namespace, local: LocalModel) -> bool:
     """The judging half; True when calibrate did not finish."""
     items = judging_items(args.judge_items, args.seed)
@@ -769,7 +1429,23 @@ def judging(args: argparse.Namespace, local: LocalModel) -> bool:
         print(f"calibrate exited {run.status}; {t.errors} judge call(s) failed", file=sys.stderr)
         print(run.errors[-3000:], file=sys.stderr)
         return True
-    return False
+    variants = run_judge_variants(local, items, run.probabilities)
+    print("Prompt and format variants of the judge, on the same labelled answers (each asked as")
+    print("criteria asks: temperature 0, max_tokens 4, P(yes) from the top-5 logprobs), and a")
+    print("rule check beside them:")
+    print()
+    for line in judge_variants_table(variants, items):
+        print(line)
+    print()
+    errors = sum(v.tally.errors for v in variants)
+    cost = ", ".join(
+        f"{v.key} {v.tally.prompt_tokens / n:.0f}+{v.tally.completion_tokens / n:.1f}"
+        for v in variants
+        if v.tally.calls
+    )
+    print(f"variant cost, prompt + completion tokens/item: {cost}; HTTP errors: {errors}")
+    print()
+    return errors > 0
 
 
 if __name__ == "__main__":

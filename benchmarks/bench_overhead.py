@@ -66,7 +66,7 @@ DOCUMENT = ContextDocument(
 )
 CITED = f"Refunds are issued within 14 days of the return (source: {SOURCE})."
 UNCITED = "Refunds are issued within 14 days of the return."
-FEEDBACK = f"The answer cites none of the sources it was given; cite at least one of: {SOURCE}."
+FEEDBACK = f"Cite the source as [{SOURCE}]."
 
 
 def answer(question: str, feedback: str | None = None) -> str:

@@ -40,7 +40,7 @@ def stand_in_judge(request: EvaluationRequest) -> Verdict:
 
 def stand_in_model(prompt: str) -> str:
     """Cites the source only when the prompt asks for it."""
-    if "cite at least one of" in prompt:
+    if "Cite the source" in prompt:
         return "Employees get 25 days of paid leave per year (handbook/leave.md)."
     return "Employees get 25 days of paid leave per year."
 
@@ -54,11 +54,10 @@ evaluator = checks.all_of(
 
 
 @retry_on_low_quality(evaluator=evaluator, max_retries=2, wait=0)
-def answer(question: str, feedback: str | None = None) -> str:
+def answer(question: str) -> str:
     record_context(DOCS)
-    prompt = f"Answer from the documents.\nQuestion: {question}"
-    if feedback is not None:
-        prompt += f"\nYour previous answer was rejected: {feedback}"
+    # on a retry: the rejected answer, then the feedback, added to the prompt
+    prompt = refinekit.retry_prompt(f"Answer from the documents.\nQuestion: {question}")
     reply = stand_in_model(prompt)
     attempt = refinekit.current_attempt()  # None only when called undecorated
     print(f"attempt {attempt.number if attempt else '-'}: {reply!r}")

@@ -7,23 +7,23 @@ once the feedback tells it to. Run: python examples/retry_example.py
 from __future__ import annotations
 
 import refinekit
-from refinekit import LowQualityAnswer, checks, record_context, retry_on_low_quality
+from refinekit import LowQualityAnswer, checks, record_context, retry_on_low_quality, retry_prompt
 
 DOCS = [{"text": "Refunds are accepted within 30 days.", "source": "policies/refunds.md"}]
 
 
 def stand_in_model(prompt: str) -> str:
-    if "cite" in prompt:
+    if "Cite the source as [policies/refunds.md]" in prompt:
         return "Refunds are accepted within 30 days (policies/refunds.md)."
     return "Refunds are accepted within 30 days."
 
 
 @retry_on_low_quality(evaluator=checks.cites_source(), max_retries=2, wait=0.01)
-def answer(question: str, feedback: str | None = None) -> str:
+def answer(question: str) -> str:
     record_context(DOCS)
-    prompt = f"Question: {question}"
-    if feedback is not None:
-        prompt += f"\nYour previous answer was rejected: {feedback}"
+    # the prompt as on the first attempt; on a retry, retry_prompt adds the rejected answer
+    # and the feedback ("Cite the source as [policies/refunds.md].") after it
+    prompt = retry_prompt(f"Question: {question}")
     attempt = refinekit.current_attempt()
     assert attempt is not None
     reply = stand_in_model(prompt)

@@ -43,6 +43,7 @@ from ._model import (
 )
 from ._package import rehome, version
 from ._retry import retry_on_low_quality
+from ._retry_prompt import retry_prompt
 from ._review import reviewed
 from ._revisers import RevisionRequest
 from ._template import schema_prompt
@@ -94,6 +95,7 @@ __all__ = [
     "record_context",
     "response_format",
     "retry_on_low_quality",
+    "retry_prompt",
     "reviewed",
     "schema_prompt",
     "self_correct",

@@ -1,7 +1,8 @@
 """Rule checks: deterministic, free evaluators to run before any model judge.
 
 Every check is an evaluator (it has `evaluate` and `aevaluate`), runs in microseconds, and
-writes feedback that tells the model what to fix::
+writes feedback that tells the model what to do, in words it can act on ("Cite the source as
+[policies/warranty-1.md].", "Mention '10 months' in the answer.")::
 
     from refinekit import checks, retry_on_low_quality
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -33,6 +35,7 @@ __all__ = [
     "matches",
     "max_length",
     "not_empty",
+    "numbers_supported",
     "weighted",
 ]
 
@@ -83,15 +86,42 @@ def _cited(source: str, answer: str) -> bool:
     return source in answer and _citation(source).search(answer) is not None
 
 
+def _bracketed(sources: list[str]) -> str:
+    """`[a.md]`, `[a.md] or [b.md]`, `[a.md], [b.md] or [c.md]`, ... (at most five)."""
+    shown = [f"[{s}]" for s in sources[:5]]
+    listing = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
+    if len(sources) > 5:
+        listing += f" (or another of the {len(sources)} sources given)"
+    return listing
+
+
+def _partials(source: str) -> list[str]:
+    """The tails of a source after each `/`: what a model writes when it shortens the path.
+
+    `policies/warranty-1.md` -> `warranty-1.md`; `https://x.test/faq/7` -> `x.test/faq/7`,
+    `faq/7` (not `7`: a bare word or number is no sign of a shortened citation).
+    """
+    parts = source.rstrip("/").split("/")
+    tails = ["/".join(parts[i:]) for i in range(1, len(parts))]
+    # a file name or a shorter path, not a bare word or number that any answer may contain
+    return [t for t in tails if not t.startswith("/") and ("." in t or "/" in t)]
+
+
 def cites_source() -> Check:
     """The answer cites the source of at least one context document.
 
     A document's source is `ContextDocument.source` (a path, URL or id); it counts as cited
     when it appears verbatim in the answer as a whole token: `a.md` is not cited by
-    `data.md` or `docs/a.md`, but is by `(a.md)` or `a.md.` at the end of a sentence. The score
-    is the share of distinct sources the answer cites. With no document carrying a source, the
-    check fails and says so: there is nothing the answer could cite, which is a wiring problem
-    worth seeing.
+    `data.md` or `docs/a.md`, but is by `[a.md]`, `(a.md)` or `a.md.` at the end of a
+    sentence. The score is the share of distinct sources the answer cites. With no document
+    carrying a source, the check fails and says so: there is nothing the answer could cite,
+    which is a wiring problem worth seeing.
+
+    The feedback is an instruction naming the exact text to add: `Cite the source as
+    [policies/warranty-1.md].` for one source; with several, `Cite the source you used as
+    [a.md] or [b.md].` (the first five, then how many there are). When the answer cites a
+    source by the end of its path only (`[warranty-1.md]`, which does not count), the feedback
+    says so: `Cite the source as [policies/warranty-1.md], not warranty-1.md.`
 
     Returns:
         The check.
@@ -107,15 +137,27 @@ def cites_source() -> Check:
                 cited=[],
             )
         cited = [s for s in sources if _cited(s, request.answer)]
-        listing = ", ".join(sources[:5]) + (", ..." if len(sources) > 5 else "")
-        return _verdict(
-            bool(cited),
-            f"The answer cites none of the sources it was given; cite at least one of: {listing}.",
-            score=len(cited) / len(sources),
-            cited=cited,
-        )
+        if len(sources) == 1:
+            feedback = f"Cite the source as {_bracketed(sources)}"
+        else:
+            feedback = f"Cite the source you used as {_bracketed(sources)}"
+        partial = [p for s in sources for p in _partials(s) if _cited(p, request.answer)]
+        feedback += f", not {partial[0]}." if partial and not cited else "."
+        return _verdict(bool(cited), feedback, score=len(cited) / len(sources), cited=cited)
 
     return Check("cites_source", rule)
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _listed(phrases: list[str], conjunction: str) -> str:
+    """`'a'`, `'a' and 'b'`, `'a', 'b' or 'c'`: each phrase quoted."""
+    quoted = [repr(p) for p in phrases]
+    if len(quoted) == 1:
+        return quoted[0]
+    return ", ".join(quoted[:-1]) + f" {conjunction} " + quoted[-1]
 
 
 def contains(*phrases: str, case_sensitive: bool = False, all_required: bool = True) -> Check:
@@ -127,7 +169,9 @@ def contains(*phrases: str, case_sensitive: bool = False, all_required: bool = T
         all_required: True: every phrase must appear; False: one is enough.
 
     Returns:
-        The check; its score is the share of phrases found.
+        The check; its score is the share of phrases found. Its feedback names what to add:
+        `Mention '10 months' in the answer.` (the missing phrases, joined by "and"; with
+        `all_required=False`, every phrase, joined by "or").
 
     Raises:
         ValueError: No phrase, or an empty one.
@@ -143,14 +187,12 @@ def contains(*phrases: str, case_sensitive: bool = False, all_required: bool = T
         missing = [p for p in phrases if fold(p) not in answer]
         found = len(phrases) - len(missing)
         passed = not missing if all_required else found > 0
-        if all_required:
-            feedback = "The answer must mention " + ", ".join(repr(p) for p in missing) + "."
+        if passed:
+            feedback = ""
+        elif all_required:
+            feedback = f"Mention {_listed(missing, 'and')} in the answer."
         else:
-            feedback = (
-                "The answer must mention at least one of "
-                + ", ".join(repr(p) for p in phrases)
-                + "."
-            )
+            feedback = f"Mention {_listed(list(phrases), 'or')} in the answer."
         return _verdict(passed, feedback, score=found / len(phrases), missing=missing)
 
     return Check("contains", rule)
@@ -177,7 +219,7 @@ def matches(pattern: str | re.Pattern[str], *, description: str | None = None) -
 
     def rule(request: EvaluationRequest) -> Verdict:
         return _verdict(
-            compiled.search(request.answer) is not None, f"The answer must contain {what}."
+            compiled.search(request.answer) is not None, f"Include {what} in the answer."
         )
 
     return Check("matches", rule)
@@ -202,7 +244,7 @@ def max_length(n: int) -> Check:
         length = len(request.answer)
         return _verdict(
             length <= n,
-            f"The answer is {length} characters long; shorten it to at most {n} characters.",
+            f"Shorten the answer to at most {n} characters; it has {length}.",
             length=length,
         )
 
@@ -217,7 +259,7 @@ def not_empty() -> Check:
     """
 
     def rule(request: EvaluationRequest) -> Verdict:
-        return _verdict(bool(request.answer.strip()), "The answer is empty; answer the question.")
+        return _verdict(bool(request.answer.strip()), "Answer the question; the answer was empty.")
 
     return Check("not_empty", rule)
 
@@ -250,8 +292,98 @@ def json_schema(schema: Any) -> Check:
                 e.errors(include_url=False, include_context=False), max_items=5, max_chars=800
             )
             return _verdict(
-                False, "The answer is not valid JSON for the schema:\n" + "\n".join(lines)
+                False, "Reply with JSON that fits the schema; fix:\n" + "\n".join(lines)
             )
         return _verdict(True, "")
 
     return Check("json_schema", rule)
+
+
+# A number as written: 4, 4.0, 1,020.50 (thousands in groups of three), 15% or 15 percent. Not
+# part of a word or a code (`FA00731`, `v2`), nor the tail of a longer number.
+_NUMBER = re.compile(
+    r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?!\w*\d)(?:\s?(%|per\s?cent\b|percent\b))?",
+    re.IGNORECASE,
+)
+_SMALL = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty"
+)
+_TENS = {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80}
+_WORDS = dict(zip(_SMALL.split(" "), range(21), strict=True)) | _TENS
+_WORDS |= {"ninety": 90, "hundred": 100, "thousand": 1000}
+_WORD = re.compile(r"\b(" + "|".join(_WORDS) + r")\b(?:\s?(%|per\s?cent\b|percent\b))?", re.I)
+
+Number = tuple[Decimal, bool]
+"""A number's value and whether it is a percentage."""
+
+
+def _numbers(text: str) -> list[tuple[str, Number]]:
+    """Each number in `text`, as written and as (value, is a percentage)."""
+    found = []
+    for match in _NUMBER.finditer(text):
+        whole, fraction, percent = match.groups()
+        try:
+            value = Decimal(whole.replace(",", "") + (fraction or ""))
+        except InvalidOperation:  # pragma: no cover - the pattern only matches digits
+            continue
+        found.append((match.group(0), (value.normalize(), percent is not None)))
+    return found
+
+
+def _supporting(request: EvaluationRequest) -> set[Number]:
+    """The numbers the answer may use: those of the context, the tools' results, the question.
+
+    In the context and the tools' results, numbers written as words ("two", "twenty") count
+    too, so "2 hours" is supported by "two hours".
+    """
+    texts = [d.text for d in request.context]
+    texts += [c.result for c in request.tool_calls if c.ok and c.result is not None]
+    numbers = {number for text in texts for _, number in _numbers(text)}
+    for text in texts:
+        for match in _WORD.finditer(text):
+            numbers.add((Decimal(_WORDS[match.group(1).lower()]), match.group(2) is not None))
+    numbers |= {number for _, number in _numbers(request.question)}
+    return numbers
+
+
+def numbers_supported() -> Check:
+    """Every number in the answer appears in the context.
+
+    A free, deterministic check for the commonest way a grounded answer goes wrong: a figure
+    that is not in the documents (a changed number, a guessed amount). Numbers are compared by
+    value, as written in digits: `4` and `4.0` are the same number, and so are `1,020.50` and
+    `1020.5` (commas only as thousands separators, in groups of three). A percentage (`15%`,
+    `15 percent`, `15 per cent`) is supported only by a percentage of the same value, and a
+    plain `15` only by a plain 15. Numbers that are part of a word or a code (`FA00731`, `v2`)
+    are not numbers; a time or a date is read as its parts (`10:30` is 10 and 30).
+
+    What counts as support: the context documents, the results of tool calls that succeeded,
+    and the question (an answer may repeat the order number it was asked about). In those,
+    numbers written as words from zero to twenty, the tens, hundred and thousand count too
+    ("2 hours" is supported by "two hours"); in the answer, only digits are checked, so
+    "one of them" is never flagged. An answer with no number passes.
+
+    The score is the share of the answer's numbers that are supported; the feedback names the
+    others, as written: `Use only numbers from the context: 5 and 12% are not in it.`
+    `metadata["unsupported"]` lists them.
+
+    Returns:
+        The check.
+    """
+
+    def rule(request: EvaluationRequest) -> Verdict:
+        numbers = _numbers(request.answer)
+        supported = _supporting(request)
+        unsupported = list(dict.fromkeys(text.strip() for text, n in numbers if n not in supported))
+        missing = sum(n not in supported for _, n in numbers)
+        score = (len(numbers) - missing) / len(numbers) if numbers else 1.0
+        verb = "is" if len(unsupported) == 1 else "are"
+        feedback = (
+            f"Use only numbers from the context: {_and(unsupported)} {verb} not in it."
+            if unsupported
+            else ""
+        )
+        return _verdict(not unsupported, feedback, score=score, unsupported=unsupported)
+
+    return Check("numbers_supported", rule)

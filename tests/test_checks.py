@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
-from refinekit import ContextDocument, EvaluationRequest, Verdict, checks
+from refinekit import ContextDocument, EvaluationRequest, ToolCall, Verdict, checks
 from refinekit.checks import Check
 
 
@@ -81,19 +81,60 @@ async def test_cites_source_fails_naming_the_sources_when_none_is_cited() -> Non
     )
     assert not verdict.passed
     assert verdict.score == 0.0
-    assert "cite at least one of" in verdict.feedback
-    assert "docs/refunds.md" in verdict.feedback
-    assert "docs/billing.md" in verdict.feedback
+    assert verdict.feedback == (
+        "Cite the source you used as [docs/refunds.md] or [docs/billing.md]."
+    )
     assert verdict.metadata["cited"] == []
+
+
+async def test_cites_source_feedback_with_one_source_says_exactly_what_to_write() -> None:
+    verdict = await judge(
+        checks.cites_source(), request("The warranty is 10 months.", "policies/warranty-1.md")
+    )
+    assert verdict.feedback == "Cite the source as [policies/warranty-1.md]."
 
 
 async def test_cites_source_feedback_lists_at_most_five_sources() -> None:
     sources = [f"s{i}.md" for i in range(7)]
     verdict = await judge(checks.cites_source(), request("No citation here.", *sources))
     assert not verdict.passed
-    assert "s4.md" in verdict.feedback
-    assert "s5.md" not in verdict.feedback
-    assert verdict.feedback.endswith(", ....")
+    assert verdict.feedback == (
+        "Cite the source you used as [s0.md], [s1.md], [s2.md], [s3.md] or [s4.md] "
+        "(or another of the 7 sources given)."
+    )
+
+
+async def test_cites_source_feedback_names_a_citation_shortened_to_the_end_of_its_path() -> None:
+    check = checks.cites_source()
+    verdict = await judge(
+        check, request("The warranty is 10 months [warranty-1.md].", "policies/warranty-1.md")
+    )
+    assert not verdict.passed
+    assert verdict.feedback == "Cite the source as [policies/warranty-1.md], not warranty-1.md."
+    several = await judge(check, request("See [faq/7].", "https://x.test/faq/7", "b.md"))
+    assert (
+        several.feedback
+        == "Cite the source you used as [https://x.test/faq/7] or [b.md], not faq/7."
+    )
+
+
+async def test_cites_source_does_not_take_a_bare_word_or_number_for_a_shortened_citation() -> None:
+    verdict = await judge(
+        checks.cites_source(), request("It takes 7 days.", "https://x.test/faq/7")
+    )
+    assert verdict.feedback == "Cite the source as [https://x.test/faq/7]."
+
+
+@pytest.mark.parametrize(
+    "sources",
+    [("policies/warranty-1.md",), ("a.md", "b.md", "c.md"), ("https://x.test/faq?id=7", "id-42")],
+)
+async def test_cites_source_feedback_followed_passes(sources: tuple[str, ...]) -> None:
+    # the instruction names the citation in the form the check accepts: doing what it says passes
+    check = checks.cites_source()
+    feedback = (await judge(check, request("Refunds take 5 days.", *sources))).feedback
+    citation = re.findall(r"\[[^\]]+\]", feedback)[-1]
+    assert (await judge(check, request(f"Refunds take 5 days {citation}.", *sources))).passed
 
 
 @pytest.mark.parametrize("sources", [(), (None,), (None, None)], ids=["no-docs", "one", "two"])
@@ -129,7 +170,7 @@ async def test_contains_all_fails_naming_only_the_missing_phrases() -> None:
     )
     assert not verdict.passed
     assert verdict.score == pytest.approx(2 / 3)
-    assert verdict.feedback == "The answer must mention 'Berlin'."
+    assert verdict.feedback == "Mention 'Berlin' in the answer."
     assert verdict.metadata["missing"] == ["Berlin"]
 
 
@@ -157,7 +198,14 @@ async def test_contains_any_fails_naming_every_phrase() -> None:
     )
     assert not verdict.passed
     assert verdict.score == 0.0
-    assert verdict.feedback == "The answer must mention at least one of 'refund', 'credit'."
+    assert verdict.feedback == "Mention 'refund' or 'credit' in the answer."
+
+
+async def test_contains_names_every_missing_phrase_in_one_instruction() -> None:
+    verdict = await judge(checks.contains("a1", "b2", "c3"), request("Nothing here."))
+    assert verdict.feedback == "Mention 'a1', 'b2' and 'c3' in the answer."
+    followed = await judge(checks.contains("a1", "b2", "c3"), request("a1, b2 and c3."))
+    assert followed.passed
 
 
 @pytest.mark.parametrize("phrases", [(), ("",), ("ok", "")], ids=["none", "empty", "one-empty"])
@@ -180,7 +228,7 @@ async def test_matches_searches_anywhere_in_the_answer() -> None:
     assert failed.score == 0.0
     assert (
         failed.feedback
-        == r"The answer must contain text matching the pattern '\\d{4}-\\d{2}-\\d{2}'."
+        == r"Include text matching the pattern '\\d{4}-\\d{2}-\\d{2}' in the answer."
     )
 
 
@@ -195,7 +243,7 @@ async def test_matches_takes_a_compiled_pattern_with_its_flags() -> None:
 async def test_matches_uses_the_description_in_feedback() -> None:
     check = checks.matches(r"\d{4}-\d{2}-\d{2}", description="a date like 2026-01-31")
     verdict = await judge(check, request("soon"))
-    assert verdict.feedback == "The answer must contain a date like 2026-01-31."
+    assert verdict.feedback == "Include a date like 2026-01-31 in the answer."
 
 
 def test_matches_rejects_an_invalid_regex() -> None:
@@ -215,9 +263,7 @@ async def test_max_length_boundary() -> None:
     over = await judge(check, request("x" * 11))
     assert not over.passed
     assert over.score == 0.0
-    assert over.feedback == (
-        "The answer is 11 characters long; shorten it to at most 10 characters."
-    )
+    assert over.feedback == "Shorten the answer to at most 10 characters; it has 11."
     assert over.metadata["length"] == 11
 
 
@@ -234,7 +280,7 @@ def test_max_length_rejects_anything_but_a_positive_int(n: object) -> None:
 async def test_not_empty_fails_on_blank_answers(answer: str) -> None:
     verdict = await judge(checks.not_empty(), request(answer))
     assert not verdict.passed
-    assert verdict.feedback == "The answer is empty; answer the question."
+    assert verdict.feedback == "Answer the question; the answer was empty."
 
 
 async def test_not_empty_passes_on_text() -> None:
@@ -267,7 +313,7 @@ async def test_json_schema_passes_valid_json() -> None:
 async def test_json_schema_reports_invalid_json() -> None:
     verdict = await judge(checks.json_schema(Order), request('{"number": "A-1", "items": ['))
     assert not verdict.passed
-    assert verdict.feedback.startswith("The answer is not valid JSON for the schema:\n")
+    assert verdict.feedback.startswith("Reply with JSON that fits the schema; fix:\n")
     assert "(the whole value): Invalid JSON" in verdict.feedback
 
 
@@ -352,6 +398,106 @@ def test_json_schema_takes_a_type_not_a_callable_or_an_instance(schema: object, 
     assert says in str(caught.value)
 
 
+# --- numbers_supported ----------------------------------------------------------------------
+
+
+def grounded(answer: str, *texts: str, question: str = "What is it?") -> EvaluationRequest:
+    """A request whose context has one document per text."""
+    context = tuple(ContextDocument(text=t) for t in texts)
+    return EvaluationRequest(question=question, answer=answer, context=context)
+
+
+@pytest.mark.parametrize(
+    ("answer", "context"),
+    [
+        ("Delivery takes 4 days.", "Orders arrive within 4 business days."),
+        ("Delivery takes 4.0 days.", "Orders arrive within 4 business days."),
+        ("The total is 1020.5 euros.", "Total due: EUR 1,020.50"),
+        ("The total is 1,020.50 euros.", "Total due: EUR 1020.5"),
+        ("Members get 15 percent off.", "Members get 15% off orders over 100 euros."),
+        ("Members get 15 % off.", "Members get 15 per cent off."),
+        ("A full charge takes 2 hours.", "A full charge takes about two hours."),
+        ("It opens at 9:30.", "Open from 9:30 to 17:00."),
+        ("No number here, just one of the answers.", "Nothing countable."),
+        ("Invoice FA00731 from v2 of the system.", "Invoice FA00731."),
+    ],
+)
+async def test_numbers_supported_passes_when_every_number_is_in_the_context(
+    answer: str, context: str
+) -> None:
+    verdict = await judge(checks.numbers_supported(), grounded(answer, context))
+    assert verdict.passed, verdict.feedback
+    assert verdict.score == 1.0
+    assert verdict.feedback == ""
+    assert verdict.metadata["unsupported"] == []
+
+
+async def test_numbers_supported_names_the_unsupported_numbers_as_written() -> None:
+    verdict = await judge(
+        checks.numbers_supported(),
+        grounded(
+            "Shipping takes 5 days, costs 4.99 and 20% off: 5 days.", "Ships in 3 days for 4.99."
+        ),
+    )
+    assert not verdict.passed
+    assert verdict.feedback == "Use only numbers from the context: 5 and 20% are not in it."
+    assert verdict.metadata["unsupported"] == ["5", "20%"]
+    assert verdict.score == pytest.approx(1 / 4)  # 4.99 of 5, 4.99, 20%, 5
+
+
+async def test_numbers_supported_one_unsupported_number() -> None:
+    verdict = await judge(
+        checks.numbers_supported(), grounded("Within 5 business days.", "Within 4 business days.")
+    )
+    assert verdict.feedback == "Use only numbers from the context: 5 is not in it."
+
+
+@pytest.mark.parametrize(
+    ("answer", "context"),
+    [
+        ("Members get 15% off.", "Members get 15 euros off."),  # a percentage needs one
+        ("Members get 15 euros off.", "Members get 15% off."),
+        ("It costs 1,020 euros.", "It costs 1.02 euros."),
+        ("Within 14 days.", "Within 4 days."),  # not a substring match
+        ("Within 4 days.", "Within 14 days."),
+    ],
+)
+async def test_numbers_supported_compares_values_not_text(answer: str, context: str) -> None:
+    verdict = await judge(checks.numbers_supported(), grounded(answer, context))
+    assert not verdict.passed
+
+
+async def test_numbers_supported_reads_a_comma_list_as_several_numbers() -> None:
+    verdict = await judge(
+        checks.numbers_supported(), grounded("Rooms 1,2 and 3.", "Rooms 1 and 2.")
+    )
+    assert verdict.metadata["unsupported"] == ["3"]
+
+
+async def test_numbers_supported_counts_the_question_and_tool_results_as_support() -> None:
+    check = checks.numbers_supported()
+    asked = grounded("Order 1187 ships in 4 days.", "Ships in 4 days.", question="Order 1187?")
+    assert (await judge(check, asked)).passed
+    looked_up = EvaluationRequest(
+        question="Where is my order?",
+        answer="It ships in 6 days.",
+        tool_calls=(ToolCall(name="status", result='{"days": 6}'),),
+    )
+    assert (await judge(check, looked_up)).passed
+    failed_tool = EvaluationRequest(
+        question="Where is my order?",
+        answer="It ships in 6 days.",
+        tool_calls=(ToolCall(name="status", result="error: 6 retries failed", ok=False),),
+    )
+    assert not (await judge(check, failed_tool)).passed
+
+
+async def test_numbers_supported_without_context_fails_on_any_number() -> None:
+    verdict = await judge(checks.numbers_supported(), EvaluationRequest(answer="It takes 3 days."))
+    assert not verdict.passed
+    assert verdict.metadata["unsupported"] == ["3"]
+
+
 # --- every check ----------------------------------------------------------------------------
 
 CASES = [
@@ -362,17 +508,19 @@ CASES = [
     (checks.max_length(3), request("long"), request("ok")),
     (checks.not_empty(), request(" "), request("ok")),
     (checks.json_schema(Item), request("{}"), request('{"name": "a", "price_cents": 1}')),
+    (checks.numbers_supported(), request("It takes 5 days."), request("It takes days.")),
 ]
+INSTRUCTIONS = ("Cite", "Mention", "Include", "Shorten", "Answer", "Reply", "Use")
 
 
 @pytest.mark.parametrize(("check", "bad", "good"), CASES, ids=[c[0].name for c in CASES])
-async def test_every_check_explains_a_failure_and_says_nothing_on_a_pass(
+async def test_every_check_says_what_to_do_on_a_failure_and_nothing_on_a_pass(
     check: Check, bad: EvaluationRequest, good: EvaluationRequest
 ) -> None:
     failed = await judge(check, bad)
     assert not failed.passed
-    assert failed.feedback.startswith(("The answer", "No context document"))
-    assert len(failed.feedback) > len("The answer ")
+    # an instruction: what to do, not only what was wrong
+    assert failed.feedback.split()[0] in INSTRUCTIONS, failed.feedback
     passed = await judge(check, good)
     assert passed.passed
     assert passed.feedback == ""

@@ -128,7 +128,7 @@ def test_all_of_never_pays_for_a_judge_after_a_failed_rule(kind: str) -> None:
     evaluator = all_of(checks.not_empty(), checks.cites_source(), expensive)
     empty = EvaluationRequest(answer="   ")
     verdict = judge(evaluator, empty, kind)
-    assert verdict.feedback == "The answer is empty; answer the question."
+    assert verdict.feedback == "Answer the question; the answer was empty."
     assert outcomes(verdict) == [
         ("not_empty", "fail"),
         ("cites_source", "skipped"),

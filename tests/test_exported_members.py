@@ -64,6 +64,7 @@ PUBLIC = {
     "record_context",
     "response_format",
     "retry_on_low_quality",
+    "retry_prompt",
     "reviewed",
     "schema_prompt",
     "self_correct",
@@ -97,6 +98,7 @@ def test_checks_names() -> None:
         "matches",
         "max_length",
         "not_empty",
+        "numbers_supported",
         "weighted",
     }
 

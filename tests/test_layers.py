@@ -39,7 +39,15 @@ LAYERS: dict[str, set[str]] = {
     },
     "evaluators": {"_evaluators", "checks", "evidence"},
     "judges": {"judges"},
-    "decorators": {"_correct", "_guard", "_retry", "_review", "_revisers", "_tools"},
+    "decorators": {
+        "_correct",
+        "_guard",
+        "_retry",
+        "_retry_prompt",
+        "_review",
+        "_revisers",
+        "_tools",
+    },
     "local": {"local"},
     # the evaluation workflow, refinekit/eval/: golden files, runner, store, stats,
     # calibration, reports

@@ -132,3 +132,13 @@ def guarded_reviewed_and_tools() -> None:
         return question
 
     assert_type(final("q"), str)
+
+
+def retry_prompts() -> None:
+    from refinekit import retry_prompt
+
+    assert_type(retry_prompt("q"), str)
+    assert_type(retry_prompt("q", rejected="a", feedback="f"), str)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "q"}]
+    assert_type(retry_prompt(messages), list[dict[str, Any]])
+    assert_type(checks.numbers_supported(), checks.Check)
