@@ -77,6 +77,7 @@ class _Scene:
         self.verdicts: list[Verdict] = []
         self.calls = 0
         self.last_reply = ""
+        self.drafts: list[str] = []
         self.correction: tuple[int, str | None, str] | None = None  # number, kind, text
 
     # events
@@ -88,6 +89,7 @@ class _Scene:
         if event.kind == "verdict" and event.verdict is not None:
             self.verdicts.append(event.verdict)
             self.show_verdict(event.verdict)
+            self.after_verdict(event.verdict, event.attempt)
         elif event.kind == "retry":
             say(
                 f"   feedback sent back (attempt {event.attempt + 1} follows, after a "
@@ -133,6 +135,22 @@ class _Scene:
             )
         self.say(f"   -> {line}")
 
+    def after_verdict(self, verdict: Verdict, attempt: int) -> None:
+        """Say what a verdict means: a retry that paid off, or a judge that could not decide."""
+        if verdict.passed:
+            if attempt > 1:
+                line = f"the model acted on the feedback: attempt {attempt} passed"
+                self.say(f"   -> {self.say.good(line)}")
+            return
+        failed = [c for c in verdict.criteria if c.outcome not in ("pass", "skipped")]
+        if failed and all(c.outcome == "uncertain" for c in failed):
+            self.say.wrapped(
+                "   -> ",
+                "the judge could not decide (its p is between the thresholds); an uncertain "
+                "verdict counts as a rejection",
+                6,
+            )
+
     def show_verdict(self, verdict: Verdict) -> None:
         say = self.say
         word = say.good("passed") if verdict.passed else say.bad("rejected")
@@ -158,6 +176,16 @@ class _Scene:
         self.show_reply(
             f"attempt {attempt.number}/{attempt.max_attempts}" if attempt else "answer", reply
         )
+        text = text_of(reply)
+        if self.drafts and text == self.drafts[-1]:
+            line = (
+                "the model did not act on the feedback: the same answer as attempt "
+                f"{len(self.drafts)}"
+            )
+            self.say(f"   -> {self.say.bad(line)}")
+        elif self.drafts:
+            self.say("   -> the answer changed after the feedback")
+        self.drafts.append(text)
 
     def show_extraction(self, messages: list[dict[str, Any]], reply: ChatCompletion) -> None:
         self.calls += 1

@@ -19,6 +19,7 @@ from ..._correct import self_correct
 from ..._job import record_context
 from ..._model import ContextDocument
 from ..._retry import retry_on_low_quality
+from ..._retry_prompt import retry_prompt
 from ..._template import schema_prompt
 
 if TYPE_CHECKING:
@@ -93,22 +94,19 @@ def _ignore(reply: ChatCompletion) -> None:
     """The default `on_reply`: show nothing."""
 
 
-def refund_messages(
-    question: str, policy: ContextDocument, feedback: str | None
-) -> list[ChatCompletionMessageParam]:
-    """The answering model's prompt: the policy, the question and, on a retry, the feedback.
+def refund_messages(question: str, policy: ContextDocument) -> list[dict[str, Any]]:
+    """The answering model's prompt, as on the first attempt: the policy and the question.
+
+    On a retry, `refinekit.retry_prompt` adds the rejected answer and the feedback to it.
 
     Args:
         question: The customer's question.
         policy: The policy document to answer from.
-        feedback: The latest rejection's feedback, or None on the first attempt.
 
     Returns:
         The chat messages.
     """
     user = f"Policy [{policy.source}]:\n{policy.text}\n\nQuestion: {question}"
-    if feedback is not None:
-        user += f"\n\nA reviewer rejected your previous answer: {feedback}\nAnswer again."
     return [
         {
             "role": "system",
@@ -134,15 +132,19 @@ def refund_answerer(
         on_reply: Called with each reply, to show it.
 
     Returns:
-        `answer(question, feedback=None)`, returning the `ChatCompletion` that passed.
+        `answer(question)`, returning the `ChatCompletion` that passed.
     """
     evaluator = checks.all_of(checks.not_empty(), judges.criteria(judge, CRITERIA))
 
     @retry_on_low_quality(evaluator=evaluator, max_retries=2, wait=RETRY_WAIT)
-    def answer(question: str, feedback: str | None = None) -> ChatCompletion:
+    def answer(question: str) -> ChatCompletion:
         record_context(POLICY)  # what the judge checks the answer against
+        # on a retry: the prompt, "Your answer was: <the rejected answer>", then the feedback
+        messages = retry_prompt(refund_messages(question, POLICY))
         reply = client.chat.completions.create(
-            model=model, messages=refund_messages(question, POLICY, feedback), temperature=0
+            model=model,
+            messages=cast("list[ChatCompletionMessageParam]", messages),
+            temperature=0,
         )
         on_reply(reply)
         return reply  # a ChatCompletion: the job counts its tokens
