@@ -15,7 +15,7 @@ from typing import Any
 
 import openai
 
-from refinekit import checks, judges, record_context, retry_on_low_quality
+from refinekit import checks, judges, record_context, retry_on_low_quality, retry_prompt
 
 DOCS = [
     {
@@ -80,13 +80,12 @@ def retrieve(question: str) -> list[dict[str, str]]:
     ]
 
 
-def _ask(system: str, question: str, feedback: str | None) -> Any:
+def _ask(system: str, question: str) -> Any:
     docs = retrieve(question)
     record_context(docs)  # what cites_source checks the answer against
     documents = "\n".join(f"[{d['source']}] {d['text']}" for d in docs)
-    prompt = f"Question: {question}\n\nDocuments:\n{documents}"
-    if feedback is not None:
-        prompt += f"\n\nYour last answer was rejected: {feedback}"
+    # on a retry: + "Your answer was: <the rejected answer>" + the feedback
+    prompt = retry_prompt(f"Question: {question}\n\nDocuments:\n{documents}")
     return client().chat.completions.create(
         model=MODEL,
         messages=[{"role": "system", "content": system}, {"role": "user", "content": prompt}],
@@ -94,15 +93,15 @@ def _ask(system: str, question: str, feedback: str | None) -> Any:
 
 
 @retry_on_low_quality(evaluator=checks.cites_source(), max_retries=1)
-def answer(question: str, feedback: str | None = None) -> Any:
+def answer(question: str) -> Any:
     """The main branch's answer function (a ChatCompletion; its usage is counted)."""
-    return _ask(SYSTEM, question, feedback)
+    return _ask(SYSTEM, question)
 
 
 @retry_on_low_quality(evaluator=checks.cites_source(), max_retries=1)
-def answer_v2(question: str, feedback: str | None = None) -> Any:
+def answer_v2(question: str) -> Any:
     """The branch's answer function: the same, asking for one short sentence."""
-    return _ask(SYSTEM + SHORTER, question, feedback)
+    return _ask(SYSTEM + SHORTER, question)
 
 
 grounded = judges.criteria(

@@ -109,7 +109,7 @@ def answering_model(request: RecordedRequest) -> str:
     question = re.search(r"Question: (.*)", user).group(1)
     if "one short sentence" in system:
         return BRANCH[question]
-    if question == "When will I get my refund?" and "rejected" not in user:
+    if question == "When will I get my refund?" and "Cite the source" not in user:
         return UNCITED
     return MAIN[question]
 
