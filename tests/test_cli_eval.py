@@ -1032,6 +1032,8 @@ def usage_ws(ws: Workspace) -> Workspace:
     (ws.path / "header.csv").write_text("question,must_mention\n")
     (ws.path / "blank.jsonl").write_text("\n\n")
     (ws.path / "broken.jsonl").write_text('{"question": "q"}\n{"question": \n')
+    # an integer past Python's 4300-digit limit: json.loads raises a bare ValueError
+    (ws.path / "huge.jsonl").write_text('{"question": "q", "n": ' + "9" * 5000 + "}\n")
     (ws.path / "list.jsonl").write_text('["q", "ok"]\n')
     (ws.path / "latin1.csv").write_bytes(b"question,must_mention\ncaf\xe9,ok\n")
     (ws.path / "notes.txt").write_text("question\nq\n")
@@ -1065,6 +1067,7 @@ def usage_ws(ws: Workspace) -> Workspace:
         (["header.csv", "--target", "{m}:answer"], "header.csv has no rows"),
         (["blank.jsonl", "--target", "{m}:answer"], "blank.jsonl has no rows"),
         (["broken.jsonl", "--target", "{m}:answer"], "broken.jsonl, line 2: not JSON"),
+        (["huge.jsonl", "--target", "{m}:answer"], "huge.jsonl, line 1: not JSON (Exceeds"),
         (["list.jsonl", "--target", "{m}:answer"], "list.jsonl, line 1: not a JSON object"),
         (["latin1.csv", "--target", "{m}:answer"], "latin1.csv: not a UTF-8 CSV file"),
         (

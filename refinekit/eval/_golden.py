@@ -48,7 +48,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
                         continue
                     try:
                         row = json.loads(line)
-                    except json.JSONDecodeError as e:
+                    except ValueError as e:  # JSONDecodeError, or an integer past 4300 digits
                         raise DataFileError(f"{path}, line {number}: not JSON ({e})") from None
                     row = _without_lone_surrogates(row)
                     if not isinstance(row, dict):
