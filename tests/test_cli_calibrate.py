@@ -344,7 +344,6 @@ AGREEMENT = [
         ("judge", "0.5", 0, "gate: Cohen's kappa 0.500 >= --min-kappa 0.500: pass"),
         ("judge", "-1", 0, "gate: Cohen's kappa 0.500 >= --min-kappa -1.000: pass"),
         ("judge", "0.6", 1, "gate: Cohen's kappa 0.500 is under --min-kappa 0.600: FAIL"),
-        ("unsure", "-1", 1, "gate: Cohen's kappa n/a is under --min-kappa -1.000: FAIL"),
     ],
 )
 def test_min_kappa_gates_calibration_on_cohens_kappa(
@@ -362,6 +361,24 @@ def test_min_kappa_gates_calibration_on_cohens_kappa(
     ungated = cli("calibrate", data, "--judge", f"{module}:{judge}")
     assert ungated.code == 0
     assert "gate:" not in ungated.out
+
+
+@pytest.mark.parametrize("gate", [[], ["--min-kappa", "-1"]], ids=["no-gate", "gate"])
+def test_a_judge_inconclusive_on_every_item_measured_nothing_exit_1(
+    ws: Workspace, cli: Cli, gate: list[str]
+) -> None:
+    data = ws.jsonl("labelled.jsonl", AGREEMENT)
+    module = ws.module(PLAIN_JUDGES)
+
+    result = cli("calibrate", data, "--judge", f"{module}:unsure", *gate)
+
+    assert result.code == 1
+    assert "judged 0 items (0 unavailable and 4 inconclusive)" in result.out
+    assert "no item got a pass or fail verdict" in result.err
+    assert "accuracy" not in result.out  # no figure of agreement with nothing judged
+    assert "gate:" not in result.out
+    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+        assert store.runs()[0].status == "complete"  # a finished run, resumable as it is
 
 
 @pytest.mark.parametrize("gate", [[], ["--min-kappa", "-1"]], ids=["no-gate", "gate"])

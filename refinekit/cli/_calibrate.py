@@ -52,7 +52,20 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
         if args.report is not None:
             write_report(io, "calibrate", args.report, result)
         return EXIT_SETUP
-    _print_calibration(io, result.calibration)
+    c = result.calibration
+    if c.items == 0:  # every verdict inconclusive (or unavailable): nothing to compare
+        io.say()
+        io.say(f"judged 0 items ({c.unavailable} unavailable and {c.inconclusive} inconclusive)")
+        io.error(
+            "calibrate",
+            "no item got a pass or fail verdict, so there is no agreement to measure: the "
+            "judge said the evidence could not decide on every item; give it the context it "
+            "needs, or label items it can judge",
+        )
+        if args.report is not None:
+            write_report(io, "calibrate", args.report, result)
+        return EXIT_GATE
+    _print_calibration(io, c)
     if args.report is not None and not write_report(io, "calibrate", args.report, result):
         return EXIT_USAGE
     if result.min_kappa is not None:

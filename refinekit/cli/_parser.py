@@ -74,7 +74,7 @@ fall in between ("uncertain")."""
 _CALIBRATE_EPILOG = """\
 exit status:
   0    done; --min-kappa, when given, held
-  1    the --min-kappa gate failed
+  1    the --min-kappa gate failed, or no item got a pass or fail verdict
   2    usage error, nothing run
   3    stopped early: a misconfigured or broken judge
   4    the judge gave no verdict on any item (all unavailable): the setup failed
