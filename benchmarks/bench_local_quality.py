@@ -601,7 +601,7 @@ def run_judging(local: LocalModel, items: Sequence[JudgingItem], folder: Path) -
 
 def calibrated_probabilities(db: Path, n: int) -> list[float | None]:
     """The judge's P(yes) for each item of the last calibrate run, in the file's order."""
-    from refinekit._runstore import RunStore
+    from refinekit.eval._runstore import RunStore
 
     with RunStore(db) as store:
         run = store.runs(kind="calibrate")[-1]
