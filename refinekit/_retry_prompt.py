@@ -42,10 +42,10 @@ def retry_prompt(
 
     and on the first attempt (or outside a decorated function) it comes back unchanged. The
     feedback is the last line, as an instruction; the rejected answer is quoted so that the
-    model can keep what was right in it. On a 135M model this placement rescued several times
-    more rejected answers than "Your last answer was rejected: <feedback>" appended to the
-    prompt (docs/local_model.md). Only the latest answer and feedback are added, so retries
-    never pile up in the prompt.
+    model can keep what was right in it. On a 135M model this placement rescued 13 and 12 of
+    the rejected answers on two seeds, where "Your last answer was rejected: <feedback>"
+    appended to the prompt rescued 3 and 9 (docs/local_model.md). Only the latest answer and
+    feedback are added, so retries never pile up in the prompt.
 
     Args:
         prompt: The prompt as on the first attempt: a str, or a list of chat messages (a new
