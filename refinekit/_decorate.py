@@ -402,6 +402,9 @@ class AsyncBound(Bound[C]):
 
 SyncDecorated._bound_class = SyncBound
 AsyncDecorated._bound_class = AsyncBound
+for _bound in (SyncBound, AsyncBound):  # a bound method's docstring is its function's
+    _bound.__doc__ = property(lambda self: self._decorated.__doc__)  # type: ignore[assignment]
+del _bound
 
 
 def wrap(
