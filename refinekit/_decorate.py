@@ -143,6 +143,9 @@ class Decorated(Generic[C]):
         if not isinstance(getattr(self, "__name__", None), str):  # a callable object
             self.__name__ = self.__qualname__ = self._function
         self.__wrapped__ = target
+        namespace = getattr(target, "__globals__", None)  # where string annotations resolve
+        if isinstance(namespace, dict):
+            self.__globals__ = namespace
         self._original = fn
         self._fn: Any = target
         self._kind: Kind = kind
@@ -165,7 +168,8 @@ class Decorated(Generic[C]):
     def __set_name__(self, owner: type, name: str) -> None:
         """Defined in a class body: a plain function is then an instance method."""
         self._owner = owner
-        if self._kind == "function":
+        if self._kind == "function" and hasattr(type(self._fn), "__get__"):
+            # (a callable object without `__get__` is not bound in a class: not a method)
             self._method = True
             self.bound_config()  # a bad signature without `self` is refused now
         if isinstance(self._fn, Decorated):

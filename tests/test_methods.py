@@ -8,7 +8,9 @@ the bound arguments a `question=` / `input=` / `validation_context=` callable ge
 
 from __future__ import annotations
 
+import copy
 import inspect
+import pickle
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -301,3 +303,39 @@ def test_tool_methods_never_record_their_receiver() -> None:
         ("policy", '{"topic":"refunds"}'),
         ("today", '{"zone":"UTC"}'),
     ]
+
+
+class Answerer:
+    """A callable object: in a class body it is not bound (it has no `__get__`)."""
+
+    def __call__(self, text: str) -> str:
+        return f"object: {text}"
+
+
+def test_a_callable_object_in_a_class_body_stays_unbound() -> None:
+    seen = Seen()
+
+    class Service:
+        answer = retry_on_low_quality(evaluator=lambda r: True, question=seen.select)(Answerer())
+
+    assert Service().answer(TEXT) == f"object: {TEXT}"
+    assert Service.answer(TEXT) == f"object: {TEXT}"
+    assert seen.arguments == [["text"], ["text"]]
+
+
+@retry_on_low_quality(evaluator=lambda r: True)
+def module_level(question: str) -> str:
+    return question
+
+
+class Module:
+    @guarded(screen=lambda r: True)
+    def method(self, question: str) -> str:
+        return question
+
+
+def test_decorated_functions_pickle_by_name_as_functions_do() -> None:
+    assert pickle.loads(pickle.dumps(module_level)) is module_level
+    assert pickle.loads(pickle.dumps(Module.method)) is Module.__dict__["method"]
+    assert copy.copy(module_level) is module_level
+    assert copy.deepcopy(module_level) is module_level
