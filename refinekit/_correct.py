@@ -713,7 +713,8 @@ def self_correct(
     """Parse and validate the decorated function's reply; correct a bad one in conversation.
 
     The function takes the conversation (a list of OpenAI-style message dicts) as its first
-    argument and returns the model's reply: a `str`, an OpenAI `ChatCompletion` or a message
+    argument (the first after `self` or `cls` on a method or classmethod) and returns the
+    model's reply: a `str`, an OpenAI `ChatCompletion` or a message
     (its text, or the arguments of its single tool call, is parsed). The decorated call
     returns the validated value.
 
@@ -747,7 +748,7 @@ def self_correct(
 
     Returns:
         A decorator; the decorated function returns the schema's type (awaitable for
-        `async def`).
+        `async def`), and has `.outcome(...)` and `.retry_with(**changes)`.
 
     Raises:
         ValueError: `max_corrections` is not an int from 0 to 10 (when decorating).

@@ -105,7 +105,7 @@ class _Receiverless:
         self.__name__ = getattr(fn, "__name__", self.__qualname__)
         self.__signature__ = signature.replace(parameters=params)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
         raise TypeError("a signature stand-in is not called")
 
 
@@ -247,7 +247,7 @@ class Decorated(Generic[C]):
 class SyncDecorated(Decorated[C]):
     """A decorated `def` function: the call runs the flow with `run_sync`."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         fn, cfg, args = self._target(args)
         return self._call(fn, cfg, args, kwargs)
 
@@ -260,7 +260,7 @@ class SyncDecorated(Decorated[C]):
         finally:
             leave_job(token)
 
-    def outcome(self, *args: Any, **kwargs: Any) -> Outcome[Any]:
+    def outcome(self, /, *args: Any, **kwargs: Any) -> Outcome[Any]:
         """Call the function as `fn(*args, **kwargs)` does; return what the call did.
 
         Returns:
@@ -287,7 +287,7 @@ class SyncDecorated(Decorated[C]):
 class AsyncDecorated(Decorated[C]):
     """A decorated function that is async to call: the call runs the flow with `run_async`."""
 
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    async def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         fn, cfg, args = self._target(args)
         return await self._call(fn, cfg, args, kwargs)
 
@@ -306,7 +306,7 @@ class AsyncDecorated(Decorated[C]):
         finally:
             leave_job(token)
 
-    def outcome(self, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Outcome[Any]]:
+    def outcome(self, /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Outcome[Any]]:
         """Call the function as `fn(*args, **kwargs)` does; return what the call did.
 
         Returns:
@@ -375,11 +375,11 @@ class SyncBound(Bound[C]):
 
     __slots__ = ()
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         decorated = cast("SyncDecorated[C]", self._decorated)
         return decorated._call(self.__wrapped__, decorated.bound_config(), args, kwargs)
 
-    def outcome(self, *args: Any, **kwargs: Any) -> Outcome[Any]:
+    def outcome(self, /, *args: Any, **kwargs: Any) -> Outcome[Any]:
         """See `SyncDecorated.outcome`."""
         decorated = cast("SyncDecorated[C]", self._decorated)
         return decorated._outcome(self.__wrapped__, decorated.bound_config(), args, kwargs)
@@ -390,7 +390,7 @@ class AsyncBound(Bound[C]):
 
     __slots__ = ()
 
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    async def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
         decorated = cast("AsyncDecorated[C]", self._decorated)
         return await decorated._call(self.__wrapped__, decorated.bound_config(), args, kwargs)
 
@@ -398,7 +398,7 @@ class AsyncBound(Bound[C]):
     __defaults__ = None
     __kwdefaults__ = None
 
-    def outcome(self, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Outcome[Any]]:
+    def outcome(self, /, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Outcome[Any]]:
         """See `AsyncDecorated.outcome`."""
         decorated = cast("AsyncDecorated[C]", self._decorated)
         return decorated._outcome(self.__wrapped__, decorated.bound_config(), args, kwargs)

@@ -213,7 +213,8 @@ def guarded(
     replaced by `refusal` before anything else sees it: an outer `@retry_on_low_quality`
     judges the refusal, never the unsafe draft. With input screening on, the input is
     screened before the call, and a blocked input returns the refusal without calling the
-    function at all. Works on `def` and `async def` functions alike.
+    function at all. Works on `def` and `async def` functions alike, and on methods
+    (`self`/`cls` is bound, never the input).
 
     A `str` output is screened as it is, an OpenAI `ChatCompletion` as its message text, a
     pydantic model (or any other value) as JSON. A blocked call always returns the `refusal`
@@ -241,7 +242,8 @@ def guarded(
             rule check (a bug) propagates.
 
     Returns:
-        A decorator keeping the function's signature.
+        A decorator keeping the function's signature; the decorated function has
+        `.outcome(...)` and `.retry_with(**changes)`.
 
     Raises:
         TypeError: `screen` is not an evaluator, `refusal` is not a `str`, `screen_input` is

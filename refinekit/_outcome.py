@@ -8,6 +8,7 @@ plain call passes no record, and costs nothing more.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -75,11 +76,11 @@ class Outcome(Generic[T_co]):
 
 
 def _minus(after: Usage, before: Usage) -> Usage:
-    return Usage(
-        after.model_calls - before.model_calls,
-        after.prompt_tokens - before.prompt_tokens,
-        after.completion_tokens - before.completion_tokens,
-    )
+    """What was added between two readings of a job's usage (every field a count)."""
+    return Usage(**{f.name: getattr(after, f.name) - getattr(before, f.name) for f in _FIELDS})
+
+
+_FIELDS = dataclasses.fields(Usage)
 
 
 class Record:

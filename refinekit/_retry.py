@@ -388,7 +388,8 @@ def retry_on_low_quality(
     latest feedback (as the `feedback` keyword, when the function declares that parameter;
     always through `refinekit.current_attempt()`). Feedback never compounds: each retry is
     built from the original call. Any other exception propagates at once, unretried. Works
-    on `def` and `async def` functions alike.
+    on `def` and `async def` functions alike, and on methods, classmethods and staticmethods
+    (`self`/`cls` is bound, never the question nor one of the bound arguments it reads).
 
     Args:
         evaluator: What judges each answer: an evaluator, an async evaluator or a function

@@ -367,7 +367,8 @@ def reviewed(
     judged with the evidence recorded while it ran: the question, the context recorded with
     `refinekit.record_context` and the tool calls recorded by `@refinekit.tool`. A revision
     is new text from the reviser; the function and its tools are never called again. Works on
-    `def` and `async def` functions alike; the call returns a `str`.
+    `def` and `async def` functions alike, and on methods (`self`/`cls` is bound, never the
+    question); the call returns a `str`.
 
     - `"off"`: the function's answer is returned as it is; nothing is judged or recorded.
     - `"shadow"`: the answer is judged and the verdict recorded (a `review` event, an INFO log
@@ -402,6 +403,7 @@ def reviewed(
 
     Returns:
         A decorator keeping the function's parameters; the call returns the answer's text.
+        The decorated function has `.outcome(...)` and `.retry_with(**changes)`.
 
     Raises:
         ValueError: An unknown `mode` or `on_inconclusive`, `max_revisions` not an int from 0

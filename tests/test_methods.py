@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
-from helpers import call
+from helpers import as_kind, call
 from pydantic import BaseModel
 
 import refinekit
@@ -339,3 +339,12 @@ def test_decorated_functions_pickle_by_name_as_functions_do() -> None:
     assert pickle.loads(pickle.dumps(Module.method)) is Module.__dict__["method"]
     assert copy.copy(module_level) is module_level
     assert copy.deepcopy(module_level) is module_level
+
+
+def test_an_argument_named_self_passes_by_keyword(kind: str) -> None:
+    def join(self: str, question: str) -> str:
+        return self + question
+
+    decorated = retry_on_low_quality(evaluator=lambda r: True)(as_kind(kind, join))
+    assert call(decorated, self="a", question="c") == "ac"
+    assert call(decorated.outcome, self="a", question="c").value == "ac"
