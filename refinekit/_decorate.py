@@ -162,6 +162,7 @@ class Decorated(Generic[C]):
             self._bound_cfg = configure(_Receiverless(target))
         else:
             self._cfg = configure(target)
+        self._plain = kind != "class"  # a direct call calls `_fn` with `_cfg` as it is
 
     # --- binding -------------------------------------------------------------------------------
 
@@ -171,6 +172,7 @@ class Decorated(Generic[C]):
         if self._kind == "function" and hasattr(type(self._fn), "__get__"):
             # (a callable object without `__get__` is not bound in a class: not a method)
             self._method = True
+            self._plain = False
             self.bound_config()  # a bad signature without `self` is refused now
         if isinstance(self._fn, Decorated):
             self._fn.__set_name__(owner, name)
@@ -248,8 +250,15 @@ class SyncDecorated(Decorated[C]):
     """A decorated `def` function: the call runs the flow with `run_sync`."""
 
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        fn, cfg, args = self._target(args)
-        return self._call(fn, cfg, args, kwargs)
+        if self._plain:  # the common case, without a call more
+            fn, cfg = self._fn, self._cfg
+        else:
+            fn, cfg, args = self._target(args)
+        job, token = enter_job()
+        try:
+            return run_sync(self._flow(cfg, fn, args, kwargs, job, None))  # type: ignore[arg-type]
+        finally:
+            leave_job(token)
 
     def _call(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -288,8 +297,15 @@ class AsyncDecorated(Decorated[C]):
     """A decorated function that is async to call: the call runs the flow with `run_async`."""
 
     async def __call__(self, /, *args: Any, **kwargs: Any) -> Any:
-        fn, cfg, args = self._target(args)
-        return await self._call(fn, cfg, args, kwargs)
+        if self._plain:  # the common case, without a call more
+            fn, cfg = self._fn, self._cfg
+        else:
+            fn, cfg, args = self._target(args)
+        job, token = enter_job()
+        try:
+            return await run_async(self._flow(cfg, fn, args, kwargs, job, None))  # type: ignore[arg-type]
+        finally:
+            leave_job(token)
 
     # `inspect.iscoroutinefunction()` (so FastAPI, pytest, ...) sees a coroutine function, on
     # every Python: it reads the code flags of a function-like object.

@@ -370,3 +370,21 @@ async def test_every_error_carries_the_judges_usage_and_the_job(
     assert exhausted.value.judge_usage == job.judge_usage
     assert job.judge_usage.model_calls == 1
     assert len({low.value.job_id, rejected.value.job_id, job.id}) == 3
+
+
+async def test_outcome_emits_the_events_the_plain_call_emits(kind: str) -> None:
+    calls: list[str | None] = []
+
+    def answer(question: str, feedback: str | None = None) -> str:
+        calls.append(feedback)
+        return "a"
+
+    fn = retry_on_low_quality(evaluator=passes_on(2))(as_kind(kind, answer))
+    plain: list[Event] = []
+    with refinekit.subscribe(plain.append):
+        await acall(fn, QUESTION)
+    recorded: list[Event] = []
+    with refinekit.subscribe(recorded.append):
+        await outcome_of(fn, QUESTION)
+    assert [(e.kind, e.attempt) for e in plain] == [(e.kind, e.attempt) for e in recorded]
+    assert calls == [None, "fix #1", None, "fix #1"]
