@@ -172,10 +172,16 @@ class _RetryConfig:
         return args, {**kwargs, "feedback": feedback}
 
 
-def _event(cfg: _RetryConfig, job: Job, kind: EventKind, number: int, **fields: Any) -> Event:
-    return make_event(
-        kind, "retry_on_low_quality", cfg.function, job, number, cfg.max_retries + 1, **fields
-    )
+def _event(
+    cfg: _RetryConfig,
+    job: Job,
+    kind: EventKind,
+    number: int,
+    maximum: int | None = None,
+    **fields: Any,
+) -> Event:
+    most = cfg.max_retries + 1 if maximum is None else maximum
+    return make_event(kind, "retry_on_low_quality", cfg.function, job, number, most, **fields)
 
 
 def _kept(value: Any, info: AttemptInfo, outer: AttemptInfo | None) -> Any:
@@ -351,6 +357,7 @@ def _retry_flow(
             job,
             "exhausted",
             len(attempts),
+            len(attempts),  # the most there were: `stop=` may have ended them early
             verdict=rejection.verdict,
             feedback=rejection.feedback,
             error=(

@@ -221,3 +221,14 @@ def test_retry_with_changes_the_stop(kind: str) -> None:
     with pytest.raises(LowQualityAnswer):
         call(fn, QUESTION)
     assert len(asked) == 6
+
+
+def test_an_early_stop_is_an_exhaustion_at_the_last_attempt(events: list[Event]) -> None:
+    answer, _ = counting()
+    fn = retry_on_low_quality(
+        evaluator=rejects_until(10), max_retries=5, stop=tenacity.stop_after_attempt(2)
+    )(answer)
+    with pytest.raises(LowQualityAnswer):
+        fn(QUESTION)
+    exhausted = [e for e in events if e.kind == "exhausted"]
+    assert [(e.attempt, e.max_attempts, e.is_last) for e in exhausted] == [(2, 2, True)]
