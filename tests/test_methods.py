@@ -348,3 +348,19 @@ def test_an_argument_named_self_passes_by_keyword(kind: str) -> None:
     decorated = retry_on_low_quality(evaluator=lambda r: True)(as_kind(kind, join))
     assert call(decorated, self="a", question="c") == "ac"
     assert call(decorated.outcome, self="a", question="c").value == "ac"
+
+
+def test_instances_without_a_dict_work() -> None:
+    class Slotted:
+        __slots__ = ("name",)
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @retry_on_low_quality(evaluator=lambda r: True)
+        def answer(self, question: str) -> str:
+            return f"{self.name}: {question}"
+
+    impl = Slotted.__dict__["answer"]
+    assert call(Slotted("alice").answer, TEXT) == f"alice: {TEXT}"
+    assert call(impl.outcome, Slotted("bob"), TEXT).value == f"bob: {TEXT}"
