@@ -371,8 +371,14 @@ class Bound(Generic[C]):
         self.__wrapped__ = fn  # the bound method: `inspect.signature` leaves out `self`
 
     def __getattr__(self, name: str) -> Any:
-        # `__name__`, `__doc__`, `__qualname__`, `__module__`, `__annotations__`, ...
+        # `__name__`, `__qualname__`, `__annotations__`, `outcome`'s docstring, ...
+        if name == "_decorated":  # not set yet (a copy being made): nothing to delegate to
+            raise AttributeError(name)
         return getattr(self._decorated, name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # As a bound method pickles: the attribute of its instance (or class).
+        return (getattr, (self.__self__, self._decorated.__name__))
 
     def retry_with(self, **changes: Any) -> Any:
         """The decorated method with these options changed, bound to the same instance.

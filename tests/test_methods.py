@@ -364,3 +364,12 @@ def test_instances_without_a_dict_work() -> None:
     impl = Slotted.__dict__["answer"]
     assert call(Slotted("alice").answer, TEXT) == f"alice: {TEXT}"
     assert call(impl.outcome, Slotted("bob"), TEXT).value == f"bob: {TEXT}"
+
+
+def test_a_bound_method_copies_and_pickles_as_a_bound_method_does() -> None:
+    bound = Module().method
+    assert copy.copy(bound).__self__ is bound.__self__
+    assert copy.copy(bound)("q") == "q"
+    restored = pickle.loads(pickle.dumps(bound))
+    assert isinstance(restored.__self__, Module)
+    assert restored("q") == "q"
