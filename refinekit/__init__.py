@@ -41,6 +41,7 @@ from ._model import (
     Verdict,
     VerdictStatus,
 )
+from ._outcome import Outcome
 from ._package import rehome, version
 from ._retry import retry_on_low_quality
 from ._retry_prompt import retry_prompt
@@ -73,6 +74,7 @@ __all__ = [
     "JudgeReplyError",
     "JudgeUnavailable",
     "LowQualityAnswer",
+    "Outcome",
     "RefinekitError",
     "RefinekitWarning",
     "ReplyProblem",

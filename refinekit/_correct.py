@@ -6,7 +6,8 @@ import functools
 import inspect
 import json
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
 from ._corrections import CHECK_MARKER, CorrectionRequest, default_correction
-from ._decorate import wrap
+from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._diagnose import diagnose
 from ._errors import (
     CorrectionExhausted,
@@ -43,6 +44,8 @@ from ._errtext import error_path, utf8_text
 from ._flow import Call, Flow
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import Job
+from ._model import Attempt, Verdict
+from ._outcome import Record
 from ._policy import check_budget
 from ._repair import loads_raw, syntax_fixes, value_fixes
 from ._replies import finish_reason_of, reply_text
@@ -540,6 +543,7 @@ def _correct_flow(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     job: Job,
+    record: Record | None,
 ) -> Flow[T]:
     messages, rest, rest_kwargs = cfg.split(args, kwargs)
     conversation = _conversation(messages, cfg.function)
@@ -553,6 +557,7 @@ def _correct_flow(
         sent = [dict(m) for m in conversation]
         sent.extend(dict(m) for m in added)
         counted = job._replies_counted()
+        started = time.perf_counter()
         reply = yield Call(fn, (sent, *rest), rest_kwargs)
         job._count_reply(reply, counted)
         result: Parsed | CorrectionFailure
@@ -571,6 +576,9 @@ def _correct_flow(
         if not isinstance(result, CorrectionFailure):
             if wants_debug_events():
                 emit(_event(cfg, job, "attempt", call, possible, repairs=result[1]))
+            if record is not None:
+                verdict = Verdict(passed=True, metadata={"repairs": list(result[1])})
+                _add(record, call, result[0], verdict, started, added)
             return cast(T, result[0])
         if wants_debug_events():
             emit(_event(cfg, job, "attempt", call, possible))
@@ -580,6 +588,11 @@ def _correct_flow(
         # As it can be sent: a lone surrogate in the reply would make the next request fail.
         last = [*sent, {"role": "assistant", "content": utf8_text(text)}]
         diagnosis = _diagnosis(cfg, failure, finish, context)
+        if record is not None:
+            verdict = Verdict(
+                passed=False, feedback=failure.summary, metadata={"failure": diagnosis.kind}
+            )
+            _add(record, call, text, verdict, started, added)
         if not job._take_correction(cfg.max_corrections):
             error = failure.error_type(
                 failure.summary,
@@ -590,6 +603,8 @@ def _correct_flow(
                 usage=job.usage,
                 replies=replies,
                 failure=diagnosis.kind,
+                judge_usage=job.judge_usage,
+                job_id=job.id,
             )
             emit(
                 _event(
@@ -643,6 +658,21 @@ def _correct_flow(
         )
 
 
+def _add(
+    record: Record,
+    number: int,
+    answer: Any,
+    verdict: Verdict,
+    started: float,
+    added: list[dict[str, Any]],
+) -> None:
+    """A reply in the outcome: its verdict says whether it parsed and validated."""
+    correction = "\n\n".join(str(m.get("content", "")) for m in added) or None
+    duration = time.perf_counter() - started
+    record.attempts.append(Attempt(number, answer, verdict, duration, correction))
+    record.verdicts.append(verdict)
+
+
 def _placeholder_failure(text: str, copied: tuple[str, ...]) -> CorrectionFailure:
     shown = ", ".join(json.dumps(p) for p in copied)
     summary = f"the reply copied the template's placeholder(s) {shown} instead of values"
@@ -664,12 +694,10 @@ class SelfCorrecting(Protocol[T_co]):
     """The decorator `self_correct(schema=...)` returns; the call returns the schema's type."""
 
     @overload
-    def __call__(
-        self, fn: Callable[P, Awaitable[Reply]], /
-    ) -> Callable[P, Coroutine[Any, Any, T_co]]: ...
+    def __call__(self, fn: Callable[P, Awaitable[Reply]], /) -> AsyncDecoratedFunction[P, T_co]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, Reply], /) -> Callable[P, T_co]: ...
+    def __call__(self, fn: Callable[P, Reply], /) -> DecoratedFunction[P, T_co]: ...
 
 
 def self_correct(
@@ -685,7 +713,8 @@ def self_correct(
     """Parse and validate the decorated function's reply; correct a bad one in conversation.
 
     The function takes the conversation (a list of OpenAI-style message dicts) as its first
-    argument and returns the model's reply: a `str`, an OpenAI `ChatCompletion` or a message
+    argument (the first after `self` or `cls` on a method or classmethod) and returns the
+    model's reply: a `str`, an OpenAI `ChatCompletion` or a message
     (its text, or the arguments of its single tool call, is parsed). The decorated call
     returns the validated value.
 
@@ -719,7 +748,7 @@ def self_correct(
 
     Returns:
         A decorator; the decorated function returns the schema's type (awaitable for
-        `async def`).
+        `async def`), and has `.outcome(...)` and `.retry_with(**changes)`.
 
     Raises:
         ValueError: `max_corrections` is not an int from 0 to 10 (when decorating).
@@ -743,9 +772,16 @@ def self_correct(
             f"{type(validation_context).__name__}"
         )
     parser: _Parser[T] = _Parser(schema)
+    options: dict[str, Any] = {
+        "schema": schema,
+        "max_corrections": max_corrections,
+        "repair": repair,
+        "correction": correction,
+        "validation_context": validation_context,
+    }
 
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        cfg = _CorrectConfig(
+    def configure(fn: Callable[..., Any]) -> _CorrectConfig[T]:
+        return _CorrectConfig(
             fn,
             parser,
             max_corrections,
@@ -753,6 +789,14 @@ def self_correct(
             correction=correction,
             context=validation_context,
         )
-        return wrap(fn, _correct_flow, cfg)
+
+    def decorate(fn: Any) -> Any:
+        return wrap(
+            fn,
+            _correct_flow,
+            configure,
+            decorator="self_correct",
+            remake=functools.partial(self_correct, **options),
+        )
 
     return decorate

@@ -111,7 +111,9 @@ class LowQualityAnswer(Exception):
         answer: The rejected answer, or None.
         attempts: Every attempt of the decorated call, filled in on exhaustion.
         best: The best attempt (most criteria passed net of failed, the later on a tie).
-        usage: Token usage of the job when it surfaced.
+        usage: Token usage of the answering model in the job when it surfaced.
+        judge_usage: Token usage of model judges in the job when it surfaced.
+        job_id: The id of the job it surfaced in (None until it surfaces).
     """
 
     def __init__(
@@ -124,6 +126,8 @@ class LowQualityAnswer(Exception):
         self.attempts: tuple[Attempt, ...] = ()
         self.best: Attempt | None = None
         self.usage: Usage = Usage()
+        self.judge_usage: Usage = Usage()
+        self.job_id: str | None = None
 
     def __str__(self) -> str:
         base = f"answer rejected: {self.feedback}" if self.feedback else "answer rejected"
@@ -145,7 +149,9 @@ class CorrectionExhausted(RefinekitError):
             pydantic's errors (`loc`, `msg`, `type`, `input`) without documentation URLs.
         conversation: The conversation as last sent, with the last reply appended.
         corrections_used: Corrections the job had used when this surfaced.
-        usage: Token usage of the job when it surfaced.
+        usage: Token usage of the answering model in the job when it surfaced.
+        judge_usage: Token usage of model judges in the job when it surfaced.
+        job_id: The id of the job it surfaced in.
         replies: The text of every unusable reply of this call, in order (the last is
             `raw_reply`): earlier ones are not resent to the model, but kept here.
         failure: What was wrong with the last reply (a `refinekit.FailureKind`: `"cut_off"`,
@@ -165,6 +171,8 @@ class CorrectionExhausted(RefinekitError):
         usage: Usage | None = None,
         replies: Sequence[str] = (),
         failure: str | None = None,
+        judge_usage: Usage | None = None,
+        job_id: str | None = None,
     ) -> None:
         super().__init__(summary)
         self.summary = summary
@@ -175,6 +183,8 @@ class CorrectionExhausted(RefinekitError):
         self.usage = usage if usage is not None else Usage()
         self.replies = list(replies) if replies else [raw_reply]
         self.failure = failure
+        self.judge_usage = judge_usage if judge_usage is not None else Usage()
+        self.job_id = job_id
 
     def __str__(self) -> str:
         n = self.corrections_used
@@ -201,7 +211,9 @@ class AnswerRejected(RefinekitError):
         verdicts: Every verdict of the call, in order (one per judged draft; a judge that
             failed or timed out gives an `unjudged` verdict).
         drafts: The original answer, then each revision's text, in order.
-        usage: Token usage of the job when it surfaced.
+        usage: Token usage of the answering model in the job when it surfaced.
+        judge_usage: Token usage of model judges in the job when it surfaced.
+        job_id: The id of the job it surfaced in.
     """
 
     def __init__(
@@ -212,12 +224,16 @@ class AnswerRejected(RefinekitError):
         verdicts: Sequence[Verdict] = (),
         drafts: Sequence[str] = (),
         usage: Usage | None = None,
+        judge_usage: Usage | None = None,
+        job_id: str | None = None,
     ) -> None:
         super().__init__(message)
         self.reason = reason
         self.verdicts: tuple[Verdict, ...] = tuple(verdicts)
         self.drafts: tuple[str, ...] = tuple(drafts)
         self.usage = usage if usage is not None else Usage()
+        self.judge_usage = judge_usage if judge_usage is not None else Usage()
+        self.job_id = job_id
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, self.__dict__))

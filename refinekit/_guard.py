@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
-from ._decorate import wrap
+from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._errors import JudgeError, LowQualityAnswer
 from ._evaluators import Adapted, EvaluatorLike, as_evaluator
 from ._flow import Call, Evaluate, Flow
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import Job, current_attempt
-from ._model import EvaluationRequest, Verdict
+from ._model import Attempt, EvaluationRequest, Verdict
+from ._outcome import Record
 from ._policy import JudgeErrorPolicy, check_policy, judge_failure
 from ._replies import answer_text
 from ._request import QuestionSelector, RequestMaker
@@ -36,12 +39,12 @@ class Guarding(Protocol):
     """
 
     @overload
-    def __call__(
+    def __call__(  # type: ignore[overload-overlap]
         self, fn: Callable[P, Coroutine[Any, Any, T]], /
-    ) -> Callable[P, Coroutine[Any, Any, T | str]]: ...
+    ) -> AsyncDecoratedFunction[P, T | str]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, T], /) -> Callable[P, T | str]: ...
+    def __call__(self, fn: Callable[P, T], /) -> DecoratedFunction[P, T | str]: ...
 
 
 class _GuardConfig:
@@ -110,7 +113,11 @@ def _why(verdict: Verdict) -> str:
 
 
 def _screen(
-    cfg: _GuardConfig, job: Job, screened: Screened, request: EvaluationRequest
+    cfg: _GuardConfig,
+    job: Job,
+    screened: Screened,
+    request: EvaluationRequest,
+    record: Record | None,
 ) -> Flow[bool]:
     """Screen one text; the flow's result is True when it is blocked."""
     try:
@@ -120,6 +127,8 @@ def _screen(
         # through below. JudgeMisconfigured, a failure a judge's own "fail_closed" policy
         # raised and any exception of a rule check (a bug) propagate.
         verdict = judge_failure(exc, "fail_open", screen=cfg.screen.name)
+    if record is not None:
+        record.verdicts.append(verdict)
     name = cfg.screen.name
     if verdict.judged:
         if verdict.passed:
@@ -152,14 +161,16 @@ def _guard_flow(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     job: Job,
+    record: Record | None,
 ) -> Flow[Any]:
     question = cfg.input_text(args, kwargs)
     if cfg.screen_input:
         request = EvaluationRequest(
             answer=question, metadata={"function": cfg.function, "screened": "input"}
         )
-        if (yield from _screen(cfg, job, "input", request)):
+        if (yield from _screen(cfg, job, "input", request, record)):
             return cfg.refusal
+    started = time.perf_counter()
     counted = job._replies_counted()
     rejection: LowQualityAnswer | None = None
     try:
@@ -176,12 +187,16 @@ def _guard_flow(
         answer=answer_text(value),
         metadata={"function": cfg.function, "screened": "output"},
     )
-    blocked = yield from _screen(cfg, job, "output", request)
+    blocked = yield from _screen(cfg, job, "output", request, record)
     if rejection is not None:
         if blocked:
             rejection.answer = cfg.refusal
         raise rejection
-    return cfg.refusal if blocked else value
+    published = cfg.refusal if blocked else value
+    if record is not None:  # the published text, never a blocked one
+        duration = time.perf_counter() - started
+        record.attempts.append(Attempt(1, published, record.verdicts[-1], duration))
+    return published
 
 
 def guarded(
@@ -198,7 +213,8 @@ def guarded(
     replaced by `refusal` before anything else sees it: an outer `@retry_on_low_quality`
     judges the refusal, never the unsafe draft. With input screening on, the input is
     screened before the call, and a blocked input returns the refusal without calling the
-    function at all. Works on `def` and `async def` functions alike.
+    function at all. Works on `def` and `async def` functions alike, and on methods
+    (`self`/`cls` is bound, never the input).
 
     A `str` output is screened as it is, an OpenAI `ChatCompletion` as its message text, a
     pydantic model (or any other value) as JSON. A blocked call always returns the `refusal`
@@ -226,7 +242,8 @@ def guarded(
             rule check (a bug) propagates.
 
     Returns:
-        A decorator keeping the function's signature.
+        A decorator keeping the function's signature; the decorated function has
+        `.outcome(...)` and `.retry_with(**changes)`.
 
     Raises:
         TypeError: `screen` is not an evaluator, `refusal` is not a `str`, `screen_input` is
@@ -245,9 +262,16 @@ def guarded(
             f"got {type(input).__name__}"
         )
     check_policy(judge_error_policy)
+    options: dict[str, Any] = {
+        "screen": screen,
+        "refusal": refusal,
+        "screen_input": screen_input,
+        "input": input,
+        "judge_error_policy": judge_error_policy,
+    }
 
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        cfg = _GuardConfig(
+    def configure(fn: Callable[..., Any]) -> _GuardConfig:
+        return _GuardConfig(
             fn,
             screen=adapted,
             refusal=refusal,
@@ -255,6 +279,14 @@ def guarded(
             input=input,
             judge_error_policy=judge_error_policy,
         )
-        return wrap(fn, _guard_flow, cfg)
+
+    def decorate(fn: Any) -> Any:
+        return wrap(
+            fn,
+            _guard_flow,
+            configure,
+            decorator="guarded",
+            remake=functools.partial(guarded, **options),
+        )
 
     return decorate

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 import tenacity
 from tenacity.wait import wait_base
 
 from . import _config
-from ._decorate import wrap
+from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._errors import JudgeError, LowQualityAnswer
 from ._errtext import utf8_text
 from ._evaluators import Adapted, EvaluatorLike, as_evaluator
@@ -19,6 +20,7 @@ from ._flow import Call, Evaluate, Flow, Sleep
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import Job, current_attempt, enter_attempt, leave_attempt
 from ._model import Attempt, AttemptInfo, EvaluationRequest, Verdict
+from ._outcome import Record
 from ._policy import (
     JudgeErrorPolicy,
     OnInconclusive,
@@ -30,7 +32,7 @@ from ._policy import (
 from ._recorder import start_recording, stop_recording
 from ._request import QuestionSelector, RequestMaker
 
-__all__ = ["DEFAULT_WAIT", "MAX_RETRIES_LIMIT", "retry_on_low_quality"]
+__all__ = ["DEFAULT_WAIT", "MAX_RETRIES_LIMIT", "Retrying", "retry_on_low_quality"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -51,6 +53,22 @@ DEFAULT_WAIT: wait_base = tenacity.wait_exponential_jitter(
 
 Wait = wait_base | Callable[[tenacity.RetryCallState], float] | float | int
 OnExhausted = Literal["raise", "return_best"]
+Stop = Callable[[tenacity.RetryCallState], bool]
+"""A tenacity stop strategy (`stop_after_delay(10)`, `stop_after_attempt(3) | ...`)."""
+Callback = Callable[[tenacity.RetryCallState], object]
+"""A tenacity callback (`before_sleep_log(logger, logging.INFO)`, `after_log(...)`)."""
+
+
+class Retrying(Protocol):
+    """The decorator `retry_on_low_quality(...)` returns; the call returns the function's type."""
+
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> AsyncDecoratedFunction[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> DecoratedFunction[P, R]: ...
 
 
 def _check_wait(wait: object) -> Callable[[tenacity.RetryCallState], float]:
@@ -68,6 +86,11 @@ def _check_wait(wait: object) -> Callable[[tenacity.RetryCallState], float]:
     )
 
 
+def _check_callable(name: str, value: object, what: str) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"{name}= must be {what}, got {type(value).__name__}")
+
+
 def _best(attempts: list[Attempt]) -> Attempt | None:
     """Most criteria passed net of those failed; the later attempt wins a tie."""
     best: Attempt | None = None
@@ -82,6 +105,8 @@ def _best(attempts: list[Attempt]) -> Attempt | None:
 class _RetryConfig:
     __slots__ = (
         "accepts_feedback",
+        "after",
+        "before_sleep",
         "evaluator",
         "feedback_index",
         "function",
@@ -91,6 +116,7 @@ class _RetryConfig:
         "on_inconclusive",
         "requests",
         "skip",
+        "stop",
         "wait",
     )
 
@@ -108,6 +134,9 @@ class _RetryConfig:
         skip: Callable[[EvaluationRequest], bool] | None,
         judge_error_policy: JudgeErrorPolicy,
         on_inconclusive: OnInconclusive,
+        stop: Stop | None,
+        before_sleep: Callback | None,
+        after: Callback | None,
     ) -> None:
         self.requests = RequestMaker(fn, question=question, answer=answer, context=context)
         self.function = self.requests.function
@@ -128,6 +157,9 @@ class _RetryConfig:
         self.skip = skip
         self.judge_error_policy = judge_error_policy
         self.on_inconclusive = on_inconclusive
+        self.stop = stop
+        self.before_sleep = before_sleep
+        self.after = after
 
     def with_feedback(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], feedback: str
@@ -140,10 +172,16 @@ class _RetryConfig:
         return args, {**kwargs, "feedback": feedback}
 
 
-def _event(cfg: _RetryConfig, job: Job, kind: EventKind, number: int, **fields: Any) -> Event:
-    return make_event(
-        kind, "retry_on_low_quality", cfg.function, job, number, cfg.max_retries + 1, **fields
-    )
+def _event(
+    cfg: _RetryConfig,
+    job: Job,
+    kind: EventKind,
+    number: int,
+    maximum: int | None = None,
+    **fields: Any,
+) -> Event:
+    most = cfg.max_retries + 1 if maximum is None else maximum
+    return make_event(kind, "retry_on_low_quality", cfg.function, job, number, most, **fields)
 
 
 def _kept(value: Any, info: AttemptInfo, outer: AttemptInfo | None) -> Any:
@@ -157,12 +195,27 @@ def _kept(value: Any, info: AttemptInfo, outer: AttemptInfo | None) -> Any:
     return value
 
 
+def _unjudged(
+    record: Record | None,
+    info: AttemptInfo,
+    value: Any,
+    why: str,
+    started: float,
+) -> None:
+    """An attempt returned without a verdict, in the outcome: its verdict says why."""
+    if record is not None:
+        verdict = Verdict.unjudged(why)
+        duration = time.perf_counter() - started
+        record.attempts.append(Attempt(info.number, value, verdict, duration, info.feedback))
+
+
 def _retry_flow(
     cfg: _RetryConfig,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     job: Job,
+    record: Record | None,
 ) -> Flow[Any]:
     max_attempts = cfg.max_retries + 1
     attempts: list[Attempt] = []
@@ -173,6 +226,7 @@ def _retry_flow(
     call_args, call_kwargs = args, kwargs
     outer = current_attempt()  # an enclosing attempt (or `refinekit eval`'s case), if any
     infos: list[AttemptInfo] = []
+    began = time.monotonic()  # tenacity's `start_time`: what `stop_after_delay` counts from
     for number in range(1, max_attempts + 1):
         info = AttemptInfo(number, max_attempts, feedback, previous)
         infos.append(info)
@@ -199,8 +253,10 @@ def _retry_flow(
             if recorder.direct is not None:  # a return_direct tool's output: not judged
                 if wants_debug_events():
                     emit(_event(cfg, job, "skipped", number))
+                _unjudged(record, info, value, "return_direct", started)
                 return _kept(value, info, outer)
             if cfg.evaluator is None and cfg.skip is None:
+                _unjudged(record, info, value, "no evaluator", started)
                 return _kept(value, info, outer)
             if arguments is None:
                 arguments = cfg.requests.bind(args, kwargs) or {}
@@ -208,23 +264,31 @@ def _retry_flow(
             if cfg.skip is not None and cfg.skip(request):
                 if wants_debug_events():
                     emit(_event(cfg, job, "skipped", number))
+                _unjudged(record, info, value, "skipped", started)
                 return _kept(value, info, outer)
             if cfg.evaluator is None:
+                _unjudged(record, info, value, "no evaluator", started)
                 return _kept(value, info, outer)
             try:
                 verdict: Verdict = yield Evaluate(cfg.evaluator, request)
             except JudgeError as e:
                 verdict = judge_failure(e, cfg.judge_error_policy)
+            if record is not None:
+                record.verdicts.append(verdict)
             accepted_unjudged = verdict.status == "unjudged" or (
                 verdict.status == "inconclusive" and cfg.on_inconclusive == "accept"
             )
-            if accepted_unjudged:  # not judged, and the policy lets the answer through
-                emit(_event(cfg, job, "unjudged", number, verdict=verdict))
+            if accepted_unjudged or verdict.passed:
+                if accepted_unjudged:  # not judged, and the policy lets the answer through
+                    emit(_event(cfg, job, "unjudged", number, verdict=verdict))
+                elif wants_debug_events():
+                    emit(_event(cfg, job, "verdict", number, verdict=verdict))
+                if record is not None:
+                    duration = time.perf_counter() - started
+                    record.attempts.append(Attempt(number, value, verdict, duration, feedback))
                 return _kept(value, info, outer)
             if wants_debug_events():
                 emit(_event(cfg, job, "verdict", number, verdict=verdict))
-            if verdict.passed:
-                return _kept(value, info, outer)
             rejection = LowQualityAnswer(
                 verdict.feedback
                 or (
@@ -235,23 +299,36 @@ def _retry_flow(
                 verdict=verdict,
                 answer=value,
             )
-        attempts.append(
-            Attempt(number, value, rejection.verdict, time.perf_counter() - started, feedback)
-        )
-        if number == max_attempts:
-            break
+        elif record is not None:
+            record.verdicts.append(rejection.verdict)
+        attempt = Attempt(number, value, rejection.verdict, time.perf_counter() - started, feedback)
+        attempts.append(attempt)
+        if record is not None:
+            record.attempts.append(attempt)
         # Valid UTF-8, as the function will likely put it into its next request.
         feedback, previous = utf8_text(rejection.feedback), value
-        call_args, call_kwargs = cfg.with_feedback(args, kwargs, feedback)
         if state is None:
             state = tenacity.RetryCallState(None, fn, args, kwargs)  # type: ignore[arg-type]
-        # What tenacity's own loop would hold here, so any wait strategy works, including
-        # those reading the failure (`wait_exception`) or the time since the first call.
+            state.start_time = began
+        # What tenacity's own loop holds here, so any wait or stop strategy and any callback
+        # works, including those reading the failure (`wait_exception`, `before_sleep_log`)
+        # or the time since the first call (`stop_after_delay`).
         state.attempt_number = number
         state.outcome = tenacity.Future.construct(number, rejection, True)
         state.outcome_timestamp = time.monotonic()
+        if cfg.after is not None:
+            yield Call(cfg.after, (state,), {})
+        if number == max_attempts:
+            break
         delay = max(0.0, float(cfg.wait(state)))
+        state.upcoming_sleep = delay
+        if cfg.stop is not None and cfg.stop(state):
+            break
+        call_args, call_kwargs = cfg.with_feedback(args, kwargs, feedback)
+        state.next_action = tenacity.RetryAction(delay)
         state.idle_for += delay
+        if record is not None:
+            record.idle_for += delay
         emit(
             _event(
                 cfg,
@@ -263,6 +340,8 @@ def _retry_flow(
                 wait=delay,
             )
         )
+        if cfg.before_sleep is not None:
+            yield Call(cfg.before_sleep, (state,), {})
         if delay > 0 and not _config._testing:
             yield Sleep(delay)
     assert rejection is not None
@@ -270,12 +349,15 @@ def _retry_flow(
     rejection.best = _best(attempts)
     best = rejection.best if cfg.on_exhausted == "return_best" else None
     rejection.usage = job.usage
+    rejection.judge_usage = job.judge_usage
+    rejection.job_id = job.id
     emit(
         _event(
             cfg,
             job,
             "exhausted",
-            max_attempts,
+            len(attempts),
+            len(attempts),  # the most there were: `stop=` may have ended them early
             verdict=rejection.verdict,
             feedback=rejection.feedback,
             error=(
@@ -302,7 +384,10 @@ def retry_on_low_quality(
     skip: Callable[[EvaluationRequest], bool] | None = None,
     judge_error_policy: JudgeErrorPolicy = "fail_open",
     on_inconclusive: OnInconclusive = "fail",
-) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    stop: Stop | None = None,
+    before_sleep: Callback | None = None,
+    after: Callback | None = None,
+) -> Retrying:
     """Judge every answer of the decorated function and retry a poor one with its feedback.
 
     An attempt fails when the function raises `LowQualityAnswer` itself or when `evaluator`
@@ -310,7 +395,8 @@ def retry_on_low_quality(
     latest feedback (as the `feedback` keyword, when the function declares that parameter;
     always through `refinekit.current_attempt()`). Feedback never compounds: each retry is
     built from the original call. Any other exception propagates at once, unretried. Works
-    on `def` and `async def` functions alike.
+    on `def` and `async def` functions alike, and on methods, classmethods and staticmethods
+    (`self`/`cls` is bound, never the question nor one of the bound arguments it reads).
 
     Args:
         evaluator: What judges each answer: an evaluator, an async evaluator or a function
@@ -338,16 +424,44 @@ def retry_on_low_quality(
             judgement: incomplete tool-call pairing, a state over its size limit) does:
             `"fail"` (the default) counts it as a rejection; `"accept"` returns the answer
             unjudged, with an `unjudged` event.
+        stop: A tenacity stop strategy (`tenacity.stop_after_delay(10)`, combinations with
+            `|` and `&`), asked after each rejected attempt whether to stop retrying; the
+            attempts end at whichever comes first, it or `max_retries`. Its
+            `RetryCallState` holds the rejection (`outcome.exception()` is the
+            `LowQualityAnswer`) and `upcoming_sleep`, the wait the next retry would have.
+        before_sleep: Called with the tenacity `RetryCallState` before each wait (after the
+            `retry` event), as tenacity calls it: `tenacity.before_sleep_log(logger,
+            logging.INFO)` works. An `async def` callback is awaited on the async path.
+        after: Called with the tenacity `RetryCallState` after each rejected attempt (the last
+            one too), as tenacity calls it: `tenacity.after_log(logger, logging.INFO)` works.
 
     Returns:
-        A decorator keeping the function's signature.
+        A decorator keeping the function's signature. The decorated function also has
+        `.outcome(*args, **kwargs)` (the call's `refinekit.Outcome`) and
+        `.retry_with(**changes)` (the same function with options changed).
 
     Raises:
         ValueError: `max_retries` is not an int from 0 to 100, `on_exhausted` or
             `judge_error_policy` is unknown, or
             `question` names no parameter (raised when decorating, not when calling).
-        TypeError: `evaluator` or `wait` cannot be used (also when decorating).
+        TypeError: `evaluator`, `wait`, `stop`, `before_sleep` or `after` cannot be used
+            (also when decorating).
     """
+    options: dict[str, Any] = {
+        "evaluator": evaluator,
+        "max_retries": max_retries,
+        "wait": wait,
+        "on_exhausted": on_exhausted,
+        "question": question,
+        "answer": answer,
+        "context": context,
+        "skip": skip,
+        "judge_error_policy": judge_error_policy,
+        "on_inconclusive": on_inconclusive,
+        "stop": stop,
+        "before_sleep": before_sleep,
+        "after": after,
+    }
     check_budget("max_retries", max_retries, MAX_RETRIES_LIMIT)
     if on_exhausted not in ("raise", "return_best"):
         raise ValueError(f"on_exhausted must be 'raise' or 'return_best', got {on_exhausted!r}")
@@ -367,9 +481,12 @@ def retry_on_low_quality(
             and not (name == "question" and isinstance(value, str))
         ):
             raise TypeError(f"{name}= must be callable, got {type(value).__name__}")
+    _check_callable("stop", stop, "a tenacity stop strategy (e.g. tenacity.stop_after_delay(10))")
+    _check_callable("before_sleep", before_sleep, "a callable taking a tenacity.RetryCallState")
+    _check_callable("after", after, "a callable taking a tenacity.RetryCallState")
 
-    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
-        cfg = _RetryConfig(
+    def configure(fn: Callable[..., Any]) -> _RetryConfig:
+        return _RetryConfig(
             fn,
             evaluator=adapted,
             max_retries=max_retries,
@@ -381,7 +498,18 @@ def retry_on_low_quality(
             skip=skip,
             judge_error_policy=judge_error_policy,
             on_inconclusive=on_inconclusive,
+            stop=stop,
+            before_sleep=before_sleep,
+            after=after,
         )
-        return wrap(fn, _retry_flow, cfg)
+
+    def decorate(fn: Any) -> Any:
+        return wrap(
+            fn,
+            _retry_flow,
+            configure,
+            decorator="retry_on_low_quality",
+            remake=functools.partial(retry_on_low_quality, **options),
+        )
 
     return decorate

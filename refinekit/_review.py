@@ -5,17 +5,17 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeAlias, overload
 
-from ._bridge import is_async_callable
-from ._decorate import wrap
+from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._errors import AnswerRejected, JudgeError, ReviserFailed, TimedOut
 from ._evaluators import Adapted, EvaluatorLike, as_evaluator
 from ._flow import Call, Evaluate, Flow, Timed
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import Job, current_attempt, enter_attempt, leave_attempt
-from ._model import AttemptInfo, EvaluationRequest, Verdict
+from ._model import Attempt, AttemptInfo, EvaluationRequest, Verdict
+from ._outcome import Record
 from ._policy import OnInconclusive, check_budget, check_on_inconclusive, judge_failure
 from ._recorder import start_recording, stop_recording
 from ._replies import first_message, get, is_completion, message_text
@@ -51,12 +51,10 @@ class Reviewing(Protocol):
     """The decorator `reviewed(...)` returns; the decorated call returns the answer's text."""
 
     @overload
-    def __call__(
-        self, fn: Callable[P, Awaitable[Answer]], /
-    ) -> Callable[P, Coroutine[Any, Any, str]]: ...
+    def __call__(self, fn: Callable[P, Awaitable[Answer]], /) -> AsyncDecoratedFunction[P, str]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, Answer], /) -> Callable[P, str]: ...
+    def __call__(self, fn: Callable[P, Answer], /) -> DecoratedFunction[P, str]: ...
 
 
 # --- the review flow -----------------------------------------------------------------------------
@@ -179,6 +177,8 @@ def _rejected(
         verdicts=verdicts,
         drafts=drafts,
         usage=job.usage,
+        judge_usage=job.judge_usage,
+        job_id=job.id,
     )
     emit(
         _event(
@@ -200,6 +200,7 @@ def _review_flow(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     job: Job,
+    record: Record | None,
 ) -> Flow[str]:
     # The one call of the function: its tool calls and recorded context are the evidence.
     started = time.perf_counter()
@@ -234,12 +235,18 @@ def _review_flow(
     current = draft
     deadline = time.monotonic() + cfg.budget  # covers the review and every revision
     number = 1
+    revised_with: str | None = None  # the feedback the current draft was revised from
+    draft_started = started
     while True:
         judged, failure = yield from _judge(cfg, request, deadline)
         if judged is None:
             raise _rejected(cfg, job, "budget", verdicts, drafts)
         verdict = _tagged(judged, cfg.mode, number)
         verdicts.append(verdict)
+        if record is not None:
+            duration = time.perf_counter() - draft_started
+            record.attempts.append(Attempt(number, current, verdict, duration, revised_with))
+            record.verdicts.append(verdict)
         emit(
             _event(
                 cfg,
@@ -290,6 +297,7 @@ def _review_flow(
             revision=number,
             max_revisions=cfg.max_revisions,
         )
+        draft_started = time.perf_counter()
         try:
             revised: Revised = yield Timed(Revise(cfg.reviser, revision, left), left)
         except TimedOut:
@@ -309,10 +317,24 @@ def _review_flow(
             )
         current = revised.text
         drafts.append(current)
+        revised_with = feedback
         number += 1
         request = evidence.model_copy(
             update={"answer": current, "metadata": {**base_metadata, "draft": number}}
         )
+
+
+def _off_flow(
+    cfg: _ReviewConfig,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    job: Job,
+    record: Record | None,
+) -> Flow[str]:
+    """Mode "off": the function's answer as it is; nothing judged, recorded or counted."""
+    value = yield Call(fn, args, kwargs)
+    return answer_of(cfg.function, value)
 
 
 # --- the decorator -------------------------------------------------------------------------------
@@ -345,7 +367,8 @@ def reviewed(
     judged with the evidence recorded while it ran: the question, the context recorded with
     `refinekit.record_context` and the tool calls recorded by `@refinekit.tool`. A revision
     is new text from the reviser; the function and its tools are never called again. Works on
-    `def` and `async def` functions alike; the call returns a `str`.
+    `def` and `async def` functions alike, and on methods (`self`/`cls` is bound, never the
+    question); the call returns a `str`.
 
     - `"off"`: the function's answer is returned as it is; nothing is judged or recorded.
     - `"shadow"`: the answer is judged and the verdict recorded (a `review` event, an INFO log
@@ -380,6 +403,7 @@ def reviewed(
 
     Returns:
         A decorator keeping the function's parameters; the call returns the answer's text.
+        The decorated function has `.outcome(...)` and `.retry_with(**changes)`.
 
     Raises:
         ValueError: An unknown `mode` or `on_inconclusive`, `max_revisions` not an int from 0
@@ -411,8 +435,21 @@ def reviewed(
             "(an openai.OpenAI or AsyncOpenAI) and model= for the default reviser"
         )
 
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        cfg = _ReviewConfig(
+    options: dict[str, Any] = {
+        "judge": judge,
+        "mode": mode,
+        "max_revisions": max_revisions,
+        "reviser": reviser,
+        "judge_timeout": judge_timeout,
+        "budget": budget,
+        "client": client,
+        "model": model,
+        "question": question,
+        "on_inconclusive": on_inconclusive,
+    }
+
+    def configure(fn: Callable[..., Any]) -> _ReviewConfig:
+        return _ReviewConfig(
             fn,
             evaluator=evaluator,
             mode=mode,
@@ -423,21 +460,14 @@ def reviewed(
             question=question,
             on_inconclusive=on_inconclusive,
         )
-        if mode == "off":  # delegate completely: no job, no recording, no judge
-            if is_async_callable(fn):
 
-                @functools.wraps(fn)
-                async def async_off(*args: Any, **kwargs: Any) -> str:
-                    return answer_of(cfg.function, await fn(*args, **kwargs))
-
-                return async_off
-
-            @functools.wraps(fn)
-            def off(*args: Any, **kwargs: Any) -> str:
-                return answer_of(cfg.function, fn(*args, **kwargs))
-
-            return off
-
-        return wrap(fn, _review_flow, cfg)
+    def decorate(fn: Any) -> Any:
+        return wrap(
+            fn,
+            _off_flow if mode == "off" else _review_flow,
+            configure,
+            decorator="reviewed",
+            remake=functools.partial(reviewed, **options),
+        )
 
     return decorate

@@ -29,12 +29,38 @@ def _text(value: Any) -> str:
         return str(value)
 
 
-def _arguments(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+_RECEIVERS = ("self", "cls")
+"""A method's receiver, by the names PEP 8 gives it: never one of a tool call's arguments."""
+
+
+def _receiver(signature: inspect.Signature) -> str | None:
+    """The name of the first parameter when it is a method's receiver (`self`, `cls`)."""
+    first = next(iter(signature.parameters.values()), None)
+    if first is None or first.name not in _RECEIVERS:
+        return None
+    if first.kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        return None
+    return first.name
+
+
+def _arguments(
+    signature: inspect.Signature,
+    receiver: str | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> str:
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError:
-        return json.dumps({"args": _text(list(args)), "kwargs": _text(kwargs)})
-    return _text(dict(bound.arguments))
+        given = list(args[1:] if receiver is not None else args)
+        return json.dumps({"args": _text(given), "kwargs": _text(kwargs)})
+    arguments = dict(bound.arguments)
+    if receiver is not None:
+        arguments.pop(receiver, None)
+    return _text(arguments)
 
 
 @overload
@@ -60,7 +86,10 @@ def tool(
     runs is recorded with its arguments and its result (as text; `error: <message>` when the
     tool raised, the exception still propagating), and lands in the `tool_calls` of that
     attempt's `EvaluationRequest`. A retry re-runs the function, and so its tools. Outside any
-    refinekit call the tool runs unrecorded. Works on `def` and `async def` tools.
+    refinekit call the tool runs unrecorded. Works on `def` and `async def` tools, and on
+    methods, classmethods and staticmethods (in either order with `@classmethod` or
+    `@staticmethod`): a first parameter named `self` or `cls` is the receiver, never recorded
+    as an argument.
 
     Args:
         fn: The tool function (when used bare).
@@ -73,15 +102,18 @@ def tool(
     """
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        if isinstance(fn, (classmethod, staticmethod)):  # the tool is the function inside
+            return type(fn)(decorate(fn.__func__))
         tool_name: str = name or getattr(fn, "__name__", None) or "tool"
         signature = inspect.signature(fn)
+        receiver = _receiver(signature)
 
         def record(args: tuple[Any, ...], kwargs: dict[str, Any], result: str, ok: bool) -> None:
             recorder = current_recorder()
             if recorder is not None:
                 call = ToolCall(
                     name=tool_name,
-                    arguments=_arguments(signature, args, kwargs),
+                    arguments=_arguments(signature, receiver, args, kwargs),
                     result=result,
                     ok=ok,
                 )

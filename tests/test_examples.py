@@ -25,6 +25,15 @@ EXPECTED = {
         "corrections used in this job: 1",
     ],
     "hooks_example.py": ["caller got: Paris.", "retry 1"],
+    "outcome_example.py": [
+        "Retrying __main__.SupportService.answer in 0.01 seconds as it raised LowQualityAnswer",
+        'response: {"answer": "Refunds are accepted within 30 days (policies/refunds.md).", '
+        '"attempts": 2, "verdicts": [false, true], "waited_s": 0.01, "job": "',
+        "plain call: Refunds are accepted within 30 days (policies/refunds.md).",
+        "model calls: acme 2, globex 2",
+        "triage: Ticket(order='A-1001', reason='damaged'), corrections used: 1",
+        "retry_with(max_retries=0): gave up after 1 attempt: Cite the source",
+    ],
     "evaluators_demo.py": [
         "cites_source=fail",
         "stand_in_judge=skipped",

@@ -42,6 +42,7 @@ PUBLIC = {
     "JudgeReplyError",
     "JudgeUnavailable",
     "LowQualityAnswer",
+    "Outcome",
     "RefinekitError",
     "RefinekitWarning",
     "ReplyProblem",

@@ -31,6 +31,7 @@ LAYERS: dict[str, set[str]] = {
         "_hooks",
         "_job",
         "_openai",
+        "_outcome",
         "_policy",
         "_prompts",
         "_recorder",

@@ -142,3 +142,55 @@ def retry_prompts() -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "q"}]
     assert_type(retry_prompt(messages), list[dict[str, Any]])
     assert_type(checks.numbers_supported(), checks.Check)
+
+
+async def outcomes_and_variants() -> None:
+    outcome = answer.outcome("q")
+    assert_type(outcome, refinekit.Outcome[str])
+    assert_type(outcome.value, str)
+    assert_type(outcome.attempt_count, int)
+    assert_type(outcome.attempts, tuple[refinekit.Attempt, ...])
+    assert_type(outcome.usage, refinekit.Usage)
+    assert_type(outcome.job_id, str)
+    assert_type((await aanswer.outcome("q")).value, str)
+    assert_type(extract.outcome([]).value, Invoice)
+    assert_type((await aextract.outcome([])).value, Invoice)
+    assert_type(answer.retry_with(max_retries=0)("q"), str)
+    assert_type(await aanswer.retry_with(max_retries=0)("q"), str)
+    answer.outcome(1)  # type: ignore[arg-type]
+
+
+def tenacity_options() -> None:
+    import logging
+
+    import tenacity
+
+    @retry_on_low_quality(
+        stop=tenacity.stop_after_delay(10) | tenacity.stop_after_attempt(2),
+        before_sleep=tenacity.before_sleep_log(logging.getLogger("app"), logging.INFO),
+        after=tenacity.after_log(logging.getLogger("app"), logging.INFO),
+    )
+    def answer(question: str) -> str:
+        return question
+
+    assert_type(answer("q"), str)
+
+
+class Service:
+    """Decorated methods: a bound method is typed loosely (Any), the class's functions exactly."""
+
+    @retry_on_low_quality()
+    def answer(self, question: str) -> str:
+        return question
+
+    @self_correct(schema=Invoice)
+    async def extract(self, messages: list[dict[str, Any]]) -> str:
+        return "{}"
+
+
+async def methods() -> None:
+    service = Service()
+    text: str = service.answer("q")
+    invoice: Invoice = await service.extract([])
+    assert text
+    assert invoice
