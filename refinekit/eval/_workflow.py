@@ -61,7 +61,8 @@ def run(
     Args:
         golden: The golden file, `.csv` or `.jsonl`.
         target: The answer function (decorated or plain, `def` or `async def`), or its
-            `module:function` name (imported from the current folder).
+            `module:function` name (imported from the current folder; a file path,
+            `app/answers.py:answer`, is taken as the module it is).
         judge: An evaluator (a refinekit judge, a check, a function) or its `module:name`;
             None to judge by the file's columns only.
         concurrency: Cases in flight at once, from 1 to 256.
@@ -307,7 +308,13 @@ def html_report(result: EvalResult | CalibrationResult, path: PathLike | None = 
 
     with RunStore(_existing(result.db)) as store:
         if isinstance(result, EvalResult):
-            document = eval_report(store, result.run.id, result.comparison)
+            document = eval_report(
+                store,
+                result.run.id,
+                result.comparison,
+                min_pass_rate=result.min_pass_rate,
+                alpha=result.alpha,
+            )
         else:
             document = calibration_report(store, result.run.id, result.calibration)
     if path is not None:
