@@ -48,9 +48,9 @@ def module_form(spec: str, what: str) -> str:
             continue
         if parts and parts[-1] == "__init__":
             parts = parts[:-1]
-        if parts and all(p.isidentifier() for p in parts):
-            if best is None or len(parts) < len(best):
-                best = parts
+        usable = bool(parts) and all(p.isidentifier() for p in parts)
+        if usable and (best is None or len(parts) < len(best)):
+            best = parts
     if best is None:
         raise UsageProblem(
             f"{what} {spec!r}: {str(path)!r} is not inside the current folder or a folder "

@@ -142,3 +142,16 @@ def retry_prompts() -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "q"}]
     assert_type(retry_prompt(messages), list[dict[str, Any]])
     assert_type(checks.numbers_supported(), checks.Check)
+
+
+def scripted_server_replies() -> None:
+    from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
+
+    def echo(request: RecordedRequest) -> str:
+        return request.path
+
+    with ScriptedOpenAI() as server:
+        assert_type(server.script("m", "once"), None)
+        assert_type(server.script("m", ["a", Reply.text("b")], times=3), None)
+        assert_type(server.script("n", echo, times=None), None)
+        assert_type(server.reset(), None)
