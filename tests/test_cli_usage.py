@@ -114,9 +114,8 @@ def test_a_mistyped_choice_and_a_top_level_flag_get_suggestions(cli: Cli) -> Non
     top = cli("--verison")
 
     assert kind.code == top.code == 2
-    assert kind.err.rstrip().endswith(
-        "invalid choice: 'evals' (choose from 'eval', 'calibrate') (did you mean 'eval'?)"
-    )
+    assert "argument --kind: invalid choice: 'evals' (choose from " in kind.err  # its quoting
+    assert kind.err.rstrip().endswith(") (did you mean 'eval'?)")  # of choices varies by Python
     assert top.err.rstrip().endswith("unrecognized arguments: --verison (did you mean --version?)")
 
 
