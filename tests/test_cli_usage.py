@@ -138,7 +138,9 @@ def test_report_without_a_path_goes_next_to_the_store_named_after_the_run(
     assert not (ws.path / "html").exists()  # no longer a file literally named html
     document = (ws.path / report).read_text(encoding="utf-8")
     assert "refinekit eval \u2014 run 2" in document
-    assert '<section id="gates">' in document
+    # why the job failed, in the artifact: the gate the command line asked for
+    assert "<code>refinekit eval</code> exits 1)" in document
+    assert "<code>--min-pass-rate 0.900</code>" in document
 
 
 def test_report_without_a_path_follows_db_and_takes_a_value_after_it_as_its_path(
@@ -169,11 +171,12 @@ def test_a_calibrate_report_without_a_path_is_named_after_its_run(ws: Workspace,
     )
     judge = ws.module("def judge(request):\n    return 'ok' in request.answer\n")
 
-    result = cli("calibrate", data, "--judge", f"{judge}:judge", "--report")
+    result = cli("calibrate", data, "--judge", f"{judge}:judge", "--report", "--min-kappa", "0.5")
 
     assert result.code == 0, result.err
     assert f"report: {Path('.refinekit') / 'report-run-1.html'}" in result.out
-    assert (ws.path / ".refinekit" / "report-run-1.html").is_file()
+    document = (ws.path / ".refinekit" / "report-run-1.html").read_text(encoding="utf-8")
+    assert "Cohen&#x27;s kappa 1.000 >= 0.500, over 2 items" in document
 
 
 def unwritable(folder: Path) -> Path:

@@ -487,7 +487,7 @@ def test_eval_report_shows_the_comparison_gate(store: RunStore, golden: Path) ->
 
 def test_eval_report_without_a_gate_says_so(eval_html: str) -> None:
     assert "No gate: the run was not held to a threshold." in header_of(eval_html)
-    assert "the run exits 0 whatever its pass rate" in gates_of(eval_html)
+    assert "<code>refinekit eval</code> exits 0 whatever the figures" in gates_of(eval_html)
 
 
 def test_eval_report_of_a_run_that_measured_nothing_fails_its_gate(
@@ -657,6 +657,50 @@ def test_calibration_report_history_and_disagreements(calibration_html: str) -> 
     assert ">Not judged (1)</h2>" in document
     for text in HOSTILE:
         assert text not in document
+
+
+@pytest.mark.parametrize(("floor", "held"), [(0.5, True), (0.9, False)])
+def test_calibration_report_shows_the_kappa_gate(
+    store: RunStore, tmp_path: Path, floor: float, held: bool
+) -> None:
+    labelled = tmp_path / "labelled.csv"
+    labelled.write_text("question,answer,label\nq,a,pass\n", encoding="utf-8")
+    run_id, result = calibration_run(store, labelled, calibration_cases(wrong=3))
+    assert result.kappa is not None
+    assert 0.5 < result.kappa < 0.9
+
+    document = calibration_report(store, run_id, result, min_kappa=floor)
+
+    gates = gates_of_calibration(document)
+    sign = ">=" if held else "&lt;"
+    assert f"Cohen&#x27;s kappa {result.kappa:.3f} {sign} {floor:.3f}, over 40 items" in gates
+    assert f"<code>--min-kappa {floor:.3f}</code>" in gates
+    verdict = (
+        'Gates: <span class="badge held">held</span>'
+        if held
+        else 'Gates: <span class="badge failed">failed</span> (1 of 1; '
+        "<code>refinekit calibrate</code> exits 1)"
+    )
+    assert verdict in header_of(document)
+    assert "No gate" in header_of(calibration_report(store, run_id, result))
+    assert_nothing_live(document)
+
+
+def gates_of_calibration(document: str) -> str:
+    return document[document.index('<section id="gates">') : document.index('id="agreement"')]
+
+
+def test_a_setup_failure_says_its_exit_status_in_the_gates(store: RunStore, golden: Path) -> None:
+    down = [case(i, "raised", answer=None, error="APIConnectionError") for i in (1, 2)]
+    summary = summarise(down).as_dict() | {"setup_failed": True}
+    run_id = store_run(store, golden, down, summary=summary)
+
+    document = eval_report(store, run_id, min_pass_rate=0.5)
+
+    assert "<code>refinekit eval</code> exits 4)" in header_of(document)
+    gates = gates_of(document)
+    assert "no answer was judged (a failure of the setup); no other gate applies" in gates
+    assert "--min-pass-rate 0.500" not in gates  # not applied to a run that measured nothing
 
 
 def test_calibration_report_without_probabilities(store: RunStore, tmp_path: Path) -> None:

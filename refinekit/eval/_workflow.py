@@ -317,7 +317,9 @@ def html_report(result: EvalResult | CalibrationResult, path: PathLike | None = 
                 alpha=result.alpha,
             )
         else:
-            document = calibration_report(store, result.run.id, result.calibration)
+            document = calibration_report(
+                store, result.run.id, result.calibration, min_kappa=result.min_kappa
+            )
     if path is not None:
         Path(path).write_text(document, encoding="utf-8")
     return document

@@ -22,6 +22,7 @@ from ._html import (
     esc,
     fmt3,
     fmt_p,
+    gate_results,
     incomplete_note,
     number,
     one_line,
@@ -180,33 +181,8 @@ def _gates(
                 not regressed,
             )
         )
-    if not rows:
-        return (
-            '<p class="gate-verdict muted">No gate: the run was not held to a threshold.</p>',
-            '<p class="muted">No gate was asked for (<code>--min-pass-rate</code>, '
-            "<code>--compare</code>): the run exits 0 whatever its pass rate.</p>",
-        )
-    held = all(ok for _, _, ok in rows)
-    failed = [gate for gate, _, ok in rows if not ok]
-    verdict = (
-        '<p class="gate-verdict">Gates: '
-        + (
-            badge("held", ("held",))
-            if held
-            else badge("failed", OUTCOMES) + f" ({whole(len(failed))} of {whole(len(rows))}; "
-            "<code>refinekit eval</code> exits 1)"
-        )
-        + ' <a href="#gates">why</a></p>'
-    )
-    table = "".join(
-        f'<tr><td class="text">{gate}</td><td class="text">{figures}</td>'
-        f"<td>{badge('held', ('held',)) if ok else badge('failed', OUTCOMES)}</td></tr>"
-        for gate, figures, ok in rows
-    )
-    return verdict, (
-        "<p>What the run was held to; a gate that failed is why <code>refinekit eval</code> "
-        "exited 1.</p>"
-        f"<table><tr><th>gate</th><th>this run</th><th>result</th></tr>{table}</table>"
+    return gate_results(
+        rows, "eval", "--min-pass-rate</code>, <code>--compare", status=4 if setup_failed else 1
     )
 
 
