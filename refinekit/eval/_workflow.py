@@ -291,7 +291,7 @@ def html_report(result: EvalResult | CalibrationResult, path: PathLike | None = 
     report has the gates (`min_pass_rate`, the comparison's `alpha`) and whether each held,
     the pass rate and its interval, the pass rate over the stored runs of the
     same file, judge consistency, per-criterion rates, attempts, cost, the comparison when
-    the run made one, and every case; a calibration report has the agreement table, the
+    the run made one, and every case; a calibration report has its `min_kappa` gate, the agreement table, the
     reliability diagram, the thresholds, kappa over the stored runs and the disagreements.
 
     Args:
