@@ -289,10 +289,11 @@ def html_report(result: EvalResult | CalibrationResult, path: PathLike | None = 
 
     One HTML5 file that loads nothing (inline styles and SVG charts, no script). An eval
     report has the gates (`min_pass_rate`, the comparison's `alpha`) and whether each held,
-    the pass rate and its interval, the pass rate over the stored runs of the
-    same file, judge consistency, per-criterion rates, attempts, cost, the comparison when
-    the run made one, and every case; a calibration report has its `min_kappa` gate, the agreement table, the
-    reliability diagram, the thresholds, kappa over the stored runs and the disagreements.
+    the pass rate and its interval, the pass rate over the stored runs of the same file,
+    judge consistency, per-criterion rates, attempts, cost, the comparison when the run made
+    one, and every case; a calibration report has its `min_kappa` gate, the agreement table,
+    the reliability diagram, the thresholds, kappa over the stored runs and the
+    disagreements.
 
     Args:
         result: What `run` or `calibrate` returned (its store holds the run's history).
