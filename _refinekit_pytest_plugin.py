@@ -2,7 +2,9 @@
 
 Installing refinekit is enough to get:
 
-- the fixtures `fake_judge`, `scripted_openai` and `refinekit_testing`;
+- the fixtures `fake_judge`, `scripted_openai` (a server per test), `scripted_openai_session`
+  (one server for the session, its scripts and requests reset before each test that uses it)
+  and `refinekit_testing`;
 - `@pytest.mark.golden("cases.csv")`: one test case per row of a CSV or JSONL file, each
   column passed as the argument of the same name;
 - a pass-rate gate over the golden cases (`--refinekit-min-pass-rate`, or the ini option
@@ -36,14 +38,18 @@ __all__ = [
     "pytest_addoption",
     "pytest_configure",
     "pytest_generate_tests",
+    "pytest_runtest_setup",
     "refinekit_testing",
     "scripted_openai",
+    "scripted_openai_session",
 ]
 
 LIVE_SKIP_REASON = (
     "live model test: run with --refinekit-live (uses OPENAI_BASE_URL / OPENAI_API_KEY)"
 )
 _MIN_PASS_RATE = "refinekit_min_pass_rate"
+_SESSION_SERVER = "scripted_openai_session"
+_session_server_key = pytest.StashKey["ScriptedOpenAI"]()
 _CONFIDENCE = 0.95
 
 
@@ -331,6 +337,40 @@ def scripted_openai() -> Iterator[ScriptedOpenAI]:
 
     with ScriptedOpenAI() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def scripted_openai_session(request: pytest.FixtureRequest) -> Iterator[ScriptedOpenAI]:
+    """One running `ScriptedOpenAI` server for the whole session, at one address.
+
+    For an app that builds its client when it is imported (a module-level `openai.OpenAI()`
+    reading `OPENAI_BASE_URL`): a session-scoped fixture can point the environment at
+    `.base_url` and import the app once. Each test that uses this fixture (directly, or
+    through another fixture) starts with no script and no recorded request: scripts belong
+    to the test, as with `scripted_openai`; script replies every test needs in a
+    function-scoped fixture. `.script(model, reply, times=None)` answers every request.
+
+    Yields:
+        The running server, shut down at the end of the session.
+    """
+    from refinekit.testing import ScriptedOpenAI
+
+    with ScriptedOpenAI() as server:
+        request.config.stash[_session_server_key] = server
+        try:
+            yield server
+        finally:
+            del request.config.stash[_session_server_key]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before a test's fixtures are set up: reset the session server when the test uses it."""
+    if _SESSION_SERVER not in getattr(item, "fixturenames", ()):
+        return
+    server = item.config.stash.get(_session_server_key, None)
+    if server is not None:
+        server.reset()
 
 
 @pytest.fixture

@@ -418,7 +418,7 @@ def test_min_kappa_outside_minus_1_to_1_is_a_usage_error(
     assert not (ws.path / ".refinekit" / "runs.db").exists()
 
 
-def test_a_calibration_report_that_cannot_be_written_is_a_usage_error(
+def test_a_calibration_report_that_cannot_be_written_is_a_usage_error_before_the_run(
     ws: Workspace, cli: Cli
 ) -> None:
     data = ws.jsonl("labelled.jsonl", AGREEMENT)
@@ -428,12 +428,11 @@ def test_a_calibration_report_that_cannot_be_written_is_a_usage_error(
 
     assert result.code == 2
     assert result.err == (
-        "refinekit calibrate: error: cannot write the report to no/such/c.html: No such file or "
-        "directory\n"
+        "refinekit calibrate: error: --report no/such/c.html: the folder no/such does not "
+        "exist; nothing was run\n"
     )
-    assert "accuracy 0.750" in result.out
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
-        assert store.runs()[0].status == "complete"
+    assert result.out == ""
+    assert not (ws.path / ".refinekit" / "runs.db").exists()
 
 
 CODE_CHECK_JUDGE = """

@@ -162,6 +162,32 @@ def test_example_runs(path: Path) -> None:
         assert text in out
 
 
+def test_the_app_at_import_example_passes_its_own_tests() -> None:
+    """examples/testing_app_at_import: a pytest suite of its own, run as a user runs it, with
+    no endpoint in the environment (the session-wide scripted server provides one)."""
+    folder = ROOT / "examples" / "testing_app_at_import"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            str(folder),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=clean_env(),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 passed" in result.stdout
+
+
 @pytest.mark.parametrize("path", JUDGE_EXAMPLES, ids=lambda p: p.name)
 def test_judge_example_runs_on_a_configured_endpoint(
     path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

@@ -138,6 +138,17 @@ def test_testing_names() -> None:
         "is_testing",
         "set_testing",
     }
+    for method in ("script", "reset", "requests_for"):
+        assert getattr(refinekit.testing.ScriptedOpenAI, method).__doc__, method
+
+
+def test_plugin_fixtures() -> None:
+    import _refinekit_pytest_plugin as plugin
+
+    fixtures = {"fake_judge", "refinekit_testing", "scripted_openai", "scripted_openai_session"}
+    assert fixtures <= set(plugin.__all__)
+    for name in fixtures:
+        assert getattr(plugin, name).__doc__, name
 
 
 def test_local_names() -> None:

@@ -396,6 +396,55 @@ def test_scripted_openai_fixture_serves_its_client(tester: pytest.Pytester) -> N
     result.assert_outcomes(passed=3)
 
 
+def test_scripted_openai_session_is_one_server_reset_before_each_test_using_it(
+    tester: pytest.Pytester,
+) -> None:
+    tester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture(scope="session")
+        def address(scripted_openai_session):
+            return scripted_openai_session.base_url
+        """
+    )
+    tester.makepyfile(
+        """
+        SEEN = []
+
+        def ask(server, model="m"):
+            with server.client() as client:
+                reply = client.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": "hi"}]
+                )
+            return reply.choices[0].message.content
+
+        def test_first(scripted_openai_session, address):
+            SEEN.append(scripted_openai_session)
+            assert scripted_openai_session.base_url == address
+            scripted_openai_session.script("m", ["one", "left over"])
+            scripted_openai_session.script("always", "same", times=None)
+            assert ask(scripted_openai_session) == "one"
+            assert [ask(scripted_openai_session, "always") for _ in range(3)] == ["same"] * 3
+
+        def test_not_using_it_resets_nothing():
+            assert len(SEEN[0].requests) == 4
+
+        def test_second_starts_clean(scripted_openai_session):
+            assert scripted_openai_session is SEEN[0]
+            assert scripted_openai_session.requests == []
+            scripted_openai_session.script("m", "two")
+            assert ask(scripted_openai_session) == "two"  # not the first test's left over
+
+        def test_through_another_fixture_is_reset_too(address):
+            assert SEEN[0].requests == []
+            assert SEEN[0].base_url == address
+        """
+    )
+    result = run(tester, "-p", "no:randomly")
+    result.assert_outcomes(passed=4)
+
+
 def test_refinekit_testing_instant_waits_and_a_job_per_test(tester: pytest.Pytester) -> None:
     tester.makepyfile(
         """

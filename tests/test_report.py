@@ -433,6 +433,118 @@ def test_eval_report_with_a_comparison(store: RunStore, eval_run: int) -> None:
     assert "order 1?" in part
 
 
+def gates_of(document: str) -> str:
+    return document[document.index('<section id="gates">') : document.index('id="pass-rate"')]
+
+
+def header_of(document: str) -> str:
+    return document[document.index("<header>") : document.index("</header>")]
+
+
+@pytest.mark.parametrize(("floor", "held"), [(0.4, True), (0.6, False)])
+def test_eval_report_shows_the_pass_rate_gate_and_whether_it_held(
+    store: RunStore, eval_run: int, floor: float, held: bool
+) -> None:
+    lower, _ = wilson_interval(7, 9)  # 7 of 9 counted cases passed
+    assert 0.4 < lower < 0.6
+    document = eval_report(store, eval_run, min_pass_rate=floor)
+    gates = gates_of(document)
+    assert f"<code>--min-pass-rate {floor:.3f}</code>" in gates
+    sign = ">=" if held else "&lt;"
+    assert (
+        f"95% Wilson lower bound {lower:.3f} (pass rate {7 / 9:.3f}, 7/9) {sign} {floor:.3f}"
+        in gates
+    )
+    word = "held" if held else "failed"
+    assert gates.count(f'<span class="badge {word}">{word}</span>') == 1
+    verdict = (
+        'Gates: <span class="badge held">held</span>'
+        if held
+        else 'Gates: <span class="badge failed">failed</span> (1 of 1; '
+        "<code>refinekit eval</code> exits 1)"
+    )
+    assert verdict in header_of(document)  # at the top, for a CI artifact's reader
+    assert_nothing_live(document)
+
+
+def test_eval_report_shows_the_comparison_gate(store: RunStore, golden: Path) -> None:
+    before = store_run(store, golden, [case(i, "passed") for i in range(1, 7)])
+    after = store_run(store, golden, [case(i, "failed") for i in range(1, 7)])
+    comparison = compare_runs(
+        store.run(before), store.cases(before), store.run(after), store.cases(after)
+    )
+    assert comparison.p_value == 2 / 2**6
+
+    strict = gates_of(eval_report(store, after, comparison, alpha=0.05))
+    lenient = eval_report(store, after, comparison, alpha=0.01)
+
+    assert f"<code>--compare</code> run {before}, <code>--alpha 0.05</code>" in strict
+    assert "6 regressed, 0 improved; p = 0.031" in strict
+    assert '<span class="badge failed">failed</span>' in strict
+    assert "<code>--alpha 0.01</code>" in gates_of(lenient)
+    assert '<span class="badge held">held</span>' in header_of(lenient)
+
+
+def test_eval_report_without_a_gate_says_so(eval_html: str) -> None:
+    assert "No gate: the run was not held to a threshold." in header_of(eval_html)
+    assert "<code>refinekit eval</code> exits 0 whatever the figures" in gates_of(eval_html)
+
+
+def test_eval_report_of_a_run_that_measured_nothing_fails_its_gate(
+    store: RunStore, golden: Path
+) -> None:
+    run_id = store_run(store, golden, [case(1, "unavailable", error="down")])
+    gates = gates_of(eval_report(store, run_id, min_pass_rate=0.5))
+    assert "no case has a pass or fail outcome, so there is no pass rate" in gates
+    assert "no pass rate to hold against it" in gates
+    assert gates.count('<span class="badge failed">failed</span>') == 2
+
+
+def facts_of(document: str, position: int) -> str:
+    start = document.index(f"Case {position}</h3>")
+    return document[start : document.index("<h4>Question</h4>", start)]
+
+
+def test_a_case_card_explains_score_and_probability_and_shows_none_that_is_missing(
+    store: RunStore, golden: Path
+) -> None:
+    code = [
+        {"name": "cites", "outcome": "fail", "probability": 0.0, "source": "code"},
+        {"name": "supported", "outcome": "skipped"},
+    ]
+    stated = [{"name": "correct", "outcome": "fail", "probability": 0.0, "source": "answer"}]
+    cases = [
+        case(1, "failed", score=0.92, probability=0.0, criteria=code),
+        case(2, "failed", score=0.4, probability=0.2),  # logprobs criteria (the default)
+        case(3, "failed", score=0.5, probability=None, criteria=stated),
+    ]
+    document = eval_report(store, store_run(store, golden, cases))
+
+    first = facts_of(document, 1)
+    assert "score <b>0.920</b>" in first
+    assert "P(pass) <b>0.000</b>" in first
+    assert "probability <b>" not in document  # the old, unexplained label
+    assert (
+        "score = the evaluator&#x27;s own score of the answer (0 to 1); P(pass) = the "
+        "judge&#x27;s probability that the answer passes, 0: a code check failed, so the "
+        "model criteria were not asked (a certain fail)." in first
+    )
+    assert "read from the judge model&#x27;s token probabilities" in facts_of(document, 2)
+    third = facts_of(document, 3)
+    assert "score <b>0.500</b>" in third
+    assert "P(pass)" not in third  # the judge gave none: none is shown
+
+    # per criterion: a column of probabilities only where a model's token probabilities are
+    def card(position: int) -> str:
+        start = document.index(f"Case {position}</h3>")
+        return document[start : document.index("</article>", start)]
+
+    assert ">P(holds)</th>" not in card(1)  # a code check's 0 is no probability
+    assert ">P(holds)</th>" not in card(3)
+    assert ">P(holds)</th>" in card(2)
+    assert '<td class="n">0.200</td>' in card(2)
+
+
 def test_eval_report_of_an_incomplete_run_and_of_nothing_judged(
     store: RunStore, golden: Path
 ) -> None:
@@ -545,6 +657,50 @@ def test_calibration_report_history_and_disagreements(calibration_html: str) -> 
     assert ">Not judged (1)</h2>" in document
     for text in HOSTILE:
         assert text not in document
+
+
+@pytest.mark.parametrize(("floor", "held"), [(0.5, True), (0.9, False)])
+def test_calibration_report_shows_the_kappa_gate(
+    store: RunStore, tmp_path: Path, floor: float, held: bool
+) -> None:
+    labelled = tmp_path / "labelled.csv"
+    labelled.write_text("question,answer,label\nq,a,pass\n", encoding="utf-8")
+    run_id, result = calibration_run(store, labelled, calibration_cases(wrong=3))
+    assert result.kappa is not None
+    assert 0.5 < result.kappa < 0.9
+
+    document = calibration_report(store, run_id, result, min_kappa=floor)
+
+    gates = gates_of_calibration(document)
+    sign = ">=" if held else "&lt;"
+    assert f"Cohen&#x27;s kappa {result.kappa:.3f} {sign} {floor:.3f}, over 40 items" in gates
+    assert f"<code>--min-kappa {floor:.3f}</code>" in gates
+    verdict = (
+        'Gates: <span class="badge held">held</span>'
+        if held
+        else 'Gates: <span class="badge failed">failed</span> (1 of 1; '
+        "<code>refinekit calibrate</code> exits 1)"
+    )
+    assert verdict in header_of(document)
+    assert "No gate" in header_of(calibration_report(store, run_id, result))
+    assert_nothing_live(document)
+
+
+def gates_of_calibration(document: str) -> str:
+    return document[document.index('<section id="gates">') : document.index('id="agreement"')]
+
+
+def test_a_setup_failure_says_its_exit_status_in_the_gates(store: RunStore, golden: Path) -> None:
+    down = [case(i, "raised", answer=None, error="APIConnectionError") for i in (1, 2)]
+    summary = summarise(down).as_dict() | {"setup_failed": True}
+    run_id = store_run(store, golden, down, summary=summary)
+
+    document = eval_report(store, run_id, min_pass_rate=0.5)
+
+    assert "<code>refinekit eval</code> exits 4)" in header_of(document)
+    gates = gates_of(document)
+    assert "no answer was judged (a failure of the setup); no other gate applies" in gates
+    assert "--min-pass-rate 0.500" not in gates  # not applied to a run that measured nothing
 
 
 def test_calibration_report_without_probabilities(store: RunStore, tmp_path: Path) -> None:

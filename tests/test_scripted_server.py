@@ -364,6 +364,82 @@ def test_script_refuses_what_is_not_a_reply(server: ScriptedOpenAI) -> None:
         Reply.delay(-1, "late")
 
 
+# replies that repeat, and reset
+
+
+async def test_times_serves_the_replies_in_turn_that_many_times(
+    server: ScriptedOpenAI, create: Create
+) -> None:
+    server.script("m", ["a", "b"], times=2)
+    server.script("m", "c")
+    contents = [
+        (await create(model="m", messages=USER)).choices[0].message.content for _ in "12345"
+    ]
+    assert contents == ["a", "b", "a", "b", "c"]
+    with pytest.raises(openai.InternalServerError, match=r"\(5 scripted, this is request 6\)"):
+        await create(model="m", messages=USER)
+
+
+async def test_times_none_answers_every_request_after_the_script(
+    server: ScriptedOpenAI, create: Create
+) -> None:
+    server.script("m", "first")
+    server.script("m", ["x", lambda request: "y"], times=None)
+    contents = [
+        (await create(model="m", messages=USER)).choices[0].message.content for _ in "12345"
+    ]
+    assert contents == ["first", "x", "y", "x", "y"]
+
+
+def test_a_reply_for_ever_serves_many_concurrent_clients(server: ScriptedOpenAI) -> None:
+    server.script("m", Reply.text("Paris."), times=None)
+    replies: list[str | None] = []
+
+    def ask() -> None:
+        with server.client() as client:
+            for _ in range(5):
+                reply = client.chat.completions.create(model="m", messages=USER)
+                replies.append(reply.choices[0].message.content)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert replies == ["Paris."] * 40
+    assert len(server.requests_for("m")) == 40
+
+
+def test_times_is_checked_and_nothing_follows_a_reply_for_ever(server: ScriptedOpenAI) -> None:
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="times is a whole number of at least 1, or None"):
+            server.script("m", "x", times=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="give at least one"):
+        server.script("m", [], times=None)
+    server.script("m", "x", times=None)
+    with pytest.raises(ValueError, match="'m' already repeats for ever"):
+        server.script("m", "y")
+
+
+async def test_reset_forgets_scripts_and_requests_at_the_same_address(
+    server: ScriptedOpenAI, create: Create
+) -> None:
+    base_url = server.base_url
+    server.script("m", ["left over", "and this"])
+    server.script("n", "x", times=None)
+    await create(model="m", messages=USER)
+
+    server.reset()
+
+    assert server.requests == []
+    assert server.base_url == base_url
+    with pytest.raises(openai.NotFoundError, match="no script for model 'm'"):
+        await create(model="m", messages=USER)
+    server.script("n", "fresh")  # no longer for ever: it can be scripted again
+    assert (await create(model="n", messages=USER)).choices[0].message.content == "fresh"
+    assert [r.model for r in server.requests] == ["m", "n"]
+
+
 # transport faults
 
 

@@ -12,6 +12,7 @@ from ._output import (
     Io,
     RunWatcher,
     pct,
+    report_problem,
     setup_failure,
     streams,
     write_report,
@@ -23,6 +24,10 @@ __all__ = ["calibrate_command"]
 def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit calibrate`; `args` are the parsed options. Returns the exit status."""
     io = streams(out, err)
+    problem = report_problem(args.report)
+    if problem is not None:  # before the run: nothing is paid for a report that cannot be kept
+        io.error("calibrate", problem)
+        return EXIT_USAGE
     watcher = RunWatcher(io, "calibrate")
     try:
         result = calibrate(

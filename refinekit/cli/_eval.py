@@ -23,6 +23,7 @@ from ._output import (
     RunWatcher,
     cases,
     clean,
+    report_problem,
     setup_failure,
     streams,
     write_report,
@@ -34,6 +35,10 @@ __all__ = ["eval_command"]
 def eval_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit eval`; `args` are the parsed options. Returns the exit status."""
     io = streams(out, err)
+    problem = report_problem(args.report)
+    if problem is not None:  # before the run: nothing is paid for a report that cannot be kept
+        io.error("eval", problem)
+        return EXIT_USAGE
     watcher = RunWatcher(io, "eval")
     try:
         result = run(
@@ -199,4 +204,14 @@ def _print_comparison(io: Io, c: Comparison, alpha: float) -> None:
                 + (f" -> {clean(note, 60)}" if note else "")
             )
     if c.significant_regression(alpha):
-        io.say(f"gate: significant regression (p {c.p_value:.4f} < --alpha {alpha}): FAIL")
+        io.say(
+            f"gate: significant regression ({len(c.regressed)} regressed > {len(c.improved)} "
+            f"improved, p {c.p_value:.4f} < --alpha {alpha}): FAIL"
+        )
+    else:
+        why = (
+            f"p {c.p_value:.4f} >= --alpha {alpha}"
+            if len(c.regressed) > len(c.improved)
+            else f"{len(c.regressed)} regressed <= {len(c.improved)} improved"
+        )
+        io.say(f"gate: no significant regression ({why}): pass")

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO, cast
 
 from .._redact import redact
@@ -45,6 +46,7 @@ __all__ = [
     "cases",
     "clean",
     "pct",
+    "report_problem",
     "setup_failure",
     "streams",
     "write_report",
@@ -226,8 +228,47 @@ def setup_failure(records: Sequence[CaseRecord], what: str) -> str:
     )
 
 
+def report_problem(path: str | None) -> str | None:
+    """Why `--report PATH` could not be written, found before the run is paid for; or None.
+
+    `--report` alone (or `--report html`) goes next to the run store, which the run itself
+    checks.
+    """
+    from ._parser import REPORT_BESIDE_STORE
+
+    if path is None or path == REPORT_BESIDE_STORE:
+        return None
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        example = target / "report.html"
+        return f"--report {path}: is a folder; give a file name (e.g. {example}); nothing was run"
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        return f"--report {path}: the folder {folder} {what}; nothing was run"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"--report {path}: the folder {folder} is not writable; nothing was run"
+    if target.exists() and not os.access(target, os.W_OK):
+        return f"--report {path}: the file exists and is not writable; nothing was run"
+    return None
+
+
+def report_file(path: str, result: EvalResult | CalibrationResult) -> str:
+    """Where the report goes: `path`, or `report-run-ID.html` next to the run store."""
+    from ._parser import REPORT_BESIDE_STORE
+
+    if path != REPORT_BESIDE_STORE:
+        return path
+    return str(result.db.parent / f"report-run-{result.run.id}.html")
+
+
 def write_report(io: Io, command: str, path: str, result: EvalResult | CalibrationResult) -> bool:
-    """Write the run's HTML report to `path` and say so; say why not when it cannot."""
+    """Write the run's HTML report to `path` and say so; say why not when it cannot.
+
+    `path` is `--report`'s value: `html` (or `--report` alone) names the file after the run,
+    next to the run store.
+    """
+    path = report_file(path, result)
     try:
         html_report(result, path)
     except OSError as e:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 _DEMO_DESCRIPTION = """\
 Run both decorators end to end over HTTP with the real openai client: a refund answer judged
@@ -81,6 +83,52 @@ exit status:
   130  interrupted; the same command resumes the run"""
 
 
+# `--report` alone, or `--report html`: the report goes next to the run store, named after the run
+REPORT_BESIDE_STORE = "html"
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)'")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a "did you mean" for a mistyped subcommand, choice or flag.
+
+    Python 3.14's `suggest_on_error` does this for choices only; refinekit runs on 3.10+.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        found = _INVALID_CHOICE.search(message)
+        if found:
+            choices = [
+                str(choice)
+                for action in self._actions
+                if action.choices is not None
+                for choice in action.choices
+            ]
+            message += _did_you_mean(found.group(1), choices)
+        super().error(message)
+
+    def unrecognized(self, extras: Sequence[str]) -> NoReturn:
+        """A usage error for arguments nothing takes, with the flag each may have meant."""
+        flags = [o for action in self._actions for o in action.option_strings]
+        meant = {
+            flag: close[0]
+            for flag in (extra.split("=", 1)[0] for extra in extras if extra.startswith("-"))
+            if (close := difflib.get_close_matches(flag, flags, n=1))
+        }
+        message = f"unrecognized arguments: {' '.join(extras)}"
+        if len(meant) == 1:
+            message += f" (did you mean {next(iter(meant.values()))}?)"
+        elif meant:
+            pairs = ", ".join(f"{close} for {flag}" for flag, close in meant.items())
+            message += f" (did you mean {pairs}?)"
+        super().error(message)
+
+
+def _did_you_mean(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _outcomes(text: str) -> frozenset[str]:
     """`--retry`'s value: outcomes a resumed run runs again, comma-separated."""
     from ..eval._resume import RETRYABLE
@@ -124,7 +172,15 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
         metavar="N",
         help=f"{in_flight} (default 4)",
     )
-    parser.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
+    parser.add_argument(
+        "--report",
+        nargs="?",
+        const=REPORT_BESIDE_STORE,
+        metavar="FILE.html",
+        help="write a self-contained HTML report to FILE.html; alone (or --report html), to "
+        "report-run-ID.html next to the run store. Its folder must exist and be writable: "
+        "this is checked before the run starts",
+    )
     parser.add_argument(
         "--fresh", action="store_true", help="start a new run even if the last one is unfinished"
     )
@@ -149,7 +205,11 @@ def _add_workflow_commands(commands: Any) -> None:
     )
     evaluate.add_argument("golden", metavar="GOLDEN", help="the golden set, .csv or .jsonl")
     evaluate.add_argument(
-        "--target", required=True, metavar="MODULE:FUNCTION", help="the answer function"
+        "--target",
+        required=True,
+        metavar="MODULE:FUNCTION",
+        help="the answer function, e.g. myapp.answers:answer; a file path (myapp/answers.py:"
+        "answer) is taken as the module it is, found from the current folder",
     )
     evaluate.add_argument(
         "--judge",
@@ -247,9 +307,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = argparse.ArgumentParser(
+    from .._package import version
+
+    parser = _Parser(
         prog="refinekit", description="Make LLM answer functions trustworthy by decoration."
     )
+    parser.add_argument("--version", action="version", version=f"refinekit {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = commands.add_parser(
         "demo",
@@ -273,7 +336,11 @@ def _main(argv: Sequence[str] | None) -> int:
         "kernels that run on any x86 CPU)",
     )
     _add_workflow_commands(commands)
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        subparser = commands.choices.get(args.command, parser)
+        assert isinstance(subparser, _Parser)
+        subparser.unrecognized(extras)
     if args.command in ("eval", "calibrate", "runs"):
         from ._calibrate import calibrate_command
         from ._eval import eval_command

@@ -61,7 +61,8 @@ def run(
     Args:
         golden: The golden file, `.csv` or `.jsonl`.
         target: The answer function (decorated or plain, `def` or `async def`), or its
-            `module:function` name (imported from the current folder).
+            `module:function` name (imported from the current folder; a file path,
+            `app/answers.py:answer`, is taken as the module it is).
         judge: An evaluator (a refinekit judge, a check, a function) or its `module:name`;
             None to judge by the file's columns only.
         concurrency: Cases in flight at once, from 1 to 256.
@@ -287,10 +288,12 @@ def html_report(result: EvalResult | CalibrationResult, path: PathLike | None = 
     """The self-contained HTML report of a run, written to `path` when given.
 
     One HTML5 file that loads nothing (inline styles and SVG charts, no script). An eval
-    report has the pass rate and its interval, the pass rate over the stored runs of the
-    same file, judge consistency, per-criterion rates, attempts, cost, the comparison when
-    the run made one, and every case; a calibration report has the agreement table, the
-    reliability diagram, the thresholds, kappa over the stored runs and the disagreements.
+    report has the gates (`min_pass_rate`, the comparison's `alpha`) and whether each held,
+    the pass rate and its interval, the pass rate over the stored runs of the same file,
+    judge consistency, per-criterion rates, attempts, cost, the comparison when the run made
+    one, and every case; a calibration report has its `min_kappa` gate, the agreement table,
+    the reliability diagram, the thresholds, kappa over the stored runs and the
+    disagreements.
 
     Args:
         result: What `run` or `calibrate` returned (its store holds the run's history).
@@ -307,9 +310,17 @@ def html_report(result: EvalResult | CalibrationResult, path: PathLike | None = 
 
     with RunStore(_existing(result.db)) as store:
         if isinstance(result, EvalResult):
-            document = eval_report(store, result.run.id, result.comparison)
+            document = eval_report(
+                store,
+                result.run.id,
+                result.comparison,
+                min_pass_rate=result.min_pass_rate,
+                alpha=result.alpha,
+            )
         else:
-            document = calibration_report(store, result.run.id, result.calibration)
+            document = calibration_report(
+                store, result.run.id, result.calibration, min_kappa=result.min_kappa
+            )
     if path is not None:
         Path(path).write_text(document, encoding="utf-8")
     return document

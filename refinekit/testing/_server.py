@@ -703,12 +703,14 @@ class ScriptedOpenAI:
 
     A request for a model with no script gets a 404 (`model_not_found`), a request beyond
     the end of a script a 500, both naming the model, so a test fails loudly instead of
-    hanging. Streaming is not supported (400).
+    hanging; `script(model, reply, times=None)` answers every request from then on.
+    Streaming is not supported (400).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._scripts: dict[str, list[_ReplyLike]] = {}
+        self._forever: dict[str, list[_ReplyLike]] = {}  # served in turn once a script is done
         self._served: dict[str, int] = {}
         self._requests: list[RecordedRequest] = []
         self._in_flight = 0
@@ -803,18 +805,32 @@ class ScriptedOpenAI:
 
     # script and record
 
-    def script(self, model: str, replies: _ReplyLike | Iterable[_ReplyLike]) -> None:
+    def script(
+        self,
+        model: str,
+        replies: _ReplyLike | Iterable[_ReplyLike],
+        *,
+        times: int | None = 1,
+    ) -> None:
         """Add replies for one model name; they are served in order, one per request.
 
         Calling it again for the same model appends to that model's script.
+        `script("answer", "Paris.", times=None)` answers every request for the model with the
+        same reply, however many concurrent tests send: no `["Paris."] * 100`. A callable
+        reply, built from the request, serves every request differently.
 
         Args:
             model: The model name requests carry.
             replies: A reply or replies: a `str` (assistant text), a `Reply`, or a callable
                 taking the `RecordedRequest` and returning either.
+            times: How many times the replies are served, in turn (`["a", "b"]` twice is
+                a, b, a, b); None serves them in turn for ever, after what was scripted
+                before, so nothing can be appended after it.
 
         Raises:
             TypeError: A reply is none of these.
+            ValueError: `times` is not a whole number of at least 1 or None; `times=None`
+                with no reply; or the model's script already repeats for ever.
         """
         if isinstance(replies, (str, Reply)) or callable(replies):
             items: list[_ReplyLike] = [replies]
@@ -823,8 +839,35 @@ class ScriptedOpenAI:
         for item in items:
             if not (isinstance(item, (str, Reply)) or callable(item)):
                 raise TypeError(f"a reply is a str, a Reply or a callable, not {item!r}")
+        if times is not None and (isinstance(times, bool) or not isinstance(times, int)):
+            raise ValueError(f"times is a whole number of at least 1, or None, not {times!r}")
+        if times is not None and times < 1:
+            raise ValueError(f"times is a whole number of at least 1, or None, not {times!r}")
+        if times is None and not items:
+            raise ValueError("times=None repeats the replies for ever: give at least one")
         with self._lock:
-            self._scripts.setdefault(model, []).extend(items)
+            if model in self._forever:
+                raise ValueError(
+                    f"the script of model {model!r} already repeats for ever: nothing after it "
+                    "would be served (reset() clears the scripts)"
+                )
+            if times is None:
+                self._scripts.setdefault(model, [])
+                self._forever[model] = items
+            else:
+                self._scripts.setdefault(model, []).extend(items * times)
+
+    def reset(self) -> None:
+        """Forget every script and every recorded request; the server keeps running.
+
+        Its address stays the same, so clients already pointed at it keep working: what the
+        `scripted_openai_session` fixture does before each test that uses it.
+        """
+        with self._lock:
+            self._scripts.clear()
+            self._forever.clear()
+            self._served.clear()
+            self._requests.clear()
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -885,6 +928,7 @@ class ScriptedOpenAI:
             return _error(400, "scripted server: the request has no model", param="model")
         with self._lock:
             script = self._scripts.get(request.model)
+            forever = self._forever.get(request.model)
             served = self._served.get(request.model, 0)
             if script is not None:
                 self._served[request.model] = served + 1
@@ -895,13 +939,16 @@ class ScriptedOpenAI:
                 param="model",
                 code="model_not_found",
             )
-        if served >= len(script):
+        if served < len(script):
+            reply = script[served]
+        elif forever:
+            reply = forever[(served - len(script)) % len(forever)]
+        else:
             return _error(
                 500,
                 f"scripted server: no reply left for model {request.model!r} "
                 f"({len(script)} scripted, this is request {served + 1})",
             )
-        reply = script[served]
         try:
             if not isinstance(reply, (str, Reply)):
                 reply = reply(request)

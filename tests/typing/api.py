@@ -194,3 +194,16 @@ async def methods() -> None:
     invoice: Invoice = await service.extract([])
     assert text
     assert invoice
+
+
+def scripted_server_replies() -> None:
+    from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
+
+    def echo(request: RecordedRequest) -> str:
+        return request.path
+
+    with ScriptedOpenAI() as server:
+        assert_type(server.script("m", "once"), None)
+        assert_type(server.script("m", ["a", Reply.text("b")], times=3), None)
+        assert_type(server.script("n", echo, times=None), None)
+        assert_type(server.reset(), None)

@@ -19,6 +19,7 @@ from ._html import (
     count,
     esc,
     fmt3,
+    gate_results,
     incomplete_note,
     number,
     one_line,
@@ -34,13 +35,20 @@ from ._html import (
 __all__ = ["calibration_report"]
 
 
-def calibration_report(store: RunStore, run_id: int, calibration: Calibration) -> str:
+def calibration_report(
+    store: RunStore,
+    run_id: int,
+    calibration: Calibration,
+    *,
+    min_kappa: float | None = None,
+) -> str:
     """The HTML report of a stored `refinekit calibrate` run.
 
     Args:
         store: The run store holding the run.
         run_id: The run's id.
         calibration: The run's figures, as `calibrate` computed them.
+        min_kappa: The kappa gate (`--min-kappa`), when one was asked for.
 
     Returns:
         One self-contained HTML5 document.
@@ -67,7 +75,10 @@ def calibration_report(store: RunStore, run_id: int, calibration: Calibration) -
     wrong_pass = [(i, x) for i, x in judged if x.outcome == "passed" and x.label != "pass"]
     wrong_fail = [(i, x) for i, x in judged if x.outcome == "failed" and x.label == "pass"]
     left_out = [x for x in cases if x.outcome not in ("passed", "failed")]
+    setup_failed = bool(run.summary.get("setup_failed"))
+    verdict, gates = _gates(c, setup_failed, min_kappa)
     sections = [
+        ("gates", "Gates", gates),
         ("agreement", "Agreement with people", _agreement(c)),
         ("reliability", "Reliability diagram", _reliability(c)),
         ("thresholds", "Recommended thresholds", _thresholds(c)),
@@ -98,11 +109,42 @@ def calibration_report(store: RunStore, run_id: int, calibration: Calibration) -
             ],
         )
         + incomplete_note(run, len(cases))
+        + verdict
         + toc([(anchor, title) for anchor, title, _ in sections])
         + "</header>"
     )
     body = "\n".join(section(anchor, title, content) for anchor, title, content in sections)
     return page(f"refinekit calibrate, run {run.id}", heading, body)
+
+
+def _gates(c: Calibration, setup_failed: bool, min_kappa: float | None) -> tuple[str, str]:
+    rows: list[tuple[str, str, bool]] = []
+    if setup_failed or c.items == 0:
+        why = (
+            "the judge gave no verdict on any item (a failure of the setup)"
+            if setup_failed
+            else "no item got a pass or fail verdict, so there is no agreement to measure"
+        )
+        rows.append(("the run measured something", why, False))
+    if min_kappa is not None and not setup_failed:
+        kappa = c.kappa
+        if kappa is None:
+            figures = "no kappa: no item was judged"
+        else:
+            sign = ">=" if kappa >= min_kappa else "&lt;"
+            figures = (
+                f"Cohen&#x27;s kappa {kappa:.3f} {sign} {min_kappa:.3f}, over {whole(c.items)} "
+                "items"
+            )
+        rows.append(
+            (
+                f"<code>--min-kappa {min_kappa:.3f}</code>: the judge agrees with people at "
+                "least this far, beyond chance",
+                figures,
+                kappa is not None and kappa >= min_kappa,
+            )
+        )
+    return gate_results(rows, "calibrate", "--min-kappa", status=4 if setup_failed else 1)
 
 
 def _rate_figure(value: float | None, label: str, hits: int, total: int) -> str:

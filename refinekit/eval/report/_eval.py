@@ -22,6 +22,7 @@ from ._html import (
     esc,
     fmt3,
     fmt_p,
+    gate_results,
     incomplete_note,
     number,
     one_line,
@@ -43,13 +44,22 @@ _ROLES = (
 )
 
 
-def eval_report(store: RunStore, run_id: int, comparison: Comparison | None = None) -> str:
+def eval_report(
+    store: RunStore,
+    run_id: int,
+    comparison: Comparison | None = None,
+    *,
+    min_pass_rate: float | None = None,
+    alpha: float = 0.05,
+) -> str:
     """The HTML report of a stored `refinekit eval` run.
 
     Args:
         store: The run store holding the run.
         run_id: The run's id.
         comparison: The comparison with an earlier run, when `--compare` made one.
+        min_pass_rate: The pass-rate gate (`--min-pass-rate`), when one was asked for.
+        alpha: The comparison's gate (`--alpha`).
 
     Returns:
         One self-contained HTML5 document.
@@ -70,7 +80,9 @@ def eval_report(store: RunStore, run_id: int, comparison: Comparison | None = No
     ]
     failing = [(i, c) for i, c in enumerate(cases) if c.outcome != "passed"]
     setup_failed = bool(run.summary.get("setup_failed"))
+    verdict, gates = _gates(summary, setup_failed, min_pass_rate, comparison, alpha)
     sections = [
+        ("gates", "Gates", gates),
         ("pass-rate", "Pass rate", _pass_rate(summary, setup_failed)),
         ("history", "Pass rate over the stored runs", _eval_history(run, summary, history)),
     ]
@@ -102,11 +114,76 @@ def eval_report(store: RunStore, run_id: int, comparison: Comparison | None = No
             ],
         )
         + incomplete_note(run, len(cases))
+        + verdict
         + toc([(anchor, title) for anchor, title, _ in sections])
         + "</header>"
     )
     body = "\n".join(section(anchor, title, content) for anchor, title, content in sections)
     return page(f"refinekit eval, run {run.id}", heading, body)
+
+
+def _gates(
+    s: Summary,
+    setup_failed: bool,
+    min_pass_rate: float | None,
+    comparison: Comparison | None,
+    alpha: float,
+) -> tuple[str, str]:
+    """The gates the run was held to and whether each held: the exit status's reasons.
+
+    Returns the one-line verdict for the page's header and the section's body.
+    """
+    rows: list[tuple[str, str, bool]] = []  # (gate, the figures against it, held)
+    measured = not setup_failed and s.rate is not None
+    if setup_failed:
+        rows.append(
+            (
+                "the run measured something",
+                "no answer was judged (a failure of the setup); no other gate applies",
+                False,
+            )
+        )
+    elif not measured:
+        rows.append(
+            (
+                "the run measured something",
+                "no case has a pass or fail outcome, so there is no pass rate",
+                False,
+            )
+        )
+    if min_pass_rate is not None and not setup_failed:
+        figures = (
+            f"95% Wilson lower bound {s.lower:.3f} (pass rate {s.rate:.3f}, "
+            f"{whole(s.passed)}/{whole(s.counted)}) "
+            + (">=" if s.lower >= min_pass_rate else "&lt;")
+            + f" {min_pass_rate:.3f}"
+            if s.rate is not None
+            else "no pass rate to hold against it"
+        )
+        rows.append(
+            (
+                f"<code>--min-pass-rate {min_pass_rate:.3f}</code>: the pass rate's 95% Wilson "
+                "lower bound is at least this",
+                figures,
+                measured and s.lower >= min_pass_rate,
+            )
+        )
+    if comparison is not None:
+        c = comparison
+        regressed = c.significant_regression(alpha)
+        rows.append(
+            (
+                f"<code>--compare</code> run {c.before.id}, <code>--alpha {alpha:g}</code>: no "
+                "significant regression (more regressions than improvements with exact "
+                "McNemar p under alpha)",
+                f"{whole(len(c.regressed))} regressed, {whole(len(c.improved))} improved; "
+                f"p = {fmt_p(c.p_value)}",
+                not regressed,
+            )
+        )
+    return gate_results(
+        rows, "eval", "--min-pass-rate</code>, <code>--compare", status=4 if setup_failed else 1
+    )
 
 
 def _pass_rate(s: Summary, setup_failed: bool) -> str:

@@ -238,3 +238,46 @@ def recent(runs: Sequence[RunInfo], current: int) -> list[RunInfo]:
         keep = [*runs[-(HISTORY_LIMIT - 1) :], *(r for r in runs if r.id == current)]
         keep.sort(key=lambda r: r.id)
     return keep
+
+
+def gate_results(
+    rows: Sequence[tuple[str, str, bool]], command: str, options: str, *, status: int = 1
+) -> tuple[str, str]:
+    """The gates a run was held to, each `(gate, this run's figures, held)` (HTML already).
+
+    Returns the one-line verdict for the page's header and the gates section's body: what a
+    CI artifact's reader needs to see why the job failed. `status` is the command's exit
+    status when a gate failed (4 when the setup failed, not the answers).
+    """
+    if not rows:
+        return (
+            '<p class="gate-verdict muted">No gate: the run was not held to a threshold.</p>',
+            f'<p class="muted">No gate was asked for (<code>{options}</code>): '
+            f"<code>refinekit {command}</code> exits 0 whatever the figures.</p>",
+        )
+    failed = [gate for gate, _, ok in rows if not ok]
+    verdict = (
+        '<p class="gate-verdict">Gates: '
+        + (
+            f'<span class="badge failed">failed</span> ({whole(len(failed))} of '
+            f"{whole(len(rows))}; <code>refinekit {command}</code> exits {status})"
+            if failed
+            else '<span class="badge held">held</span>'
+        )
+        + ' <a href="#gates">why</a></p>'
+    )
+    table = "".join(
+        f'<tr><td class="text">{gate}</td><td class="text">{figures}</td><td>'
+        + (
+            '<span class="badge held">held</span>'
+            if ok
+            else '<span class="badge failed">failed</span>'
+        )
+        + "</td></tr>"
+        for gate, figures, ok in rows
+    )
+    return verdict, (
+        f"<p>What the run was held to; a gate that failed is why <code>refinekit {command}</code> "
+        f"exited {status}.</p>"
+        f"<table><tr><th>gate</th><th>this run</th><th>result</th></tr>{table}</table>"
+    )
