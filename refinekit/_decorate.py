@@ -5,7 +5,8 @@ A decorator supplies its flow (`flow(cfg, fn, args, kwargs, job)`, a generator f
 that, on each call, joins the current job (or opens one, closed again when the call ends)
 and drives the flow with `run_sync`, or with `run_async` when `fn` is async to call (see
 `refinekit._bridge.is_async_callable`: an `async def`, a partial of one, an object with an
-`async def __call__`).
+`async def __call__`). With a tracer installed (`refinekit.otel.instrument()`), the call
+runs inside its `call` context (a span); otherwise that costs one check.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from . import _hooks
 from ._bridge import is_async_callable
 from ._flow import Flow, run_async, run_sync
 from ._job import Job, enter_job, leave_job
@@ -39,7 +41,11 @@ def wrap(fn: Callable[..., Any], flow: FlowOf[C], cfg: C) -> Callable[..., Any]:
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             job, token = enter_job()
             try:
-                return await run_async(flow(cfg, fn, args, kwargs, job))
+                tracing = _hooks.tracing
+                if tracing is None:
+                    return await run_async(flow(cfg, fn, args, kwargs, job))
+                with tracing.call(flow, cfg, job):
+                    return await run_async(flow(cfg, fn, args, kwargs, job))
             finally:
                 leave_job(token)
 
@@ -49,7 +55,11 @@ def wrap(fn: Callable[..., Any], flow: FlowOf[C], cfg: C) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         job, token = enter_job()
         try:
-            return run_sync(flow(cfg, fn, args, kwargs, job))
+            tracing = _hooks.tracing
+            if tracing is None:
+                return run_sync(flow(cfg, fn, args, kwargs, job))
+            with tracing.call(flow, cfg, job):
+                return run_sync(flow(cfg, fn, args, kwargs, job))
         finally:
             leave_job(token)
 
