@@ -133,7 +133,7 @@ def _starts_attempt(command: Any) -> bool:
 class OtelTracing:
     """Spans for refinekit's calls, attempts, evaluations and judge requests."""
 
-    def __init__(self, tracer_provider: Any = None) -> None:
+    def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self.tracer = trace.get_tracer(n.TRACER_NAME, version(), tracer_provider=tracer_provider)
         self.subscription: Subscription | None = None
 

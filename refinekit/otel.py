@@ -15,16 +15,19 @@ status) and how to send them to an OTLP collector: docs/tracing.md.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from . import _hooks
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["instrument", "is_instrumented", "uninstrument"]
 
 _lock = threading.Lock()
 
 
-def instrument(tracer_provider: Any = None) -> None:
+def instrument(tracer_provider: TracerProvider | None = None) -> None:
     """Trace every refinekit call that starts from now on, in every thread and task.
 
     Each decorated call gets a span, each attempt a span under it, each evaluator's judging

@@ -142,3 +142,14 @@ def retry_prompts() -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "q"}]
     assert_type(retry_prompt(messages), list[dict[str, Any]])
     assert_type(checks.numbers_supported(), checks.Check)
+
+
+def tracing() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import refinekit.otel
+
+    assert_type(refinekit.otel.instrument(), None)
+    assert_type(refinekit.otel.instrument(tracer_provider=TracerProvider()), None)
+    assert_type(refinekit.otel.is_instrumented(), bool)
+    assert_type(refinekit.otel.uninstrument(), None)
