@@ -30,12 +30,13 @@ from refinekit import (
     Event,
     JudgeUnavailable,
     checks,
+    guarded,
     retry_on_low_quality,
     reviewed,
     self_correct,
 )
 from refinekit import _otel_names as names
-from refinekit.judges import JudgeModel, rating, relevancy
+from refinekit.judges import Criterion, JudgeModel, criteria, rating, relevancy
 from refinekit.testing import Reply, ScriptedOpenAI
 
 QUESTION = "How long do refunds take?"
@@ -302,6 +303,53 @@ async def test_nested_decorators_nest_their_spans(
     # one job: the inner call joined the outer one
     assert (outer_span.attributes or {})[names.JOB_ID] == (inner_span.attributes or {})[
         names.JOB_ID
+    ]
+
+
+async def test_a_composites_children_and_guarded_screens_get_evaluation_spans(
+    kind: str, exporter: InMemorySpanExporter
+) -> None:
+    screen = refinekit.all_of(checks.not_empty(), checks.max_length(100))
+    decorated = guarded(screen=screen, screen_input=True)(answer_fn(kind))
+    assert await acall(decorated, QUESTION) == ANSWER
+    tree = Tree(exporter.get_finished_spans())
+    call_span = tree.one(f"refinekit.guarded {decorated.__qualname__}")
+    composite = (
+        "refinekit.evaluate all_of(not_empty, max_length)",
+        [("refinekit.evaluate not_empty", []), ("refinekit.evaluate max_length", [])],
+    )
+    # the input screen runs before the one attempt; the output screen judges it
+    assert tree.shape(call_span) == (
+        call_span.name,
+        [composite, ("refinekit.attempt", [composite])],
+    )
+    _, attempt = tree.children(call_span)
+    assert [e[names.EVALUATION_NAME] for e in evaluation_events(call_span)] == [
+        "not_empty",
+        "max_length",
+        "all_of(not_empty, max_length)",
+    ]
+    assert [e[names.EVALUATION_SCORE_LABEL] for e in evaluation_events(attempt)] == ["pass"] * 3
+
+
+async def test_the_criteria_judges_concurrent_requests_are_sibling_spans(
+    kind: str, server: ScriptedOpenAI, exporter: InMemorySpanExporter
+) -> None:
+    server.script("judge", [Reply.text("YES", {"YES": 0.9, "NO": 0.1}, prompt_tokens=30)] * 2)
+    client = judge_client(kind, server)
+    judge = criteria(
+        JudgeModel(client, "judge"),
+        [Criterion("answers", "Does it answer?"), Criterion("polite", "Is it polite?")],
+    )
+    decorated = retry_on_low_quality(evaluator=judge, max_retries=0)(answer_fn(kind))
+    assert await acall(decorated, QUESTION) == ANSWER
+    await close(client)
+    tree = Tree(exporter.get_finished_spans())
+    evaluate = tree.one("refinekit.evaluate criteria")
+    assert tree.shape(evaluate) == (evaluate.name, [("chat judge", []), ("chat judge", [])])
+    assert [(c.attributes or {})[names.USAGE_INPUT_TOKENS] for c in tree.children(evaluate)] == [
+        30,
+        30,
     ]
 
 
