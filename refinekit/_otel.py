@@ -34,6 +34,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import _otel_names as n
+from ._errors import TimedOut
 from ._evaluators import evaluator_name
 from ._flow import Call, Evaluate, Gather, Sleep, Timed
 from ._hooks import Event, Subscription, subscribe
@@ -212,8 +213,7 @@ class OtelTracing:
         try:
             return self._traced(command).run_sync()
         except Exception as exc:
-            if state is not None and state.attempt is not None:
-                record_error(state.attempt, exc)
+            _failed(command, exc, state)
             raise
 
     async def run_async(self, command: Any) -> Any:
@@ -221,8 +221,7 @@ class OtelTracing:
         try:
             return await self._traced(command).run_async()
         except Exception as exc:
-            if state is not None and state.attempt is not None:
-                record_error(state.attempt, exc)
+            _failed(command, exc, state)
             raise
 
     def _traced(self, command: Any) -> Any:
@@ -255,6 +254,31 @@ class OtelTracing:
         state.current.add_event(n.EVENT_PREFIX + event.kind, attributes)
 
 
+def _failed(command: Any, exc: Exception, attempt_of: _CallState | None) -> None:
+    """Record a failed command: the function failing its attempt, or a time-limited evaluation.
+
+    A time limit that cut an evaluation off leaves its span to the abandoned worker, which
+    may still finish it later: the timeout goes on the attempt's span as the evaluation's
+    result.
+    """
+    if attempt_of is not None and attempt_of.attempt is not None:
+        record_error(attempt_of.attempt, exc)
+    elif (
+        isinstance(command, Timed)
+        and isinstance(command.command, Evaluate)
+        and isinstance(exc, TimedOut)
+    ):
+        state = _STATE.get()
+        target = state.current if state is not None else _TARGET.get()
+        if target is not None:
+            name = evaluator_name(command.command.evaluator)
+            _add_result(target, {n.EVALUATION_NAME: name, n.ERROR_TYPE: _error_name(exc)})
+
+
+def _add_result(span: Span, attributes: dict[str, Any]) -> None:
+    span.add_event(n.EVALUATION_RESULT, attributes)
+
+
 class _TracedEvaluate:
     """An `Evaluate` in a span of its own; its verdict an evaluation event."""
 
@@ -282,9 +306,8 @@ class _TracedEvaluate:
                 yield span, target, name
             except Exception as exc:
                 record_error(span, exc)
-                (target or span).add_event(
-                    n.EVALUATION_RESULT,
-                    {n.EVALUATION_NAME: name, n.ERROR_TYPE: _error_name(exc)},
+                _add_result(
+                    _open(target, span), {n.EVALUATION_NAME: name, n.ERROR_TYPE: _error_name(exc)}
                 )
                 raise
             finally:
@@ -316,7 +339,12 @@ def _evaluated(span: Span, target: Span | None, name: str, verdict: Verdict) -> 
     explanation = verdict.feedback or verdict.reason or ""
     if explanation:
         attributes[n.EVALUATION_EXPLANATION] = _text(explanation)
-    (target or span).add_event(n.EVALUATION_RESULT, attributes)
+    _add_result(_open(target, span), attributes)
+
+
+def _open(target: Span | None, span: Span) -> Span:
+    """The attempt's span, unless it ended while a time limit's abandoned worker judged on."""
+    return target if target is not None and target.is_recording() else span
 
 
 class _TracedJudgeCall:

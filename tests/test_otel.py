@@ -11,6 +11,7 @@ import contextvars
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -19,7 +20,7 @@ import openai
 import pytest
 from helpers import acall, call
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
@@ -27,6 +28,7 @@ from pydantic import BaseModel
 
 import refinekit.otel
 from refinekit import (
+    AnswerRejected,
     Event,
     JudgeUnavailable,
     checks,
@@ -351,6 +353,40 @@ async def test_the_criteria_judges_concurrent_requests_are_sibling_spans(
         30,
         30,
     ]
+
+
+def test_a_timed_out_evaluation_is_the_attempts_result_and_its_late_verdict_stays_apart(
+    provider: tuple[TracerProvider, InMemorySpanExporter], caplog: pytest.LogCaptureFixture
+) -> None:
+    # the sync @reviewed judges in a worker thread it abandons at the time limit: the worker's
+    # verdict comes after the call (and its attempt's span) ended
+    release, ended = threading.Event(), threading.Event()
+
+    class Ended(SpanProcessor):
+        def on_end(self, span: ReadableSpan) -> None:
+            if span.name == "refinekit.evaluate slow":
+                ended.set()
+
+    tracer_provider, exporter = provider
+    tracer_provider.add_span_processor(Ended())
+
+    def slow(request: Any) -> bool:
+        release.wait(5)
+        return True
+
+    decorated = reviewed(judge=slow, judge_timeout=0.05, max_revisions=0)(answer_fn("sync"))
+    with pytest.raises(AnswerRejected, match="judge_timeout"):
+        decorated(QUESTION)
+    release.set()
+    assert ended.wait(5)
+
+    tree = Tree(exporter.get_finished_spans())
+    assert evaluation_events(tree.one("refinekit.attempt")) == [
+        {names.EVALUATION_NAME: "slow", names.ERROR_TYPE: "TimedOut"}
+    ]
+    late = tree.one("refinekit.evaluate slow")
+    assert [e[names.EVALUATION_SCORE_LABEL] for e in evaluation_events(late)] == ["pass"]
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
 
 
 # --- concurrency: each job's tree stays apart ------------------------------------------------
