@@ -40,6 +40,7 @@ import refinekit.testing
 from refinekit import (
     ContextDocument,
     Verdict,
+    _hooks,
     checks,
     record_context,
     retry_on_low_quality,
@@ -135,6 +136,33 @@ async def extract_small_async(messages: list[dict[str, Any]]) -> str:
 def extract_once_wrong(messages: list[dict[str, Any]]) -> str:
     """A truncated reply first; the good one once a correction turn is in the conversation."""
     return BAD_REPLY if len(messages) == 1 else SMALL_REPLY
+
+
+def traced(fn: Callable[[], Any]) -> Callable[[], Any] | None:
+    """`fn` run with OpenTelemetry tracing on, as `refinekit.otel.instrument()` leaves it.
+
+    Spans go to an SDK tracer provider with no span processor: what is timed is refinekit's
+    tracing and the SDK's span bookkeeping, not an exporter. Tracing is on only inside the
+    call (the tracer and its event-bus hook are swapped in and out), so every other case runs
+    with tracing off. None without `opentelemetry-sdk` (the `dev` extra has it).
+    """
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+
+        from refinekit._otel import OtelTracing
+    except ImportError:
+        return None
+    tracing = OtelTracing(TracerProvider())
+    hooks = (tracing._on_event,)
+
+    def on() -> Any:
+        _hooks.tracing, _hooks._hooks = tracing, hooks
+        try:
+            return fn()
+        finally:
+            _hooks.tracing, _hooks._hooks = None, ()
+
+    return on
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,6 +281,29 @@ def build_cases() -> list[Case]:
     assert correct_pass_large() == plain_validate_large() == parse_large() == validate_large()
     assert correct_once() == plain_correct_once()
 
+    retry_pass_traced = traced(retry_pass)
+    retry_one_rejection_traced = traced(retry_one_rejection)
+    with_otel = []
+    if retry_pass_traced is not None and retry_one_rejection_traced is not None:
+        assert retry_pass_traced() == retry_one_rejection_traced() == CITED
+        with_otel = [
+            Case(
+                "retry: pass, otel on",
+                retry_pass_traced,
+                plain_answer,
+                "answer()",
+                kind="info",
+            ),
+            Case(
+                "retry: 1 rejection, otel on",
+                retry_one_rejection_traced,
+                plain_two_answers,
+                "answer() x2",
+                attempts=2,
+                kind="info",
+            ),
+        ]
+
     return [
         Case("retry: pass, 1st attempt", retry_pass, plain_answer, "answer()"),
         Case(
@@ -279,6 +330,7 @@ def build_cases() -> list[Case]:
             "answer() x2",
             attempts=2,
         ),
+        *with_otel,
         Case(
             "self_correct: pass (2 lines)",
             correct_pass_small,
@@ -497,7 +549,10 @@ def report(cases: list[Case], rounds: int, quick: bool, load: tuple[str, str]) -
     print("    or timing noise (the A/A lines show how much noise there is).")
     print("  '-' lines have no target of their own; they show where the time goes:")
     print("    'check returns fixed' judges with a check that returns a prebuilt Verdict,")
-    print("    'no evaluator' judges nothing (the decorator's own machinery only).")
+    print("    'no evaluator' judges nothing (the decorator's own machinery only);")
+    print("    'otel on' lines trace the call (refinekit.otel.instrument(): spans for the call,")
+    print("    each attempt and each evaluation, into an SDK provider with no exporter); every")
+    print("    other line runs with tracing off, the default.")
     print()
     print(
         f"targets: at min {'all met' if pass_min else 'NOT all met'}; "

@@ -6,7 +6,8 @@ A decorator supplies its flow (`flow(cfg, fn, args, kwargs, job, record)`, a gen
 current job (or opens one, closed again when the call ends) and drives the flow with
 `run_sync`, or with `run_async` when `fn` is async to call (see
 `refinekit._bridge.is_async_callable`: an `async def`, a partial of one, an object with an
-`async def __call__`).
+`async def __call__`). With a tracer installed (`refinekit.otel.instrument()`), the call
+runs inside its `call` context (a span); otherwise that costs one check.
 
 Methods. A `Decorated` is a descriptor, as a function is: looked up on an instance it gives a
 bound view calling the method with that instance; a `classmethod` or `staticmethod` given to
@@ -28,6 +29,7 @@ import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, cast
 
+from . import _hooks
 from ._bridge import is_async_callable
 from ._flow import Flow, run_async, run_sync
 from ._job import Job, enter_job, leave_job
@@ -85,6 +87,40 @@ plain call, and the `Record` to fill on `fn.outcome(...)`."""
 Kind = Literal["function", "class", "static"]
 
 _WRAPPER_ASSIGNMENTS = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__")
+
+
+def _drive_sync(
+    flow: FlowOf[Any],
+    cfg: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    job: Job,
+    record: Record | None,
+) -> Any:
+    """Run the flow with `run_sync`, inside the tracer's `call` span when one is installed."""
+    tracing = _hooks.tracing
+    if tracing is None:
+        return run_sync(flow(cfg, fn, args, kwargs, job, record))
+    with tracing.call(flow, cfg, job):
+        return run_sync(flow(cfg, fn, args, kwargs, job, record))
+
+
+async def _drive_async(
+    flow: FlowOf[Any],
+    cfg: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    job: Job,
+    record: Record | None,
+) -> Any:
+    """Run the flow with `run_async`, inside the tracer's `call` span when one is installed."""
+    tracing = _hooks.tracing
+    if tracing is None:
+        return await run_async(flow(cfg, fn, args, kwargs, job, record))
+    with tracing.call(flow, cfg, job):
+        return await run_async(flow(cfg, fn, args, kwargs, job, record))
 
 
 class _Receiverless:
@@ -256,7 +292,7 @@ class SyncDecorated(Decorated[C]):
             fn, cfg, args = self._target(args)
         job, token = enter_job()
         try:
-            return run_sync(self._flow(cfg, fn, args, kwargs, job, None))  # type: ignore[arg-type]
+            return _drive_sync(self._flow, cfg, fn, args, kwargs, job, None)
         finally:
             leave_job(token)
 
@@ -265,7 +301,7 @@ class SyncDecorated(Decorated[C]):
     ) -> Any:
         job, token = enter_job()
         try:
-            return run_sync(self._flow(cfg, fn, args, kwargs, job, None))
+            return _drive_sync(self._flow, cfg, fn, args, kwargs, job, None)
         finally:
             leave_job(token)
 
@@ -287,7 +323,7 @@ class SyncDecorated(Decorated[C]):
         job, token = enter_job()
         try:
             record = Record(job)
-            value = run_sync(self._flow(cfg, fn, args, kwargs, job, record))
+            value = _drive_sync(self._flow, cfg, fn, args, kwargs, job, record)
             return self._outcome_of(value, record)
         finally:
             leave_job(token)
@@ -303,7 +339,7 @@ class AsyncDecorated(Decorated[C]):
             fn, cfg, args = self._target(args)
         job, token = enter_job()
         try:
-            return await run_async(self._flow(cfg, fn, args, kwargs, job, None))  # type: ignore[arg-type]
+            return await _drive_async(self._flow, cfg, fn, args, kwargs, job, None)
         finally:
             leave_job(token)
 
@@ -318,7 +354,7 @@ class AsyncDecorated(Decorated[C]):
     ) -> Any:
         job, token = enter_job()
         try:
-            return await run_async(self._flow(cfg, fn, args, kwargs, job, None))
+            return await _drive_async(self._flow, cfg, fn, args, kwargs, job, None)
         finally:
             leave_job(token)
 
@@ -341,7 +377,7 @@ class AsyncDecorated(Decorated[C]):
         job, token = enter_job()
         try:
             record = Record(job)
-            value = await run_async(self._flow(cfg, fn, args, kwargs, job, record))
+            value = await _drive_async(self._flow, cfg, fn, args, kwargs, job, record)
             return self._outcome_of(value, record)
         finally:
             leave_job(token)

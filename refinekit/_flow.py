@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from . import _hooks
 from ._bridge import in_worker
 from ._errors import TimedOut
 
@@ -227,7 +228,8 @@ Flow = Generator[Command, Any, T]
 
 
 def run_sync(flow: Flow[T]) -> T:
-    """Drive a flow with blocking calls."""
+    """Drive a flow with blocking calls (through the installed tracer, if any: `_hooks.tracing`)."""
+    tracing = _hooks.tracing
     value: Any = None
     error: Exception | None = None
     while True:
@@ -237,7 +239,7 @@ def run_sync(flow: Flow[T]) -> T:
             return stop.value  # type: ignore[no-any-return]
         error = None
         try:
-            value = command.run_sync()
+            value = command.run_sync() if tracing is None else tracing.run_sync(command)
         except Exception as exc:
             value, error = None, exc
         except BaseException:
@@ -246,7 +248,8 @@ def run_sync(flow: Flow[T]) -> T:
 
 
 async def run_async(flow: Flow[T]) -> T:
-    """Drive a flow on the running event loop; never blocks it."""
+    """Drive a flow on the running event loop; never blocks it. Traced as `run_sync` is."""
+    tracing = _hooks.tracing
     value: Any = None
     error: Exception | None = None
     while True:
@@ -256,7 +259,10 @@ async def run_async(flow: Flow[T]) -> T:
             return stop.value  # type: ignore[no-any-return]
         error = None
         try:
-            value = await command.run_async()
+            if tracing is None:
+                value = await command.run_async()
+            else:
+                value = await tracing.run_async(command)
         except Exception as exc:
             value, error = None, exc
         except BaseException:

@@ -11,10 +11,11 @@ import contextlib
 import logging
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ._errors import RefinekitWarning
 from ._model import Usage, Verdict
@@ -208,6 +209,38 @@ def emit(event: Event) -> None:
             hook(event)
         except Exception as exc:
             _report_hook_error(hook, event, exc)
+
+
+class Tracing(Protocol):
+    """What the engine asks of a tracer (`refinekit.otel.instrument()` installs one).
+
+    The decorator wrapper opens `call(...)` around each decorated call, and the flow drivers
+    run each command through `run_sync` / `run_async` instead of the command's own methods;
+    nothing else in refinekit knows about tracing. With no tracer installed (`tracing` is
+    None) both are skipped after one check, so tracing off costs nothing measurable.
+    """
+
+    def call(self, flow: Callable[..., Any], cfg: Any, job: Any) -> AbstractContextManager[None]:
+        """Around one decorated call: `flow` is the decorator's flow, `job` the call's job."""
+        ...
+
+    def run_sync(self, command: Any) -> Any:
+        """Run a flow command blocking (`command.run_sync()`), traced."""
+        ...
+
+    def run_async(self, command: Any) -> Awaitable[Any]:
+        """Run a flow command awaited (`command.run_async()`), traced."""
+        ...
+
+
+tracing: Tracing | None = None
+"""The installed tracer, or None (the default): read by `_decorate.wrap` and `_flow`'s drivers."""
+
+
+def set_tracing(tracer: Tracing | None) -> None:
+    """Install `tracer` for every call that starts from now on (None switches tracing off)."""
+    global tracing
+    tracing = tracer
 
 
 def _clip(text: str | None, limit: int = 300) -> str:

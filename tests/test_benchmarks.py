@@ -37,6 +37,8 @@ def test_bench_overhead_quick_run_prints_the_table() -> None:
         "retry: pass, 1st attempt",
         "retry: pass, 1st attempt (async)",
         "retry: 1 rejection + pass",
+        "retry: pass, otel on",  # the dev extra installs opentelemetry-sdk
+        "retry: 1 rejection, otel on",
         "self_correct: pass (2 lines)",
         "self_correct: 1 correction",
         "parse only (2 lines)",

@@ -97,6 +97,19 @@ EXPECTED = {
         "stored run 2: eval complete, target _workflow_app:answer_v2",
         "every outcome as expected",
     ],
+    "tracing_example.py": [
+        "caller got: Within 14 days.",
+        "POST /ask\n  refinekit.retry_on_low_quality answer  {'refinekit.attempts': 2, "
+        "'refinekit.judge.usage.input_tokens': 99}\n"
+        "    refinekit.attempt  {'refinekit.attempt.number': 1}\n"
+        "      * event gen_ai.evaluation.result fail\n"
+        "      * event refinekit.retry\n"
+        "      refinekit.evaluate relevancy\n"
+        "        chat judge  {'gen_ai.operation.name': 'chat', 'gen_ai.request.model': 'judge', "
+        "'gen_ai.usage.input_tokens': 42, 'gen_ai.usage.output_tokens': 1}\n"
+        "    refinekit.attempt  {'refinekit.attempt.number': 2}\n"
+        "      * event gen_ai.evaluation.result pass\n",
+    ],
     "guarded_example.py": [
         "caller got: Refunds are accepted within 30 days (policies/refunds.md).",
         "blocked: output blocked by screen 'no_card_numbers'",

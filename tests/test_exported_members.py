@@ -16,6 +16,7 @@ import refinekit.eval.report
 import refinekit.evidence
 import refinekit.judges
 import refinekit.local
+import refinekit.otel
 import refinekit.testing
 
 PUBLIC = {
@@ -164,6 +165,13 @@ def test_local_names() -> None:
     assert issubclass(refinekit.local.LocalModelError, refinekit.RefinekitError)
 
 
+def test_otel_names() -> None:
+    # importable without the `otel` extra: only instrument() needs opentelemetry
+    assert set(refinekit.otel.__all__) == {"instrument", "is_instrumented", "uninstrument"}
+    for name in refinekit.otel.__all__:
+        assert getattr(refinekit.otel, name).__doc__, name
+
+
 def test_eval_names() -> None:
     assert set(refinekit.eval.__all__) == {
         "Calibration",
@@ -232,7 +240,7 @@ def test_implementation_modules_are_private() -> None:
 
 
 PUBLIC_MODULES = [refinekit, refinekit.checks, refinekit.evidence, refinekit.judges]
-PUBLIC_MODULES += [refinekit.local, refinekit.testing, refinekit.eval]
+PUBLIC_MODULES += [refinekit.local, refinekit.otel, refinekit.testing, refinekit.eval]
 
 
 @pytest.mark.parametrize("module", PUBLIC_MODULES, ids=lambda m: m.__name__)

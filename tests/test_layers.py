@@ -20,7 +20,7 @@ PLUGIN = ROOT / "_refinekit_pytest_plugin.py"
 
 # lowest first; a module may import its own layer and those below it
 LAYERS: dict[str, set[str]] = {
-    "base": {"_config", "_errtext", "_package", "_redact", "_schema"},
+    "base": {"_config", "_errtext", "_otel_names", "_package", "_redact", "_schema"},
     "data": {"_model", "_errors"},
     # structured replies: templates, repairs, what a failed reply did wrong, server formats
     "structure": {"_corrections", "_diagnose", "_formats", "_grounding", "_repair", "_template"},
@@ -49,6 +49,9 @@ LAYERS: dict[str, set[str]] = {
         "_revisers",
         "_tools",
     },
+    # OpenTelemetry spans from the engine's tracing hooks: it knows the decorators' and the
+    # judges' commands, and none of them knows it
+    "otel": {"_otel", "otel"},
     "local": {"local"},
     # the evaluation workflow, refinekit/eval/: golden files, runner, store, stats,
     # calibration, reports
@@ -209,10 +212,21 @@ def test_the_engine_and_the_decorators_import_no_model_sdk(path: Path) -> None:
             )
 
 
+@pytest.mark.parametrize("path", sources(), ids=lambda p: module_name(p))
+def test_only_the_tracer_imports_opentelemetry(path: Path) -> None:
+    # refinekit.otel's switch imports the tracer (refinekit._otel) only inside instrument()
+    for imported, line, at_import in imports_of(path):
+        if imported.split(".")[0] == "opentelemetry" or imported == "refinekit._otel":
+            where = f"{path.relative_to(ROOT)}:{line}: imports {imported}"
+            assert module_name(path) in ("refinekit._otel", "refinekit.otel"), where
+            assert module_name(path) == "refinekit._otel" or not at_import, where
+
+
 def test_importing_refinekit_imports_no_model_sdk_and_no_test_server() -> None:
     code = (
-        "import sys, refinekit, refinekit.checks, refinekit.evidence\n"
-        "heavy = {'openai', 'instructor', 'http', 'refinekit.testing', 'refinekit.judges'}\n"
+        "import sys, refinekit, refinekit.checks, refinekit.evidence, refinekit.otel\n"
+        "heavy = {'openai', 'instructor', 'http', 'refinekit.testing', 'refinekit.judges',\n"
+        "         'opentelemetry', 'refinekit._otel'}\n"
         "print(sorted(m for m in sys.modules if m in heavy or m.split('.')[0] in heavy))\n"
     )
     out = subprocess.run(

@@ -207,3 +207,14 @@ def scripted_server_replies() -> None:
         assert_type(server.script("m", ["a", Reply.text("b")], times=3), None)
         assert_type(server.script("n", echo, times=None), None)
         assert_type(server.reset(), None)
+
+
+def tracing() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import refinekit.otel
+
+    assert_type(refinekit.otel.instrument(), None)
+    assert_type(refinekit.otel.instrument(tracer_provider=TracerProvider()), None)
+    assert_type(refinekit.otel.is_instrumented(), bool)
+    assert_type(refinekit.otel.uninstrument(), None)

@@ -1,0 +1,119 @@
+"""Every span, attribute and event name refinekit's OpenTelemetry tracing writes, in one place.
+
+The `gen_ai.*` names follow OpenTelemetry's semantic conventions for generative AI, which are
+in **development** status (not stable): a later version of the conventions may rename them,
+and then this module is the one place to change. `refinekit.*` names are refinekit's own.
+See docs/tracing.md for what each span carries.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ATTEMPT_NUMBER",
+    "ATTEMPT_SPAN",
+    "ATTEMPTS",
+    "DECORATOR",
+    "ERROR",
+    "ERROR_TYPE",
+    "EVALUATE_SPAN_PREFIX",
+    "EVALUATION_EXPLANATION",
+    "EVALUATION_NAME",
+    "EVALUATION_RESULT",
+    "EVALUATION_SCORE_LABEL",
+    "EVALUATION_SCORE_VALUE",
+    "EVALUATOR",
+    "EVENT_PREFIX",
+    "EXCEPTION",
+    "EXCEPTION_MESSAGE",
+    "EXCEPTION_STACKTRACE",
+    "EXCEPTION_TYPE",
+    "FAILURE",
+    "FUNCTION",
+    "INPUT_TOKENS",
+    "JOB_ID",
+    "JUDGE_INPUT_TOKENS",
+    "JUDGE_OUTPUT_TOKENS",
+    "OPERATION_CHAT",
+    "OPERATION_NAME",
+    "OUTPUT_TOKENS",
+    "PROVIDER_NAME",
+    "REQUEST_MAX_TOKENS",
+    "REQUEST_MODEL",
+    "REQUEST_TEMPERATURE",
+    "RESPONSE_FINISH_REASONS",
+    "RESPONSE_ID",
+    "RESPONSE_MODEL",
+    "SERVER_ADDRESS",
+    "SERVER_PORT",
+    "TRACER_NAME",
+    "USAGE_INPUT_TOKENS",
+    "USAGE_OUTPUT_TOKENS",
+    "VERDICT_PASSED",
+    "VERDICT_STATUS",
+    "WAIT",
+]
+
+TRACER_NAME = "refinekit"
+"""The instrumentation scope of every span."""
+
+# --- the GenAI semantic conventions (development status) -------------------------------------
+
+OPERATION_NAME = "gen_ai.operation.name"
+OPERATION_CHAT = "chat"
+"""A judge model's request is a chat completion; its span is named `chat {model}`."""
+PROVIDER_NAME = "gen_ai.provider.name"
+"""`openai` (any endpoint the `openai` client reaches) or `anthropic`; the conventions
+replaced `gen_ai.system` with it."""
+REQUEST_MODEL = "gen_ai.request.model"
+REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+RESPONSE_MODEL = "gen_ai.response.model"
+RESPONSE_ID = "gen_ai.response.id"
+RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+
+EVALUATION_RESULT = "gen_ai.evaluation.result"
+"""The event for one verdict, on the span of the attempt it judged."""
+EVALUATION_NAME = "gen_ai.evaluation.name"
+EVALUATION_SCORE_VALUE = "gen_ai.evaluation.score.value"
+EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
+"""`pass` or `fail` for a judged verdict; `unjudged` or `inconclusive` otherwise."""
+EVALUATION_EXPLANATION = "gen_ai.evaluation.explanation"
+
+# --- general semantic conventions (stable) ---------------------------------------------------
+
+ERROR_TYPE = "error.type"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+EXCEPTION = "exception"
+EXCEPTION_TYPE = "exception.type"
+EXCEPTION_MESSAGE = "exception.message"
+EXCEPTION_STACKTRACE = "exception.stacktrace"
+
+# --- refinekit's own --------------------------------------------------------------------------
+
+ATTEMPT_SPAN = "refinekit.attempt"
+"""One attempt: a call of the function (a retry's attempt, a `@self_correct` call or
+correction, `@reviewed`'s first draft) or a revision (`@reviewed`'s later drafts)."""
+EVALUATE_SPAN_PREFIX = "refinekit.evaluate"
+"""An evaluator judging an answer: `refinekit.evaluate {evaluator}`."""
+EVENT_PREFIX = "refinekit."
+"""Span events for the event bus's kinds: `refinekit.retry`, `refinekit.correction`, ..."""
+
+DECORATOR = "refinekit.decorator"
+FUNCTION = "refinekit.function"
+JOB_ID = "refinekit.job.id"
+ATTEMPTS = "refinekit.attempts"
+ATTEMPT_NUMBER = "refinekit.attempt.number"
+EVALUATOR = "refinekit.evaluator"
+VERDICT_PASSED = "refinekit.verdict.passed"
+VERDICT_STATUS = "refinekit.verdict.status"
+INPUT_TOKENS = "refinekit.usage.input_tokens"
+"""The answering model's tokens in the call's job (the judges' apart), on a call's span."""
+OUTPUT_TOKENS = "refinekit.usage.output_tokens"
+JUDGE_INPUT_TOKENS = "refinekit.judge.usage.input_tokens"
+JUDGE_OUTPUT_TOKENS = "refinekit.judge.usage.output_tokens"
+WAIT = "refinekit.wait"
+ERROR = "refinekit.error"
+FAILURE = "refinekit.failure"
