@@ -1,0 +1,338 @@
+"""Every ```python block of README.md and docs/*.md runs, as a test of its own.
+
+The blocks of a page run in order in one namespace (a later block uses what an earlier one
+defined), each reported as `docs/page.md:LINE`. Selecting one block runs the page's blocks
+before it first. How a block declares the stubs it needs, or says it is a signature, is in
+tests/docs_blocks.py and docs/architecture.md ("Docs that run").
+
+While a block runs: backoff is instant (tests/conftest.py), no connection leaves 127.0.0.1,
+`OPENAI_API_KEY` is a dummy and `OPENAI_BASE_URL` a closed local port unless the page asked
+for the scripted server, and warnings are errors.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import re
+import socket
+import sys
+import traceback
+import types
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from docs_blocks import NEEDS, PAGES, ROOT, Block, MarkerError, blocks, numbered
+from docs_stubs import placeholders
+
+from refinekit.testing import ScriptedOpenAI
+
+pytest_plugins = ["pytester"]
+
+HOW_TO_MARK = (
+    "If the block needs a stub, declare it in an HTML comment right before the fence, e.g. "
+    "<!-- docs-test: needs=placeholders -->  (stubs: "
+    + ", ".join(NEEDS)
+    + '); a signature or a fragment says so: <!-- docs-test: skip reason="..." -->; '
+    "a test module: <!-- docs-test: pytest -->. See docs/architecture.md, 'Docs that run'."
+)
+DEAD_ENDPOINT = "http://127.0.0.1:9/v1"  # the discard port: nothing listens, nothing leaves
+DUMMY_KEY = "sk-docs-test"
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+PYTESTER_INI = """
+[pytest]
+filterwarnings = error
+asyncio_default_fixture_loop_scope = function
+"""
+
+
+def _collect() -> tuple[dict[str, list[Block]], list[Any]]:
+    by_page: dict[str, list[Block]] = {}
+    params: list[Any] = []
+    for path in PAGES:
+        try:
+            found = blocks(path)
+        except MarkerError as error:
+            page = path.relative_to(ROOT).as_posix()
+            params.append(pytest.param(error, id=f"{page}:marker"))
+            continue
+        for block in found:
+            by_page.setdefault(block.page, []).append(block)
+            params.append(pytest.param(block, id=block.id))
+    return by_page, params
+
+
+BY_PAGE, PARAMS = _collect()
+
+
+class BlockFailed(Exception):
+    """A block raised; the message names the page and line, the traceback its lines."""
+
+
+def _md_traceback(error: BaseException) -> str:
+    """The traceback from the first frame in a page on (the harness's frames left out)."""
+    tb = error.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.endswith(".md"):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb or error.__traceback__))
+
+
+class PageRun:
+    """One page's namespace and stubs, and how far its blocks have run."""
+
+    def __init__(self, page: str, folder: Path) -> None:
+        self.page = page
+        self.folder = folder  # the working directory of its blocks: what they write goes here
+        self.blocks = BY_PAGE[page]
+        slug = re.sub(r"\W", "_", page.removesuffix(".md"))
+        self.module = types.ModuleType(f"docs_page_{slug}")
+        sys.modules[self.module.__name__] = self.module  # pydantic and dataclasses look it up
+        self.next = 0  # the index of the next block to run
+        self.failed: Block | None = None
+        self.env: dict[str, str] = {}
+        self.provided: set[str] = set()
+        self.stack = ExitStack()
+        self.closed = False
+
+    def provide(self, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        if name in self.provided:
+            return
+        ns = self.module.__dict__
+        if name == "placeholders":
+            ns.update(placeholders())
+        elif name == "scripted_server":
+            server = self.stack.enter_context(ScriptedOpenAI())
+            ns["server"] = server
+            self.env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY=DUMMY_KEY)
+            for key, value in self.env.items():
+                monkeypatch.setenv(key, value)
+        else:  # pragma: no cover - docs_blocks checks the names
+            raise AssertionError(name)
+        self.provided.add(name)
+
+    def execute(self, block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Run one block (its stubs, its hidden setup, its code); `BlockFailed` if it raises."""
+        for name in block.needs:
+            self.provide(name, monkeypatch)
+        path = str(ROOT / block.page)
+        try:
+            if block.setup:
+                self._exec(numbered(block.setup, block.setup_line), path)
+            self._exec(numbered(block.code, block.line + 1), path)
+        except Exception as error:
+            self.failed = block
+            raise BlockFailed(
+                f"{block.id}: the block raised {type(error).__name__}: {error}\n\n"
+                f"{_md_traceback(error)}\n{HOW_TO_MARK}"
+            ) from error
+
+    def _exec(self, source: str, path: str) -> None:
+        code = compile(source, path, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        result = eval(code, self.module.__dict__)
+        if inspect.iscoroutine(result):  # the block awaits at top level, as in a notebook
+            asyncio.run(result)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for value in list(self.module.__dict__.values()):
+            if isinstance(value, openai.OpenAI):
+                value.close()  # the blocks' clients, as the program's exit would
+            elif isinstance(value, openai.AsyncOpenAI):
+                asyncio.run(value.close())
+        sys.modules.pop(self.module.__name__, None)
+        self.module.__dict__.clear()
+        self.stack.close()
+        otel = sys.modules.get("refinekit.otel")
+        if otel is not None and otel.is_instrumented():  # docs/tracing.md switches it on
+            otel.uninstrument()
+
+
+class PageRuns(dict[str, PageRun]):
+    """The pages' runs in this session; a page starts afresh when its first block runs again."""
+
+    def __init__(self, tmp: pytest.TempPathFactory) -> None:
+        super().__init__()
+        self.tmp = tmp
+
+    def start(self, page: str) -> PageRun:
+        if page in self:
+            self[page].close()
+        slug = re.sub(r"\W", "_", page.removesuffix(".md"))
+        run = self[page] = PageRun(page, self.tmp.mktemp(slug))
+        return run
+
+
+@pytest.fixture(scope="session")
+def page_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageRuns]:
+    runs = PageRuns(tmp_path_factory)
+    yield runs
+    for run in runs.values():
+        run.close()
+
+
+@pytest.fixture
+def docs_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """A dummy key, a dead local endpoint, and no host but 127.0.0.1 reachable."""
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", DEAD_ENDPOINT)
+    monkeypatch.delenv("REFINEKIT_JUDGE_MODEL", raising=False)
+    real_getaddrinfo = socket.getaddrinfo
+
+    def local_only(host: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        if name is not None and name not in _LOCAL_HOSTS:
+            raise OSError(f"docs tests reach no network but 127.0.0.1 (the block tried {name})")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", local_only)
+    return monkeypatch
+
+
+def _run_exec_block(block: Block, runs: PageRuns, env: pytest.MonkeyPatch) -> None:
+    run = runs.get(block.page)
+    index = BY_PAGE[block.page].index(block)
+    if run is None or run.closed or run.next > index:
+        run = runs.start(block.page)
+    env.chdir(run.folder)
+    for key, value in run.env.items():
+        env.setenv(key, value)
+    while run.next < index and run.failed is None:  # the blocks before it, as its setup
+        earlier = run.blocks[run.next]
+        run.next += 1
+        if earlier.skip is None and not earlier.pytest:
+            try:
+                run.execute(earlier, env)
+            except BlockFailed:
+                pass
+    if run.failed is not None:
+        pytest.fail(
+            f"{block.id}: not run: the block at {run.failed.id} before it on the page failed "
+            "(its own test says why)",
+            pytrace=False,
+        )
+    run.next = index + 1
+    failure = None
+    try:
+        run.execute(block, env)
+    except BlockFailed as error:
+        failure = str(error)
+    finally:
+        if not any(b.skip is None and not b.pytest for b in run.blocks[index + 1 :]):
+            run.close()  # the page's last block: its server and clients go now
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
+
+
+def _run_pytest_block(block: Block, pytester: pytest.Pytester) -> None:
+    """The block as a test module, after the page's earlier `pytest` blocks: all must pass."""
+    parts = []
+    for b in BY_PAGE[block.page]:
+        if b.pytest and b.line <= block.line and b.skip is None:
+            parts += [b.setup, f"# {b.id}\n{b.code}"]
+    pytester.makeini(PYTESTER_INI)
+    name = "test_" + re.sub(r"\W", "_", block.id)
+    pytester.makepyfile(**{name: "\n\n".join(p for p in parts if p)})
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    outcomes = result.parseoutcomes()
+    output = "\n".join(result.outlines)
+    defines_tests = re.search(r"^\s*(async\s+)?def test_", block.code, re.MULTILINE)
+    ok = not any(outcomes.get(k) for k in ("failed", "errors", "error", "skipped", "xfailed"))
+    ok = ok and (outcomes.get("passed", 0) > 0 if defines_tests else result.ret in (0, 5))
+    if not ok:
+        pytest.fail(
+            f"{block.id}: the block's tests did not all pass under pytest "
+            f"({outcomes}):\n{output}\n{HOW_TO_MARK}",
+            pytrace=False,
+        )
+
+
+@pytest.mark.parametrize("block", PARAMS)
+def test_block_runs(
+    block: Block | MarkerError,
+    page_runs: PageRuns,
+    docs_env: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:
+    if isinstance(block, MarkerError):
+        pytest.fail(str(block), pytrace=False)
+    if block.skip is not None:
+        pytest.skip(f"{block.id}: {block.skip}")
+    if block.pytest:
+        _run_pytest_block(block, request.getfixturevalue("pytester"))
+    else:
+        _run_exec_block(block, page_runs, docs_env)
+
+
+def test_every_page_is_in_the_index() -> None:
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([\w.-]+\.md)(?:#[\w-]*)?\)", index))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    assert pages - linked == set(), "pages missing from docs/index.md"
+    assert linked - pages - {"README.md"} == set(), "docs/index.md links pages that do not exist"
+    assert "(docs/index.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_markers_are_read_as_documented(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import docs_blocks
+
+    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Text.\n\n"
+        "```python\nx = 1\n```\n\n"
+        '<!-- docs-test: skip reason="a signature" -->\n\n'
+        "```python\nf(x: int) -> str\n```\n\n"
+        "<!-- docs-test: needs=placeholders,scripted_server\n"
+        "call_model.script('yes')\n"
+        "-->\n"
+        "- item:\n\n"  # not a fence: the marker above must be right before one
+        "  ```python\n  y = 2\n  ```\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(MarkerError, match=r"page\.md:13: a docs-test comment must come right"):
+        blocks(page)
+    page.write_text(
+        "```python\nx = 1\n```\n\n"
+        '<!-- docs-test: skip reason="a signature" -->\n\n'
+        "```python\nf(x: int) -> str\n```\n\n"
+        "<!-- docs-test: needs=placeholders,scripted_server\n"
+        "call_model.script('yes')\n"
+        "-->\n"
+        "  ```python\n  y = 2\n  ```\n"
+        "<!-- docs-test: pytest -->\n"
+        "```python\ndef test_it(): pass\n```\n",
+        encoding="utf-8",
+    )
+    first, skipped, stubbed, as_test = blocks(page)
+    assert (first.id, first.code, first.skip, first.needs) == ("page.md:1", "x = 1", None, ())
+    assert (skipped.line, skipped.skip) == (7, "a signature")
+    assert stubbed.needs == ("placeholders", "scripted_server")
+    assert (stubbed.setup, stubbed.setup_line, stubbed.code) == ("call_model.script('yes')", 12, "y = 2")
+    assert as_test.pytest and not stubbed.pytest
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ("<!-- docs-test: skip -->", "a skip says why"),
+        ("<!-- docs-test: needs=network -->", "the harness provides placeholders"),
+        ("<!-- docs-test: sikp -->", "unknown docs-test option 'sikp'"),
+    ],
+)
+def test_a_bad_marker_says_what_to_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, message: str
+) -> None:
+    import docs_blocks
+
+    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text(f"{marker}\n```python\nx = 1\n```\n", encoding="utf-8")
+    with pytest.raises(MarkerError, match=re.escape(message)):
+        blocks(page)
