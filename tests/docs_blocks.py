@@ -37,7 +37,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # What `needs=` may name. Each is documented where the harness provides it (tests/test_docs.py).
 NEEDS = {
     "placeholders": "retrieve, build_prompt, call_model, ask_model: the app of the examples",
-    "scripted_server": "server: a ScriptedOpenAI on 127.0.0.1; OPENAI_BASE_URL/KEY point at it",
+    "scripted_server": "server: a ScriptedOpenAI on 127.0.0.1; OPENAI_/ANTHROPIC_BASE_URL at it",
 }
 
 MARKER = "docs-test:"

@@ -108,7 +108,12 @@ class PageRun:
         elif name == "scripted_server":
             server = self.stack.enter_context(ScriptedOpenAI())
             ns["server"] = server
-            self.env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY=DUMMY_KEY)
+            self.env.update(
+                OPENAI_BASE_URL=server.base_url,
+                OPENAI_API_KEY=DUMMY_KEY,
+                ANTHROPIC_BASE_URL=server.base_url.removesuffix("/v1"),  # it adds /v1/messages
+                ANTHROPIC_API_KEY=DUMMY_KEY,
+            )
             for key, value in self.env.items():
                 monkeypatch.setenv(key, value)
         else:  # pragma: no cover - docs_blocks checks the names
@@ -179,9 +184,11 @@ def page_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PageRuns]:
 
 @pytest.fixture
 def docs_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """A dummy key, a dead local endpoint, and no host but 127.0.0.1 reachable."""
+    """Dummy keys, a dead local endpoint, and no host but 127.0.0.1 reachable."""
     monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
     monkeypatch.setenv("OPENAI_BASE_URL", DEAD_ENDPOINT)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", DUMMY_KEY)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", DEAD_ENDPOINT.removesuffix("/v1"))
     monkeypatch.delenv("REFINEKIT_JUDGE_MODEL", raising=False)
     real_getaddrinfo = socket.getaddrinfo
 
