@@ -125,7 +125,9 @@ def blocks(path: Path) -> list[Block]:
         fence = _OPEN_FENCE.match(line)
         if start:
             if pending is not None:
-                raise MarkerError(f"{page}:{pending[0]}: a docs-test comment with no block after it")
+                raise MarkerError(
+                    f"{page}:{pending[0]}: a docs-test comment with no block after it"
+                )
             rest = start.group("rest")
             first = i + 1
             if "-->" in rest:

@@ -21,7 +21,7 @@ import sys
 import traceback
 import types
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +85,10 @@ def _md_traceback(error: BaseException) -> str:
 class PageRun:
     """One page's namespace and stubs, and how far its blocks have run."""
 
-    def __init__(self, page: str, folder: Path) -> None:
+    def __init__(self, page: str, folder: Path, page_blocks: list[Block]) -> None:
         self.page = page
         self.folder = folder  # the working directory of its blocks: what they write goes here
-        self.blocks = BY_PAGE[page]
+        self.blocks = page_blocks
         slug = re.sub(r"\W", "_", page.removesuffix(".md"))
         self.module = types.ModuleType(f"docs_page_{slug}")
         sys.modules[self.module.__name__] = self.module  # pydantic and dataclasses look it up
@@ -170,7 +170,7 @@ class PageRuns(dict[str, PageRun]):
         if page in self:
             self[page].close()
         slug = re.sub(r"\W", "_", page.removesuffix(".md"))
-        run = self[page] = PageRun(page, self.tmp.mktemp(slug))
+        run = self[page] = PageRun(page, self.tmp.mktemp(slug), BY_PAGE[page])
         return run
 
 
@@ -214,10 +214,8 @@ def _run_exec_block(block: Block, runs: PageRuns, env: pytest.MonkeyPatch) -> No
         earlier = run.blocks[run.next]
         run.next += 1
         if earlier.skip is None and not earlier.pytest:
-            try:
+            with suppress(BlockFailed):  # recorded in run.failed
                 run.execute(earlier, env)
-            except BlockFailed:
-                pass
     if run.failed is not None:
         pytest.fail(
             f"{block.id}: not run: the block at {run.failed.id} before it on the page failed "
@@ -321,8 +319,13 @@ def test_markers_are_read_as_documented(tmp_path: Path, monkeypatch: pytest.Monk
     assert (first.id, first.code, first.skip, first.needs) == ("page.md:1", "x = 1", None, ())
     assert (skipped.line, skipped.skip) == (7, "a signature")
     assert stubbed.needs == ("placeholders", "scripted_server")
-    assert (stubbed.setup, stubbed.setup_line, stubbed.code) == ("call_model.script('yes')", 12, "y = 2")
-    assert as_test.pytest and not stubbed.pytest
+    assert (stubbed.setup, stubbed.setup_line, stubbed.code) == (
+        "call_model.script('yes')",
+        12,
+        "y = 2",
+    )
+    assert as_test.pytest
+    assert not stubbed.pytest
 
 
 @pytest.mark.parametrize(
@@ -343,3 +346,31 @@ def test_a_bad_marker_says_what_to_write(
     page.write_text(f"{marker}\n```python\nx = 1\n```\n", encoding="utf-8")
     with pytest.raises(MarkerError, match=re.escape(message)):
         blocks(page)
+
+
+def test_a_failing_block_says_where_and_how_to_mark_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docs_env: pytest.MonkeyPatch
+) -> None:
+    import docs_blocks
+
+    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nanswer = 42\n```\n\nThen:\n\n"
+        "```python\nprint(answer)\nprint(call_model)\n```\n",
+        encoding="utf-8",
+    )
+    first, second = blocks(page)
+    run = PageRun("page.md", tmp_path, [first, second])
+    try:
+        run.execute(first, docs_env)
+        with pytest.raises(BlockFailed) as failed:  # `answer` came from the block before
+            run.execute(second, docs_env)
+    finally:
+        run.close()
+    message = str(failed.value)
+    assert message.startswith("page.md:7: the block raised NameError: name 'call_model'")
+    assert 'page.md", line 9, in <module>' in message  # the page's own line numbers
+    assert "<!-- docs-test: needs=placeholders -->" in message
+    assert '<!-- docs-test: skip reason="..." -->' in message
+    assert run.failed is second
