@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import logging
 import re
 import socket
 import sys
@@ -82,6 +83,11 @@ def _md_traceback(error: BaseException) -> str:
     return "".join(traceback.format_exception(type(error), error, tb or error.__traceback__))
 
 
+def _log_levels() -> dict[str, int]:
+    loggers = logging.root.manager.loggerDict.items()
+    return {name: lg.level for name, lg in loggers if isinstance(lg, logging.Logger)}
+
+
 class PageRun:
     """One page's namespace and stubs, and how far its blocks have run."""
 
@@ -98,6 +104,7 @@ class PageRun:
         self.provided: set[str] = set()
         self.stack = ExitStack()
         self.closed = False
+        self.log_levels = _log_levels()  # docs/observability.md sets one: put back on close
 
     def provide(self, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
         if name in self.provided:
@@ -154,6 +161,9 @@ class PageRun:
         sys.modules.pop(self.module.__name__, None)
         self.module.__dict__.clear()
         self.stack.close()
+        for name, level in _log_levels().items():
+            if self.log_levels.get(name, logging.NOTSET) != level:
+                logging.getLogger(name).setLevel(self.log_levels.get(name, logging.NOTSET))
         otel = sys.modules.get("refinekit.otel")
         if otel is not None and otel.is_instrumented():  # docs/tracing.md switches it on
             otel.uninstrument()
