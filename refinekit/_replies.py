@@ -96,8 +96,10 @@ def _kind(obj: Any) -> Kind | None:
     if is_completion(obj):
         return "completion"
     kind = get(obj, "type")
-    if kind == "message" and get(obj, "role") == "assistant" and isinstance(
-        get(obj, "content"), list
+    if (
+        kind == "message"
+        and get(obj, "role") == "assistant"
+        and isinstance(get(obj, "content"), list)
     ):
         return "anthropic"
     if kind in _LANGCHAIN_TYPES:
@@ -284,6 +286,7 @@ def usage_of(reply: Any) -> Usage | None:
     kind = _kind(reply)
     if kind is None:
         return None
+    prompt: tuple[str, ...]
     if kind == "completion":
         usage = get(reply, "usage")
         prompt, completion = ("prompt_tokens",), ("completion_tokens",)

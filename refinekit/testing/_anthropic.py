@@ -129,9 +129,7 @@ def _input_text(request: RecordedRequest) -> RecordedRequest:
     system = body.get("system")
     messages = body.get("messages")
     messages = list(messages) if isinstance(messages, list) else []
-    if isinstance(system, str):
-        messages.insert(0, {"role": "system", "content": system})
-    elif isinstance(system, list):  # text blocks
+    if isinstance(system, (str, list)):  # text, or text blocks
         messages.insert(0, {"role": "system", "content": system})
     body["messages"] = messages
     return RecordedRequest(request.method, request.path, request.headers, body, request.model)
