@@ -39,7 +39,7 @@ litellm = pytest.importorskip("litellm")
 # litellm's message types use TypedDict `ReadOnly` items, which pydantic warns about when it
 # first builds them: litellm's own warning, not this code's
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:Item .* on TypedDict class 'ChatCompletion.*' is using the .ReadOnly. qualifier:UserWarning"
+    "ignore:Item .* on TypedDict class 'ChatCompletion.*' is using the .ReadOnly.:UserWarning"
 )
 
 
@@ -50,6 +50,7 @@ class Invoice(BaseModel):
 
 INVOICE = Invoice(number="A-1", total_cents=1250)
 GOOD = {"number": "A-1", "total_cents": 1250}
+USER = [{"role": "user", "content": "the invoice"}]
 
 
 def corrected(messages: list[dict[str, Any]]) -> bool:
@@ -125,7 +126,7 @@ def test_a_langchain_tool_call_is_parsed_as_the_models_value_without_a_correctio
         return reply
 
     with refinekit.job() as job:
-        value = call(self_correct(schema=Invoice)(as_kind(kind, extract)), [{"role": "user", "content": "x"}])
+        value = call(self_correct(schema=Invoice)(as_kind(kind, extract)), USER)
     assert value == INVOICE
     assert len(calls) == 1
     assert job.corrections_used == 0
@@ -146,7 +147,7 @@ def test_a_langchain_text_reply_is_parsed_from_its_content_or_content_parts(
     kind: str, content: Any
 ) -> None:
     extract = as_kind(kind, lambda messages: AIMessage(content=content))
-    assert call(self_correct(schema=Invoice)(extract), [{"role": "user", "content": "x"}]) == INVOICE
+    assert call(self_correct(schema=Invoice)(extract), USER) == INVOICE
 
 
 def test_a_langchain_tool_call_that_did_not_parse_is_corrected(kind: str) -> None:
@@ -164,7 +165,7 @@ def test_a_langchain_tool_call_that_did_not_parse_is_corrected(kind: str) -> Non
         )
 
     with refinekit.job() as job:
-        value = call(self_correct(schema=Invoice)(as_kind(kind, extract)), [{"role": "user", "content": "x"}])
+        value = call(self_correct(schema=Invoice)(as_kind(kind, extract)), USER)
     assert value == INVOICE
     assert job.corrections_used == 1
     assert job.usage == Usage(model_calls=2, prompt_tokens=30, completion_tokens=13)
@@ -224,7 +225,7 @@ def test_retry_on_low_quality_judges_a_langchain_replys_text_and_counts_its_usag
 def test_an_anthropic_tool_use_reply_is_parsed_from_its_input(
     server: ScriptedOpenAI, claude: Any
 ) -> None:
-    server.script("claude", [Reply.tool_call("Invoice", GOOD, prompt_tokens=12, completion_tokens=6)])
+    server.script("claude", Reply.tool_call("Invoice", GOOD, prompt_tokens=12, completion_tokens=6))
 
     @self_correct(schema=Invoice)
     def extract(messages: list[dict[str, Any]]) -> Any:
@@ -268,7 +269,7 @@ def test_an_anthropic_reply_cut_off_at_max_tokens_is_diagnosed_as_cut_off(
     server.script("claude", [Reply.text('{"number": "A-1", "tot', finish_reason="length")])
     extract = self_correct(schema=Invoice, max_corrections=0)(lambda m: ask(claude, m))
     with pytest.raises(JsonParseError) as exc_info:
-        extract([{"role": "user", "content": "x"}])
+        extract(USER)
     assert exc_info.value.failure == "cut_off"  # stop_reason "max_tokens"
 
 
@@ -335,7 +336,7 @@ def test_a_litellm_model_response_is_parsed_and_counted(kind: str) -> None:
         return replies[len(calls) - 1]
 
     with refinekit.job() as job:
-        value = call(self_correct(schema=Invoice)(as_kind(kind, extract)), [{"role": "user", "content": "x"}])
+        value = call(self_correct(schema=Invoice)(as_kind(kind, extract)), USER)
     assert value == INVOICE
     assert job.usage == Usage(model_calls=2, prompt_tokens=29, completion_tokens=8)
 
