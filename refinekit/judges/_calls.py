@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .. import _anthropic
+from .._anthropic import api_error as anthropic_api_error
+from .._anthropic import bounded as anthropic_bounded
 from .._errors import JudgeError, JudgeReplyError
 from .._job import current_job
 from .._model import Usage
@@ -36,7 +37,7 @@ def judge_error(judge: JudgeModel, exc: BaseException) -> JudgeError | None:
 
     Its message never holds a credential (see `refinekit._openai.api_error`).
     """
-    mapping = _anthropic.api_error if judge.provider == "anthropic" else api_error
+    mapping = anthropic_api_error if judge.provider == "anthropic" else api_error
     return mapping(
         exc,
         model=judge.model,
@@ -75,7 +76,7 @@ class Complete:
         try:
             with redacted_logs(secrets_of(self.judge)):
                 if self.judge.provider == "anthropic":
-                    client = _anthropic.bounded(self.judge.sync_client())
+                    client = anthropic_bounded(self.judge.sync_client())
                     completion: ChatCompletion = client.messages.create(**self.kwargs)
                 else:
                     completion = bounded(self.judge.sync_client()).chat.completions.create(
@@ -90,7 +91,7 @@ class Complete:
         try:
             with redacted_logs(secrets_of(self.judge)):
                 if self.judge.provider == "anthropic":
-                    client = _anthropic.bounded(self.judge.async_client())
+                    client = anthropic_bounded(self.judge.async_client())
                     completion: ChatCompletion = await client.messages.create(**self.kwargs)
                 else:
                     completion = await bounded(self.judge.async_client()).chat.completions.create(
@@ -156,7 +157,7 @@ class Structured:
         return judge_error(self.judge, exc) or exc
 
     def _bounded(self, client: Any) -> Any:
-        return _anthropic.bounded(client) if self.judge.provider == "anthropic" else bounded(client)
+        return anthropic_bounded(client) if self.judge.provider == "anthropic" else bounded(client)
 
     def run_sync(self) -> BaseModel:
         client = self._instructor(self._bounded(self.judge.sync_client()))

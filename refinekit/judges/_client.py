@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import openai
 
-from .. import _anthropic
+from .._anthropic import async_counterpart as anthropic_async_counterpart
+from .._anthropic import client_kind
+from .._anthropic import request as anthropic_request
+from .._anthropic import sync_counterpart as anthropic_sync_counterpart
 from .._openai import async_counterpart, sync_counterpart
 from .._prompts import sendable
 from .._redact import client_secrets, safe_url
@@ -70,7 +73,7 @@ class JudgeModel:
         max_tokens: int | None = None,
         timeout: float | None = None,
     ) -> None:
-        anthropic_kind = _anthropic.client_kind(client)
+        anthropic_kind = client_kind(client)
         if anthropic_kind is None and not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
             raise TypeError(
                 "JudgeModel needs an openai.OpenAI or openai.AsyncOpenAI client, or an "
@@ -119,7 +122,7 @@ class JudgeModel:
                 if self._sync is None:
                     assert self._async is not None
                     if self.provider == "anthropic":
-                        self._sync = _anthropic.sync_counterpart(self._async)
+                        self._sync = anthropic_sync_counterpart(self._async)
                     else:
                         self._sync = sync_counterpart(self._async)
                 client = self._sync
@@ -139,7 +142,7 @@ class JudgeModel:
                 assert self._sync is not None
                 client: Any
                 if self.provider == "anthropic":
-                    client = _anthropic.async_counterpart(self._sync)
+                    client = anthropic_async_counterpart(self._sync)
                 else:
                     client = async_counterpart(self._sync)
                 closer = self._closed_with_loop(loop, client)
@@ -240,7 +243,7 @@ class JudgeModel:
         and `extra` (OpenAI's options) is not sent.
         """
         if self.provider == "anthropic":
-            return _anthropic.request(
+            return anthropic_request(
                 sendable(messages),
                 model=self.model,
                 temperature=self.temperature,
