@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeAlias
 
 import pydantic_core
 from pydantic import BaseModel
@@ -49,6 +49,26 @@ __all__ = [
     "tool_call_names",
     "usage_of",
 ]
+
+
+class HasChoices(Protocol):
+    """A completion, for type checkers: OpenAI's `ChatCompletion`, LiteLLM's `ModelResponse`."""
+
+    @property
+    def choices(self) -> object:
+        """The completion's choices."""
+
+
+class HasContent(Protocol):
+    """A message, for type checkers: OpenAI's, an Anthropic `Message`, a LangChain `AIMessage`."""
+
+    @property
+    def content(self) -> object:
+        """The message's content: text, or parts or blocks."""
+
+
+SDKReply: TypeAlias = HasChoices | HasContent
+"""A model reply of any SDK the reader reads, for type checkers (see the module's docstring)."""
 
 Kind = Literal["completion", "anthropic", "langchain"]
 
