@@ -192,6 +192,27 @@ def test_a_langchain_reply_in_its_dict_form_reads_the_same() -> None:
     assert job.usage == Usage(model_calls=1, prompt_tokens=11, completion_tokens=7)
 
 
+def test_streamed_langchain_chunks_added_up_read_as_one_reply() -> None:
+    chunks = [
+        messages_module.AIMessageChunk(content='{"number": "A-1", '),
+        messages_module.AIMessageChunk(
+            content='"total_cents": 1250}',
+            usage_metadata={"input_tokens": 8, "output_tokens": 9, "total_tokens": 17},
+        ),
+    ]
+    streamed = chunks[0] + chunks[1]
+    with refinekit.job() as job:
+        assert self_correct(schema=Invoice)(lambda messages: streamed)(USER) == INVOICE
+    assert job.usage == Usage(model_calls=1, prompt_tokens=8, completion_tokens=9)
+
+
+def test_a_langchain_reply_cut_off_at_its_limit_is_diagnosed_as_cut_off() -> None:
+    reply = AIMessage(content='{"number": "A-', response_metadata={"finish_reason": "length"})
+    with pytest.raises(JsonParseError) as exc_info:
+        self_correct(schema=Invoice, max_corrections=0)(lambda messages: reply)(USER)
+    assert exc_info.value.failure == "cut_off"
+
+
 def test_retry_on_low_quality_judges_a_langchain_replys_text_and_counts_its_usage(
     kind: str,
 ) -> None:
