@@ -352,3 +352,108 @@ class _Noting:
 
     async def run_async(self) -> Any:  # pragma: no cover - the sync path is the one tested
         return await self.inner.run_async()
+
+
+# --- the scripted server's Messages API ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setup", "error", "status", "kind", "says"),
+    [
+        (lambda s: None, "NotFoundError", 404, "not_found_error", "no script for model"),
+        (lambda s: s.script(JUDGE, []), "InternalServerError", 500, "api_error", "no reply left"),
+        (
+            lambda s: s.script(JUDGE, Reply.error(529, "busy")),
+            "InternalServerError",
+            529,
+            "overloaded_error",
+            "busy",
+        ),
+        (
+            lambda s: s.script(JUDGE, Reply.error(400, "odd", type="my_type")),
+            "BadRequestError",
+            400,
+            "my_type",
+            "odd",
+        ),
+        (
+            lambda s: s.script(JUDGE, Reply.tool_call("T", "[1, 2]")),
+            "InternalServerError",
+            500,
+            "api_error",
+            "input is a JSON object",
+        ),
+    ],
+)
+def test_the_servers_errors_on_the_messages_api_are_in_anthropics_shape(
+    server: ScriptedOpenAI,
+    setup: Callable[[ScriptedOpenAI], None],
+    error: str,
+    status: int,
+    kind: str,
+    says: str,
+) -> None:
+    setup(server)
+    with server.anthropic_client() as client, pytest.raises(getattr(anthropic, error)) as info:
+        client.messages.create(model=JUDGE, max_tokens=5, messages=[])
+    assert info.value.status_code == status
+    body = info.value.body
+    assert body["type"] == "error"
+    assert body["error"]["type"] == kind
+    assert says in body["error"]["message"]
+
+
+def test_streaming_on_the_messages_api_is_refused_in_anthropics_shape(
+    server: ScriptedOpenAI,
+) -> None:
+    server.script(JUDGE, "never sent")
+    with server.anthropic_client() as client, pytest.raises(anthropic.BadRequestError) as info:
+        client.messages.create(model=JUDGE, max_tokens=5, messages=[], stream=True)
+    assert info.value.body["error"] == {
+        "type": "invalid_request_error",
+        "message": "scripted server: streaming is not supported",
+    }
+
+
+def test_a_reply_renders_by_the_api_it_was_asked_on(server: ScriptedOpenAI) -> None:
+    server.script(
+        JUDGE,
+        [
+            Reply.text("cut", finish_reason="length", prompt_tokens=7, completion_tokens=3),
+            Reply.text("cut", finish_reason="length", prompt_tokens=7, completion_tokens=3),
+            Reply.no_choices(),
+            Reply.delay(0.01, Reply.tool_call("Rating", {"rating": 3})),
+            Reply.raw({"error": {"message": "sent as given"}}, status=418),
+        ],
+    )
+    with server.client() as openai_client, server.anthropic_client() as client:
+        completion = openai_client.chat.completions.create(model=JUDGE, messages=[])
+        assert completion.choices[0].finish_reason == "length"
+        message = client.messages.create(model=JUDGE, max_tokens=5, messages=[])
+        assert (message.stop_reason, message.content[0].text) == ("max_tokens", "cut")
+        assert (message.usage.input_tokens, message.usage.output_tokens) == (7, 3)
+        assert client.messages.create(model=JUDGE, max_tokens=5, messages=[]).content == []
+        message = client.messages.create(model=JUDGE, max_tokens=5, messages=[])
+        assert message.stop_reason == "tool_use"
+        assert (message.content[0].name, message.content[0].input) == ("Rating", {"rating": 3})
+        with pytest.raises(anthropic.APIStatusError) as info:
+            client.messages.create(model=JUDGE, max_tokens=5, messages=[])
+    assert info.value.status_code == 418
+    assert info.value.body == {"error": {"message": "sent as given"}}  # raw: never rewritten
+
+
+def test_a_truncated_messages_reply_drops_the_connection(server: ScriptedOpenAI) -> None:
+    server.script(JUDGE, Reply.truncated("Yes"))
+    with server.anthropic_client() as client, pytest.raises(anthropic.APIConnectionError):
+        client.messages.create(model=JUDGE, max_tokens=5, messages=[])
+
+
+def test_the_system_prompt_counts_in_the_input_tokens(server: ScriptedOpenAI) -> None:
+    server.script(JUDGE, ["Yes", "Yes"])
+    user = [{"role": "user", "content": "one two three"}]
+    with server.anthropic_client() as client:
+        bare = client.messages.create(model=JUDGE, max_tokens=5, messages=user)
+        with_system = client.messages.create(
+            model=JUDGE, max_tokens=5, system="four five", messages=user
+        )
+    assert with_system.usage.input_tokens == bare.usage.input_tokens + 3  # 2 words + 1 message
