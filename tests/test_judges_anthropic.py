@@ -457,3 +457,23 @@ def test_the_system_prompt_counts_in_the_input_tokens(server: ScriptedOpenAI) ->
             model=JUDGE, max_tokens=5, system="four five", messages=user
         )
     assert with_system.usage.input_tokens == bare.usage.input_tokens + 3  # 2 words + 1 message
+
+
+def test_within_a_time_limit_the_anthropic_clients_retries_still_happen(
+    server: ScriptedOpenAI,
+) -> None:
+    server.script(JUDGE, [Reply.error(529), Reply.disconnect(), "Yes"])
+    with server.anthropic_client(max_retries=2) as client:
+        judge = relevancy(JudgeModel(client, JUDGE, timeout=30.0))
+        verdict = Timed(Evaluate(judge, REQUEST), 30.0).run_sync()
+    assert verdict.passed
+    assert len(server.requests) == 3
+
+
+def test_within_a_time_limit_a_refused_request_is_not_retried(server: ScriptedOpenAI) -> None:
+    server.script(JUDGE, [Reply.error(401), "Yes"])
+    with server.anthropic_client(max_retries=2) as client:
+        judge = relevancy(JudgeModel(client, JUDGE))
+        with pytest.raises(JudgeMisconfigured, match="HTTP 401"):
+            Timed(Evaluate(judge, REQUEST), 30.0).run_sync()
+    assert len(server.requests) == 1
