@@ -153,7 +153,8 @@ def message_text(message: Any, *, refusal: bool = False) -> str:
     """A message's text: its `content`, or the text of its content parts; else "".
 
     Content parts are OpenAI's (`{"type": "text", "text": ...}`), Anthropic's content blocks
-    (only the text blocks have text) or LangChain's (a `str` or a text part each).
+    (only the text blocks have text) or, in a LangChain message only, a `str` or a text part
+    each (a bare `str` part is not a part of OpenAI's, whose messages then read as "").
 
     Args:
         message: The message (None reads as "").
@@ -163,7 +164,11 @@ def message_text(message: Any, *, refusal: bool = False) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts: keep the text ones
-        return "".join(p if isinstance(p, str) else str(get(p, "text") or "") for p in content)
+        bare = _kind(message) == "langchain"  # LangChain's parts may be bare strings
+        return "".join(
+            (p if bare else "") if isinstance(p, str) else str(get(p, "text") or "")
+            for p in content
+        )
     if refusal:
         said = get(message, "refusal")
         if isinstance(said, str):
