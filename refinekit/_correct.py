@@ -48,7 +48,7 @@ from ._model import Attempt, Verdict
 from ._outcome import Record
 from ._policy import check_budget
 from ._repair import loads_raw, syntax_fixes, value_fixes
-from ._replies import finish_reason_of, reply_text
+from ._replies import SDKReply, finish_reason_of, reply_text
 from ._request import function_name
 from ._schema import require_type
 from ._template import Template
@@ -686,7 +686,7 @@ def _placeholder_failure(text: str, copied: tuple[str, ...]) -> CorrectionFailur
     )
 
 
-Reply: TypeAlias = "str | ChatCompletion | ChatCompletionMessage | Mapping[str, Any]"
+Reply: TypeAlias = "str | ChatCompletion | ChatCompletionMessage | SDKReply | Mapping[str, Any]"
 """What a function decorated with `@self_correct` returns: the model's reply."""
 
 
