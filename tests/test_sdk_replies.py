@@ -25,6 +25,7 @@ from refinekit import (
     Verdict,
     record_usage,
     retry_on_low_quality,
+    reviewed,
     self_correct,
 )
 from refinekit._correct import CHECK_MARKER
@@ -439,3 +440,34 @@ def test_record_usage_refuses_bad_counts(
     with refinekit.job() as job, pytest.raises(error, match=message):
         record_usage(**kwargs)
     assert job.usage == Usage()
+
+
+def test_reviewed_judges_an_anthropic_replys_text(
+    server: ScriptedOpenAI, claude: Any, kind: str
+) -> None:
+    server.script("claude", Reply.text("Refunds take 5 days [1]."))
+    seen: list[str] = []
+
+    def judge(request: EvaluationRequest) -> bool:
+        seen.append(request.answer)
+        return True
+
+    answer = as_kind(kind, lambda question: ask(claude, [{"role": "user", "content": question}]))
+    result = call(reviewed(judge=judge, max_revisions=0)(answer), "q")
+    assert result == "Refunds take 5 days [1]."
+    assert seen == ["Refunds take 5 days [1]."]
+
+
+def test_reviewed_judges_a_langchain_replys_text_and_refuses_its_tool_call(kind: str) -> None:
+    seen: list[str] = []
+
+    def judge(request: EvaluationRequest) -> bool:
+        seen.append(request.answer)
+        return True
+
+    text = as_kind(kind, lambda question: AIMessage(content=[{"type": "text", "text": "Yes."}]))
+    assert call(reviewed(judge=judge, max_revisions=0)(text), "q") == "Yes."
+    assert seen == ["Yes."]
+    tool = as_kind(kind, lambda question: ai_tool_call(GOOD))
+    with pytest.raises(TypeError, match="calls tools"):
+        call(reviewed(judge=judge, max_revisions=0)(tool), "q")
