@@ -714,8 +714,9 @@ def self_correct(
 
     The function takes the conversation (a list of OpenAI-style message dicts) as its first
     argument (the first after `self` or `cls` on a method or classmethod) and returns the
-    model's reply: a `str`, an OpenAI `ChatCompletion` or a message
-    (its text, or the arguments of its single tool call, is parsed). The decorated call
+    model's reply: a `str`, an OpenAI `ChatCompletion` or LiteLLM `ModelResponse`, an
+    Anthropic `Message`, a LangChain `AIMessage`, or a message (its text, or the arguments of
+    its single tool call, is parsed; docs/sdks.md). The decorated call
     returns the validated value.
 
     A reply that is not strict JSON is first repaired locally when that loses nothing (JSON in
