@@ -29,7 +29,7 @@ from ._formats import Dialect, response_format
 from ._grounding import InSource, in_source
 from ._guard import guarded
 from ._hooks import Event, EventKind, Subscription, subscribe
-from ._job import Job, current_attempt, current_job, job, record_context
+from ._job import Job, current_attempt, current_job, job, record_context, record_usage
 from ._model import (
     Attempt,
     AttemptInfo,
@@ -95,6 +95,7 @@ __all__ = [
     "in_source",
     "job",
     "record_context",
+    "record_usage",
     "response_format",
     "retry_on_low_quality",
     "retry_prompt",

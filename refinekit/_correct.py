@@ -48,7 +48,7 @@ from ._model import Attempt, Verdict
 from ._outcome import Record
 from ._policy import check_budget
 from ._repair import loads_raw, syntax_fixes, value_fixes
-from ._replies import finish_reason_of, reply_text
+from ._replies import SDKReply, finish_reason_of, reply_text
 from ._request import function_name
 from ._schema import require_type
 from ._template import Template
@@ -686,7 +686,7 @@ def _placeholder_failure(text: str, copied: tuple[str, ...]) -> CorrectionFailur
     )
 
 
-Reply: TypeAlias = "str | ChatCompletion | ChatCompletionMessage | Mapping[str, Any]"
+Reply: TypeAlias = "str | ChatCompletion | ChatCompletionMessage | SDKReply | Mapping[str, Any]"
 """What a function decorated with `@self_correct` returns: the model's reply."""
 
 
@@ -714,8 +714,9 @@ def self_correct(
 
     The function takes the conversation (a list of OpenAI-style message dicts) as its first
     argument (the first after `self` or `cls` on a method or classmethod) and returns the
-    model's reply: a `str`, an OpenAI `ChatCompletion` or a message
-    (its text, or the arguments of its single tool call, is parsed). The decorated call
+    model's reply: a `str`, an OpenAI `ChatCompletion` or LiteLLM `ModelResponse`, an
+    Anthropic `Message`, a LangChain `AIMessage`, or a message (its text, or the arguments of
+    its single tool call, is parsed; docs/sdks.md). The decorated call
     returns the validated value.
 
     A reply that is not strict JSON is first repaired locally when that loses nothing (JSON in

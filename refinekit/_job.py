@@ -12,7 +12,7 @@ from typing import Any
 from ._model import AttemptInfo, ContextDocument, Usage
 from ._replies import usage_of
 
-__all__ = ["Job", "current_attempt", "current_job", "job", "record_context"]
+__all__ = ["Job", "current_attempt", "current_job", "job", "record_context", "record_usage"]
 
 _JOB: ContextVar[Job | None] = ContextVar("refinekit_job", default=None)
 _ATTEMPT: ContextVar[AttemptInfo | None] = ContextVar("refinekit_attempt", default=None)
@@ -193,6 +193,55 @@ def record_context(
     info = _ATTEMPT.get()
     if info is not None:
         info._context.extend(docs)
+
+
+def record_usage(
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    *,
+    calls: int = 1,
+    judge: bool = False,
+) -> None:
+    """Count a model call whose reply refinekit does not see in the current job's usage.
+
+    refinekit counts the usage of the replies a decorated function returns (see
+    docs/sdks.md). A function that returns text it got elsewhere (a `str` from an SDK
+    refinekit does not read, a streamed reply, several calls made to build one answer)
+    reports them here, so they count in `Job.usage` like any reply. Call it once per model
+    call, or once with the sums and `calls=`. Do not call it for a reply the function
+    returns as it is: that reply is counted already.
+
+    Inside a refinekit call or a `job()` block it adds to that job; anywhere else it does
+    nothing, so the function still works undecorated.
+
+    Args:
+        input_tokens: The call's prompt (input) tokens, cached ones included.
+        output_tokens: The call's completion (output) tokens.
+        calls: How many model calls these tokens are for, >= 0.
+        judge: True for a call a judge (your own evaluator) made: it counts in
+            `Job.judge_usage` instead of `Job.usage`.
+
+    Raises:
+        TypeError: A count is not an int.
+        ValueError: A count is negative.
+    """
+    for name, value in (
+        ("input_tokens", input_tokens),
+        ("output_tokens", output_tokens),
+        ("calls", calls),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"record_usage(): {name} is an int, not {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"record_usage(): {name} must be >= 0, got {value}")
+    current = _JOB.get()
+    if current is None:
+        return
+    usage = Usage(model_calls=calls, prompt_tokens=input_tokens, completion_tokens=output_tokens)
+    if judge:
+        current._add_judge_usage(usage)
+    else:
+        current._add_usage(usage)
 
 
 def enter_attempt(info: AttemptInfo) -> Token[AttemptInfo | None]:

@@ -210,7 +210,8 @@ class Usage:
     """Token usage and model calls added up over a job.
 
     Attributes:
-        model_calls: Replies seen that carried usage (OpenAI `ChatCompletion` objects).
+        model_calls: Model replies seen (a completion, an Anthropic or LangChain message),
+            and calls reported with `record_usage`.
         prompt_tokens: Prompt tokens over those replies.
         completion_tokens: Completion tokens over those replies.
     """

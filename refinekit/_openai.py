@@ -32,7 +32,9 @@ __all__ = [
     "api_error",
     "async_counterpart",
     "bounded",
+    "error_message",
     "retry_after_of",
+    "status_error",
     "sync_counterpart",
 ]
 
@@ -70,27 +72,7 @@ def api_error(
     if isinstance(exc, openai.APIConnectionError):
         return JudgeUnavailable(f"{where}: could not connect", model=model)
     if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        detail = error_message(exc, secrets)
-        message = f"{where}: HTTP {status}" + (f": {detail}" if detail else "")
-        if status in MISCONFIGURED:
-            hint = _HINTS.get(status, "")
-            return JudgeMisconfigured(message + hint, model=model, status_code=status)
-        if status >= 500 and _refused_request(detail):
-            # llama.cpp's server (and others built on FastAPI) answer a request they cannot
-            # take, e.g. response_format {"type": "json_schema"}, with a 500 and a validation
-            # error: no retry helps, so it is a misconfiguration, not an outage.
-            return JudgeMisconfigured(
-                message + " (the server refused the request itself; if it names response_format, "
-                "this server does not support that mode: try mode='JSON' or 'MD_JSON')",
-                model=model,
-                status_code=status,
-            )
-        if status == 408 or status == 429 or status >= 500:
-            error = JudgeUnavailable(message, model=model, status_code=status)
-            error.retry_after = retry_after_of(exc)
-            return error
-        return JudgeMisconfigured(message, model=model, status_code=status)
+        return status_error(exc, exc.status_code, error_message(exc, secrets), model, where)
     if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError)) or (
         # a body whose JSON holds an integer longer than Python converts (4,300 digits)
         type(exc) is ValueError and "integer string conversion" in str(exc)
@@ -99,15 +81,52 @@ def api_error(
     return None
 
 
+def status_error(
+    exc: BaseException, status: int, detail: str, model: str, where: str
+) -> JudgeError:
+    """The refinekit error for an HTTP error status from a judge's endpoint (any SDK's).
+
+    Args:
+        exc: The SDK's error (its response's headers give `retry_after`).
+        status: The HTTP status.
+        detail: The server's error message, redacted.
+        model: The judge model's name.
+        where: Who failed, for the message, redacted.
+    """
+    message = f"{where}: HTTP {status}" + (f": {detail}" if detail else "")
+    if status in MISCONFIGURED:
+        hint = _HINTS.get(status, "")
+        return JudgeMisconfigured(message + hint, model=model, status_code=status)
+    if status >= 500 and _refused_request(detail):
+        # llama.cpp's server (and others built on FastAPI) answer a request they cannot
+        # take, e.g. response_format {"type": "json_schema"}, with a 500 and a validation
+        # error: no retry helps, so it is a misconfiguration, not an outage.
+        return JudgeMisconfigured(
+            message + " (the server refused the request itself; if it names response_format, "
+            "this server does not support that mode: try mode='JSON' or 'MD_JSON')",
+            model=model,
+            status_code=status,
+        )
+    if status == 408 or status == 429 or status >= 500:
+        error = JudgeUnavailable(message, model=model, status_code=status)
+        error.retry_after = retry_after_of(exc)
+        return error
+    return JudgeMisconfigured(message, model=model, status_code=status)
+
+
 def _refused_request(detail: str) -> bool:
     """Whether an error message is a server's validation error about the request's body."""
     lowered = detail.lower()
     return "validation error" in lowered and ("'body'" in lowered or "response_format" in lowered)
 
 
-def error_message(exc: openai.APIStatusError, secrets: Sequence[str] = ()) -> str:
-    """The server's error message, on one line, redacted (before it is shortened)."""
-    body = exc.body
+def error_message(exc: Any, secrets: Sequence[str] = ()) -> str:
+    """The server's error message, on one line, redacted (before it is shortened).
+
+    Read from the error's JSON `body`: OpenAI's `{"error": {"message"}}`, Anthropic's
+    `{"type": "error", "error": {"message"}}`, or a body's own `message`.
+    """
+    body = getattr(exc, "body", None)
     message = None
     if isinstance(body, Mapping):
         inner = body.get("error", body)

@@ -198,14 +198,15 @@ def safe_url(url: str) -> str:
 
 
 def client_secrets(client: Any) -> tuple[str, ...]:
-    """The secrets an `openai` client (or `AzureOpenAI`) was configured with.
+    """The secrets an `openai` client (`AzureOpenAI` too) or `anthropic` one was configured with.
 
-    Its API key, the user info and key-like query values of its base URL, the values of
-    headers named like credentials (`Authorization`, `api-key`, `x-api-key`, ...) in its
-    `default_headers`, and key-like values of its `default_query`.
+    Its API key (an Anthropic client's `auth_token` too), the user info and key-like query
+    values of its base URL, the values of headers named like credentials (`Authorization`,
+    `api-key`, `x-api-key`, ...) in its `default_headers`, and key-like values of its
+    `default_query`.
     """
     found: list[str] = []
-    for attribute in ("api_key", "_azure_ad_token"):
+    for attribute in ("api_key", "_azure_ad_token", "auth_token"):
         value = getattr(client, attribute, None)
         if isinstance(value, str):
             found.append(value)

@@ -1,12 +1,22 @@
 """Reading model replies: their text, their tool calls and their token usage, never changing them.
 
-The one reader of what a model sent back, for every part of refinekit: a reply is an OpenAI
-`ChatCompletion` (or its dict form), a message of one, or a plain `str`. Attribute and key
-access are alike (`get`), so a reply made by another SDK in the same shape reads the same.
-Nothing here imports `openai`.
+The one reader of what a model sent back, for every part of refinekit. A reply is one of:
 
-- `first_message(reply)`: the first choice's message, or None when there is no choice;
-- `message_text(message)`: its text (content, or its text parts);
+- an OpenAI `ChatCompletion` (or its dict form), which a LiteLLM `ModelResponse` is too;
+- a message: an OpenAI `ChatCompletionMessage` (or its dict form);
+- an Anthropic `Message` (or its dict form): text and `tool_use` content blocks, `usage`
+  with `input_tokens` / `output_tokens`;
+- a LangChain `AIMessage` (or its dict form): text or content parts, `tool_calls` as
+  `{"name", "args", "id"}`, `usage_metadata`;
+- a plain `str`.
+
+They are told apart by their shape, never by importing their SDK: nothing here imports
+`openai`, `anthropic`, `litellm` or `langchain_core`. Attribute and key access are alike
+(`get`), so a reply made by another SDK in one of these shapes reads the same.
+
+- `message_of(reply)`: the message a reply carries (a completion's first choice's);
+- `first_message(reply)`: a completion's first message, or None when there is no choice;
+- `message_text(message)`: its text (content, or its text parts or blocks);
 - `tool_call_names(message)`: the tools it asked to call;
 - `reply_text(reply)`: the text `@self_correct` parses (a single tool call's arguments too);
 - `answer_text(value)`: any answer as text for an evaluator (a model as JSON);
@@ -18,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, Protocol, TypeAlias
 
 import pydantic_core
 from pydantic import BaseModel
@@ -32,11 +42,45 @@ __all__ = [
     "first_message",
     "get",
     "is_completion",
+    "is_reply",
+    "message_of",
     "message_text",
     "reply_text",
     "tool_call_names",
     "usage_of",
 ]
+
+
+class HasChoices(Protocol):
+    """A completion, for type checkers: OpenAI's `ChatCompletion`, LiteLLM's `ModelResponse`."""
+
+    @property
+    def choices(self) -> object:
+        """The completion's choices."""
+
+
+class HasContent(Protocol):
+    """A message, for type checkers: OpenAI's, an Anthropic `Message`, a LangChain `AIMessage`."""
+
+    @property
+    def content(self) -> object:
+        """The message's content: text, or parts or blocks."""
+
+
+SDKReply: TypeAlias = HasChoices | HasContent
+"""A model reply of any SDK the reader reads, for type checkers (see the module's docstring)."""
+
+Kind = Literal["completion", "anthropic", "langchain"]
+
+_LANGCHAIN_TYPES = frozenset({"ai", "AIMessageChunk"})
+# Anthropic's stop reasons (and LangChain's, which passes them on) as OpenAI's finish reasons
+_STOP_REASONS = {
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+}
 
 
 def get(obj: Any, name: str) -> Any:
@@ -49,8 +93,9 @@ def get(obj: Any, name: str) -> Any:
 def is_completion(obj: Any) -> bool:
     """Whether `obj` is shaped like a chat completion (it has `choices`).
 
-    A pydantic response class that declares `choices` (the `openai` client's `ChatCompletion`)
-    is one even when the body it was built from had none (`{}`, `"choices": null`).
+    A pydantic response class that declares `choices` (the `openai` client's `ChatCompletion`,
+    LiteLLM's `ModelResponse`) is one even when the body it was built from had none (`{}`,
+    `"choices": null`).
     """
     if isinstance(obj, str):
         return False
@@ -59,14 +104,57 @@ def is_completion(obj: Any) -> bool:
     return "choices" in getattr(type(obj), "model_fields", {})
 
 
+def _kind(obj: Any) -> Kind | None:
+    """Which kind of whole model reply `obj` is; None for a str, a bare message or anything else.
+
+    An Anthropic `Message` says `type: "message"` and `role: "assistant"` and has a list of
+    content blocks; a LangChain `AIMessage` says `type: "ai"` (`"AIMessageChunk"` for a
+    streamed one, added up).
+    """
+    if isinstance(obj, (str, bytes)) or obj is None:
+        return None
+    if is_completion(obj):
+        return "completion"
+    kind = get(obj, "type")
+    if (
+        kind == "message"
+        and get(obj, "role") == "assistant"
+        and isinstance(get(obj, "content"), list)
+    ):
+        return "anthropic"
+    if kind in _LANGCHAIN_TYPES:
+        return "langchain"
+    return None
+
+
+def is_reply(obj: Any) -> bool:
+    """Whether `obj` is a whole model reply: a completion, an Anthropic or LangChain message."""
+    return _kind(obj) is not None
+
+
 def first_message(completion: Any) -> Any:
     """The message of a completion's first choice; None when it has no choice."""
     choices = get(completion, "choices")
     return get(choices[0], "message") if choices else None
 
 
+def message_of(reply: Any) -> Any:
+    """The message a reply carries: a completion's first choice's, else the reply itself.
+
+    An Anthropic `Message` and a LangChain `AIMessage` are their own message; None for a
+    completion with no choice.
+    """
+    if is_completion(reply):
+        return first_message(reply)
+    return reply
+
+
 def message_text(message: Any, *, refusal: bool = False) -> str:
     """A message's text: its `content`, or the text of its content parts; else "".
+
+    Content parts are OpenAI's (`{"type": "text", "text": ...}`), Anthropic's content blocks
+    (only the text blocks have text) or, in a LangChain message only, a `str` or a text part
+    each (a bare `str` part is not a part of OpenAI's, whose messages then read as "").
 
     Args:
         message: The message (None reads as "").
@@ -76,7 +164,11 @@ def message_text(message: Any, *, refusal: bool = False) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts: keep the text ones
-        return "".join(str(get(p, "text") or "") for p in content)
+        bare = _kind(message) == "langchain"  # LangChain's parts may be bare strings
+        return "".join(
+            (p if bare else "") if isinstance(p, str) else str(get(p, "text") or "")
+            for p in content
+        )
     if refusal:
         said = get(message, "refusal")
         if isinstance(said, str):
@@ -84,10 +176,43 @@ def message_text(message: Any, *, refusal: bool = False) -> str:
     return ""
 
 
+def _tool_calls(message: Any) -> list[tuple[Any, Any]]:
+    """The tool calls a message makes, as (name, arguments) in the SDK's own types.
+
+    OpenAI's `tool_calls` carry `function.name` and `function.arguments` (a JSON string);
+    LangChain's carry `name` and `args` (a dict), and those it could not parse are in its
+    `invalid_tool_calls` (`args` the raw text); Anthropic's are the `tool_use` content
+    blocks, `name` and `input` (a dict).
+    """
+    calls: list[tuple[Any, Any]] = []
+    for call in get(message, "tool_calls") or ():
+        function = get(call, "function")
+        if function is not None:
+            calls.append((get(function, "name"), get(function, "arguments")))
+        else:
+            calls.append((get(call, "name"), get(call, "args")))
+    for call in get(message, "invalid_tool_calls") or ():
+        calls.append((get(call, "name"), get(call, "args")))
+    if not calls:
+        content = get(message, "content")
+        for block in content if isinstance(content, list) else ():
+            if not isinstance(block, str) and get(block, "type") == "tool_use":
+                calls.append((get(block, "name"), get(block, "input")))
+    return calls
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A tool call's arguments as the JSON text to parse (a JSON string is kept as sent)."""
+    if isinstance(arguments, str):
+        return arguments
+    if arguments is None:
+        return ""
+    return json.dumps(arguments, ensure_ascii=False, default=str)
+
+
 def tool_call_names(message: Any) -> tuple[str, ...]:
     """The names of the tools a message asks to call (a legacy `function_call` too)."""
-    calls = get(message, "tool_calls") or []
-    names = tuple(str(get(get(c, "function"), "name") or "?") for c in calls)
+    names = tuple(str(name or "?") for name, _ in _tool_calls(message))
     legacy = get(message, "function_call")
     if legacy is not None:
         names += (str(get(legacy, "name") or "?"),)
@@ -95,32 +220,25 @@ def tool_call_names(message: Any) -> tuple[str, ...]:
 
 
 def _parse_text(message: Any) -> str:
-    tool_calls = get(message, "tool_calls")
-    if tool_calls:
-        if len(tool_calls) != 1:
-            rendered = [
-                {
-                    "name": get(get(call, "function"), "name"),
-                    "arguments": get(get(call, "function"), "arguments"),
-                }
-                for call in tool_calls
-            ]
+    calls = _tool_calls(message)
+    if calls:
+        if len(calls) != 1:
+            rendered = [{"name": name, "arguments": args} for name, args in calls]
             raise ReplyShapeError(
-                f"the reply made {len(tool_calls)} tool calls; exactly one was expected",
+                f"the reply made {len(calls)} tool calls; exactly one was expected",
                 json.dumps(rendered, default=str),
             )
-        function = get(tool_calls[0], "function")
-        arguments = get(function, "arguments") if function is not None else None
-        return arguments if isinstance(arguments, str) else ""
+        return _arguments_text(calls[0][1])
     return message_text(message, refusal=True)
 
 
 def reply_text(reply: Any) -> str:
     """The text to parse from what a wrapped function returned.
 
-    A `str` is itself; an OpenAI `ChatCompletion` (or its dict form) gives its first choice's
-    message; a message gives its content (its refusal when it has no content), or the
-    arguments of its single tool call.
+    A `str` is itself; an OpenAI `ChatCompletion` or LiteLLM `ModelResponse` (or its dict
+    form) gives its first choice's message; a message (OpenAI's, an Anthropic `Message`, a
+    LangChain `AIMessage`) gives its text (its refusal when it has no content), or the
+    arguments of its single tool call as JSON.
 
     Raises:
         ReplyShapeError: The message made several tool calls, or the completion has no choice.
@@ -128,53 +246,88 @@ def reply_text(reply: Any) -> str:
     """
     if isinstance(reply, str):
         return reply
-    if is_completion(reply):
+    kind = _kind(reply)
+    if kind == "completion":
         if not get(reply, "choices"):
             raise ReplyShapeError("the reply has no choices")
         return _parse_text(first_message(reply))
     if (
-        get(reply, "content") is not None
+        kind is not None
+        or get(reply, "content") is not None
         or get(reply, "tool_calls") is not None
         or (get(reply, "role") == "assistant")
     ):
         return _parse_text(reply)
     raise TypeError(
         "a function decorated with @self_correct must return the model's reply: a str, an "
-        f"OpenAI ChatCompletion or a message; it returned {type(reply).__name__}"
+        "OpenAI ChatCompletion or message, a LiteLLM ModelResponse, an Anthropic Message or a "
+        f"LangChain AIMessage; it returned {type(reply).__name__}"
     )
 
 
 def finish_reason_of(reply: Any) -> str | None:
     """Why the model stopped, when the reply says: `"length"` for a reply cut off at its limit.
 
-    Read from an OpenAI `ChatCompletion` (its first choice) or its dict form; None for a
-    `str` or a message, which do not carry it.
+    Read from a completion's first choice, an Anthropic `Message`'s `stop_reason`, or a
+    LangChain `AIMessage`'s `response_metadata` (`finish_reason` or `stop_reason`);
+    Anthropic's reasons read as OpenAI's (`max_tokens` as `"length"`). None for a `str` or
+    a bare message, which do not carry it.
     """
-    if isinstance(reply, str) or not is_completion(reply):
+    kind = _kind(reply)
+    if kind == "completion":
+        choices = get(reply, "choices")
+        reason = get(choices[0], "finish_reason") if choices else None
+    elif kind == "anthropic":
+        reason = get(reply, "stop_reason")
+    elif kind == "langchain":
+        metadata = get(reply, "response_metadata")
+        reason = get(metadata, "finish_reason") or get(metadata, "stop_reason")
+    else:
         return None
-    choices = get(reply, "choices")
-    if not choices:
+    if not isinstance(reason, str):
         return None
-    reason = get(choices[0], "finish_reason")
-    return reason if isinstance(reason, str) else None
+    return _STOP_REASONS.get(reason, reason)
+
+
+def _tokens(usage: Any, *names: str) -> int:
+    """The sum of the named integer fields of a usage block (a missing one counts 0)."""
+    total = 0
+    for name in names:
+        value = get(usage, name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            total += value
+    return total
 
 
 def usage_of(reply: Any) -> Usage | None:
-    """The token usage a `ChatCompletion` (or its dict form) carries; None for anything else.
+    """The token usage a whole reply carries; None for anything else (a str, a bare message).
 
-    A completion without a `usage` block still counts as one model call.
+    A completion's `usage` (`prompt_tokens`, `completion_tokens`); an Anthropic `Message`'s
+    (`input_tokens` plus the cache's `cache_creation_input_tokens` and
+    `cache_read_input_tokens`, as prompt tokens; `output_tokens`); a LangChain `AIMessage`'s
+    `usage_metadata` (`input_tokens`, `output_tokens`). A reply without a usage block still
+    counts as one model call.
     """
-    if isinstance(reply, str) or not is_completion(reply):
+    kind = _kind(reply)
+    if kind is None:
         return None
-    usage = get(reply, "usage")
+    prompt: tuple[str, ...]
+    if kind == "completion":
+        usage = get(reply, "usage")
+        prompt, completion = ("prompt_tokens",), ("completion_tokens",)
+    elif kind == "anthropic":
+        usage = get(reply, "usage")
+        prompt = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        completion = ("output_tokens",)
+    else:
+        usage = get(reply, "usage_metadata")
+        prompt, completion = ("input_tokens",), ("output_tokens",)
     if usage is None:
         return Usage(model_calls=1)
-    prompt = get(usage, "prompt_tokens")
-    completion = get(usage, "completion_tokens")
     return Usage(
         model_calls=1,
-        prompt_tokens=prompt if isinstance(prompt, int) else 0,
-        completion_tokens=completion if isinstance(completion, int) else 0,
+        prompt_tokens=_tokens(usage, *prompt),
+        completion_tokens=_tokens(usage, *completion),
     )
 
 
@@ -184,7 +337,7 @@ def answer_text(value: Any) -> str:
         return value
     if value is None:
         return ""
-    if is_completion(value):
+    if is_reply(value):
         try:
             return reply_text(value)
         except ReplyShapeError:

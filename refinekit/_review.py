@@ -18,7 +18,7 @@ from ._model import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from ._outcome import Record
 from ._policy import OnInconclusive, check_budget, check_on_inconclusive, judge_failure
 from ._recorder import start_recording, stop_recording
-from ._replies import first_message, get, is_completion, message_text
+from ._replies import is_reply, message_of, message_text, tool_call_names
 from ._request import QuestionSelector, RequestMaker
 from ._revisers import (
     AnyReviser,
@@ -61,12 +61,16 @@ class Reviewing(Protocol):
 
 
 def answer_of(function: str, value: Any) -> str:
-    """The final answer's text: a `str` as is, a `ChatCompletion`'s message text."""
+    """The final answer's text: a `str` as is, else a model reply's message text.
+
+    A model reply is an OpenAI `ChatCompletion` or LiteLLM `ModelResponse`, an Anthropic
+    `Message` or a LangChain `AIMessage` (or their dict forms).
+    """
     if isinstance(value, str):
         return value
-    if is_completion(value):
-        message = first_message(value)
-        if message is not None and not get(message, "tool_calls"):
+    if is_reply(value):
+        message = message_of(value)
+        if message is not None and not tool_call_names(message):
             return message_text(message)
         raise TypeError(
             f"{function} returned a reply that "
@@ -74,8 +78,9 @@ def answer_of(function: str, value: Any) -> str:
             + "; a function decorated with @reviewed returns the final text answer"
         )
     raise TypeError(
-        f"a function decorated with @reviewed returns the final answer's text (a str or an "
-        f"OpenAI ChatCompletion); {function} returned {type(value).__name__}"
+        f"a function decorated with @reviewed returns the final answer's text (a str or a "
+        f"model reply: OpenAI, LiteLLM, Anthropic, LangChain); {function} returned "
+        f"{type(value).__name__}"
     )
 
 

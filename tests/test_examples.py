@@ -15,7 +15,10 @@ from refinekit.testing import ScriptedOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_"))
-JUDGE_EXAMPLES = [p for p in EXAMPLES if p.name.startswith("judge_")]
+# one per judge, on an OpenAI-compatible endpoint (judge_anthropic.py is checked on its own)
+JUDGE_EXAMPLES = [
+    p for p in EXAMPLES if p.name.startswith("judge_") and p.name != "judge_anthropic.py"
+]
 
 EXPECTED = {
     "retry_example.py": ["attempt 2/3", "caller got: Refunds", "policies/refunds.md", "gave up"],
@@ -63,6 +66,13 @@ EXPECTED = {
         "passed",
     ],
     "judge_pairwise.py": ["winner: a", "winner: tie (the two orders disagreed)"],
+    "judge_anthropic.py": [
+        "retry with feedback: Keep the policy's conditions: unused, within seven days.",
+        "answer: Yes, if the order is unused and you ask within seven days of delivery.",
+        "judge calls: 2, tokens",
+        "keeps_conditions=pass p=1.0 from answer",
+        "rating 4/4: Correct and supported.",
+    ],
     "reviewed_refund.py": [
         "scripted",
         "draft: Yes, you will get a full refund for order A-1001.",
@@ -119,7 +129,14 @@ EXPECTED = {
 }
 
 # Whatever the developer's shell has set, an example under test never reaches a real endpoint.
-_ENDPOINT_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "REFINEKIT_JUDGE_MODEL")
+_ENDPOINT_VARIABLES = (
+    "OPENAI_BASE_URL",
+    "OPENAI_API_KEY",
+    "REFINEKIT_JUDGE_MODEL",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -226,3 +243,29 @@ def test_judge_example_runs_on_a_configured_endpoint(
     assert len(requests) == len(module.SCRIPTED)
     assert {r.model for r in requests} == {"my-judge"}
     assert all(r.headers["authorization"] == "Bearer ***" for r in requests)
+
+
+def test_the_anthropic_judge_example_runs_on_a_configured_endpoint(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ANTHROPIC_API_KEY and REFINEKIT_JUDGE_MODEL point it at Anthropic; ANTHROPIC_BASE_URL
+    (which the client reads) at another scripted server here."""
+    path = ROOT / "examples" / "judge_anthropic.py"
+    module = load(path)
+    with ScriptedOpenAI() as server:
+        server.script("my-claude", module.SCRIPTED)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url.removesuffix("/v1"))
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-example-test-key")
+        monkeypatch.setenv("REFINEKIT_JUDGE_MODEL", "my-claude")
+        module.main()
+        requests = server.requests
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "real endpoint (ANTHROPIC_API_KEY), judge model 'my-claude'" in out
+    assert "scripted" not in out.lower()
+    assert "sk-ant-example-test-key" not in out + captured.err
+    for text in EXPECTED[path.name]:
+        assert text in out
+    assert len(requests) == len(module.SCRIPTED)
+    assert {(r.path, r.model) for r in requests} == {("/v1/messages", "my-claude")}
+    assert all("temperature" not in (r.body or {}) for r in requests)

@@ -64,6 +64,7 @@ PUBLIC = {
     "in_source",
     "job",
     "record_context",
+    "record_usage",
     "response_format",
     "retry_on_low_quality",
     "retry_prompt",

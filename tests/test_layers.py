@@ -29,6 +29,7 @@ LAYERS: dict[str, set[str]] = {
         "_decorate",
         "_flow",
         "_hooks",
+        "_anthropic",
         "_job",
         "_openai",
         "_outcome",
@@ -69,8 +70,14 @@ DECORATORS = {"_correct", "_guard", "_retry", "_review", "_tools"}
 
 ENGINE_WITHOUT_SDK = LAYERS["base"] | LAYERS["data"] | LAYERS["engine"] | LAYERS["evaluators"]
 ENGINE_WITHOUT_SDK |= LAYERS["decorators"]
-ENGINE_WITHOUT_SDK -= {"_openai"}
-"""Modules that never import `openai` or `instructor` at import time (they wrap any SDK)."""
+ENGINE_WITHOUT_SDK -= {"_anthropic", "_openai"}
+"""Modules that never import a model SDK at import time (they wrap any SDK)."""
+
+MODEL_SDKS = ("openai", "instructor", "anthropic", "litellm", "langchain_core", "langchain")
+"""The SDKs whose replies refinekit reads; `openai` and `instructor` are its dependencies."""
+
+OPTIONAL_SDKS = ("anthropic", "litellm", "langchain_core", "langchain")
+"""SDKs refinekit reads but does not depend on: no refinekit module imports them when imported."""
 
 
 def module_name(path: Path) -> str:
@@ -205,7 +212,7 @@ def test_the_engine_and_the_decorators_import_no_model_sdk(path: Path) -> None:
     if layer_key(module_name(path)) not in ENGINE_WITHOUT_SDK:
         return
     for imported, line, at_import in imports_of(path):
-        if imported.split(".")[0] in ("openai", "instructor"):
+        if imported.split(".")[0] in MODEL_SDKS:
             assert not at_import, (
                 f"{path.relative_to(ROOT)}:{line}: imports {imported} when imported itself; "
                 "import it where a model is called (the default reviser does)"
@@ -222,11 +229,33 @@ def test_only_the_tracer_imports_opentelemetry(path: Path) -> None:
             assert module_name(path) == "refinekit._otel" or not at_import, where
 
 
+@pytest.mark.parametrize("path", sources(), ids=lambda p: module_name(p))
+def test_no_module_imports_an_optional_sdk_when_imported(path: Path) -> None:
+    for imported, line, at_import in imports_of(path):
+        if imported.split(".")[0] in OPTIONAL_SDKS:
+            assert not at_import, (
+                f"{path.relative_to(ROOT)}:{line}: imports {imported} when imported itself; "
+                "refinekit does not depend on it: import it where it is used"
+            )
+
+
+def test_importing_the_judges_and_the_test_server_imports_no_optional_sdk() -> None:
+    code = (
+        "import sys, refinekit.judges, refinekit.testing, refinekit.eval\n"
+        f"optional = {set(OPTIONAL_SDKS)!r}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in optional))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    assert out.strip() == "[]"
+
+
 def test_importing_refinekit_imports_no_model_sdk_and_no_test_server() -> None:
     code = (
         "import sys, refinekit, refinekit.checks, refinekit.evidence, refinekit.otel\n"
-        "heavy = {'openai', 'instructor', 'http', 'refinekit.testing', 'refinekit.judges',\n"
-        "         'opentelemetry', 'refinekit._otel'}\n"
+        "heavy = {'openai', 'instructor', 'anthropic', 'litellm', 'langchain_core', 'http',\n"
+        "         'refinekit.testing', 'refinekit.judges', 'opentelemetry', 'refinekit._otel'}\n"
         "print(sorted(m for m in sys.modules if m in heavy or m.split('.')[0] in heavy))\n"
     )
     out = subprocess.run(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import json
 import subprocess
 import sys
@@ -16,7 +17,6 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import openai
 import pytest
 from helpers import acall, call
 from opentelemetry import trace
@@ -75,10 +75,9 @@ def judge_client(kind: str, server: ScriptedOpenAI, **kwargs: Any) -> Any:
 
 
 async def close(client: Any) -> None:
-    if isinstance(client, openai.AsyncOpenAI):
-        await client.close()
-    else:
-        client.close()
+    closed = client.close()
+    if inspect.isawaitable(closed):  # an async client, openai's or anthropic's
+        await closed
 
 
 def answer_fn(kind: str, tracer: trace.Tracer | None = None) -> Any:
@@ -196,6 +195,25 @@ async def test_retry_spans_nest_under_the_callers_span_with_judge_calls_as_genai
     assert accepted[names.EVALUATION_SCORE_VALUE] == 1.0
     # the attempt ends before the wait: the next attempt starts after it
     assert (first.end_time or 0) <= (second.start_time or 0)
+
+
+async def test_an_anthropic_judges_requests_are_genai_spans_of_provider_anthropic(
+    kind: str, server: ScriptedOpenAI, exporter: InMemorySpanExporter
+) -> None:
+    pytest.importorskip("anthropic")
+    server.script("claude", Reply.text("Yes", prompt_tokens=70, completion_tokens=1))
+    client = server.anthropic_client() if kind == "sync" else server.async_anthropic_client()
+    judge = relevancy(JudgeModel(client, "claude"))
+    decorated = retry_on_low_quality(evaluator=judge, max_retries=0)(answer_fn(kind))
+    assert await acall(decorated, QUESTION) == ANSWER
+    await close(client)
+
+    (chat,) = Tree(exporter.get_finished_spans()).named("chat claude")
+    attributes = dict(chat.attributes or {})
+    assert attributes[names.PROVIDER_NAME] == "anthropic"
+    assert attributes[names.OPERATION_NAME] == "chat"
+    assert attributes[names.REQUEST_MODEL] == "claude"
+    assert (attributes[names.USAGE_INPUT_TOKENS], attributes[names.USAGE_OUTPUT_TOKENS]) == (70, 1)
 
 
 async def test_a_structured_judge_calls_usage_is_the_jobs_judge_usage(

@@ -2,7 +2,9 @@
 
 Each call runs sync or async (the judge model's client for that side), is bounded by the
 time limit around it, redacts what the libraries log, maps a failure to refinekit's
-`JudgeError` tree and counts the reply's tokens in the job's `judge_usage`.
+`JudgeError` tree and counts the reply's tokens in the job's `judge_usage`. A judge model
+with an `anthropic` client sends Messages API requests and gets Anthropic `Message`s back;
+the reply reader (`_replies`) reads both.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from .._anthropic import api_error as anthropic_api_error
+from .._anthropic import bounded as anthropic_bounded
 from .._errors import JudgeError, JudgeReplyError
 from .._job import current_job
 from .._model import Usage
 from .._openai import api_error, bounded
 from .._redact import redacted_logs
-from .._replies import first_message, message_text, usage_of
+from .._replies import get, is_completion, message_of, message_text, usage_of
 from ._client import JudgeModel, secrets_of
 
 if TYPE_CHECKING:
@@ -33,7 +37,8 @@ def judge_error(judge: JudgeModel, exc: BaseException) -> JudgeError | None:
 
     Its message never holds a credential (see `refinekit._openai.api_error`).
     """
-    return api_error(
+    mapping = anthropic_api_error if judge.provider == "anthropic" else api_error
+    return mapping(
         exc,
         model=judge.model,
         where=f"judge model {judge.model!r} at {judge.where}",
@@ -41,11 +46,14 @@ def judge_error(judge: JudgeModel, exc: BaseException) -> JudgeError | None:
     )
 
 
-def reply_text_of(judge: JudgeModel, completion: ChatCompletion) -> str:
-    """The text of a judge's reply (a reply with no choice is a `JudgeReplyError`)."""
-    if not completion.choices:
+def reply_text_of(judge: JudgeModel, completion: ChatCompletion | Any) -> str:
+    """The text of a judge's reply: a chat completion's, or an Anthropic `Message`'s.
+
+    A completion with no choice is a `JudgeReplyError`.
+    """
+    if is_completion(completion) and not get(completion, "choices"):
         raise JudgeReplyError(f"judge model {judge.model!r} returned no choices", model=judge.model)
-    return message_text(first_message(completion))
+    return message_text(message_of(completion))
 
 
 def _record(completion: Any) -> None:
@@ -67,9 +75,13 @@ class Complete:
     def run_sync(self) -> ChatCompletion:
         try:
             with redacted_logs(secrets_of(self.judge)):
-                completion: ChatCompletion = bounded(
-                    self.judge.sync_client()
-                ).chat.completions.create(**self.kwargs)
+                if self.judge.provider == "anthropic":
+                    client = anthropic_bounded(self.judge.sync_client())
+                    completion: ChatCompletion = client.messages.create(**self.kwargs)
+                else:
+                    completion = bounded(self.judge.sync_client()).chat.completions.create(
+                        **self.kwargs
+                    )
         except Exception as exc:
             raise (judge_error(self.judge, exc) or exc) from None
         _record(completion)
@@ -78,9 +90,13 @@ class Complete:
     async def run_async(self) -> ChatCompletion:
         try:
             with redacted_logs(secrets_of(self.judge)):
-                completion: ChatCompletion = await bounded(
-                    self.judge.async_client()
-                ).chat.completions.create(**self.kwargs)
+                if self.judge.provider == "anthropic":
+                    client = anthropic_bounded(self.judge.async_client())
+                    completion: ChatCompletion = await client.messages.create(**self.kwargs)
+                else:
+                    completion = await bounded(self.judge.async_client()).chat.completions.create(
+                        **self.kwargs
+                    )
         except Exception as exc:
             raise (judge_error(self.judge, exc) or exc) from None
         _record(completion)
@@ -109,7 +125,10 @@ class Structured:
     def _instructor(self, client: Any) -> Any:
         import instructor
 
-        patched = instructor.from_openai(client, mode=instructor.Mode[self.mode])
+        if self.judge.provider == "anthropic":
+            patched = instructor.from_anthropic(client, mode=_anthropic_mode(self.mode))
+        else:
+            patched = instructor.from_openai(client, mode=instructor.Mode[self.mode])
         # Every reply that arrives is a judge call, including those instructor retries after.
         patched.on("completion:response", _record_reply)
         return patched
@@ -122,7 +141,7 @@ class Structured:
                 mapped = judge_error(self.judge, cause)
                 if mapped is not None:
                     return mapped
-            text = message_text(first_message(getattr(exc, "last_completion", None)))
+            text = message_text(message_of(getattr(exc, "last_completion", None)))
             problem = (
                 f"was cut off at max_tokens={self.kwargs.get('max_tokens')} before its "
                 f"{self.response_model.__name__} was complete"
@@ -137,8 +156,11 @@ class Structured:
             )
         return judge_error(self.judge, exc) or exc
 
+    def _bounded(self, client: Any) -> Any:
+        return anthropic_bounded(client) if self.judge.provider == "anthropic" else bounded(client)
+
     def run_sync(self) -> BaseModel:
-        client = self._instructor(bounded(self.judge.sync_client()))
+        client = self._instructor(self._bounded(self.judge.sync_client()))
         try:
             with redacted_logs(secrets_of(self.judge)):  # instructor logs the error text
                 parsed, _ = client.chat.completions.create_with_completion(
@@ -149,7 +171,7 @@ class Structured:
         return parsed  # type: ignore[no-any-return]
 
     async def run_async(self) -> BaseModel:
-        client = self._instructor(bounded(self.judge.async_client()))
+        client = self._instructor(self._bounded(self.judge.async_client()))
         try:
             with redacted_logs(secrets_of(self.judge)):  # instructor logs the error text
                 parsed, _ = await client.chat.completions.create_with_completion(
@@ -158,6 +180,21 @@ class Structured:
         except Exception as exc:
             raise self._fail(exc) from None
         return parsed  # type: ignore[no-any-return]
+
+
+def _anthropic_mode(mode: str) -> Any:
+    """The instructor mode for an Anthropic rating judge's `mode` ("TOOLS", "JSON", "MD_JSON").
+
+    Tool use for "TOOLS"; JSON read from the reply's text for the others ("JSON_SCHEMA" is
+    refused when the judge is made). instructor's provider-neutral modes where it has them
+    (its v2 core, which deprecates the `ANTHROPIC_*` ones), else its `ANTHROPIC_*` modes.
+    """
+    import instructor
+
+    tools = mode == "TOOLS"
+    if hasattr(instructor.Mode, "warn_deprecated_mode"):
+        return instructor.Mode.TOOLS if tools else instructor.Mode.JSON
+    return instructor.Mode.ANTHROPIC_TOOLS if tools else instructor.Mode.ANTHROPIC_JSON
 
 
 def _record_reply(completion: Any) -> None:

@@ -1,4 +1,4 @@
-"""The judge model: an `openai` client (sync or async), the model's name and its settings."""
+"""The judge model: an `openai` or `anthropic` client (sync or async), the model, its settings."""
 
 from __future__ import annotations
 
@@ -7,13 +7,22 @@ import threading
 import weakref
 from collections.abc import AsyncGenerator
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import openai
 
+from .._anthropic import async_counterpart as anthropic_async_counterpart
+from .._anthropic import client_kind
+from .._anthropic import request as anthropic_request
+from .._anthropic import sync_counterpart as anthropic_sync_counterpart
 from .._openai import async_counterpart, sync_counterpart
 from .._prompts import sendable
 from .._redact import client_secrets, safe_url
+
+if TYPE_CHECKING:
+    import anthropic
+
+    Client = openai.OpenAI | openai.AsyncOpenAI | anthropic.Anthropic | anthropic.AsyncAnthropic
 
 __all__ = ["JudgeModel"]
 
@@ -21,13 +30,17 @@ _COUNTERPART_LOCK = threading.Lock()
 
 
 class JudgeModel:
-    """The model that judges: an `openai` client, the model's name and its settings.
+    """The model that judges: an `openai` or `anthropic` client, the model's name, its settings.
 
     Any server speaking the OpenAI Chat Completions API works (OpenAI, Ollama, vLLM,
-    llama.cpp, LM Studio, ...). The client may be sync (`openai.OpenAI`) or async
-    (`openai.AsyncOpenAI`); for the other path refinekit makes its counterpart with the same
-    base URL, key, timeout, retries and headers, so a judge works from `def` and `async def`
-    code alike. Transport retries are the client's own (`max_retries` on the client).
+    llama.cpp, LM Studio, LiteLLM's proxy, ...), through an `openai` client; Anthropic's
+    models work natively through an `anthropic` client (Messages API requests: the system
+    prompt as `system=`, always a `max_tokens`, no `seed`; see docs/judges.md for what each
+    judge does there). The client may be sync (`openai.OpenAI`, `anthropic.Anthropic`) or
+    async (`openai.AsyncOpenAI`, `anthropic.AsyncAnthropic`); for the other path refinekit
+    makes its counterpart with the same base URL, key, timeout, retries and headers, so a
+    judge works from `def` and `async def` code alike. Transport retries are the client's own
+    (`max_retries` on the client).
 
     The counterparts refinekit makes are its own to close, never your client: an async one
     (one per event loop) is closed when its loop shuts down (`asyncio.run`, `asyncio.Runner`,
@@ -35,10 +48,16 @@ class JudgeModel:
     with` the `JudgeModel`) close them at once. Your own client stays open: close it
     yourself.
 
+    Attributes:
+        provider: "openai" or "anthropic": which API the client speaks.
+
     Args:
-        client: An `openai.OpenAI` or `openai.AsyncOpenAI` client.
+        client: An `openai.OpenAI` or `openai.AsyncOpenAI` client, or an
+            `anthropic.Anthropic` or `anthropic.AsyncAnthropic` client.
         model: The judge model's name.
-        temperature: Sampling temperature; 0 for repeatable verdicts.
+        temperature: Sampling temperature; 0 for repeatable verdicts; None sends none (the
+            model's default). Claude models that take only their default temperature refuse
+            any other: give them None.
         seed: Sent as `seed` where the server supports it; None to leave it out.
         max_tokens: The most tokens a judge reply may use; None for each judge's own default.
         timeout: Seconds per judge request; None for the client's timeout.
@@ -46,31 +65,37 @@ class JudgeModel:
 
     def __init__(
         self,
-        client: openai.OpenAI | openai.AsyncOpenAI,
+        client: Client,
         model: str,
         *,
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         seed: int | None = 42,
         max_tokens: int | None = None,
         timeout: float | None = None,
     ) -> None:
-        if not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
+        anthropic_kind = client_kind(client)
+        if anthropic_kind is None and not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
             raise TypeError(
-                "JudgeModel needs an openai.OpenAI or openai.AsyncOpenAI client, "
-                f"got {type(client).__name__}"
+                "JudgeModel needs an openai.OpenAI or openai.AsyncOpenAI client, or an "
+                f"anthropic.Anthropic or anthropic.AsyncAnthropic one, got {type(client).__name__}"
             )
         if not isinstance(model, str) or not model:
             raise ValueError("JudgeModel needs the judge model's name, a non-empty str")
         if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
             raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
-        self._client = client  # the caller's: never closed here
-        self._sync = client if isinstance(client, openai.OpenAI) else None
-        self._async = client if isinstance(client, openai.AsyncOpenAI) else None
+        self._client: Any = client  # the caller's: never closed here
+        self.provider: Literal["openai", "anthropic"] = (
+            "openai" if anthropic_kind is None else "anthropic"
+        )
+        is_sync = isinstance(client, openai.OpenAI) or anthropic_kind == "sync"
+        # typed Any: an `openai` or an `anthropic` client, by `provider`
+        self._sync: Any = client if is_sync else None
+        self._async: Any = None if is_sync else client
         # Async counterparts made from a sync client, one per event loop: an async HTTP
         # connection pool must not outlive the loop it was made on. Each comes with the
         # async generator that closes it when its loop shuts down (see `_closed_with_loop`).
         self._async_per_loop: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[openai.AsyncOpenAI, AsyncGenerator[None, None]]
+            asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]
         ] = weakref.WeakKeyDictionary()
         self.model = model
         self.temperature = temperature
@@ -86,19 +111,28 @@ class JudgeModel:
     def __repr__(self) -> str:
         return f"JudgeModel(model={self.model!r}, endpoint={self.where!r})"
 
-    def sync_client(self) -> openai.OpenAI:
-        """The sync client: yours, or the counterpart made from your async client."""
+    def sync_client(self) -> Any:
+        """The sync client: yours, or the counterpart made from your async client.
+
+        An `openai.OpenAI` or an `anthropic.Anthropic` client, by `provider`.
+        """
         client = self._sync
         if client is None:
             with _COUNTERPART_LOCK:  # criteria ask from several threads at once: make one
                 if self._sync is None:
                     assert self._async is not None
-                    self._sync = sync_counterpart(self._async)
+                    if self.provider == "anthropic":
+                        self._sync = anthropic_sync_counterpart(self._async)
+                    else:
+                        self._sync = sync_counterpart(self._async)
                 client = self._sync
         return client
 
-    def async_client(self) -> openai.AsyncOpenAI:
-        """The async client: yours, or this event loop's counterpart made from your sync one."""
+    def async_client(self) -> Any:
+        """The async client: yours, or this event loop's counterpart made from your sync one.
+
+        An `openai.AsyncOpenAI` or an `anthropic.AsyncAnthropic` client, by `provider`.
+        """
         if self._async is not None:
             return self._async
         loop = asyncio.get_running_loop()
@@ -106,14 +140,18 @@ class JudgeModel:
             made = self._async_per_loop.get(loop)
             if made is None:
                 assert self._sync is not None
-                client = async_counterpart(self._sync)
+                client: Any
+                if self.provider == "anthropic":
+                    client = anthropic_async_counterpart(self._sync)
+                else:
+                    client = async_counterpart(self._sync)
                 closer = self._closed_with_loop(loop, client)
                 _start(closer)  # now the loop's shutdown_asyncgens() will finish it
                 made = self._async_per_loop[loop] = (client, closer)
         return made[0]
 
     async def _closed_with_loop(
-        self, loop: asyncio.AbstractEventLoop, client: openai.AsyncOpenAI
+        self, loop: asyncio.AbstractEventLoop, client: Any
     ) -> AsyncGenerator[None, None]:
         """Close `client` when finished: by `aclose()`, or by its loop's shutdown_asyncgens().
 
@@ -199,13 +237,26 @@ class JudgeModel:
     def request(
         self, messages: list[dict[str, Any]], default_max_tokens: int, **extra: Any
     ) -> dict[str, Any]:
-        """The keyword arguments of one chat completion request."""
+        """The keyword arguments of one request: a chat completion's, or a Messages API one's.
+
+        For an Anthropic client the system messages become `system=`, `seed` is left out,
+        and `extra` (OpenAI's options) is not sent.
+        """
+        if self.provider == "anthropic":
+            return anthropic_request(
+                sendable(messages),
+                model=self.model,
+                temperature=self.temperature,
+                max_tokens=self.max_tokens or default_max_tokens,
+                timeout=self.timeout,
+            )
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": sendable(messages),
-            "temperature": self.temperature,
             "max_tokens": self.max_tokens or default_max_tokens,
         }
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
         if self.seed is not None:
             kwargs["seed"] = self.seed
         if self.timeout is not None:

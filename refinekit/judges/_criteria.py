@@ -131,6 +131,13 @@ class _Criteria(Judge):
             raise ValueError(
                 f"probabilities must be 'auto', 'logprobs' or 'answer', got {probabilities!r}"
             )
+        if judge_model.provider == "anthropic" and probabilities == "logprobs":
+            raise JudgeMisconfigured(
+                f"judge model {judge_model.model!r}: Anthropic's Messages API returns no token "
+                "probabilities (logprobs); use probabilities='auto' or 'answer' (each criterion "
+                "is then read from the reply's text, source='answer')",
+                model=judge_model.model,
+            )
         self.criteria = tuple(criteria)
         self.uncertain = uncertain
         self.probabilities = probabilities
@@ -203,7 +210,7 @@ class _Criteria(Judge):
                 results[criterion.name] = CriterionResult(name=criterion.name, outcome="skipped")
         elif model_criteria:
             extra: dict[str, Any] = {}
-            if self.probabilities != "answer":
+            if self.probabilities != "answer" and self.judge_model.provider != "anthropic":
                 extra = {"logprobs": True, "top_logprobs": _TOP_LOGPROBS}
             completions = yield Gather(
                 [
@@ -272,6 +279,8 @@ def criteria(
         probabilities: "auto" asks for logprobs and uses them when the endpoint returns them,
             else the reply's text (and says so in `source`); "logprobs" requires them (an
             endpoint without them raises `JudgeMisconfigured`); "answer" never asks for them.
+            An Anthropic judge model has none: "auto" reads the text (`source="answer"`) and
+            "logprobs" raises `JudgeMisconfigured` when the judge is made.
         judge_error_policy: None (the caller's policy decides), "fail_open" or "fail_closed".
 
     Returns:

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, create_model
 
+from .._errors import JudgeMisconfigured
 from .._flow import Flow
 from .._model import EvaluationRequest, Verdict
 from .._policy import JudgeErrorPolicy
@@ -46,6 +47,12 @@ class _Rating(Judge):
             raise ValueError("a rating on a scale other than 4 needs its own rubric=")
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
+        if judge_model.provider == "anthropic" and mode == "JSON_SCHEMA":
+            raise JudgeMisconfigured(
+                "rating(mode='JSON_SCHEMA') needs an OpenAI-compatible endpoint; with an "
+                "Anthropic client use mode='JSON' (the default) or 'TOOLS'",
+                model=judge_model.model,
+            )
         if (
             isinstance(max_retries, bool)
             or not isinstance(max_retries, int)
@@ -126,6 +133,9 @@ def rating(
             scales).
         mode: instructor's mode: "JSON" (`response_format` JSON, the default), "MD_JSON" (JSON
             read from the text, for servers without JSON mode), "TOOLS" or "JSON_SCHEMA".
+            With an Anthropic client, "TOOLS" is tool use and "JSON" and "MD_JSON" are JSON
+            read from the reply's text (instructor's `ANTHROPIC_TOOLS` / `ANTHROPIC_JSON`);
+            "JSON_SCHEMA" raises `JudgeMisconfigured`.
         max_retries: instructor's retries when the reply does not validate, 0 to 5; then
             `JudgeReplyError`.
         judge_error_policy: None (the caller's policy decides), "fail_open" or "fail_closed".

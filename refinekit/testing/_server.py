@@ -21,12 +21,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import anthropic
     import openai
 
 __all__ = ["RecordedRequest", "Reply", "ScriptedOpenAI"]
 
 _API_KEY = "scripted-key"
 _CHAT_PATH = "/v1/chat/completions"
+_MESSAGES_PATH = "/v1/messages"  # Anthropic's Messages API: refinekit/testing/_anthropic.py
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -465,6 +467,15 @@ def _as_reply(reply: str | Reply) -> Reply:
     raise TypeError(f"a reply is a str or a Reply, not {type(reply).__name__}")
 
 
+def _render(reply: Reply, request: RecordedRequest, ids: _Ids) -> _Response | _Hold | None:
+    """The reply's response: a chat completion, or an Anthropic `Message` on `/v1/messages`."""
+    if request.path.partition("?")[0] == _MESSAGES_PATH:
+        from . import _anthropic
+
+        return _anthropic.render(reply, request, ids)
+    return reply._respond(request, ids)
+
+
 def _words(text: str | None) -> int:
     return len(text.split()) if text else 0
 
@@ -598,6 +609,10 @@ class _Handler(BaseHTTPRequestHandler):
             raw = self.rfile.read(length)
             headers = {k.lower(): _redact(k.lower(), v) for k, v in self.headers.items()}
             response = self.server.scripted._dispatch(self.command, self.path, headers, raw)
+            if self.path.partition("?")[0] == _MESSAGES_PATH:  # errors in Anthropic's shape
+                from ._anthropic import shaped
+
+                response = shaped(response)
         if response is None:  # Reply.disconnect()
             self.close_connection = True
             return
@@ -803,6 +818,35 @@ class ScriptedOpenAI:
 
         return openai.AsyncOpenAI(**self._client_options(kwargs))
 
+    def anthropic_client(self, **kwargs: Any) -> anthropic.Anthropic:
+        """A real `anthropic.Anthropic` client pointed at this server, client-side retries off.
+
+        Its requests go to `POST /v1/messages` and are answered from the same scripts, as
+        Anthropic `Message`s (see docs/scripted_server.md). Needs the `anthropic` package.
+
+        Args:
+            **kwargs: Override or add client options, e.g. `max_retries=2`, `timeout=0.2`.
+
+        Returns:
+            The client (close it, or use it as a context manager).
+        """
+        from ._anthropic import client
+
+        return client(self.base_url, kwargs)
+
+    def async_anthropic_client(self, **kwargs: Any) -> anthropic.AsyncAnthropic:
+        """A real `anthropic.AsyncAnthropic` client pointed at this server (see above).
+
+        Args:
+            **kwargs: Override or add client options, e.g. `max_retries=2`, `timeout=0.2`.
+
+        Returns:
+            The client (close it, or use it as an async context manager).
+        """
+        from ._anthropic import async_client
+
+        return async_client(self.base_url, kwargs)
+
     # script and record
 
     def script(
@@ -917,8 +961,11 @@ class ScriptedOpenAI:
         )
         with self._lock:
             self._requests.append(request)
-        if (method, path.partition("?")[0]) != ("POST", _CHAT_PATH):
-            message = f"scripted server: no route {method} {path}; it serves POST {_CHAT_PATH}"
+        if method != "POST" or path.partition("?")[0] not in (_CHAT_PATH, _MESSAGES_PATH):
+            message = (
+                f"scripted server: no route {method} {path}; it serves POST {_CHAT_PATH} "
+                f"and POST {_MESSAGES_PATH}"
+            )
             return _error(404, message)
         if bad_json or parsed is None:
             return _error(400, "scripted server: the request body is not a JSON object")
@@ -952,7 +999,7 @@ class ScriptedOpenAI:
         try:
             if not isinstance(reply, (str, Reply)):
                 reply = reply(request)
-            return _as_reply(reply)._respond(request, self._ids)
+            return _render(_as_reply(reply), request, self._ids)
         except Exception as exc:  # a bug in a test's callable: fail the request loudly
             return _error(
                 500,

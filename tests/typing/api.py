@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from typing_extensions import assert_type
@@ -218,3 +218,28 @@ def tracing() -> None:
     assert_type(refinekit.otel.instrument(tracer_provider=TracerProvider()), None)
     assert_type(refinekit.otel.is_instrumented(), bool)
     assert_type(refinekit.otel.uninstrument(), None)
+
+
+def sdk_replies() -> None:
+    import anthropic
+    from langchain_core.messages import AIMessage
+
+    from refinekit import judges
+
+    @self_correct(schema=Invoice)
+    def from_langchain(messages: list[dict[str, Any]]) -> AIMessage:
+        return AIMessage(content="{}")
+
+    @self_correct(schema=Invoice)
+    def from_anthropic(messages: list[dict[str, Any]]) -> anthropic.types.Message:
+        raise NotImplementedError
+
+    assert_type(from_langchain([]), Invoice)
+    assert_type(from_anthropic([]), Invoice)
+    assert_type(refinekit.record_usage(input_tokens=120, output_tokens=30), None)
+    refinekit.record_usage(1, 2, calls=1, judge=True)
+    jm = judges.JudgeModel(anthropic.Anthropic(api_key="x"), "claude", temperature=None)
+    ajm = judges.JudgeModel(anthropic.AsyncAnthropic(api_key="x"), "claude", max_tokens=64)
+    assert_type(jm.provider, Literal["openai", "anthropic"])
+    request = refinekit.EvaluationRequest(answer="a")
+    assert_type(judges.relevancy(ajm).evaluate(request).passed, bool)
