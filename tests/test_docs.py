@@ -245,10 +245,10 @@ def _run_exec_block(block: Block, runs: PageRuns, env: pytest.MonkeyPatch) -> No
         pytest.fail(failure, pytrace=False)
 
 
-def _run_pytest_block(block: Block, pytester: pytest.Pytester) -> None:
+def _run_pytest_block(block: Block, page_blocks: list[Block], pytester: pytest.Pytester) -> None:
     """The block as a test module, after the page's earlier `pytest` blocks: all must pass."""
     parts = []
-    for b in BY_PAGE[block.page]:
+    for b in page_blocks:
         if b.pytest and b.line <= block.line and b.skip is None:
             parts += [b.setup, f"# {b.id}\n{b.code}"]
     pytester.makeini(PYTESTER_INI)
@@ -280,7 +280,7 @@ def test_block_runs(
     if block.skip is not None:
         pytest.skip(f"{block.id}: {block.skip}")
     if block.pytest:
-        _run_pytest_block(block, request.getfixturevalue("pytester"))
+        _run_pytest_block(block, BY_PAGE[block.page], request.getfixturevalue("pytester"))
     else:
         _run_exec_block(block, page_runs, docs_env)
 
@@ -384,3 +384,43 @@ def test_a_failing_block_says_where_and_how_to_mark_it(
     assert "<!-- docs-test: needs=placeholders -->" in message
     assert '<!-- docs-test: skip reason="..." -->' in message
     assert run.failed is second
+
+
+def test_a_block_reaches_no_host_but_127_0_0_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docs_env: pytest.MonkeyPatch
+) -> None:
+    import docs_blocks
+
+    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nimport socket\nsocket.create_connection(('example.com', 443))\n```\n",
+        encoding="utf-8",
+    )
+    (block,) = blocks(page)
+    run = PageRun("page.md", tmp_path, [block])
+    try:
+        with pytest.raises(BlockFailed, match=r"no network but 127\.0\.0\.1 .*example\.com"):
+            run.execute(block, docs_env)
+    finally:
+        run.close()
+
+
+def test_a_pytest_block_whose_test_fails_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pytester: pytest.Pytester
+) -> None:
+    import docs_blocks
+
+    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- docs-test: pytest -->\n```python\nimport pytest\n\n\n"
+        "@pytest.fixture\ndef city():\n    return 'Paris'\n```\n\n"
+        "<!-- docs-test: pytest -->\n```python\ndef test_city(city):\n"
+        "    assert city == 'Rome'\n```\n",
+        encoding="utf-8",
+    )
+    fixture, test = blocks(page)
+    _run_pytest_block(fixture, [fixture, test], pytester)  # no test of its own: it imports
+    with pytest.raises(pytest.fail.Exception, match=r"page\.md:12: .*'failed': 1"):
+        _run_pytest_block(test, [fixture, test], pytester)
