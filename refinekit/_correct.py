@@ -47,7 +47,7 @@ from ._job import Job
 from ._model import Attempt, Verdict
 from ._outcome import Record
 from ._policy import check_budget
-from ._repair import loads_raw, syntax_fixes, value_fixes
+from ._repair import balanced_end, loads_raw, syntax_fixes, value_fixes
 from ._replies import SDKReply, finish_reason_of, reply_text
 from ._request import function_name
 from ._schema import require_type
@@ -227,6 +227,32 @@ def _prose_json(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _prose_broken(text: str) -> list[str]:
+    """Bracketed spans inside prose that did not decode as JSON (for the syntax repairs).
+
+    From each `{` or `[` (at most 16) where no JSON value starts, the span to its matching
+    bracket, strings skipped: `Here: {"a": 1,} ok` gives `{"a": 1,}`.
+    """
+    found: list[str] = []
+    decoder = json.JSONDecoder()
+    end = tried = 0
+    for match in _OPENERS.finditer(text):
+        start = match.start()
+        if start < end:
+            continue
+        if tried == _MAX_PROSE_CANDIDATES:
+            break
+        tried += 1
+        try:
+            decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            close = balanced_end(text, start)
+            if close is not None:
+                found.append(text[start:close])
+                end = close
+    return list(dict.fromkeys(found))
+
+
 Parsed = tuple[Any, tuple[str, ...]]
 """A validated value and the repairs it took (empty: the reply was strict JSON)."""
 
@@ -378,6 +404,10 @@ def _candidates(text: str) -> Iterator[tuple[str, list[str], bool]]:
             yield fixed, ["code_fence", *fixes], True
     for found in _prose_json(text):
         yield found, ["prose"], True
+    for span in _prose_broken(text):
+        fixed, fixes = syntax_fixes(span)
+        if fixes:
+            yield fixed, ["prose", *fixes], True
 
 
 def _conversation(messages: object, function: str) -> list[dict[str, Any]]:

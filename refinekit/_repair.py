@@ -104,6 +104,31 @@ def _scan(text: str) -> Iterator[tuple[int, int, bool]]:
         yield start, n, False
 
 
+def balanced_end(text: str, start: int) -> int | None:
+    """The index just past the bracket that closes the one at `text[start]`, strings skipped.
+
+    None when it is never closed (a reply cut off) or the brackets do not match.
+    """
+    pairs = {"{": "}", "[": "]"}
+    stack: list[str] = []
+    i, n = start, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c in pairs:
+            stack.append(pairs[c])
+        elif c in "}]":
+            if not stack or stack.pop() != c:
+                return None
+            if not stack:
+                return i + 1
+        i += 1
+    return None
+
+
 def _strip_comments(code: str, fixes: list[str]) -> str:
     out = []
     i = 0

@@ -347,6 +347,15 @@ def test_a_huge_schema_gives_a_template_of_bounded_size() -> None:
         pytest.param(f"Sure! {GOOD} Anything else?", ("prose",), id="prose"),
         pytest.param(GOOD[:-1] + ",}", ("trailing_comma",), id="trailing-comma"),
         pytest.param(
+            f"Here: {GOOD[:-1]},}} ok", ("prose", "trailing_comma"), id="prose-trailing-comma"
+        ),
+        pytest.param(
+            "Sure: {'number': 'FA32135', 'vendor': 'Beacon Security', 'currency': 'USD', "
+            "'total': 954.88,} done",
+            ("prose", "python_literal"),
+            id="prose-python-dict",
+        ),
+        pytest.param(
             GOOD.replace('"total"', '// the amount\n"total"'), ("comment",), id="line-comment"
         ),
         pytest.param(GOOD.replace(", ", ", /* x */ ", 1), ("comment",), id="block-comment"),
