@@ -21,10 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._config import is_testing
 from ._errors import JudgeError, JudgeUnavailable
 from ._flow import current_deadline
-from ._openai import _cut, error_message, retry_after_of, status_error
+from ._openai import _cut, error_message, retry_wait, status_error
 from ._redact import redact
 
 if TYPE_CHECKING:
@@ -218,18 +217,6 @@ def _retry_wait(exc: Exception, taken: int, retries: int, deadline: float) -> fl
     """Seconds to wait before retrying a failed request, or None: no retry (see `bounded`)."""
     import anthropic
 
-    if taken >= retries:
-        return None
-    if isinstance(exc, anthropic.APIStatusError):
-        told = exc.response.headers.get("x-should-retry")
-        status = exc.status_code
-        if told == "false" or (told != "true" and status not in (408, 409, 429) and status < 500):
-            return None
-    elif not isinstance(exc, anthropic.APIConnectionError):  # timeouts included
-        return None
-    wait = retry_after_of(exc)
-    if wait is None:
-        wait = min(0.5 * 2.0**taken, 8.0)
-    if time.monotonic() + wait >= deadline:
-        return None
-    return 0.0 if is_testing() else wait
+    return retry_wait(
+        exc, taken, retries, deadline, anthropic.APIStatusError, anthropic.APIConnectionError
+    )

@@ -259,14 +259,34 @@ def _cut(timeout: Any, deadline: float) -> Any:
 
 def _retry_wait(exc: Exception, taken: int, retries: int, deadline: float) -> float | None:
     """Seconds to wait before retrying a failed request, or None: no retry (see `bounded`)."""
+    return retry_wait(
+        exc, taken, retries, deadline, openai.APIStatusError, openai.APIConnectionError
+    )
+
+
+def retry_wait(
+    exc: Exception,
+    taken: int,
+    retries: int,
+    deadline: float,
+    status_error_type: type[Exception],
+    connection_error_type: type[Exception],
+) -> float | None:
+    """Seconds to wait before retrying a failed request, or None: no retry.
+
+    The SDKs' own rule (openai's and anthropic's are the same): the server's `x-should-retry`,
+    else 408, 409, 429 and 5xx and connection errors (timeouts included), after the server's
+    `Retry-After` or an exponential backoff, never past `deadline`. The SDK's error types are
+    passed in, so this module's rule serves both SDKs.
+    """
     if taken >= retries:
         return None
-    if isinstance(exc, openai.APIStatusError):
-        told = exc.response.headers.get("x-should-retry")
-        status = exc.status_code
+    if isinstance(exc, status_error_type):
+        told = exc.response.headers.get("x-should-retry")  # type: ignore[attr-defined]
+        status = exc.status_code  # type: ignore[attr-defined]
         if told == "false" or (told != "true" and status not in (408, 409, 429) and status < 500):
             return None
-    elif not isinstance(exc, openai.APIConnectionError):  # timeouts included
+    elif not isinstance(exc, connection_error_type):  # timeouts included
         return None
     wait = retry_after_of(exc)
     if wait is None:
