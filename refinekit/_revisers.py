@@ -196,14 +196,16 @@ class ModelReviser:
         return Revised(message_text(message), completion, tool_call_names(message))
 
     def _create_sync(self, kwargs: dict[str, Any]) -> Any:
+        # `bounded`: the client's own retries only while they can end within the review's
+        # budget, so none goes on in an abandoned worker thread after the budget ran out
         import openai
 
-        if isinstance(self.client, openai.OpenAI):
-            return self.client.chat.completions.create(**kwargs)
-        from ._openai import sync_counterpart
+        from ._openai import bounded, sync_counterpart
 
+        if isinstance(self.client, openai.OpenAI):
+            return bounded(self.client).chat.completions.create(**kwargs)
         with sync_counterpart(self.client) as client:  # for this one request
-            return client.chat.completions.create(**kwargs)
+            return bounded(client).chat.completions.create(**kwargs)
 
     def revise_sync(self, request: RevisionRequest, timeout: float) -> Revised:
         try:
@@ -221,7 +223,9 @@ class ModelReviser:
         kwargs = self._kwargs(request, timeout)
         try:
             if isinstance(self.client, openai.AsyncOpenAI):
-                completion = await self.client.chat.completions.create(**kwargs)
+                from ._openai import bounded
+
+                completion = await bounded(self.client).chat.completions.create(**kwargs)
             else:
                 completion = await in_thread(self._create_sync, kwargs)
         except Exception as exc:

@@ -465,6 +465,31 @@ async def test_a_failing_reviser_model_rejects(
     assert isinstance(caught.value.__cause__, openai.APIError)
 
 
+async def test_the_reviser_clients_own_retries_stay_within_the_review_budget(
+    kind: str, server: ScriptedOpenAI, judge: judges.Judge
+) -> None:
+    # The client retries 503s itself (max_retries=4; backoff 0.5, 1, 2, 4 s). Within the
+    # review's budget (2.5 s) those retries are refinekit's, bounded by it: a retry is made,
+    # at once under the testing switch, only when its backoff would end before the budget does
+    # (the first two or three; never the fourth), all before the call ends as the reviser's
+    # error. The client's own backoff (real sleeps of 0.5 + 1 + 2 s, which the testing switch
+    # does not shorten) outlasts the budget: the call ended as "budget", its retries running
+    # on behind it.
+    server.script(JUDGE, keeps_conditions)
+    server.script(WRITER, [Reply.error(503)] * 5)
+    options = {"max_retries": 4}
+    client = server.client(**options) if kind == "sync" else server.async_client(**options)
+    answer = decorated(kind, Shop(), judge=judge, client=client, model=WRITER, budget=2.5)
+    with pytest.raises(AnswerRejected) as caught:
+        await acall(answer, QUESTION)
+    assert caught.value.reason == "reviser_error"
+    assert len(server.requests_for(WRITER)) in (3, 4)  # the judge's time comes off the budget
+    assert server.in_flight == 0
+    closed = client.close()
+    if inspect.isawaitable(closed):
+        await closed
+
+
 async def test_a_misconfigured_reviser_model_raises(
     kind: str, server: ScriptedOpenAI, judge: judges.Judge, client: Any
 ) -> None:
