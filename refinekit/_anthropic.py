@@ -13,17 +13,14 @@ who use it (it is not a dependency of refinekit).
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._errors import JudgeError, JudgeUnavailable
 from ._flow import current_deadline
-from ._openai import _cut, error_message, retry_wait, status_error
+from ._openai import deadline_bounded, error_message, retry_wait, status_error
 from ._redact import redact
 
 if TYPE_CHECKING:
@@ -175,41 +172,20 @@ def bounded(client: Any) -> Any:
         return client
     copy = client.with_options(max_retries=0)
     messages = copy.messages
-    create: Callable[..., Any] = messages.create
     retries = client.max_retries
 
     def own_timeout(kwargs: dict[str, Any]) -> Any:
         own = kwargs.pop("timeout", client.timeout)
         return None if isinstance(own, anthropic.NotGiven) else own
 
-    if isinstance(copy, anthropic.AsyncAnthropic):
-
-        async def acreate(**kwargs: Any) -> Any:
-            own = own_timeout(kwargs)
-            for taken in itertools.count():
-                try:
-                    return await create(**kwargs, timeout=_cut(own, deadline))
-                except Exception as exc:
-                    wait = _retry_wait(exc, taken, retries, deadline)
-                    if wait is None:
-                        raise
-                    await asyncio.sleep(wait)
-
-        setattr(messages, "create", acreate)  # noqa: B010 - on our own copy only
-    else:
-
-        def screate(**kwargs: Any) -> Any:
-            own = own_timeout(kwargs)
-            for taken in itertools.count():
-                try:
-                    return create(**kwargs, timeout=_cut(own, deadline))
-                except Exception as exc:
-                    wait = _retry_wait(exc, taken, retries, deadline)
-                    if wait is None:
-                        raise
-                    time.sleep(wait)
-
-        setattr(messages, "create", screate)  # noqa: B010 - on our own copy only
+    create = deadline_bounded(
+        messages.create,
+        is_async=isinstance(copy, anthropic.AsyncAnthropic),
+        own_timeout=own_timeout,
+        deadline=deadline,
+        wait_after=lambda exc, taken: _retry_wait(exc, taken, retries, deadline),
+    )
+    setattr(messages, "create", create)  # noqa: B010 - on our own copy only
     return copy
 
 

@@ -208,37 +208,59 @@ def bounded(client: C) -> C:
         return client
     copy = client.with_options(max_retries=0)
     completions = copy.chat.completions
-    create: Callable[..., Any] = completions.create
     retries = client.max_retries
-    if isinstance(copy, openai.AsyncOpenAI):
+    create = deadline_bounded(
+        completions.create,
+        is_async=isinstance(copy, openai.AsyncOpenAI),
+        own_timeout=lambda kwargs: kwargs.pop("timeout", client.timeout),
+        deadline=deadline,
+        wait_after=lambda exc, taken: _retry_wait(exc, taken, retries, deadline),
+    )
+    setattr(completions, "create", create)  # noqa: B010 - on our own copy only
+    return copy
+
+
+def deadline_bounded(
+    create: Callable[..., Any],
+    *,
+    is_async: bool,
+    own_timeout: Callable[[dict[str, Any]], Any],
+    deadline: float,
+    wait_after: Callable[[Exception, int], float | None],
+) -> Callable[..., Any]:
+    """`create` (an SDK's request method) bounded by `deadline`, retrying itself.
+
+    Each request's timeout is cut to end by `deadline`; a failed request is retried after
+    `wait_after(exc, retries_taken)` seconds until that says None. The one loop of `bounded`
+    here and of `refinekit._anthropic.bounded`, sync or async.
+    """
+    if is_async:
 
         async def acreate(**kwargs: Any) -> Any:
-            own = kwargs.pop("timeout", client.timeout)
+            own = own_timeout(kwargs)
             for taken in itertools.count():
                 try:
                     return await create(**kwargs, timeout=_cut(own, deadline))
                 except Exception as exc:
-                    wait = _retry_wait(exc, taken, retries, deadline)
+                    wait = wait_after(exc, taken)
                     if wait is None:
                         raise
                     await asyncio.sleep(wait)
 
-        setattr(completions, "create", acreate)  # noqa: B010 - on our own copy only
-    else:
+        return acreate
 
-        def screate(**kwargs: Any) -> Any:
-            own = kwargs.pop("timeout", client.timeout)
-            for taken in itertools.count():
-                try:
-                    return create(**kwargs, timeout=_cut(own, deadline))
-                except Exception as exc:
-                    wait = _retry_wait(exc, taken, retries, deadline)
-                    if wait is None:
-                        raise
-                    time.sleep(wait)
+    def screate(**kwargs: Any) -> Any:
+        own = own_timeout(kwargs)
+        for taken in itertools.count():
+            try:
+                return create(**kwargs, timeout=_cut(own, deadline))
+            except Exception as exc:
+                wait = wait_after(exc, taken)
+                if wait is None:
+                    raise
+                time.sleep(wait)
 
-        setattr(completions, "create", screate)  # noqa: B010 - on our own copy only
-    return copy
+    return screate
 
 
 def _cut(timeout: Any, deadline: float) -> Any:
