@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from ..eval import Calibration, RunAborted, RunStoreError, UsageProblem, calibrate
+from ..eval import Calibration, calibrate
 from ._output import (
     EXIT_GATE,
     EXIT_SETUP,
     EXIT_USAGE,
     Io,
-    RunWatcher,
     pct,
-    report_problem,
     setup_failure,
     streams,
+    watched_run,
     write_report,
 )
 
@@ -24,13 +23,11 @@ __all__ = ["calibrate_command"]
 def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit calibrate`; `args` are the parsed options. Returns the exit status."""
     io = streams(out, err)
-    problem = report_problem(args.report)
-    if problem is not None:  # before the run: nothing is paid for a report that cannot be kept
-        io.error("calibrate", problem)
-        return EXIT_USAGE
-    watcher = RunWatcher(io, "calibrate")
-    try:
-        result = calibrate(
+    result = watched_run(
+        io,
+        "calibrate",
+        args.report,
+        lambda watcher: calibrate(
             args.labelled,
             judge=args.judge,
             concurrency=args.concurrency,
@@ -41,17 +38,10 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
             bins=args.bins,
             min_kappa=args.min_kappa,
             on_event=watcher,
-        )
-    except (UsageProblem, RunStoreError) as e:
-        io.error("calibrate", str(e))
-        return EXIT_USAGE
-    except RunAborted as e:
-        return watcher.stopped_early(e)
-    except KeyboardInterrupt:
-        if watcher.stopped is None:  # while loading, before a run exists to keep
-            raise
-        return watcher.interrupted()
-    watcher.finished()
+        ),
+    )
+    if isinstance(result, int):
+        return result
     if result.setup_failed:  # no figure, no gate: the judge never judged
         io.error("calibrate", setup_failure(result.cases, "the judge gave no verdict"))
         if args.report is not None:

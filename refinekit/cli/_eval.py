@@ -10,9 +10,6 @@ from ..eval import (
     CaseRecord,
     Comparison,
     EvalResult,
-    RunAborted,
-    RunStoreError,
-    UsageProblem,
     run,
 )
 from ._output import (
@@ -20,12 +17,11 @@ from ._output import (
     EXIT_SETUP,
     EXIT_USAGE,
     Io,
-    RunWatcher,
     cases,
     clean,
-    report_problem,
     setup_failure,
     streams,
+    watched_run,
     write_report,
 )
 
@@ -35,13 +31,11 @@ __all__ = ["eval_command"]
 def eval_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit eval`; `args` are the parsed options. Returns the exit status."""
     io = streams(out, err)
-    problem = report_problem(args.report)
-    if problem is not None:  # before the run: nothing is paid for a report that cannot be kept
-        io.error("eval", problem)
-        return EXIT_USAGE
-    watcher = RunWatcher(io, "eval")
-    try:
-        result = run(
+    result = watched_run(
+        io,
+        "eval",
+        args.report,
+        lambda watcher: run(
             args.golden,
             target=args.target,
             judge=args.judge,
@@ -54,17 +48,10 @@ def eval_command(args: Any, out: TextIO | None = None, err: TextIO | None = None
             compare=args.compare,
             alpha=args.alpha,
             on_event=watcher,
-        )
-    except (UsageProblem, RunStoreError) as e:
-        io.error("eval", str(e))
-        return EXIT_USAGE
-    except RunAborted as e:
-        return watcher.stopped_early(e)
-    except KeyboardInterrupt:
-        if watcher.stopped is None:  # while loading, before a run exists to keep
-            raise
-        return watcher.interrupted()
-    watcher.finished()
+        ),
+    )
+    if isinstance(result, int):
+        return result
     _print_cases(io, result.cases)
     if result.setup_failed:  # no gate, no comparison: nothing was measured
         io.error("eval", setup_failure(result.cases, "no answer was judged"))

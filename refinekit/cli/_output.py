@@ -16,10 +16,10 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO, cast
+from typing import TextIO, TypeVar, cast
 
 from .._redact import redact
 from ..eval import (
@@ -31,6 +31,8 @@ from ..eval import (
     RunEvent,
     RunStarted,
     RunStopped,
+    RunStoreError,
+    UsageProblem,
     html_report,
 )
 from ._pipe import PipeSafe
@@ -226,6 +228,38 @@ def setup_failure(records: Sequence[CaseRecord], what: str) -> str:
         f"{clean(error, 200)}); a failure of the setup (an endpoint, a key, the function), "
         "not a measurement: fix it and run again"
     )
+
+
+R = TypeVar("R", EvalResult, CalibrationResult)
+
+
+def watched_run(
+    io: Io, command: str, report: str | None, start: Callable[[RunWatcher], R]
+) -> R | int:
+    """Run `start(watcher)` as `command`'s run, told as it goes: its result, or an exit status.
+
+    The report's path is checked first (nothing is paid for a report that cannot be kept); a
+    usage or store problem is exit 2; a run that stopped early or was interrupted ends its
+    story and gives its status.
+    """
+    problem = report_problem(report)
+    if problem is not None:
+        io.error(command, problem)
+        return EXIT_USAGE
+    watcher = RunWatcher(io, command)
+    try:
+        result = start(watcher)
+    except (UsageProblem, RunStoreError) as e:
+        io.error(command, str(e))
+        return EXIT_USAGE
+    except RunAborted as e:
+        return watcher.stopped_early(e)
+    except KeyboardInterrupt:
+        if watcher.stopped is None:  # while loading, before a run exists to keep
+            raise
+        return watcher.interrupted()
+    watcher.finished()
+    return result
 
 
 def report_problem(path: str | None) -> str | None:
