@@ -46,7 +46,7 @@ from refinekit import (
     retry_on_low_quality,
     self_correct,
 )
-from refinekit._correct import _Parser
+from refinekit._parse import Parser
 
 RETRY_TARGET_US = 50.0
 """The issue's target: under 50 us added per attempt for `retry_on_low_quality` + a rule check."""
@@ -118,7 +118,7 @@ LARGE_REPLY = _invoice_json(50)
 BAD_REPLY = SMALL_REPLY[: len(SMALL_REPLY) // 2]  # a reply cut off half way: not JSON
 MESSAGES = [{"role": "user", "content": "Extract the invoice as JSON: ..."}]
 ADAPTER: TypeAdapter[Invoice] = TypeAdapter(Invoice)
-PARSER: _Parser[Invoice] = _Parser(Invoice)
+PARSER: Parser[Invoice] = Parser(Invoice)
 
 
 def extract_small(messages: list[dict[str, Any]]) -> str:
@@ -478,7 +478,7 @@ def meets(case: Case, added_per_attempt: float, baseline_us: float) -> bool | No
     """Whether one estimate of the added time meets the case's target (None: no target).
 
     - retry: under `RETRY_TARGET_US` added per attempt.
-    - parse: "no slower than validate_json". On a reply that validates, `_Parser.parse` is one
+    - parse: "no slower than validate_json". On a reply that validates, `Parser.parse` is one
       Python method call around the very same `validate_json` call, so its only extra is a
       frame and a `try`: a fixed cost well under a microsecond, whatever the reply's size.
       What a measurement can show is that the difference is no larger than that or than the

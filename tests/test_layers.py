@@ -23,7 +23,15 @@ LAYERS: dict[str, set[str]] = {
     "base": {"_config", "_errtext", "_otel_names", "_package", "_redact", "_schema"},
     "data": {"_model", "_errors"},
     # structured replies: templates, repairs, what a failed reply did wrong, server formats
-    "structure": {"_corrections", "_diagnose", "_formats", "_grounding", "_repair", "_template"},
+    "structure": {
+        "_corrections",
+        "_diagnose",
+        "_formats",
+        "_grounding",
+        "_parse",
+        "_repair",
+        "_template",
+    },
     "engine": {
         "_bridge",
         "_decorate",
