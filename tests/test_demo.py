@@ -389,3 +389,34 @@ def test_there_is_no_api_key_option(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_without_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "demo" in capsys.readouterr().out
+
+
+def test_the_refund_scenario_says_when_the_model_ignored_the_feedback_and_the_judge_was_unsure(
+    scripted_openai: ScriptedOpenAI,
+) -> None:
+    # what --local shows on a model that repeats itself, judged by one that cannot decide
+    from refinekit.cli._demo._output import Output
+    from refinekit.cli._demo._run import Setting, refund
+
+    unsure = Reply.text("YES", {"YES": 0.55, "NO": 0.45})
+    scripted_openai.script("answerer", ["Yes, you can."] * 3)
+    scripted_openai.script("unsure-judge", [unsure] * 6)
+    out = io.StringIO()
+    with scripted_openai.client() as client:
+        setting = Setting(Output(out, None), client, "answerer", "unsure-judge", False, local=True)
+        assert refund(setting)  # a typed refusal is the expected end on the tiny model
+    assert_in_order(
+        out.getvalue(),
+        [
+            "attempt 1/3, answerer replied:",
+            "-> the judge could not decide (its p is between the thresholds); an uncertain",
+            "attempt 2/3, answerer replied:",
+            "-> the model did not act on the feedback: the same answer as attempt 1",
+            "-> the judge could not decide",
+            "attempt 3/3, answerer replied:",
+            "-> the model did not act on the feedback: the same answer as attempt 2",
+            "gave up after 3 attempts",
+            "outcome: as expected: the caller got LowQualityAnswer",
+        ],
+    )
+    assert "acted on the feedback" not in out.getvalue()
