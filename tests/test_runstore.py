@@ -16,7 +16,8 @@ import pytest
 from helpers import Cli, Workspace, answers, asked, cli_runner, table, workspace
 
 from refinekit import Usage
-from refinekit.eval._runstore import CaseRecord, RunInfo, RunStore, RunStoreError, redact
+from refinekit.eval import _runstore as runstore
+from refinekit.eval._runstore import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
 from refinekit.testing import ScriptedOpenAI
 
 
@@ -37,13 +38,13 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[RunStore]:
-    with RunStore(tmp_path / "sub" / "runs.db") as s:  # the folder is made
+def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    with SQLiteStore(tmp_path / "sub" / "runs.db") as s:  # the folder is made
         yield s
 
 
 def start(
-    store: RunStore,
+    store: SQLiteStore,
     fingerprint: str = "fp",
     dataset: str = "golden.csv",
     judge: str | None = None,
@@ -67,7 +68,7 @@ def dead_pid() -> int:
     return child.pid
 
 
-def set_pid(store: RunStore, run_id: int, pid: int | None) -> None:
+def set_pid(store: SQLiteStore, run_id: int, pid: int | None) -> None:
     with sqlite3.connect(store.path) as db:
         db.execute("UPDATE runs SET pid = ? WHERE id = ?", (pid, run_id))
 
@@ -117,7 +118,7 @@ def test_redact_leaves_ordinary_text(text: str) -> None:
     assert redact(text) == text
 
 
-def test_the_store_writes_ahead_and_syncs_at_checkpoints(store: RunStore) -> None:
+def test_the_store_writes_ahead_and_syncs_at_checkpoints(store: SQLiteStore) -> None:
     # WAL: a commit per stored case survives a killed process without an fsync per case
     with sqlite3.connect(store.path) as other:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -128,7 +129,7 @@ def test_the_store_writes_ahead_and_syncs_at_checkpoints(store: RunStore) -> Non
 
 
 def test_a_case_round_trips_with_its_calls_by_role_and_a_redacted_error(
-    store: RunStore,
+    store: SQLiteStore,
 ) -> None:
     run = start(store)
     assert (run.status, run.summary, run.finished_at) == ("running", {}, None)
@@ -185,17 +186,104 @@ def test_not_a_store_or_a_newer_one_is_refused(tmp_path: Path) -> None:
     notes = tmp_path / "notes.db"
     notes.write_text("not a database\n" * 200)
     with pytest.raises(RunStoreError, match="is not a refinekit run store"):
-        RunStore(notes)
+        SQLiteStore(notes)
     newer = tmp_path / "newer.db"
     with sqlite3.connect(newer) as db:
         db.execute("PRAGMA user_version = 99")
     with pytest.raises(RunStoreError, match="written by a newer refinekit"):
-        RunStore(newer)
-    with RunStore(tmp_path / "ok.db") as store, pytest.raises(RunStoreError, match="no run 5"):
+        SQLiteStore(newer)
+    with SQLiteStore(tmp_path / "ok.db") as store, pytest.raises(RunStoreError, match="no run 5"):
         store.run(5)
 
 
-def test_status_comes_from_whether_the_runs_process_lives(store: RunStore) -> None:
+def old_store(path: Path) -> None:
+    """A store as refinekit 0.1 made it: the tables, `PRAGMA user_version = 1`, no version
+    table; with one run and one case in it."""
+    with sqlite3.connect(path) as db:
+        db.executescript(runstore._MIGRATIONS[0][0] + ";")  # runs
+        for statement in runstore._MIGRATIONS[0][1:]:
+            db.execute(statement)
+        db.execute("PRAGMA user_version = 1")
+        db.execute(
+            "INSERT INTO runs (kind, status, dataset, dataset_sha256, options, fingerprint, "
+            "version, started_at, summary) VALUES ('eval', 'complete', '/g.csv', 'abc', '{}', "
+            "'fp', '0.1.0', 1.0, '{\"rate\": 1.0}')"
+        )
+        db.execute(
+            "INSERT INTO cases VALUES (1, 'k', 1, 'Q?', '{}', 'passed', 'A', NULL, '', NULL, "
+            "NULL, NULL, '[]', 1, 1, 0, 1, 0, 0.5, 0.1, 2.0)"
+        )
+    db.close()
+
+
+def versions(path: Path) -> tuple[list[int], int]:
+    with sqlite3.connect(path) as db:
+        table = [r[0] for r in db.execute("SELECT version FROM schema_version")]
+        user_version = db.execute("PRAGMA user_version").fetchone()[0]
+    db.close()
+    return table, user_version
+
+
+def test_a_new_store_is_at_the_current_schema_version(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        assert runstore.schema_version(store._db) == len(runstore._MIGRATIONS)
+    assert versions(tmp_path / "runs.db") == ([1], 1)
+
+
+def test_a_store_from_before_the_version_table_is_version_1_and_keeps_its_runs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    old_store(path)
+    with sqlite3.connect(path) as db:
+        assert runstore.schema_version(db) == 1
+    db.close()
+    with SQLiteStore(path) as store:
+        [run] = store.runs()
+        assert (run.status, run.summary) == ("complete", {"rate": 1.0})
+        assert [c.answer for c in store.cases(run.id)] == ["A"]
+    assert versions(path) == ([1], 1)
+
+
+def test_opening_an_older_store_applies_the_steps_it_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    old_store(path)
+    step_2 = ("ALTER TABLE runs ADD COLUMN host TEXT",)
+    step_3 = ("CREATE TABLE notes (run_id INTEGER, note TEXT)", "INSERT INTO notes VALUES (1, 'x')")
+    monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, step_2, step_3))
+    with SQLiteStore(path) as store:
+        assert [r.summary for r in store.runs()] == [{"rate": 1.0}]  # kept
+    assert versions(path) == ([3], 3)
+    with sqlite3.connect(path) as db:
+        assert list(db.execute("SELECT host FROM runs")) == [(None,)]
+        assert list(db.execute("SELECT * FROM notes")) == [(1, "x")]
+    db.close()
+    with SQLiteStore(path):  # at version 3: no step runs again (a second notes row, or
+        pass  # "duplicate column", if it did)
+    with sqlite3.connect(path) as db:
+        assert list(db.execute("SELECT count(*) FROM notes")) == [(1,)]
+    db.close()
+
+
+def test_a_failing_step_leaves_the_store_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    old_store(path)
+    steps = ("ALTER TABLE runs ADD COLUMN host TEXT", "ALTER TABLE nowhere ADD COLUMN x")
+    monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, steps))
+    with pytest.raises(RunStoreError, match="from schema 1 to 2: no such table: nowhere"):
+        SQLiteStore(path)
+    with sqlite3.connect(path) as db:
+        assert runstore.schema_version(db) == 1
+        columns = [r[1] for r in db.execute("PRAGMA table_info(runs)")]
+    db.close()
+    assert "host" not in columns
+
+
+def test_status_comes_from_whether_the_runs_process_lives(store: SQLiteStore) -> None:
     mine = start(store)
     assert mine.status == "running"  # this process: alive
     set_pid(store, mine.id, dead_pid())
@@ -205,7 +293,7 @@ def test_status_comes_from_whether_the_runs_process_lives(store: RunStore) -> No
 
 
 def test_resumable_is_the_newest_unfinished_run_no_live_process_is_running(
-    store: RunStore,
+    store: SQLiteStore,
 ) -> None:
     assert store.resumable("fp") is None
     first = start(store)
@@ -219,7 +307,7 @@ def test_resumable_is_the_newest_unfinished_run_no_live_process_is_running(
     assert store.resumable("fp") is None
 
 
-def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: RunStore) -> None:
+def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: SQLiteStore) -> None:
     a = start(store)
     b = start(store, dataset="other.csv")
     c = start(store)
@@ -233,7 +321,7 @@ def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: RunS
     assert store.runs(kind="calibrate") == []
 
 
-def test_previous_is_of_the_same_judge(store: RunStore) -> None:
+def test_previous_is_of_the_same_judge(store: SQLiteStore) -> None:
     checks_only = start(store)
     judged = start(store, judge="app:grounded")
     other_judge = start(store, judge="app:strict")
@@ -245,7 +333,7 @@ def test_previous_is_of_the_same_judge(store: RunStore) -> None:
     assert store.previous(start(store, judge="app:new")) is None
 
 
-def test_text_with_a_lone_surrogate_is_stored_with_a_question_mark(store: RunStore) -> None:
+def test_text_with_a_lone_surrogate_is_stored_with_a_question_mark(store: SQLiteStore) -> None:
     run = start(store)
     odd = "half a pair \ud800 here"
     store.save_case(
@@ -292,7 +380,7 @@ def test_a_resumed_run_skips_stored_cases_reruns_edited_rows_and_drops_removed_o
     golden = ws.csv("golden.csv", rows)
     run = ("eval", golden, "--target", f"{target}:answer")
     assert cli(*run).code == 0
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         store.finish_run(1, "incomplete", {})  # as if it had been interrupted
         keys = {c.question: c.key for c in store.cases(1)}
 
@@ -309,7 +397,7 @@ def test_a_resumed_run_skips_stored_cases_reruns_edited_rows_and_drops_removed_o
     # the old q2 and q3
     assert "2 stored cases are no longer in the file: dropped from the run" in resumed.out
     assert sorted(asked(server)[before:]) == ["q2", "q4"]  # q1 was not asked again
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [info] = store.runs()
         cases = store.cases(info.id)
     assert info.status == "complete"
@@ -418,7 +506,7 @@ def resume_in_process(
     assert "resuming run 1: 2 of 5 cases already stored" in resumed.out
     assert table(resumed.out) == dict.fromkeys(range(1, 6), "pass")
     assert asked(server) == QUESTIONS  # q1 and q2 were asked once, by the killed process
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
         assert run.status == "complete"
         assert len(store.cases(run.id)) == 5
@@ -433,7 +521,7 @@ def test_sigkill_keeps_finished_cases_shows_the_run_incomplete_and_it_resumes(
 
     assert code == -signal.SIGKILL
     assert "-> run 1 in .refinekit/runs.db" in out
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
         cases = store.cases(run.id)
     assert run.status == "incomplete"  # it says "running", but its process is gone
@@ -468,7 +556,7 @@ def test_sigint_exits_130_marks_the_run_incomplete_and_it_resumes(
         "run 1 is incomplete: 2 of 5 cases stored. Run the same command again to finish it "
         "without paying again for those." in out
     )
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
         assert [c.question for c in store.cases(run.id)] == ["q1", "q2"]
     assert run.status == "incomplete"

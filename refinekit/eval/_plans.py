@@ -18,8 +18,8 @@ from ._cases import Case, labels_of, load_cases
 from ._column_checks import has_column_checks
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._resume import RETRYABLE, RunPlan
-from ._runstore import RunInfo, RunStore
 from ._session import Session, store_path
+from ._store import RunInfo, RunStore
 from ._summary import compare_runs, measured, summarise
 from ._target import Target, check_judge, load_judge, name_of
 

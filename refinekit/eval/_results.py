@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._calibration import Calibration
-from ._runstore import CaseRecord, RunInfo
+from ._store import CaseRecord, RunInfo
 from ._summary import Comparison, Summary
 
 __all__ = [

@@ -1,4 +1,6 @@
-"""The run store: every `refinekit eval` and `refinekit calibrate` run in one SQLite file.
+"""The SQLite run store: every `refinekit eval` and `refinekit calibrate` run in one file.
+
+The first implementation of the store interface (`_store.RunStore`).
 
 One row per run, one per case (committed as soon as the case finishes, so an interrupted run
 keeps what it paid for), and the model calls and tokens of each case by role. A run that did
@@ -8,6 +10,10 @@ cases already stored are not run again.
 Stored text is the user's and the model's own (questions, answers, feedback); error
 messages pass through `redact` (refinekit._redact) first, so an API key, an auth header or
 a URL's password that an exception happened to quote never lands in the file.
+
+The schema is versioned: `schema_version` holds the version a store is at (also written to
+`PRAGMA user_version`, which refinekit 0.1 read), and opening a store applies the steps of
+`_MIGRATIONS` it lacks, in one transaction. A store from before the table is version 1.
 """
 
 from __future__ import annotations
@@ -17,143 +23,29 @@ import os
 import sqlite3
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 from .._errors import RunStoreError
 from .._model import Usage
 from .._redact import redact
+from ._store import CaseRecord, Outcome, RunInfo, RunKind, RunStatus
 
 __all__ = [
     "DEFAULT_DB",
     "CaseRecord",
     "Outcome",
     "RunInfo",
-    "RunStore",
     "RunStoreError",
+    "SQLiteStore",
     "redact",
+    "schema_version",
 ]
 
 DEFAULT_DB = Path(".refinekit") / "runs.db"
-_SCHEMA_VERSION = 1
 
-Outcome = Literal["passed", "failed", "raised", "unavailable", "inconclusive"]
-"""What became of a case:
-
-- `passed` / `failed`: the answer was judged;
-- `raised`: the answer function raised (a `LowQualityAnswer`, a `CorrectionExhausted`, a
-  bug...): no answer reached the judge;
-- `unavailable`: the judge could not judge (an outage, an unreadable reply, a verdict
-  `unjudged`);
-- `inconclusive`: the judge said the evidence could not support a verdict, or (with
-  `--repeat`) its verdicts split evenly.
-"""
-
-RunKind = Literal["eval", "calibrate"]
-RunStatus = Literal["running", "complete", "incomplete"]
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """One stored run.
-
-    Attributes:
-        id: The run's number in this store.
-        kind: `eval` or `calibrate`.
-        status: `complete`; `incomplete` (interrupted, stopped by an error, or its process
-            died); `running` (its process is still at it).
-        dataset: The golden or labelled file, as an absolute path.
-        dataset_sha256: The file's SHA-256 when the run started.
-        target: The answer function (`module:function`), for `eval`.
-        judge: The judge (`module:object`), or None when the file's columns were the checks.
-        options: The options the run was made with (concurrency, repeat, ...).
-        fingerprint: What a re-run must match to resume this run.
-        version: The refinekit version that made the run.
-        started_at: When the run started (Unix time).
-        finished_at: When it last stopped, or None while running.
-        summary: The run's figures, filled in when it stops.
-    """
-
-    id: int
-    kind: RunKind
-    status: RunStatus
-    dataset: str
-    dataset_sha256: str
-    target: str | None
-    judge: str | None
-    options: dict[str, Any]
-    fingerprint: str
-    version: str
-    started_at: float
-    finished_at: float | None
-    summary: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class CaseRecord:
-    """One case of a run: the row, the answer, the verdicts, the cost.
-
-    Attributes:
-        key: The row's content key (a row edited is a new case).
-        position: The row's number in the file, from 1.
-        question: The question (or the row's first value when there is no question column).
-        row: The whole row.
-        outcome: See `Outcome`.
-        answer: The answer as judged, or None when the function raised.
-        error: The error's type and message (redacted) for `raised` and `unavailable`.
-        feedback: The verdict's feedback (the first failing judgement's with `--repeat`).
-        score: The verdict's score, when it has one.
-        probability: The judge's probability that the answer passes, when it gives one.
-        label: The human label (`pass`/`fail`) of a calibration case.
-        verdicts: Every verdict given to this answer, as JSON-ready dicts.
-        passes: How many of those verdicts passed.
-        judgements: How many verdicts were given (the `--repeat` count, when all came back).
-        flipped: Whether the verdicts on this one answer disagreed.
-        attempts: Attempts `@retry_on_low_quality` made inside the answer function (1 when
-            the function is not decorated).
-        corrections: Corrections `@self_correct` spent inside the answer function.
-        answer_usage: The answering model's calls and tokens, as refinekit saw them.
-        answer_judge_usage: Calls and tokens of judges inside the answer function.
-        judge_usage: Calls and tokens of the run's own judge.
-        answer_seconds: Wall time of the answer function.
-        judge_seconds: Wall time of judging (all repeats).
-    """
-
-    key: str
-    position: int
-    question: str
-    row: dict[str, Any]
-    outcome: Outcome
-    answer: str | None = None
-    error: str | None = None
-    feedback: str = ""
-    score: float | None = None
-    probability: float | None = None
-    label: str | None = None
-    verdicts: list[dict[str, Any]] = field(default_factory=list)
-    passes: int = 0
-    judgements: int = 0
-    flipped: bool = False
-    attempts: int = 1
-    corrections: int = 0
-    answer_usage: Usage = field(default_factory=Usage)
-    answer_judge_usage: Usage = field(default_factory=Usage)
-    judge_usage: Usage = field(default_factory=Usage)
-    answer_seconds: float = 0.0
-    judge_seconds: float = 0.0
-
-    @property
-    def criteria(self) -> list[dict[str, Any]]:
-        """The per-criterion results of the first verdict (empty when it has none)."""
-        if not self.verdicts:
-            return []
-        criteria = self.verdicts[0].get("criteria") or []
-        return [c for c in criteria if isinstance(c, dict)]
-
-
-_DDL = """
+_V1 = """
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     kind TEXT NOT NULL,
@@ -207,6 +99,13 @@ CREATE TABLE IF NOT EXISTS calls (
 );
 """
 
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    tuple(statement.strip() for statement in _V1.split(";") if statement.strip()),
+)
+"""The schema's steps: `_MIGRATIONS[n - 1]` takes a store from version n - 1 to n (version 0:
+an empty file). A change to the schema is a step appended here and to the PostgreSQL store's
+list, never an edit of an old step: a store is at the version of the steps it has had."""
+
 _ROLES = ("answer", "answer_judge", "judge")
 
 
@@ -219,7 +118,7 @@ def _dumps(value: Any) -> str:
     return _storable(json.dumps(value, ensure_ascii=False, default=str))
 
 
-class RunStore:
+class SQLiteStore:
     """The SQLite file runs are stored in; a context manager that closes it.
 
     Args:
@@ -243,26 +142,50 @@ class RunStore:
             # (what resume needs) without an fsync per case
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version > _SCHEMA_VERSION:
-                raise RunStoreError(
-                    f"the run store {self.path} was written by a newer refinekit (schema "
-                    f"{version}, this one reads {_SCHEMA_VERSION}); upgrade refinekit or use "
-                    "another --db"
-                )
-            self._db.executescript(_DDL)
-            self._db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+            self._check_version(schema_version(self._db))
+            if schema_version(self._db) < len(_MIGRATIONS) or not _versioned(self._db):
+                self._migrate()
+        except RunStoreError:
+            self._db.close()
+            raise
         except sqlite3.DatabaseError as e:
             self._db.close()
             raise RunStoreError(
                 f"{self.path} is not a refinekit run store ({e}); use another --db"
             ) from None
 
+    def _check_version(self, version: int) -> None:
+        if version > len(_MIGRATIONS):
+            raise RunStoreError(
+                f"the run store {self.path} was written by a newer refinekit (schema "
+                f"{version}, this one reads {len(_MIGRATIONS)}); upgrade refinekit or use "
+                "another --db"
+            )
+
+    def _migrate(self) -> None:
+        """Apply the steps the store lacks, all or none (another process may be at it too)."""
+        with self._transaction():
+            version = schema_version(self._db)  # again, under the write lock
+            self._check_version(version)
+            for number, step in enumerate(_MIGRATIONS[version:], start=version + 1):
+                try:
+                    for statement in step:
+                        self._db.execute(statement)
+                except sqlite3.Error as e:
+                    raise RunStoreError(
+                        f"cannot bring the run store {self.path} from schema {version} to "
+                        f"{number}: {e}; nothing was changed"
+                    ) from None
+            self._db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            self._db.execute("DELETE FROM schema_version")
+            self._db.execute("INSERT INTO schema_version VALUES (?)", (len(_MIGRATIONS),))
+            self._db.execute(f"PRAGMA user_version = {len(_MIGRATIONS)}")
+
     def close(self) -> None:
         """Close the database."""
         self._db.close()
 
-    def __enter__(self) -> RunStore:
+    def __enter__(self) -> SQLiteStore:
         return self
 
     def __exit__(
@@ -504,6 +427,32 @@ class RunStore:
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
+
+
+def schema_version(db: sqlite3.Connection) -> int:
+    """The schema version of an open SQLite store.
+
+    `schema_version`'s row; a store from before that table is at its `PRAGMA user_version`
+    (1 for refinekit's), or 1 when it has the tables but no version; an empty file is 0.
+    """
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "schema_version" in tables:
+        row = db.execute("SELECT max(version) FROM schema_version").fetchone()
+        if row is not None and row[0] is not None:
+            return int(row[0])
+    user_version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if user_version:
+        return user_version
+    return 1 if "runs" in tables else 0
+
+
+def _versioned(db: sqlite3.Connection) -> bool:
+    return (
+        db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+        ).fetchone()
+        is not None
+    )
 
 
 def _alive(pid: int | None) -> bool:

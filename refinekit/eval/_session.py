@@ -17,7 +17,8 @@ from ._ratelimit import RateLimiter
 from ._results import CaseFinished, RunEvent, RunStarted, RunStopped
 from ._resume import RunPlan, start
 from ._runner import Progress, run_cases
-from ._runstore import DEFAULT_DB, CaseRecord, RunInfo, RunStore
+from ._runstore import DEFAULT_DB
+from ._store import CaseRecord, RunInfo, RunStore
 from ._target import Target
 
 __all__ = ["Session", "store_path"]

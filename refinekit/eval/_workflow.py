@@ -18,8 +18,8 @@ from .._errors import RunStoreError, UsageProblem
 from .._evaluators import EvaluatorLike
 from ._plans import CalibratePlan, EvalPlan, PathLike
 from ._results import CalibrationResult, EvalResult, RunEvent
-from ._runstore import RunInfo, RunStore
 from ._session import store_path
+from ._store import RunInfo, open_store
 from ._summary import Comparison, compare_runs
 
 __all__ = [
@@ -144,7 +144,7 @@ async def arun(
         alpha=alpha,
         on_event=on_event,
     )
-    with RunStore(plan.db) as store:
+    with open_store(plan.db) as store:
         session, before = plan.session(store)
         await session.execute()
         return plan.result(session, before)
@@ -233,7 +233,7 @@ async def acalibrate(
         min_kappa=min_kappa,
         on_event=on_event,
     )
-    with RunStore(plan.db) as store:
+    with open_store(plan.db) as store:
         session = plan.session(store)
         await session.execute()
         return plan.result(session)
@@ -273,7 +273,7 @@ def compare(
     """
     if db is None:
         db = next((r.db for r in (after, before) if isinstance(r, EvalResult)), None)
-    with RunStore(_existing(store_path(db))) as store:
+    with open_store(_existing(store_path(db))) as store:
         runs = []
         for run_id in (_run_id(before), _run_id(after)):
             info = store.run(run_id)
@@ -308,7 +308,7 @@ def html_report(result: EvalResult | CalibrationResult, path: PathLike | None = 
     """
     from .report import calibration_report, eval_report
 
-    with RunStore(_existing(result.db)) as store:
+    with open_store(_existing(result.db)) as store:
         if isinstance(result, EvalResult):
             document = eval_report(
                 store,
@@ -344,7 +344,7 @@ def runs(
     path = store_path(db)
     if not path.exists():
         return []
-    with RunStore(path) as store:
+    with open_store(path) as store:
         return store.runs(kind=kind)
 
 
