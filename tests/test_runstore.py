@@ -8,16 +8,24 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import Cli, Workspace, answers, asked, cli_runner, table, workspace
+from pg import PostgresServer
+from pg import _free_port as free_port
 
 from refinekit import Usage
+from refinekit._redact import safe_url
+from refinekit.eval import _pgstore as pgstore
 from refinekit.eval import _runstore as runstore
+from refinekit.eval._pgstore import PostgresStore
 from refinekit.eval._runstore import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
+from refinekit.eval._sqlstore import SQLStore
+from refinekit.eval._store import open_store
 from refinekit.testing import ScriptedOpenAI
 
 
@@ -37,14 +45,25 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
     return cli_runner(capsys)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLStore]:
+    """Each store test runs against both stores: a SQLite file, a PostgreSQL database."""
+    if request.param == "sqlite":
+        with SQLiteStore(tmp_path / "sub" / "runs.db") as s:  # the folder is made
+            yield s
+    else:
+        with PostgresStore(request.getfixturevalue("postgres_url")) as s:
+            yield s
+
+
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    with SQLiteStore(tmp_path / "sub" / "runs.db") as s:  # the folder is made
+def sqlite_store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    with SQLiteStore(tmp_path / "sub" / "runs.db") as s:
         yield s
 
 
 def start(
-    store: SQLiteStore,
+    store: SQLStore,
     fingerprint: str = "fp",
     dataset: str = "golden.csv",
     judge: str | None = None,
@@ -68,9 +87,8 @@ def dead_pid() -> int:
     return child.pid
 
 
-def set_pid(store: SQLiteStore, run_id: int, pid: int | None) -> None:
-    with sqlite3.connect(store.path) as db:
-        db.execute("UPDATE runs SET pid = ? WHERE id = ?", (pid, run_id))
+def set_pid(store: SQLStore, run_id: int, pid: int | None) -> None:
+    store._exec("UPDATE runs SET pid = ? WHERE id = ?", (pid, run_id))
 
 
 # --- redaction ----------------------------------------------------------------------------
@@ -118,8 +136,9 @@ def test_redact_leaves_ordinary_text(text: str) -> None:
     assert redact(text) == text
 
 
-def test_the_store_writes_ahead_and_syncs_at_checkpoints(store: SQLiteStore) -> None:
+def test_the_store_writes_ahead_and_syncs_at_checkpoints(sqlite_store: SQLiteStore) -> None:
     # WAL: a commit per stored case survives a killed process without an fsync per case
+    store = sqlite_store
     with sqlite3.connect(store.path) as other:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
@@ -129,7 +148,7 @@ def test_the_store_writes_ahead_and_syncs_at_checkpoints(store: SQLiteStore) -> 
 
 
 def test_a_case_round_trips_with_its_calls_by_role_and_a_redacted_error(
-    store: SQLiteStore,
+    store: SQLStore,
 ) -> None:
     run = start(store)
     assert (run.status, run.summary, run.finished_at) == ("running", {}, None)
@@ -163,9 +182,8 @@ def test_a_case_round_trips_with_its_calls_by_role_and_a_redacted_error(
     assert back.error == "RuntimeError: rejected [redacted key]"
     assert back == CaseRecord(**{**case.__dict__, "error": back.error})
     assert back.criteria == [{"name": "c", "outcome": "fail"}]
-    with sqlite3.connect(store.path) as db:
-        calls = sorted(db.execute("SELECT role, model_calls, prompt_tokens FROM calls"))
-    assert calls == [("answer", 3, 300), ("judge", 1, 50)]
+    calls = store._all("SELECT role, model_calls, prompt_tokens FROM calls ORDER BY role")
+    assert [tuple(c.values()) for c in map(dict, calls)] == [("answer", 3, 300), ("judge", 1, 50)]
 
     # saving a case again replaces it, calls and all
     store.save_case(
@@ -173,8 +191,7 @@ def test_a_case_round_trips_with_its_calls_by_role_and_a_redacted_error(
     )
     [again] = store.cases(run.id)
     assert (again.outcome, again.answer_usage) == ("passed", Usage())
-    with sqlite3.connect(store.path) as db:
-        assert list(db.execute("SELECT * FROM calls")) == []
+    assert store._all("SELECT * FROM calls") == []
 
     store.finish_run(run.id, "complete", {"rate": 1.0})
     done = store.run(run.id)
@@ -272,7 +289,7 @@ def test_a_failing_step_leaves_the_store_as_it_was(
 ) -> None:
     path = tmp_path / "old.db"
     old_store(path)
-    steps = ("ALTER TABLE runs ADD COLUMN host TEXT", "ALTER TABLE nowhere ADD COLUMN x")
+    steps = ("ALTER TABLE runs ADD COLUMN host TEXT", "ALTER TABLE nowhere ADD COLUMN x TEXT")
     monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, steps))
     with pytest.raises(RunStoreError, match="from schema 1 to 2: no such table: nowhere"):
         SQLiteStore(path)
@@ -283,7 +300,7 @@ def test_a_failing_step_leaves_the_store_as_it_was(
     assert "host" not in columns
 
 
-def test_status_comes_from_whether_the_runs_process_lives(store: SQLiteStore) -> None:
+def test_status_comes_from_whether_the_runs_process_lives(store: SQLStore) -> None:
     mine = start(store)
     assert mine.status == "running"  # this process: alive
     set_pid(store, mine.id, dead_pid())
@@ -293,7 +310,7 @@ def test_status_comes_from_whether_the_runs_process_lives(store: SQLiteStore) ->
 
 
 def test_resumable_is_the_newest_unfinished_run_no_live_process_is_running(
-    store: SQLiteStore,
+    store: SQLStore,
 ) -> None:
     assert store.resumable("fp") is None
     first = start(store)
@@ -307,7 +324,7 @@ def test_resumable_is_the_newest_unfinished_run_no_live_process_is_running(
     assert store.resumable("fp") is None
 
 
-def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: SQLiteStore) -> None:
+def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: SQLStore) -> None:
     a = start(store)
     b = start(store, dataset="other.csv")
     c = start(store)
@@ -321,7 +338,7 @@ def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: SQLi
     assert store.runs(kind="calibrate") == []
 
 
-def test_previous_is_of_the_same_judge(store: SQLiteStore) -> None:
+def test_previous_is_of_the_same_judge(store: SQLStore) -> None:
     checks_only = start(store)
     judged = start(store, judge="app:grounded")
     other_judge = start(store, judge="app:strict")
@@ -333,7 +350,7 @@ def test_previous_is_of_the_same_judge(store: SQLiteStore) -> None:
     assert store.previous(start(store, judge="app:new")) is None
 
 
-def test_text_with_a_lone_surrogate_is_stored_with_a_question_mark(store: SQLiteStore) -> None:
+def test_text_with_a_lone_surrogate_is_stored_with_a_question_mark(store: SQLStore) -> None:
     run = start(store)
     odd = "half a pair \ud800 here"
     store.save_case(
@@ -564,3 +581,97 @@ def test_sigint_exits_130_marks_the_run_incomplete_and_it_resumes(
     assert run.summary == {"stored": 2, "cases": 5, "retried": 0}
 
     resume_in_process(ws, server, cli, function, monkeypatch)
+
+
+# --- the PostgreSQL store's own --------------------------------------------------------------
+
+
+def test_a_postgresql_url_opens_a_postgresql_store(postgres_url: str, tmp_path: Path) -> None:
+    with open_store(postgres_url) as store:
+        assert isinstance(store, PostgresStore)
+        assert store.where == safe_url(postgres_url)
+    with open_store(tmp_path / "runs.db") as store:
+        assert isinstance(store, SQLiteStore)
+
+
+def test_a_nul_in_text_is_kept_by_sqlite_and_a_replacement_character_in_postgresql(
+    store: SQLStore,
+) -> None:
+    run = start(store)
+    store.save_case(
+        run.id, CaseRecord(key="k", position=1, question="a\x00b", row={}, outcome="failed")
+    )
+    [case] = store.cases(run.id)
+    assert case.question == ("a\ufffdb" if isinstance(store, PostgresStore) else "a\x00b")
+
+
+def test_postgresql_credentials_never_reach_an_error(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    password = postgres_server.password
+    wrong = postgres_url.replace(password, "Wr0ngPassw0rd-xyz")
+    with pytest.raises(RunStoreError) as refused:
+        PostgresStore(wrong)
+    message = str(refused.value)
+    assert "password authentication failed" in message
+    assert "Wr0ngPassw0rd-xyz" not in message
+    assert password not in message
+    assert f"127.0.0.1:{postgres_server.port}" in message  # what to fix: which server
+
+    closed = f"postgresql://u:Hunter2-secret@127.0.0.1:{free_port()}/db?connect_timeout=5"
+    with pytest.raises(RunStoreError, match="cannot open the run store") as unreachable:
+        PostgresStore(closed)
+    assert "Hunter2-secret" not in str(unreachable.value)
+
+    # libpq quotes a password it cannot decode: the message keeps the reason, not the password
+    garbled = f"postgresql://u:Hunter2%zzsecret@127.0.0.1:{free_port()}/db"
+    with pytest.raises(RunStoreError, match="invalid percent-encoded token") as bad:
+        PostgresStore(garbled)
+    assert "Hunter2" not in str(bad.value)
+    assert "zzsecret" not in str(bad.value)
+
+
+def test_a_postgresql_store_of_a_newer_refinekit_is_refused(postgres_url: str) -> None:
+    with PostgresStore(postgres_url) as store:
+        store._exec("UPDATE schema_version SET version = 99")
+    with pytest.raises(RunStoreError, match=r"newer refinekit \(schema 99, this one reads 1\)"):
+        PostgresStore(postgres_url)
+
+
+def test_a_postgresql_store_applies_the_steps_it_lacks_all_or_none(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with PostgresStore(postgres_url) as store:
+        run = start(store)
+        assert store._all("SELECT version FROM schema_version") == [{"version": 1}]
+    bad = ("ALTER TABLE runs ADD COLUMN host TEXT", "ALTER TABLE nowhere ADD COLUMN x TEXT")
+    monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS, bad))
+    with pytest.raises(RunStoreError, match=r"from schema 1 to 2: .*nowhere"):
+        PostgresStore(postgres_url)
+    good = ("ALTER TABLE runs ADD COLUMN host TEXT",)
+    monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS[:1], good))
+    with PostgresStore(postgres_url) as store:  # the failed step left nothing: host is new
+        assert store.run(run.id).id == run.id
+        assert store._all("SELECT host FROM runs") == [{"host": None}]
+        assert store._all("SELECT version FROM schema_version") == [{"version": 2}]
+
+
+def test_postgresql_stores_opened_at_once_on_a_new_database_make_it_once(
+    postgres_url: str,
+) -> None:
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            PostgresStore(postgres_url).close()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with PostgresStore(postgres_url) as store:
+        assert store._all("SELECT version FROM schema_version") == [{"version": 1}]

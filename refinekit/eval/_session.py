@@ -54,6 +54,7 @@ class Session:
         plan: RunPlan,
         cases: list[Case],
         *,
+        db: Path,
         fresh: bool,
         target: Target | None,
         judge: Any | None,
@@ -61,6 +62,7 @@ class Session:
         on_event: Callable[[RunEvent], None] | None = None,
     ) -> None:
         self.store = store
+        self.db = db
         self.plan = plan
         self.cases = cases
         self.target = target
@@ -74,7 +76,7 @@ class Session:
         self._tell(
             RunStarted(
                 run=self.run,
-                db=store.path,
+                db=db,
                 dataset=plan.dataset,
                 cases=len(cases),
                 resuming=self.started.resuming,

@@ -150,8 +150,8 @@ class RunStore(Protocol):
     it stored).
     """
 
-    path: Path
-    """Where the store is (the SQLite file)."""
+    where: str
+    """The store as messages name it: the SQLite file, or the URL without its credentials."""
 
     def close(self) -> None:
         """Close the store."""
@@ -227,15 +227,20 @@ class RunStore(Protocol):
         ...
 
 
-def open_store(db: Path) -> RunStore:
+def open_store(db: Path | str) -> RunStore:
     """Open (or make) the store `db` names.
 
     Args:
-        db: The SQLite file (see `store_path`).
+        db: The SQLite file, or a `postgresql://` URL (`refinekit[postgres]`).
 
     Raises:
         RunStoreError: The store cannot be opened, or is not a refinekit run store.
     """
+    from ._pgstore import PostgresStore, is_postgres_url
+
+    if is_postgres_url(db):
+        assert isinstance(db, str)
+        return PostgresStore(db)
     from ._runstore import SQLiteStore
 
     return SQLiteStore(db)
