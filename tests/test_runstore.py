@@ -428,6 +428,50 @@ def test_a_resumed_run_skips_stored_cases_reruns_edited_rows_and_drops_removed_o
     assert len(server.requests) == before + 5
 
 
+def test_eval_runs_compare_report_and_resume_through_a_postgresql_store(
+    ws: Workspace,
+    server: ScriptedOpenAI,
+    cli: Cli,
+    postgres_server: PostgresServer,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    target = ws.module(SYNC_ANSWER)
+    server.script("answer", [answers({f"q{i}": "ok" for i in range(1, 4)})] * 20)
+    golden = ws.csv("golden.csv", [{"question": f"q{i}", "must_mention": "ok"} for i in (1, 2, 3)])
+    run = ("eval", golden, "--target", f"{target}:answer", "--db", postgres_url)
+    first = cli(*run)
+    assert first.code == 0, first.err
+    assert f"run 1 in {safe_url(postgres_url)}" in first.out
+    assert not (ws.path / ".refinekit").exists()  # no SQLite file was made
+
+    with PostgresStore(postgres_url) as store:
+        [info] = store.runs()
+        assert (info.status, len(store.cases(info.id))) == ("complete", 3)
+        store.finish_run(info.id, "incomplete", {})  # as if it had been interrupted
+        store.drop_cases(info.id, {store.cases(info.id)[2].key})
+    before = len(server.requests)
+    monkeypatch.setenv("REFINEKIT_DB", postgres_url)  # the same store, by the environment
+    resumed = cli(*run[:-2])
+    assert resumed.code == 0, resumed.err
+    assert "resuming run 1: 2 of 3 cases already stored" in resumed.out
+    assert asked(server)[before:] == ["q3"]
+
+    second = cli(*run, "--fresh", "--compare", "previous", "--report", "html")
+    assert second.code == 0, second.err
+    assert "run 2" in second.out
+    assert "compare with run 1: 3 questions judged in both runs" in second.out
+    listed = cli("runs", "--db", postgres_url)
+    assert listed.code == 0, listed.err
+    assert len([line for line in listed.out.splitlines() if " eval " in line]) == 2
+    report = (ws.path / "report-run-2.html").read_text(encoding="utf-8")
+    for text in (first.out, first.err, resumed.out, second.out, second.err, listed.out, report):
+        assert postgres_server.password not in text
+    with PostgresStore(postgres_url) as store:
+        for row in store._all("SELECT * FROM runs"):
+            assert postgres_server.password not in repr(row)
+
+
 # --- a real interrupted process: SIGKILL and SIGINT --------------------------------------------
 
 

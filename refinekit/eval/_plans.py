@@ -18,7 +18,7 @@ from ._cases import Case, labels_of, load_cases
 from ._column_checks import has_column_checks
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._resume import RETRYABLE, RunPlan
-from ._session import Session, store_path
+from ._session import Session, store_location
 from ._store import RunInfo, RunStore
 from ._summary import compare_runs, measured, summarise
 from ._target import Target, check_judge, load_judge, name_of
@@ -135,7 +135,7 @@ class EvalPlan:
         self.retry = _outcomes(retry)
         self.resume = resume
         self.compare = compare
-        self.db = store_path(db)
+        self.db = store_location(db)
         self.on_event = on_event
         self.cases = load_cases(self.dataset)
         columns = sorted({c for case in self.cases for c in case.row})
@@ -245,7 +245,7 @@ class CalibratePlan:
         self.min_kappa = _fraction("min_kappa", min_kappa, -1.0, 1.0)
         self.retry = _outcomes(retry)
         self.resume = resume
-        self.db = store_path(db)
+        self.db = store_location(db)
         self.on_event = on_event
         self.cases: list[Case] = load_cases(self.dataset)
         self.labels = labels_of(self.cases)

@@ -21,6 +21,7 @@ from .._model import Usage
 
 __all__ = [
     "CaseRecord",
+    "StoreURL",
     "Outcome",
     "RunInfo",
     "RunKind",
@@ -227,6 +228,27 @@ class RunStore(Protocol):
         ...
 
 
+class StoreURL(str):
+    """A PostgreSQL store's URL, as text without its credentials; it opens with them.
+
+    What results and events carry as their `db`: printing, logging or formatting it shows
+    `postgresql://host:port/database` (no user, password or query), and `open_store` opens it
+    with the URL as it was given.
+    """
+
+    _url: str
+
+    def __new__(cls, url: str) -> StoreURL:
+        from .._redact import safe_url
+
+        shown = super().__new__(cls, safe_url(url))
+        shown._url = url
+        return shown
+
+    def __repr__(self) -> str:
+        return f"StoreURL({str.__repr__(self)})"
+
+
 def open_store(db: Path | str) -> RunStore:
     """Open (or make) the store `db` names.
 
@@ -238,6 +260,8 @@ def open_store(db: Path | str) -> RunStore:
     """
     from ._pgstore import PostgresStore, is_postgres_url
 
+    if isinstance(db, StoreURL):
+        return PostgresStore(db._url)
     if is_postgres_url(db):
         assert isinstance(db, str)
         return PostgresStore(db)
