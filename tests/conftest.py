@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from pg import PostgresServer, binaries, missing_reason
+from pg import PostgresServer, binaries, require
 
 import refinekit
 import refinekit.testing
@@ -46,12 +46,10 @@ def server() -> Iterator[ScriptedOpenAI]:
 def postgres_server() -> Iterator[PostgresServer]:
     """A throwaway PostgreSQL server for the session (tests/pg.py), stopped at its end.
 
-    Tests that take it are skipped only when PostgreSQL's binaries are not installed.
+    Tests that take it are skipped only when PostgreSQL's binaries are not installed (and
+    fail then under CI, which installs them).
     """
-    bin_dir = binaries()
-    if bin_dir is None:
-        pytest.skip(missing_reason())
-    server = PostgresServer(bin_dir)
+    server = PostgresServer(require(binaries()))
     try:
         server.start()
         yield server

@@ -26,7 +26,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["PostgresServer", "binaries", "missing_reason"]
+import pytest
+
+__all__ = ["PostgresServer", "binaries", "missing_reason", "require"]
 
 _NEEDED = ("initdb", "pg_ctl")
 
@@ -57,6 +59,16 @@ def missing_reason() -> str:
         "/usr/lib/postgresql/*/bin or on PATH: install Debian's postgresql package "
         "(apt-get install postgresql) to run the PostgreSQL store tests"
     )
+
+
+def require(found: Path | None) -> Path:
+    """`found`; else a skip saying what is missing, or under CI (which installs PostgreSQL)
+    a failure."""
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{missing_reason()}; .ci/run installs Debian's postgresql package")
+        pytest.skip(missing_reason())
+    return found
 
 
 def _free_port() -> int:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pg import PostgresServer, binaries, missing_reason
+from pg import PostgresServer, binaries, require
 
 
 def test_a_test_database_takes_connections_with_the_password_only(
@@ -31,10 +31,7 @@ def test_each_test_has_a_database_of_its_own(postgres_server: PostgresServer) ->
 
 
 def test_a_server_stops_and_leaves_no_folder() -> None:
-    bin_dir = binaries()
-    if bin_dir is None:
-        pytest.skip(missing_reason())
-    server = PostgresServer(bin_dir)
+    server = PostgresServer(require(binaries()))
     server.start()
     folder, url = server.folder, server.url()
     assert isinstance(folder, Path)
@@ -44,3 +41,14 @@ def test_a_server_stops_and_leaves_no_folder() -> None:
     assert not folder.exists()
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(url, connect_timeout=5)
+
+
+def test_missing_binaries_skip_saying_so_and_fail_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="PostgreSQL server binaries"):
+        require(None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="installs Debian's postgresql package"):
+        require(None)
+    found = Path("/usr/lib/postgresql/15/bin")
+    assert require(found) == found
