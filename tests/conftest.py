@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from pg import PostgresServer, binaries, require
 
 import refinekit
 import refinekit.testing
@@ -39,6 +40,27 @@ def server() -> Iterator[ScriptedOpenAI]:
     """A scripted OpenAI-compatible server on 127.0.0.1 for the test, stopped after it."""
     with ScriptedOpenAI() as scripted:
         yield scripted
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL server for the session (tests/pg.py), stopped at its end.
+
+    Tests that take it are skipped only when PostgreSQL's binaries are not installed (and
+    fail then under CI, which installs them).
+    """
+    server = PostgresServer(require(binaries()))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """The URL (password included) of an empty database of the test's own."""
+    return postgres_server.new_database()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import Cli, Workspace, cli_runner, judge_replies, workspace, yes_no
 
-from refinekit.eval._runstore import RunStore
+from refinekit.eval._runstore import SQLiteStore
 from refinekit.eval._stats import wilson_interval
 from refinekit.testing import Reply, ScriptedOpenAI
 
@@ -104,7 +104,7 @@ def test_calibrate_a_criteria_judge_with_logprob_probabilities(
         "  0.80-1.00       3    0.900    0.667",
     ]
     # ECE = (2 * 0.1 + 0.65 + 0.45 + 0.3 + 3 * (0.9 - 2/3)) / 8
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
         cases = store.cases(run.id)
     assert run.kind == "calibrate"
@@ -186,7 +186,7 @@ def test_items_the_judge_could_not_judge_are_counted_and_left_out(
     assert "judged 3 items (1 unavailable and 0 inconclusive left out)" in result.out
     assert "accuracy 0.667" in result.out
     assert "reliability (3 items):" in result.out
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
     assert (run.summary["items"], run.summary["unavailable"]) == (3, 1)
 
@@ -216,7 +216,7 @@ def test_a_misconfigured_judge_stops_calibration_and_the_fixed_one_resumes(
     assert resumed.code == 0, resumed.err
     assert "-> run 1 in" in resumed.out
     assert "accuracy 1.000" in resumed.out
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
     assert run.status == "complete"
 
@@ -247,7 +247,7 @@ def test_retry_unavailable_judges_the_stored_unavailable_items_again(
     assert "running again 1 case that ended 1 unavailable (--retry)" in resumed.out
     assert "judged 3 items" in resumed.out
     assert "accuracy 1.000" in resumed.out
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
     assert (run.status, run.summary["retried"], run.summary["unavailable"]) == ("complete", 1, 0)
 
@@ -356,7 +356,7 @@ def test_min_kappa_gates_calibration_on_cohens_kappa(
 
     assert result.code == code, result.err
     assert result.out.splitlines()[-1] == line
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         assert store.runs()[0].status == "complete"  # a failed gate is a finished run
     ungated = cli("calibrate", data, "--judge", f"{module}:{judge}")
     assert ungated.code == 0
@@ -377,7 +377,7 @@ def test_a_judge_inconclusive_on_every_item_measured_nothing_exit_1(
     assert "no item got a pass or fail verdict" in result.err
     assert "accuracy" not in result.out  # no figure of agreement with nothing judged
     assert "gate:" not in result.out
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         assert store.runs()[0].status == "complete"  # a finished run, resumable as it is
 
 
@@ -398,7 +398,7 @@ def test_a_judge_that_gave_no_verdict_at_all_is_a_setup_failure_exit_4(
     )
     assert "accuracy" not in result.out  # no figure of agreement with nothing judged
     assert "gate:" not in result.out
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
     assert (run.status, run.summary["setup_failed"], run.summary["items"]) == ("complete", True, 0)
     assert "nothing (setup failed)" in cli("runs").out
@@ -484,7 +484,7 @@ def test_an_item_failed_by_a_code_check_keeps_the_reliability_table(
         "  0.00-0.50       3    0.133    0.000",
         "  0.50-1.00       2    0.900    1.000",
     ]
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         cases = store.cases(store.runs()[0].id)
     assert [c.probability for c in cases] == [pytest.approx(p) for p, _ in items.values()]
     assert cases[4].feedback == "Cite a source."

@@ -38,7 +38,7 @@ from helpers import (
 
 from refinekit import JudgeUnavailable
 from refinekit.eval._ratelimit import RateLimiter
-from refinekit.eval._runstore import CaseRecord, RunInfo, RunStore
+from refinekit.eval._runstore import CaseRecord, RunInfo, SQLiteStore
 from refinekit.eval._stats import mcnemar_exact, wilson_interval
 from refinekit.eval._summary import compare_runs
 from refinekit.testing import Reply, ScriptedOpenAI, set_testing
@@ -157,7 +157,7 @@ def test_column_checks_judge_a_sync_target_and_the_table_says_why(
     assert asked(server) == [r["question"] for r in REFUNDS]  # over HTTP, one call each
     assert result.err == ""  # no progress bar off a terminal
 
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:  # the default store
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:  # the default store
         [run] = store.runs()
         assert (run.kind, run.status, run.target) == ("eval", "complete", f"{target}:answer")
         cases = store.cases(run.id)
@@ -239,7 +239,7 @@ def test_async_target_and_criteria_judge_store_calls_tokens_and_timings(
     assert "Refunds within seven days." in refund.body["messages"][-1]["content"]  # type: ignore[index]
     assert refund.body["logprobs"] is True  # type: ignore[index]
 
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
         cases = store.cases(run.id)
     for case in cases:
@@ -310,7 +310,7 @@ def test_decorated_target_attempts_and_each_reply_counted_once(
     )  # fmt: skip
 
     assert result.code == 0, result.err
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         cases = store.cases(store.runs()[0].id)
     assert [c.attempts for c in cases] == [2, 1]
     assert [c.answer_usage.model_calls for c in cases] == [2, 1]  # not counted twice
@@ -443,7 +443,7 @@ def test_rate_limited_calls_are_backed_off_not_fatal(
     # eval on the openai error, the judge's on the JudgeUnavailable
     assert "rate limited: backed off 8 times (0.0 s not slept: testing switch on)" in result.out
     assert asked(server) == ["q1", "q1", "q1", "q2", *["q3"] * 6]
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [run] = store.runs()
     assert run.summary["rate_limit_waits"] == 8
 
@@ -706,7 +706,7 @@ def test_raised_unavailable_and_inconclusive_are_counted_apart_and_secrets_redac
     ) in result.out
     assert "not counted: 2 unavailable (the judge could not judge), 1 inconclusive" in result.out
 
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [run] = store.runs()
         outcomes = [c.outcome for c in store.cases(run.id)]
     assert outcomes == ["passed", "failed", "raised", "unavailable", "inconclusive", "unavailable"]
@@ -745,7 +745,7 @@ def test_control_characters_in_untrusted_text_are_neutralised(ws: Workspace, cli
     printed = result.out + result.err
     assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e]", printed)
     assert "Clear the screen? ?[2J?]0;pwned? ?txt.exe??" in result.out
-    with RunStore(run_db(ws)) as store:  # stored as given: only the terminal is protected
+    with SQLiteStore(run_db(ws)) as store:  # stored as given: only the terminal is protected
         assert nasty in store.cases(store.runs()[0].id)[0].question
 
 
@@ -786,7 +786,7 @@ def test_repeat_judges_each_answer_k_times_and_reports_flips(
         f"(flip rate 0.750, 95% {lo:.3f} to {hi:.3f})"
     ) in result.out
     assert len(server.requests_for("judge")) == 12
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [run] = store.runs()
         cases = store.cases(run.id)
     assert [(c.passes, c.judgements, c.flipped) for c in cases] == [
@@ -920,7 +920,7 @@ def test_store_is_db_option_else_env_else_default(
     assert cli(*run).code == 0
     assert cli(*run, "--db", ws.path / "option.db").code == 0
     for db, runs in ((".refinekit/runs.db", 1), ("env.db", 1), ("option.db", 1)):
-        with RunStore(ws.path / db) as store:
+        with SQLiteStore(ws.path / db) as store:
             assert len(store.runs()) == runs, db
 
     listed = cli("runs")  # $REFINEKIT_DB
@@ -978,7 +978,7 @@ def test_eval_piped_into_a_reader_that_closes_early_finishes_quietly(
     assert proc.returncode == code  # the gate's verdict, not the pipe's
     assert asked(server) == ["q1", "q2"]
     assert (ws.path / "eval.html").exists()  # the work went on: the report is written
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [run] = store.runs()
         assert (run.status, len(store.cases(run.id))) == ("complete", 2)
 
@@ -1123,7 +1123,7 @@ def test_usage_errors_exit_2_with_the_fix_and_run_nothing(
     assert not (usage_ws.path / "called").exists()
     db = run_db(usage_ws)
     if db.exists():
-        with RunStore(db) as store:
+        with SQLiteStore(db) as store:
             assert store.runs() == []
 
 
@@ -1141,7 +1141,7 @@ def test_a_csv_value_may_span_lines_in_quotes_and_empty_lines_are_skipped(
 
     assert result.code == 0, result.err
     assert table(result.out) == {1: "pass", 2: "pass"}
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         rows = [c.row for c in store.cases(store.runs()[0].id)]
     assert rows == [
         {"question": "Pen, or pencil?", "must_mention": "pen"},
@@ -1212,7 +1212,7 @@ def test_misconfigured_judge_stops_with_exit_3_and_the_fixed_judge_resumes(
     assert "(check the API key)" in stopped.err
     assert SECRET not in stopped.err + stopped.out
     assert "run 1 is incomplete: 1 of 3 cases stored" in stopped.out
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [info] = store.runs()
         assert info.status == "incomplete"
         assert [c.question for c in store.cases(info.id)] == ["q1"]
@@ -1229,7 +1229,7 @@ def test_misconfigured_judge_stops_with_exit_3_and_the_fixed_judge_resumes(
     assert "resuming run 1: 1 of 3 cases already stored (not run again" in resumed.out
     assert table(resumed.out) == {1: "pass", 2: "pass", 3: "FAIL"}
     assert asked(server) == ["q1", "q2", "q2", "q3"]  # q1 was not paid for again
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [info] = store.runs()
         assert info.status == "complete"
         assert len(store.cases(info.id)) == 3
@@ -1252,7 +1252,7 @@ def test_a_judge_that_raises_a_bug_stops_the_run(ws: Workspace, cli: Cli) -> Non
     assert "(a bug in the judge?)" in result.err
     assert SECRET not in result.err
     assert "\x1b" not in result.err
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         assert store.runs()[0].status == "incomplete"
 
 
@@ -1365,7 +1365,7 @@ def test_a_run_with_no_pass_or_fail_outcome_fails_even_without_a_gate(
         "gate: no case has a pass or fail outcome, so the run measured nothing: FAIL\n"
     )
     assert "lower bound" not in result.out
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [run] = store.runs()
     assert (run.status, run.summary["rate"]) == ("complete", None)
 
@@ -1408,7 +1408,7 @@ def test_an_answer_endpoint_that_never_answers_is_a_setup_failure_exit_4(
     assert table(result.out) == dict.fromkeys(range(1, 8), "RAISED")  # each case says why
     assert "pass rate" not in result.out  # 0/7 would read as a measurement
     assert "gate:" not in result.out
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [info] = store.runs()
     assert (info.status, info.summary["setup_failed"]) == ("complete", True)
     assert "nothing (setup failed)" in cli("runs").out.splitlines()[1]
@@ -1560,7 +1560,7 @@ def test_a_failing_row_check_fails_the_case_whatever_the_judge_could_not_say(
     assert "-> Mention 'zebra'." in result.out
     assert "pass rate 0.000 (0/1)" in result.out
     assert result.code == 0
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         cases = store.cases(store.runs()[0].id)
     assert [c.outcome for c in cases] == [outcome, "failed"]
     assert cases[1].feedback == "Mention 'zebra'."  # the check's, not the judge's (none)
@@ -1631,7 +1631,7 @@ def test_a_jsonl_row_without_a_field_gets_the_parameters_default_or_is_a_usage_e
     ) in needs.err
     assert needs.out == ""
     assert not (ws.path / "called").exists()
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         assert len(store.runs()) == 1  # the first run only
 
     one = cli("eval", ws.jsonl("one.jsonl", rows[:2]), "--target", f"{module}:needs")
@@ -1761,7 +1761,7 @@ def test_an_answer_function_refused_by_its_endpoint_stops_the_run_and_resumes(
     assert "a misconfiguration fails every case, so the run stops here" in stopped.err
     assert SECRET not in stopped.err + stopped.out
     assert "run 1 is incomplete: 1 of 3 cases stored" in stopped.out
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [info] = store.runs()
         assert info.status == "incomplete"
         assert [c.question for c in store.cases(info.id)] == ["q1"]  # q2 is not stored
@@ -1772,7 +1772,7 @@ def test_an_answer_function_refused_by_its_endpoint_stops_the_run_and_resumes(
     assert resumed.code == 0, resumed.err
     assert "resuming run 1: 1 of 3 cases already stored" in resumed.out
     assert asked(server) == ["q1", "q2", "q2", "q3"]
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [info] = store.runs()
         assert info.status == "complete"
         assert [c.outcome for c in store.cases(info.id)] == ["passed"] * 3
@@ -1810,7 +1810,7 @@ def test_retry_runs_again_the_stored_cases_that_raised_or_were_unavailable(
     server.script("judge", [judge_replies(plan)] * 6)
     stopped = cli(*run)
     assert stopped.code == 3, stopped.err
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         first = {c.question: c for c in store.cases(store.runs()[0].id)}
     assert {q: c.outcome for q, c in first.items()} == {
         "q1": "raised",
@@ -1824,7 +1824,7 @@ def test_retry_runs_again_the_stored_cases_that_raised_or_were_unavailable(
 
     assert resumed.code == 0, resumed.err
     assert asked(server)[before:] == again  # q3 (passed) is never paid for again
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [info] = store.runs()  # the same run, finished
         cases = {c.question: c for c in store.cases(info.id)}
     assert info.status == "complete"
@@ -1935,7 +1935,7 @@ def test_a_misconfigured_judge_inside_the_answer_function_stops_the_run(
 
     assert result.code == 3
     assert "the answer function raised JudgeMisconfigured: HTTP 401" in result.err
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [info] = store.runs()
         assert (info.status, store.cases(info.id)) == ("incomplete", [])
 
@@ -2029,7 +2029,7 @@ def test_compare_with_a_calibrate_run_is_a_usage_error(ws: Workspace, cli: Cli) 
     assert "refinekit eval: error: --compare 1: run 1 is a calibrate run, not an eval" in result.err
     assert result.out == ""
     assert not (ws.path / "called").exists()
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         assert [r.kind for r in store.runs()] == ["calibrate"]
 
 
@@ -2049,7 +2049,7 @@ def test_lone_surrogates_in_a_jsonl_file_become_question_marks(ws: Workspace, cl
 
     assert result.code == 0, result.err
     assert table(result.out) == {1: "pass"}
-    with RunStore(run_db(ws)) as store:
+    with SQLiteStore(run_db(ws)) as store:
         [case] = store.cases(store.runs()[0].id)
     assert case.question == "Refund? ?"
     assert case.answer == "Refund? ? refund"

@@ -18,7 +18,7 @@ import pytest
 from helpers import Cli, Workspace, cli_runner, workspace
 
 import refinekit
-from refinekit.eval._runstore import RunStore
+from refinekit.eval._runstore import SQLiteStore
 from refinekit.eval._stats import wilson_interval
 
 
@@ -256,7 +256,7 @@ def test_a_report_that_fails_after_the_run_is_still_a_usage_error(ws: Workspace,
         "refinekit eval: error: cannot write the report to out/r.html: No such file or directory\n"
     )
     assert "pass rate 1.000 (1/1)" in result.out  # the run itself was done and stored
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         assert [r.status for r in store.runs()] == ["complete"]
 
 
@@ -303,7 +303,7 @@ def test_a_target_given_as_a_file_path_is_its_module(
     assert by_path.code == by_module.code == 0, by_path.err
     assert "pass rate 0.500 (1/2)" in by_path.out
     assert (ws.path / "called").exists()
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         targets = [r.target for r in store.runs()]
     assert targets == [f"{package}.answers:answer"] * 2  # one name for one function
 

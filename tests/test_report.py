@@ -1,6 +1,6 @@
 """The HTML reports of `refinekit eval` and `refinekit calibrate`, down to a real browser.
 
-The stores are real SQLite run stores in tmp_path, filled through `RunStore` (or by the CLI
+The stores are real SQLite run stores in tmp_path, filled through `SQLiteStore` (or by the CLI
 itself). The browser tests render the file with headless Chromium (`--dump-dom` and
 `--screenshot`) with every network path closed: the report loads nothing, and Chromium is
 told to resolve no host name and to use a proxy on a closed 127.0.0.1 port.
@@ -27,7 +27,7 @@ import pytest
 from refinekit._model import Usage
 from refinekit.cli import main
 from refinekit.eval._calibration import Calibration, calibrate
-from refinekit.eval._runstore import CaseRecord, RunStore
+from refinekit.eval._runstore import CaseRecord, SQLiteStore
 from refinekit.eval._stats import wilson_interval
 from refinekit.eval._summary import compare_runs, summarise
 from refinekit.eval.report import calibration_report, eval_report
@@ -94,7 +94,7 @@ def case(position: int, outcome: str, **fields: Any) -> CaseRecord:
 
 
 def store_run(
-    store: RunStore,
+    store: SQLiteStore,
     dataset: Path,
     cases: Sequence[CaseRecord],
     *,
@@ -159,13 +159,13 @@ def golden(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[RunStore]:
-    with RunStore(tmp_path / "runs.db") as s:
+def store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    with SQLiteStore(tmp_path / "runs.db") as s:
         yield s
 
 
 @pytest.fixture
-def eval_run(store: RunStore, golden: Path, tmp_path: Path) -> int:
+def eval_run(store: SQLiteStore, golden: Path, tmp_path: Path) -> int:
     """Run 6 of a store: three earlier complete runs and an incomplete one of the same file,
     one of another file, then the current run."""
     for fails in (1, 3, 2):
@@ -180,7 +180,7 @@ def eval_run(store: RunStore, golden: Path, tmp_path: Path) -> int:
 
 
 @pytest.fixture
-def eval_html(store: RunStore, eval_run: int) -> str:
+def eval_html(store: SQLiteStore, eval_run: int) -> str:
     return eval_report(store, eval_run)
 
 
@@ -211,7 +211,7 @@ def calibration_cases(wrong: int = 3, probabilities: bool = True) -> list[CaseRe
 
 
 def calibration_run(
-    store: RunStore, labelled: Path, cases: Sequence[CaseRecord]
+    store: SQLiteStore, labelled: Path, cases: Sequence[CaseRecord]
 ) -> tuple[int, Calibration]:
     run_id = store_run(store, labelled, cases, kind="calibrate", target=None, summary={})
     result = calibrate(store.cases(run_id), target_error=0.1, bins=10)
@@ -220,7 +220,7 @@ def calibration_run(
 
 
 @pytest.fixture
-def calibration_html(store: RunStore, tmp_path: Path) -> str:
+def calibration_html(store: SQLiteStore, tmp_path: Path) -> str:
     labelled = tmp_path / "labelled.csv"
     labelled.write_text("question,answer,label\nq,a,pass\n", encoding="utf-8")
     calibration_run(store, labelled, calibration_cases(wrong=8))
@@ -392,7 +392,7 @@ def test_eval_report_escapes_hostile_text(eval_html: str) -> None:
 
 
 def test_eval_report_escapes_names_paths_and_odd_characters(
-    store: RunStore, tmp_path: Path
+    store: SQLiteStore, tmp_path: Path
 ) -> None:
     folder = tmp_path / '"><script>x()<'
     folder.mkdir()
@@ -420,7 +420,7 @@ def test_a_lone_surrogate_cannot_break_the_file() -> None:
     assert esc("a \ud800 b") == "a ? b"
 
 
-def test_eval_report_with_a_comparison(store: RunStore, eval_run: int) -> None:
+def test_eval_report_with_a_comparison(store: SQLiteStore, eval_run: int) -> None:
     before = store.run(1)  # 3 passed, 1 failed
     comparison = compare_runs(before, store.cases(1), store.run(eval_run), store.cases(eval_run))
     document = eval_report(store, eval_run, comparison)
@@ -443,7 +443,7 @@ def header_of(document: str) -> str:
 
 @pytest.mark.parametrize(("floor", "held"), [(0.4, True), (0.6, False)])
 def test_eval_report_shows_the_pass_rate_gate_and_whether_it_held(
-    store: RunStore, eval_run: int, floor: float, held: bool
+    store: SQLiteStore, eval_run: int, floor: float, held: bool
 ) -> None:
     lower, _ = wilson_interval(7, 9)  # 7 of 9 counted cases passed
     assert 0.4 < lower < 0.6
@@ -467,7 +467,7 @@ def test_eval_report_shows_the_pass_rate_gate_and_whether_it_held(
     assert_nothing_live(document)
 
 
-def test_eval_report_shows_the_comparison_gate(store: RunStore, golden: Path) -> None:
+def test_eval_report_shows_the_comparison_gate(store: SQLiteStore, golden: Path) -> None:
     before = store_run(store, golden, [case(i, "passed") for i in range(1, 7)])
     after = store_run(store, golden, [case(i, "failed") for i in range(1, 7)])
     comparison = compare_runs(
@@ -491,7 +491,7 @@ def test_eval_report_without_a_gate_says_so(eval_html: str) -> None:
 
 
 def test_eval_report_of_a_run_that_measured_nothing_fails_its_gate(
-    store: RunStore, golden: Path
+    store: SQLiteStore, golden: Path
 ) -> None:
     run_id = store_run(store, golden, [case(1, "unavailable", error="down")])
     gates = gates_of(eval_report(store, run_id, min_pass_rate=0.5))
@@ -506,7 +506,7 @@ def facts_of(document: str, position: int) -> str:
 
 
 def test_a_case_card_explains_score_and_probability_and_shows_none_that_is_missing(
-    store: RunStore, golden: Path
+    store: SQLiteStore, golden: Path
 ) -> None:
     code = [
         {"name": "cites", "outcome": "fail", "probability": 0.0, "source": "code"},
@@ -546,7 +546,7 @@ def test_a_case_card_explains_score_and_probability_and_shows_none_that_is_missi
 
 
 def test_eval_report_of_an_incomplete_run_and_of_nothing_judged(
-    store: RunStore, golden: Path
+    store: SQLiteStore, golden: Path
 ) -> None:
     run_id = store_run(
         store,
@@ -563,7 +563,7 @@ def test_eval_report_of_an_incomplete_run_and_of_nothing_judged(
 
 
 def test_the_report_of_a_setup_failure_shows_that_no_answer_was_judged(
-    store: RunStore, golden: Path
+    store: SQLiteStore, golden: Path
 ) -> None:
     """Every case raised a connection error: the run measured the setup, not the answers, so
     the report shows no pass rate (not 0.000), in its headline or its history."""
@@ -595,13 +595,13 @@ def test_the_report_of_a_setup_failure_shows_that_no_answer_was_judged(
     assert f"run {earlier}: pass rate 0.500 (1/2)" in document
 
 
-def test_eval_report_refuses_a_calibrate_run(store: RunStore, golden: Path) -> None:
+def test_eval_report_refuses_a_calibrate_run(store: SQLiteStore, golden: Path) -> None:
     run_id = store_run(store, golden, [case(1, "passed", label="pass")], kind="calibrate")
     with pytest.raises(ValueError, match="not an eval run"):
         eval_report(store, run_id)
 
 
-def test_a_thousand_case_run_makes_a_lean_report(store: RunStore, golden: Path) -> None:
+def test_a_thousand_case_run_makes_a_lean_report(store: SQLiteStore, golden: Path) -> None:
     cases = [
         case(
             i,
@@ -661,7 +661,7 @@ def test_calibration_report_history_and_disagreements(calibration_html: str) -> 
 
 @pytest.mark.parametrize(("floor", "held"), [(0.5, True), (0.9, False)])
 def test_calibration_report_shows_the_kappa_gate(
-    store: RunStore, tmp_path: Path, floor: float, held: bool
+    store: SQLiteStore, tmp_path: Path, floor: float, held: bool
 ) -> None:
     labelled = tmp_path / "labelled.csv"
     labelled.write_text("question,answer,label\nq,a,pass\n", encoding="utf-8")
@@ -690,7 +690,9 @@ def gates_of_calibration(document: str) -> str:
     return document[document.index('<section id="gates">') : document.index('id="agreement"')]
 
 
-def test_a_setup_failure_says_its_exit_status_in_the_gates(store: RunStore, golden: Path) -> None:
+def test_a_setup_failure_says_its_exit_status_in_the_gates(
+    store: SQLiteStore, golden: Path
+) -> None:
     down = [case(i, "raised", answer=None, error="APIConnectionError") for i in (1, 2)]
     summary = summarise(down).as_dict() | {"setup_failed": True}
     run_id = store_run(store, golden, down, summary=summary)
@@ -703,7 +705,7 @@ def test_a_setup_failure_says_its_exit_status_in_the_gates(store: RunStore, gold
     assert "--min-pass-rate 0.500" not in gates  # not applied to a run that measured nothing
 
 
-def test_calibration_report_without_probabilities(store: RunStore, tmp_path: Path) -> None:
+def test_calibration_report_without_probabilities(store: SQLiteStore, tmp_path: Path) -> None:
     labelled = tmp_path / "labelled.jsonl"
     labelled.write_text("{}\n", encoding="utf-8")
     run_id, result = calibration_run(store, labelled, calibration_cases(probabilities=False))
@@ -715,7 +717,7 @@ def test_calibration_report_without_probabilities(store: RunStore, tmp_path: Pat
     assert_nothing_live(document)
 
 
-def test_calibration_report_refuses_an_eval_run(store: RunStore, eval_run: int) -> None:
+def test_calibration_report_refuses_an_eval_run(store: SQLiteStore, eval_run: int) -> None:
     result = calibrate(store.cases(eval_run), target_error=0.1)
     with pytest.raises(ValueError, match="not a calibrate run"):
         calibration_report(store, eval_run, result)

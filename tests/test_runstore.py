@@ -8,15 +8,24 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import Cli, Workspace, answers, asked, cli_runner, table, workspace
+from pg import PostgresServer
+from pg import _free_port as free_port
 
 from refinekit import Usage
-from refinekit.eval._runstore import CaseRecord, RunInfo, RunStore, RunStoreError, redact
+from refinekit._redact import safe_url
+from refinekit.eval import _pgstore as pgstore
+from refinekit.eval import _runstore as runstore
+from refinekit.eval._pgstore import PostgresStore
+from refinekit.eval._runstore import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
+from refinekit.eval._sqlstore import SQLStore
+from refinekit.eval._store import open_store
 from refinekit.testing import ScriptedOpenAI
 
 
@@ -36,14 +45,25 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
     return cli_runner(capsys)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLStore]:
+    """Each store test runs against both stores: a SQLite file, a PostgreSQL database."""
+    if request.param == "sqlite":
+        with SQLiteStore(tmp_path / "sub" / "runs.db") as s:  # the folder is made
+            yield s
+    else:
+        with PostgresStore(request.getfixturevalue("postgres_url")) as s:
+            yield s
+
+
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[RunStore]:
-    with RunStore(tmp_path / "sub" / "runs.db") as s:  # the folder is made
+def sqlite_store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    with SQLiteStore(tmp_path / "sub" / "runs.db") as s:
         yield s
 
 
 def start(
-    store: RunStore,
+    store: SQLStore,
     fingerprint: str = "fp",
     dataset: str = "golden.csv",
     judge: str | None = None,
@@ -67,9 +87,8 @@ def dead_pid() -> int:
     return child.pid
 
 
-def set_pid(store: RunStore, run_id: int, pid: int | None) -> None:
-    with sqlite3.connect(store.path) as db:
-        db.execute("UPDATE runs SET pid = ? WHERE id = ?", (pid, run_id))
+def set_pid(store: SQLStore, run_id: int, pid: int | None) -> None:
+    store._exec("UPDATE runs SET pid = ? WHERE id = ?", (pid, run_id))
 
 
 # --- redaction ----------------------------------------------------------------------------
@@ -117,8 +136,9 @@ def test_redact_leaves_ordinary_text(text: str) -> None:
     assert redact(text) == text
 
 
-def test_the_store_writes_ahead_and_syncs_at_checkpoints(store: RunStore) -> None:
+def test_the_store_writes_ahead_and_syncs_at_checkpoints(sqlite_store: SQLiteStore) -> None:
     # WAL: a commit per stored case survives a killed process without an fsync per case
+    store = sqlite_store
     with sqlite3.connect(store.path) as other:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
@@ -128,7 +148,7 @@ def test_the_store_writes_ahead_and_syncs_at_checkpoints(store: RunStore) -> Non
 
 
 def test_a_case_round_trips_with_its_calls_by_role_and_a_redacted_error(
-    store: RunStore,
+    store: SQLStore,
 ) -> None:
     run = start(store)
     assert (run.status, run.summary, run.finished_at) == ("running", {}, None)
@@ -162,9 +182,8 @@ def test_a_case_round_trips_with_its_calls_by_role_and_a_redacted_error(
     assert back.error == "RuntimeError: rejected [redacted key]"
     assert back == CaseRecord(**{**case.__dict__, "error": back.error})
     assert back.criteria == [{"name": "c", "outcome": "fail"}]
-    with sqlite3.connect(store.path) as db:
-        calls = sorted(db.execute("SELECT role, model_calls, prompt_tokens FROM calls"))
-    assert calls == [("answer", 3, 300), ("judge", 1, 50)]
+    calls = store._all("SELECT role, model_calls, prompt_tokens FROM calls ORDER BY role")
+    assert [tuple(c.values()) for c in map(dict, calls)] == [("answer", 3, 300), ("judge", 1, 50)]
 
     # saving a case again replaces it, calls and all
     store.save_case(
@@ -172,8 +191,7 @@ def test_a_case_round_trips_with_its_calls_by_role_and_a_redacted_error(
     )
     [again] = store.cases(run.id)
     assert (again.outcome, again.answer_usage) == ("passed", Usage())
-    with sqlite3.connect(store.path) as db:
-        assert list(db.execute("SELECT * FROM calls")) == []
+    assert store._all("SELECT * FROM calls") == []
 
     store.finish_run(run.id, "complete", {"rate": 1.0})
     done = store.run(run.id)
@@ -185,17 +203,104 @@ def test_not_a_store_or_a_newer_one_is_refused(tmp_path: Path) -> None:
     notes = tmp_path / "notes.db"
     notes.write_text("not a database\n" * 200)
     with pytest.raises(RunStoreError, match="is not a refinekit run store"):
-        RunStore(notes)
+        SQLiteStore(notes)
     newer = tmp_path / "newer.db"
     with sqlite3.connect(newer) as db:
         db.execute("PRAGMA user_version = 99")
     with pytest.raises(RunStoreError, match="written by a newer refinekit"):
-        RunStore(newer)
-    with RunStore(tmp_path / "ok.db") as store, pytest.raises(RunStoreError, match="no run 5"):
+        SQLiteStore(newer)
+    with SQLiteStore(tmp_path / "ok.db") as store, pytest.raises(RunStoreError, match="no run 5"):
         store.run(5)
 
 
-def test_status_comes_from_whether_the_runs_process_lives(store: RunStore) -> None:
+def old_store(path: Path) -> None:
+    """A store as refinekit 0.1 made it: the tables, `PRAGMA user_version = 1`, no version
+    table; with one run and one case in it."""
+    with sqlite3.connect(path) as db:
+        db.executescript(runstore._MIGRATIONS[0][0] + ";")  # runs
+        for statement in runstore._MIGRATIONS[0][1:]:
+            db.execute(statement)
+        db.execute("PRAGMA user_version = 1")
+        db.execute(
+            "INSERT INTO runs (kind, status, dataset, dataset_sha256, options, fingerprint, "
+            "version, started_at, summary) VALUES ('eval', 'complete', '/g.csv', 'abc', '{}', "
+            "'fp', '0.1.0', 1.0, '{\"rate\": 1.0}')"
+        )
+        db.execute(
+            "INSERT INTO cases VALUES (1, 'k', 1, 'Q?', '{}', 'passed', 'A', NULL, '', NULL, "
+            "NULL, NULL, '[]', 1, 1, 0, 1, 0, 0.5, 0.1, 2.0)"
+        )
+    db.close()
+
+
+def versions(path: Path) -> tuple[list[int], int]:
+    with sqlite3.connect(path) as db:
+        table = [r[0] for r in db.execute("SELECT version FROM schema_version")]
+        user_version = db.execute("PRAGMA user_version").fetchone()[0]
+    db.close()
+    return table, user_version
+
+
+def test_a_new_store_is_at_the_current_schema_version(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        assert runstore.schema_version(store._db) == len(runstore._MIGRATIONS)
+    assert versions(tmp_path / "runs.db") == ([1], 1)
+
+
+def test_a_store_from_before_the_version_table_is_version_1_and_keeps_its_runs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    old_store(path)
+    with sqlite3.connect(path) as db:
+        assert runstore.schema_version(db) == 1
+    db.close()
+    with SQLiteStore(path) as store:
+        [run] = store.runs()
+        assert (run.status, run.summary) == ("complete", {"rate": 1.0})
+        assert [c.answer for c in store.cases(run.id)] == ["A"]
+    assert versions(path) == ([1], 1)
+
+
+def test_opening_an_older_store_applies_the_steps_it_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    old_store(path)
+    step_2 = ("ALTER TABLE runs ADD COLUMN host TEXT",)
+    step_3 = ("CREATE TABLE notes (run_id INTEGER, note TEXT)", "INSERT INTO notes VALUES (1, 'x')")
+    monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, step_2, step_3))
+    with SQLiteStore(path) as store:
+        assert [r.summary for r in store.runs()] == [{"rate": 1.0}]  # kept
+    assert versions(path) == ([3], 3)
+    with sqlite3.connect(path) as db:
+        assert list(db.execute("SELECT host FROM runs")) == [(None,)]
+        assert list(db.execute("SELECT * FROM notes")) == [(1, "x")]
+    db.close()
+    with SQLiteStore(path):  # at version 3: no step runs again (a second notes row, or
+        pass  # "duplicate column", if it did)
+    with sqlite3.connect(path) as db:
+        assert list(db.execute("SELECT count(*) FROM notes")) == [(1,)]
+    db.close()
+
+
+def test_a_failing_step_leaves_the_store_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    old_store(path)
+    steps = ("ALTER TABLE runs ADD COLUMN host TEXT", "ALTER TABLE nowhere ADD COLUMN x TEXT")
+    monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, steps))
+    with pytest.raises(RunStoreError, match="from schema 1 to 2: no such table: nowhere"):
+        SQLiteStore(path)
+    with sqlite3.connect(path) as db:
+        assert runstore.schema_version(db) == 1
+        columns = [r[1] for r in db.execute("PRAGMA table_info(runs)")]
+    db.close()
+    assert "host" not in columns
+
+
+def test_status_comes_from_whether_the_runs_process_lives(store: SQLStore) -> None:
     mine = start(store)
     assert mine.status == "running"  # this process: alive
     set_pid(store, mine.id, dead_pid())
@@ -205,7 +310,7 @@ def test_status_comes_from_whether_the_runs_process_lives(store: RunStore) -> No
 
 
 def test_resumable_is_the_newest_unfinished_run_no_live_process_is_running(
-    store: RunStore,
+    store: SQLStore,
 ) -> None:
     assert store.resumable("fp") is None
     first = start(store)
@@ -219,7 +324,7 @@ def test_resumable_is_the_newest_unfinished_run_no_live_process_is_running(
     assert store.resumable("fp") is None
 
 
-def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: RunStore) -> None:
+def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: SQLStore) -> None:
     a = start(store)
     b = start(store, dataset="other.csv")
     c = start(store)
@@ -233,7 +338,7 @@ def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: RunS
     assert store.runs(kind="calibrate") == []
 
 
-def test_previous_is_of_the_same_judge(store: RunStore) -> None:
+def test_previous_is_of_the_same_judge(store: SQLStore) -> None:
     checks_only = start(store)
     judged = start(store, judge="app:grounded")
     other_judge = start(store, judge="app:strict")
@@ -245,7 +350,7 @@ def test_previous_is_of_the_same_judge(store: RunStore) -> None:
     assert store.previous(start(store, judge="app:new")) is None
 
 
-def test_text_with_a_lone_surrogate_is_stored_with_a_question_mark(store: RunStore) -> None:
+def test_text_with_a_lone_surrogate_is_stored_with_a_question_mark(store: SQLStore) -> None:
     run = start(store)
     odd = "half a pair \ud800 here"
     store.save_case(
@@ -292,7 +397,7 @@ def test_a_resumed_run_skips_stored_cases_reruns_edited_rows_and_drops_removed_o
     golden = ws.csv("golden.csv", rows)
     run = ("eval", golden, "--target", f"{target}:answer")
     assert cli(*run).code == 0
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         store.finish_run(1, "incomplete", {})  # as if it had been interrupted
         keys = {c.question: c.key for c in store.cases(1)}
 
@@ -309,7 +414,7 @@ def test_a_resumed_run_skips_stored_cases_reruns_edited_rows_and_drops_removed_o
     # the old q2 and q3
     assert "2 stored cases are no longer in the file: dropped from the run" in resumed.out
     assert sorted(asked(server)[before:]) == ["q2", "q4"]  # q1 was not asked again
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [info] = store.runs()
         cases = store.cases(info.id)
     assert info.status == "complete"
@@ -321,6 +426,50 @@ def test_a_resumed_run_skips_stored_cases_reruns_edited_rows_and_drops_removed_o
     assert fresh.code == 0
     assert "resuming" not in fresh.out
     assert len(server.requests) == before + 5
+
+
+def test_eval_runs_compare_report_and_resume_through_a_postgresql_store(
+    ws: Workspace,
+    server: ScriptedOpenAI,
+    cli: Cli,
+    postgres_server: PostgresServer,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    target = ws.module(SYNC_ANSWER)
+    server.script("answer", [answers({f"q{i}": "ok" for i in range(1, 4)})] * 20)
+    golden = ws.csv("golden.csv", [{"question": f"q{i}", "must_mention": "ok"} for i in (1, 2, 3)])
+    run = ("eval", golden, "--target", f"{target}:answer", "--db", postgres_url)
+    first = cli(*run)
+    assert first.code == 0, first.err
+    assert f"run 1 in {safe_url(postgres_url)}" in first.out
+    assert not (ws.path / ".refinekit").exists()  # no SQLite file was made
+
+    with PostgresStore(postgres_url) as store:
+        [info] = store.runs()
+        assert (info.status, len(store.cases(info.id))) == ("complete", 3)
+        store.finish_run(info.id, "incomplete", {})  # as if it had been interrupted
+        store.drop_cases(info.id, {store.cases(info.id)[2].key})
+    before = len(server.requests)
+    monkeypatch.setenv("REFINEKIT_DB", postgres_url)  # the same store, by the environment
+    resumed = cli(*run[:-2])
+    assert resumed.code == 0, resumed.err
+    assert "resuming run 1: 2 of 3 cases already stored" in resumed.out
+    assert asked(server)[before:] == ["q3"]
+
+    second = cli(*run, "--fresh", "--compare", "previous", "--report", "html")
+    assert second.code == 0, second.err
+    assert "run 2" in second.out
+    assert "compare with run 1: 3 questions judged in both runs" in second.out
+    listed = cli("runs", "--db", postgres_url)
+    assert listed.code == 0, listed.err
+    assert len([line for line in listed.out.splitlines() if " eval " in line]) == 2
+    report = (ws.path / "report-run-2.html").read_text(encoding="utf-8")
+    for text in (first.out, first.err, resumed.out, second.out, second.err, listed.out, report):
+        assert postgres_server.password not in text
+    with PostgresStore(postgres_url) as store:
+        for row in store._all("SELECT * FROM runs"):
+            assert postgres_server.password not in repr(row)
 
 
 # --- a real interrupted process: SIGKILL and SIGINT --------------------------------------------
@@ -418,7 +567,7 @@ def resume_in_process(
     assert "resuming run 1: 2 of 5 cases already stored" in resumed.out
     assert table(resumed.out) == dict.fromkeys(range(1, 6), "pass")
     assert asked(server) == QUESTIONS  # q1 and q2 were asked once, by the killed process
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
         assert run.status == "complete"
         assert len(store.cases(run.id)) == 5
@@ -433,7 +582,7 @@ def test_sigkill_keeps_finished_cases_shows_the_run_incomplete_and_it_resumes(
 
     assert code == -signal.SIGKILL
     assert "-> run 1 in .refinekit/runs.db" in out
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
         cases = store.cases(run.id)
     assert run.status == "incomplete"  # it says "running", but its process is gone
@@ -468,7 +617,7 @@ def test_sigint_exits_130_marks_the_run_incomplete_and_it_resumes(
         "run 1 is incomplete: 2 of 5 cases stored. Run the same command again to finish it "
         "without paying again for those." in out
     )
-    with RunStore(ws.path / ".refinekit" / "runs.db") as store:
+    with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
         assert [c.question for c in store.cases(run.id)] == ["q1", "q2"]
     assert run.status == "incomplete"
@@ -476,3 +625,97 @@ def test_sigint_exits_130_marks_the_run_incomplete_and_it_resumes(
     assert run.summary == {"stored": 2, "cases": 5, "retried": 0}
 
     resume_in_process(ws, server, cli, function, monkeypatch)
+
+
+# --- the PostgreSQL store's own --------------------------------------------------------------
+
+
+def test_a_postgresql_url_opens_a_postgresql_store(postgres_url: str, tmp_path: Path) -> None:
+    with open_store(postgres_url) as store:
+        assert isinstance(store, PostgresStore)
+        assert store.where == safe_url(postgres_url)
+    with open_store(tmp_path / "runs.db") as store:
+        assert isinstance(store, SQLiteStore)
+
+
+def test_a_nul_in_text_is_kept_by_sqlite_and_a_replacement_character_in_postgresql(
+    store: SQLStore,
+) -> None:
+    run = start(store)
+    store.save_case(
+        run.id, CaseRecord(key="k", position=1, question="a\x00b", row={}, outcome="failed")
+    )
+    [case] = store.cases(run.id)
+    assert case.question == ("a\ufffdb" if isinstance(store, PostgresStore) else "a\x00b")
+
+
+def test_postgresql_credentials_never_reach_an_error(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    password = postgres_server.password
+    wrong = postgres_url.replace(password, "Wr0ngPassw0rd-xyz")
+    with pytest.raises(RunStoreError) as refused:
+        PostgresStore(wrong)
+    message = str(refused.value)
+    assert "password authentication failed" in message
+    assert "Wr0ngPassw0rd-xyz" not in message
+    assert password not in message
+    assert f"127.0.0.1:{postgres_server.port}" in message  # what to fix: which server
+
+    closed = f"postgresql://u:Hunter2-secret@127.0.0.1:{free_port()}/db?connect_timeout=5"
+    with pytest.raises(RunStoreError, match="cannot open the run store") as unreachable:
+        PostgresStore(closed)
+    assert "Hunter2-secret" not in str(unreachable.value)
+
+    # libpq quotes a password it cannot decode: the message keeps the reason, not the password
+    garbled = f"postgresql://u:Hunter2%zzsecret@127.0.0.1:{free_port()}/db"
+    with pytest.raises(RunStoreError, match="invalid percent-encoded token") as bad:
+        PostgresStore(garbled)
+    assert "Hunter2" not in str(bad.value)
+    assert "zzsecret" not in str(bad.value)
+
+
+def test_a_postgresql_store_of_a_newer_refinekit_is_refused(postgres_url: str) -> None:
+    with PostgresStore(postgres_url) as store:
+        store._exec("UPDATE schema_version SET version = 99")
+    with pytest.raises(RunStoreError, match=r"newer refinekit \(schema 99, this one reads 1\)"):
+        PostgresStore(postgres_url)
+
+
+def test_a_postgresql_store_applies_the_steps_it_lacks_all_or_none(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with PostgresStore(postgres_url) as store:
+        run = start(store)
+        assert store._all("SELECT version FROM schema_version") == [{"version": 1}]
+    bad = ("ALTER TABLE runs ADD COLUMN host TEXT", "ALTER TABLE nowhere ADD COLUMN x TEXT")
+    monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS, bad))
+    with pytest.raises(RunStoreError, match=r"from schema 1 to 2: .*nowhere"):
+        PostgresStore(postgres_url)
+    good = ("ALTER TABLE runs ADD COLUMN host TEXT",)
+    monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS[:1], good))
+    with PostgresStore(postgres_url) as store:  # the failed step left nothing: host is new
+        assert store.run(run.id).id == run.id
+        assert store._all("SELECT host FROM runs") == [{"host": None}]
+        assert store._all("SELECT version FROM schema_version") == [{"version": 2}]
+
+
+def test_postgresql_stores_opened_at_once_on_a_new_database_make_it_once(
+    postgres_url: str,
+) -> None:
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            PostgresStore(postgres_url).close()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with PostgresStore(postgres_url) as store:
+        assert store._all("SELECT version FROM schema_version") == [{"version": 1}]

@@ -288,12 +288,16 @@ def report_problem(path: str | None) -> str | None:
 
 
 def report_file(path: str, result: EvalResult | CalibrationResult) -> str:
-    """Where the report goes: `path`, or `report-run-ID.html` next to the run store."""
+    """Where the report goes: `path`, or `report-run-ID.html` next to the run store.
+
+    Next to its file; in the current folder for a PostgreSQL store.
+    """
     from ._parser import REPORT_BESIDE_STORE
 
     if path != REPORT_BESIDE_STORE:
         return path
-    return str(result.db.parent / f"report-run-{result.run.id}.html")
+    folder = result.db.parent if isinstance(result.db, Path) else Path()
+    return str(folder / f"report-run-{result.run.id}.html")
 
 
 def write_report(io: Io, command: str, path: str, result: EvalResult | CalibrationResult) -> bool:

@@ -158,8 +158,9 @@ def _bounded(kind: type, low: float, high: float, what: str, *, open_low: bool =
 def _store_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
-        metavar="PATH",
-        help="the run store (default: $REFINEKIT_DB, else .refinekit/runs.db)",
+        metavar="PATH|URL",
+        help="the run store: a SQLite file, or postgresql://user@host/db (refinekit[postgres]) "
+        "(default: $REFINEKIT_DB, else .refinekit/runs.db)",
     )
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, TextIO
 
-from ..eval import RunStoreError, runs, store_path
+from ..eval import RunStoreError, runs
+from ..eval._session import store_location
 from ._output import EXIT_USAGE, clean, streams
 
 __all__ = ["runs_command"]
@@ -14,8 +16,8 @@ __all__ = ["runs_command"]
 def runs_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit runs`: the stored runs, oldest first."""
     io = streams(out, err)
-    path = store_path(args.db)
-    if not path.exists():
+    path = store_location(args.db)
+    if isinstance(path, Path) and not path.exists():
         io.say(f"no run store at {path}")
         return 0
     try:

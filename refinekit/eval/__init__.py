@@ -33,9 +33,9 @@ from ._results import (
     RunStarted,
     RunStopped,
 )
-from ._runstore import CaseRecord, Outcome, RunInfo
 from ._session import store_path
 from ._stats import ReliabilityBin
+from ._store import CaseRecord, Outcome, RunInfo
 from ._summary import Comparison, Summary
 from ._workflow import acalibrate, arun, calibrate, compare, html_report, run, runs
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from ._runstore import CaseRecord
 from ._stats import (
     ReliabilityBin,
     cohen_kappa,
@@ -13,6 +12,7 @@ from ._stats import (
     reliability_table,
     wilson_interval,
 )
+from ._store import CaseRecord
 
 __all__ = ["Calibration", "Thresholds", "calibrate", "recommend_thresholds"]
 

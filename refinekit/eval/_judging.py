@@ -19,7 +19,7 @@ from .._redact import redact
 from ._cases import Case
 from ._column_checks import column_checks
 from ._ratelimit import RateLimiter
-from ._runstore import Outcome
+from ._store import Outcome
 
 __all__ = ["Judgement", "Judging", "decide", "error_text", "probability_of", "verdict_dump"]
 

@@ -18,8 +18,8 @@ from ._cases import Case, labels_of, load_cases
 from ._column_checks import has_column_checks
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._resume import RETRYABLE, RunPlan
-from ._runstore import RunInfo, RunStore
-from ._session import Session, store_path
+from ._session import Session, store_location
+from ._store import RunInfo, RunStore
 from ._summary import compare_runs, measured, summarise
 from ._target import Target, check_judge, load_judge, name_of
 
@@ -135,7 +135,7 @@ class EvalPlan:
         self.retry = _outcomes(retry)
         self.resume = resume
         self.compare = compare
-        self.db = store_path(db)
+        self.db = store_location(db)
         self.on_event = on_event
         self.cases = load_cases(self.dataset)
         columns = sorted({c for case in self.cases for c in case.row})
@@ -171,6 +171,7 @@ class EvalPlan:
             store,
             plan,
             self.cases,
+            db=self.db,
             fresh=not self.resume,
             target=self.target,
             judge=self.judge,
@@ -207,7 +208,7 @@ class EvalPlan:
             min_pass_rate=self.min_pass_rate,
             comparison=comparison,
             alpha=self.alpha,
-            db=store.path,
+            db=session.db,
             cases_in_file=len(self.cases),
             retried=session.retried,
             rate_limit_waits=session.limiter.waits,
@@ -244,7 +245,7 @@ class CalibratePlan:
         self.min_kappa = _fraction("min_kappa", min_kappa, -1.0, 1.0)
         self.retry = _outcomes(retry)
         self.resume = resume
-        self.db = store_path(db)
+        self.db = store_location(db)
         self.on_event = on_event
         self.cases: list[Case] = load_cases(self.dataset)
         self.labels = labels_of(self.cases)
@@ -263,6 +264,7 @@ class CalibratePlan:
             store,
             plan,
             self.cases,
+            db=self.db,
             fresh=not self.resume,
             target=None,
             judge=self.judge,
@@ -283,6 +285,6 @@ class CalibratePlan:
             calibration=figures,
             setup_failed=setup_failed,
             min_kappa=self.min_kappa,
-            db=session.store.path,
+            db=session.db,
             retried=session.retried,
         )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._calibration import Calibration
-from ._runstore import CaseRecord, RunInfo
+from ._store import CaseRecord, RunInfo, StoreURL
 from ._summary import Comparison, Summary
 
 __all__ = [
@@ -26,7 +26,7 @@ class RunStarted:
 
     Attributes:
         run: The stored run.
-        db: The run store's file.
+        db: The run store: its file, or its PostgreSQL URL (shown without credentials).
         dataset: The data file, as it was given.
         cases: The cases of the data file.
         resuming: Whether `run` is an unfinished run resumed (else a new one).
@@ -37,7 +37,7 @@ class RunStarted:
     """
 
     run: RunInfo
-    db: Path
+    db: Path | StoreURL
     dataset: Path
     cases: int
     resuming: bool
@@ -102,7 +102,7 @@ class EvalResult:
         min_pass_rate: The pass-rate gate asked for, or None.
         comparison: The comparison with an earlier run (`compare=`), when one was made.
         alpha: The significance level of the comparison's gate.
-        db: The run store's file.
+        db: The run store: its file, or its PostgreSQL URL (shown without credentials).
         cases_in_file: The rows of the data file.
         retried: Stored cases run again (`retry=`) over the run's life.
         rate_limit_waits: How often a rate-limited model call was backed off.
@@ -117,7 +117,7 @@ class EvalResult:
     min_pass_rate: float | None
     comparison: Comparison | None
     alpha: float
-    db: Path
+    db: Path | StoreURL
     cases_in_file: int
     retried: int
     rate_limit_waits: int
@@ -172,7 +172,7 @@ class CalibrationResult:
         setup_failed: Whether the judge gave no verdict on any item (all unavailable): no
             figure means anything, and no gate applies.
         min_kappa: The kappa gate asked for, or None.
-        db: The run store's file.
+        db: The run store: its file, or its PostgreSQL URL (shown without credentials).
         retried: Stored items run again (`retry=`) over the run's life.
     """
 
@@ -181,7 +181,7 @@ class CalibrationResult:
     calibration: Calibration
     setup_failed: bool
     min_kappa: float | None
-    db: Path
+    db: Path | StoreURL
     retried: int
 
     @property

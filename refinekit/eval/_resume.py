@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from ._cases import Case
 from ._golden import file_sha256
-from ._runstore import CaseRecord, RunInfo, RunStore
+from ._store import CaseRecord, RunInfo, RunStore
 
 __all__ = ["RETRYABLE", "RunPlan", "Started", "fingerprint", "start"]
 

@@ -31,7 +31,7 @@ from ._golden import column_for
 from ._judging import Judgement, Judging, decide, error_text, probability_of, verdict_dump
 from ._ratelimit import RateLimiter
 from ._resume import RunPlan
-from ._runstore import CaseRecord, RunInfo, RunStore
+from ._store import CaseRecord, RunInfo, RunStore
 from ._target import Target
 
 __all__ = ["Progress", "run_cases"]

@@ -13,14 +13,16 @@ from typing import Any
 
 from .._errors import RunAborted
 from ._cases import Case
+from ._pgstore import is_postgres_url
 from ._ratelimit import RateLimiter
 from ._results import CaseFinished, RunEvent, RunStarted, RunStopped
 from ._resume import RunPlan, start
 from ._runner import Progress, run_cases
-from ._runstore import DEFAULT_DB, CaseRecord, RunInfo, RunStore
+from ._runstore import DEFAULT_DB
+from ._store import CaseRecord, RunInfo, RunStore, StoreURL
 from ._target import Target
 
-__all__ = ["Session", "store_path"]
+__all__ = ["Session", "store_location", "store_path"]
 
 
 def store_path(db: str | os.PathLike[str] | None = None) -> Path:
@@ -33,6 +35,19 @@ def store_path(db: str | os.PathLike[str] | None = None) -> Path:
         The store's file (it may not exist yet).
     """
     return Path(db or os.environ.get("REFINEKIT_DB") or DEFAULT_DB)
+
+
+def store_location(db: str | os.PathLike[str] | None = None) -> Path | StoreURL:
+    """The store a `db` argument means: a SQLite file, or a PostgreSQL URL.
+
+    `db`, else `$REFINEKIT_DB`, else `.refinekit/runs.db`; a `postgresql://` (or
+    `postgres://`) one is a PostgreSQL store, kept as a `StoreURL` (shown without its
+    credentials).
+    """
+    value = db or os.environ.get("REFINEKIT_DB") or DEFAULT_DB
+    if isinstance(value, str) and is_postgres_url(value):
+        return value if isinstance(value, StoreURL) else StoreURL(value)
+    return Path(value)
 
 
 def _version() -> str:
@@ -53,6 +68,7 @@ class Session:
         plan: RunPlan,
         cases: list[Case],
         *,
+        db: Path | StoreURL,
         fresh: bool,
         target: Target | None,
         judge: Any | None,
@@ -60,6 +76,7 @@ class Session:
         on_event: Callable[[RunEvent], None] | None = None,
     ) -> None:
         self.store = store
+        self.db = db
         self.plan = plan
         self.cases = cases
         self.target = target
@@ -73,7 +90,7 @@ class Session:
         self._tell(
             RunStarted(
                 run=self.run,
-                db=store.path,
+                db=db,
                 dataset=plan.dataset,
                 cases=len(cases),
                 resuming=self.started.resuming,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._model import Usage
-from ._runstore import CaseRecord, RunInfo
 from ._stats import mcnemar_exact, wilson_interval
+from ._store import CaseRecord, RunInfo
 
 __all__ = ["CONFIDENCE", "Comparison", "Summary", "compare_runs", "measured", "summarise"]
 

@@ -18,8 +18,8 @@ from .._errors import RunStoreError, UsageProblem
 from .._evaluators import EvaluatorLike
 from ._plans import CalibratePlan, EvalPlan, PathLike
 from ._results import CalibrationResult, EvalResult, RunEvent
-from ._runstore import RunInfo, RunStore
-from ._session import store_path
+from ._session import store_location
+from ._store import RunInfo, StoreURL, open_store
 from ._summary import Comparison, compare_runs
 
 __all__ = [
@@ -144,7 +144,7 @@ async def arun(
         alpha=alpha,
         on_event=on_event,
     )
-    with RunStore(plan.db) as store:
+    with open_store(plan.db) as store:
         session, before = plan.session(store)
         await session.execute()
         return plan.result(session, before)
@@ -233,7 +233,7 @@ async def acalibrate(
         min_kappa=min_kappa,
         on_event=on_event,
     )
-    with RunStore(plan.db) as store:
+    with open_store(plan.db) as store:
         session = plan.session(store)
         await session.execute()
         return plan.result(session)
@@ -273,7 +273,7 @@ def compare(
     """
     if db is None:
         db = next((r.db for r in (after, before) if isinstance(r, EvalResult)), None)
-    with RunStore(_existing(store_path(db))) as store:
+    with open_store(_existing(store_location(db))) as store:
         runs = []
         for run_id in (_run_id(before), _run_id(after)):
             info = store.run(run_id)
@@ -308,7 +308,7 @@ def html_report(result: EvalResult | CalibrationResult, path: PathLike | None = 
     """
     from .report import calibration_report, eval_report
 
-    with RunStore(_existing(result.db)) as store:
+    with open_store(_existing(result.db)) as store:
         if isinstance(result, EvalResult):
             document = eval_report(
                 store,
@@ -341,15 +341,15 @@ def runs(
     Raises:
         RunStoreError: The file is not a refinekit run store.
     """
-    path = store_path(db)
-    if not path.exists():
+    where = store_location(db)
+    if isinstance(where, Path) and not where.exists():
         return []
-    with RunStore(path) as store:
+    with open_store(where) as store:
         return store.runs(kind=kind)
 
 
-def _existing(path: Path) -> Path:
-    """A store that must already exist (reading one must not make an empty one)."""
-    if not path.exists():
+def _existing(path: Path | StoreURL) -> Path | StoreURL:
+    """A store that must already exist (reading one must not make an empty file)."""
+    if isinstance(path, Path) and not path.exists():
         raise RunStoreError(f"no run store at {path}")
     return path

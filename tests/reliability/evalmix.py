@@ -40,7 +40,7 @@ from faultmix import (
     _step,
 )
 
-from refinekit.eval._runstore import CaseRecord, RunInfo, RunStore
+from refinekit.eval._runstore import CaseRecord, RunInfo, SQLiteStore
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 TRIES = 6  # refinekit eval tries a rate-limited call this many times in all
@@ -401,7 +401,7 @@ class EvalRun:
     # checking
 
     def stored(self) -> tuple[list[RunInfo], list[CaseRecord]]:
-        with RunStore(self.db) as store:
+        with SQLiteStore(self.db) as store:
             runs = store.runs()
             return runs, (store.cases(runs[0].id) if runs else [])
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._calibration import Calibration
-from .._runstore import CaseRecord, RunInfo, RunStore
 from .._stats import wilson_interval
+from .._store import CaseRecord, RunInfo, RunStore
 from .._summary import CONFIDENCE
 from ._cases import case_article
 from ._charts import Point, history_svg, reliability_svg

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from .._runstore import CaseRecord, RunInfo, RunStore
 from .._stats import wilson_interval
+from .._store import CaseRecord, RunInfo, RunStore
 from .._summary import CONFIDENCE, Comparison, Summary, summarise
 from ._cases import case_article
 from ._charts import Point, history_svg

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
-from .._runstore import RunInfo
+from .._store import RunInfo
 
 __all__ = [
     "ANSWER_LIMIT",

@@ -1,0 +1,332 @@
+"""What the SQLite and PostgreSQL run stores share: every query, written once.
+
+`SQLStore` implements the store interface (`_store.RunStore`) over four hooks a database
+gives it: rows of a query, a statement run, a new run's id, and a transaction. Its SQL uses
+`?` placeholders (the PostgreSQL store turns them into psycopg's) and the SQL both databases
+speak; the one difference, how a NULL judge matches a NULL judge, is `_IS`.
+
+Stored text is the user's and the model's own (questions, answers, feedback); error
+messages pass through `redact` (refinekit._redact) first, so an API key, an auth header or
+a URL's password that an exception happened to quote never lands in a store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .._errors import RunStoreError
+from .._model import Usage
+from .._redact import redact
+from ._store import CaseRecord, RunInfo, RunKind, RunStatus
+
+__all__ = ["SQLStore", "alive", "storable"]
+
+_ROLES = ("answer", "answer_judge", "judge")
+
+
+def storable(text: str) -> str:
+    """Text a store can hold: a lone UTF-16 surrogate (from a model or a file) becomes `?`."""
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _dumps(value: Any) -> str:
+    return storable(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def alive(pid: int | None) -> bool:
+    """Whether the process `pid` (on this machine) is alive."""
+    if pid is None:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    except OSError:
+        return False
+    return True
+
+
+class SQLStore:
+    """The store interface over a SQL database; subclasses connect and give the hooks."""
+
+    path: Path
+    where: str
+    """The store as messages name it (the file, or the URL without its credentials)."""
+
+    _IS = "IS"
+    """SQL's "the same value, NULL included" between a column and a parameter."""
+
+    # the hooks
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Mapping[str, Any]]:
+        raise NotImplementedError
+
+    def _exec(self, sql: str, params: Sequence[Any] = ()) -> None:
+        raise NotImplementedError
+
+    def _insert(self, sql: str, params: Sequence[Any]) -> int:
+        """Run an INSERT into `runs`; the new row's id."""
+        raise NotImplementedError
+
+    def _transaction(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close the store."""
+        raise NotImplementedError
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> Mapping[str, Any] | None:
+        rows = self._all(sql, params)
+        return rows[0] if rows else None
+
+    def __enter__(self) -> SQLStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # runs
+
+    def start_run(
+        self,
+        *,
+        kind: RunKind,
+        dataset: Path,
+        dataset_sha256: str,
+        target: str | None,
+        judge: str | None,
+        options: Mapping[str, Any],
+        fingerprint: str,
+        version: str,
+    ) -> RunInfo:
+        """Record a new run, `running`."""
+        run_id = self._insert(
+            "INSERT INTO runs (kind, status, dataset, dataset_sha256, target, judge, options, "
+            "fingerprint, version, started_at, pid) "
+            "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                kind,
+                storable(str(dataset.resolve())),
+                dataset_sha256,
+                target,
+                judge,
+                _dumps(dict(options)),
+                fingerprint,
+                version,
+                time.time(),
+                os.getpid(),
+            ),
+        )
+        return self.run(run_id)
+
+    def resumable(self, fingerprint: str) -> RunInfo | None:
+        """The newest run with this fingerprint, when it did not complete; else None.
+
+        A run still `running` (its process is alive) is not resumable: two processes would
+        run the same cases into one run.
+        """
+        row = self._one(
+            "SELECT * FROM runs WHERE fingerprint = ? ORDER BY id DESC LIMIT 1", (fingerprint,)
+        )
+        if row is None or row["status"] == "complete":
+            return None
+        run = self._run(row)
+        return None if run.status == "running" else run
+
+    def resume(self, run_id: int, dataset_sha256: str) -> RunInfo:
+        """Mark a stored run `running` again, with the data file's current hash."""
+        self._exec(
+            "UPDATE runs SET status = 'running', finished_at = NULL, dataset_sha256 = ?, pid = ? "
+            "WHERE id = ?",
+            (dataset_sha256, os.getpid(), run_id),
+        )
+        return self.run(run_id)
+
+    def finish_run(self, run_id: int, status: RunStatus, summary: Mapping[str, Any]) -> None:
+        """Record how a run stopped, and its figures."""
+        self._exec(
+            "UPDATE runs SET status = ?, finished_at = ?, summary = ? WHERE id = ?",
+            (status, time.time(), _dumps(dict(summary)), run_id),
+        )
+
+    def run(self, run_id: int) -> RunInfo:
+        """One run.
+
+        Raises:
+            RunStoreError: No run has this id.
+        """
+        row = self._one("SELECT * FROM runs WHERE id = ?", (run_id,))
+        if row is None:
+            raise RunStoreError(f"no run {run_id} in {self.where}; `refinekit runs` lists them")
+        return self._run(row)
+
+    def runs(
+        self, *, kind: RunKind | None = None, dataset: str | Path | None = None
+    ) -> list[RunInfo]:
+        """The stored runs, oldest first, optionally of one kind and one data file."""
+        query = "SELECT * FROM runs WHERE 1 = 1"
+        params: list[Any] = []
+        if kind is not None:
+            query += " AND kind = ?"
+            params.append(kind)
+        if dataset is not None:
+            query += " AND dataset = ?"
+            params.append(storable(str(Path(dataset).resolve())))
+        return [self._run(r) for r in self._all(query + " ORDER BY id", params)]
+
+    def previous(self, run: RunInfo) -> RunInfo | None:
+        """The newest complete run of the same kind, data file and judge started before `run`.
+
+        Verdicts of another judge (or of the column checks alone) measure something else, so
+        they are not compared; the answer function may differ: that is what a comparison is
+        for.
+        """
+        row = self._one(
+            f"SELECT * FROM runs WHERE kind = ? AND dataset = ? AND judge {self._IS} ? "
+            "AND status = 'complete' AND id < ? ORDER BY id DESC LIMIT 1",
+            (run.kind, run.dataset, run.judge, run.id),
+        )
+        return None if row is None else self._run(row)
+
+    @staticmethod
+    def _run(row: Mapping[str, Any]) -> RunInfo:
+        status = row["status"]
+        if status == "running" and not alive(row["pid"]):
+            status = "incomplete"  # its process died before it could say so
+        return RunInfo(
+            id=row["id"],
+            kind=row["kind"],
+            status=status,
+            dataset=row["dataset"],
+            dataset_sha256=row["dataset_sha256"],
+            target=row["target"],
+            judge=row["judge"],
+            options=json.loads(row["options"]),
+            fingerprint=row["fingerprint"],
+            version=row["version"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            summary=json.loads(row["summary"]),
+        )
+
+    # cases
+
+    def save_case(self, run_id: int, case: CaseRecord) -> None:
+        """Store a finished case and its calls, in one transaction (replacing an older copy)."""
+        usages = zip(
+            _ROLES, (case.answer_usage, case.answer_judge_usage, case.judge_usage), strict=True
+        )
+        with self._transaction():
+            self._delete(run_id, case.key)
+            self._exec(
+                "INSERT INTO cases VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    case.key,
+                    case.position,
+                    storable(case.question),
+                    _dumps(case.row),
+                    case.outcome,
+                    None if case.answer is None else storable(case.answer),
+                    None if case.error is None else storable(redact(case.error)),
+                    storable(case.feedback),
+                    case.score,
+                    case.probability,
+                    case.label,
+                    _dumps(case.verdicts),
+                    case.passes,
+                    case.judgements,
+                    int(case.flipped),
+                    case.attempts,
+                    case.corrections,
+                    case.answer_seconds,
+                    case.judge_seconds,
+                    time.time(),
+                ),
+            )
+            for role, usage in usages:
+                if usage.model_calls or usage.total_tokens:
+                    self._exec(
+                        "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?)",
+                        (
+                            run_id,
+                            case.key,
+                            role,
+                            usage.model_calls,
+                            usage.prompt_tokens,
+                            usage.completion_tokens,
+                        ),
+                    )
+
+    def _delete(self, run_id: int, key: str) -> None:
+        self._exec("DELETE FROM calls WHERE run_id = ? AND key = ?", (run_id, key))
+        self._exec("DELETE FROM cases WHERE run_id = ? AND key = ?", (run_id, key))
+
+    def drop_cases(self, run_id: int, keys: set[str]) -> None:
+        """Remove cases from a run (rows no longer in its data file, on resume)."""
+        with self._transaction():
+            for key in keys:
+                self._delete(run_id, key)
+
+    def case_keys(self, run_id: int) -> set[str]:
+        """The keys of the cases a run has stored."""
+        return {r["key"] for r in self._all("SELECT key FROM cases WHERE run_id = ?", (run_id,))}
+
+    def cases(self, run_id: int) -> list[CaseRecord]:
+        """A run's cases, in file order."""
+        usage: dict[tuple[str, str], Usage] = {}
+        for r in self._all("SELECT * FROM calls WHERE run_id = ?", (run_id,)):
+            usage[(r["key"], r["role"])] = Usage(
+                r["model_calls"], r["prompt_tokens"], r["completion_tokens"]
+            )
+        return [
+            self._case(r, usage)
+            for r in self._all(
+                "SELECT * FROM cases WHERE run_id = ? ORDER BY position, key", (run_id,)
+            )
+        ]
+
+    @staticmethod
+    def _case(r: Mapping[str, Any], usage: Mapping[tuple[str, str], Usage]) -> CaseRecord:
+        key = r["key"]
+        return CaseRecord(
+            key=key,
+            position=r["position"],
+            question=r["question"],
+            row=json.loads(r["row"]),
+            outcome=r["outcome"],
+            answer=r["answer"],
+            error=r["error"],
+            feedback=r["feedback"],
+            score=r["score"],
+            probability=r["probability"],
+            label=r["label"],
+            verdicts=json.loads(r["verdicts"]),
+            passes=r["passes"],
+            judgements=r["judgements"],
+            flipped=bool(r["flipped"]),
+            attempts=r["attempts"],
+            corrections=r["corrections"],
+            answer_usage=usage.get((key, "answer"), Usage()),
+            answer_judge_usage=usage.get((key, "answer_judge"), Usage()),
+            judge_usage=usage.get((key, "judge"), Usage()),
+            answer_seconds=r["answer_seconds"],
+            judge_seconds=r["judge_seconds"],
+        )

@@ -1,0 +1,270 @@
+"""The run store's interface, and the records it keeps.
+
+What the runner, resume, compare, calibrate, `refinekit runs` and the reports need of a store.
+
+`RunStore` is the interface (a `typing.Protocol`); `open_store` opens the store a `db`
+argument names. The SQLite file (`_runstore.SQLiteStore`) is its first implementation.
+Whatever implements it keeps the same rows with the same meaning: a run, its cases (each
+committed as soon as it finishes), and each case's model calls and tokens by role; error text
+redacted before it is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Protocol
+
+from .._model import Usage
+
+__all__ = [
+    "CaseRecord",
+    "StoreURL",
+    "Outcome",
+    "RunInfo",
+    "RunKind",
+    "RunStatus",
+    "RunStore",
+    "open_store",
+]
+
+Outcome = Literal["passed", "failed", "raised", "unavailable", "inconclusive"]
+"""What became of a case:
+
+- `passed` / `failed`: the answer was judged;
+- `raised`: the answer function raised (a `LowQualityAnswer`, a `CorrectionExhausted`, a
+  bug...): no answer reached the judge;
+- `unavailable`: the judge could not judge (an outage, an unreadable reply, a verdict
+  `unjudged`);
+- `inconclusive`: the judge said the evidence could not support a verdict, or (with
+  `--repeat`) its verdicts split evenly.
+"""
+
+RunKind = Literal["eval", "calibrate"]
+RunStatus = Literal["running", "complete", "incomplete"]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One stored run.
+
+    Attributes:
+        id: The run's number in this store.
+        kind: `eval` or `calibrate`.
+        status: `complete`; `incomplete` (interrupted, stopped by an error, or its process
+            died); `running` (its process is still at it).
+        dataset: The golden or labelled file, as an absolute path.
+        dataset_sha256: The file's SHA-256 when the run started.
+        target: The answer function (`module:function`), for `eval`.
+        judge: The judge (`module:object`), or None when the file's columns were the checks.
+        options: The options the run was made with (concurrency, repeat, ...).
+        fingerprint: What a re-run must match to resume this run.
+        version: The refinekit version that made the run.
+        started_at: When the run started (Unix time).
+        finished_at: When it last stopped, or None while running.
+        summary: The run's figures, filled in when it stops.
+    """
+
+    id: int
+    kind: RunKind
+    status: RunStatus
+    dataset: str
+    dataset_sha256: str
+    target: str | None
+    judge: str | None
+    options: dict[str, Any]
+    fingerprint: str
+    version: str
+    started_at: float
+    finished_at: float | None
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    """One case of a run: the row, the answer, the verdicts, the cost.
+
+    Attributes:
+        key: The row's content key (a row edited is a new case).
+        position: The row's number in the file, from 1.
+        question: The question (or the row's first value when there is no question column).
+        row: The whole row.
+        outcome: See `Outcome`.
+        answer: The answer as judged, or None when the function raised.
+        error: The error's type and message (redacted) for `raised` and `unavailable`.
+        feedback: The verdict's feedback (the first failing judgement's with `--repeat`).
+        score: The verdict's score, when it has one.
+        probability: The judge's probability that the answer passes, when it gives one.
+        label: The human label (`pass`/`fail`) of a calibration case.
+        verdicts: Every verdict given to this answer, as JSON-ready dicts.
+        passes: How many of those verdicts passed.
+        judgements: How many verdicts were given (the `--repeat` count, when all came back).
+        flipped: Whether the verdicts on this one answer disagreed.
+        attempts: Attempts `@retry_on_low_quality` made inside the answer function (1 when
+            the function is not decorated).
+        corrections: Corrections `@self_correct` spent inside the answer function.
+        answer_usage: The answering model's calls and tokens, as refinekit saw them.
+        answer_judge_usage: Calls and tokens of judges inside the answer function.
+        judge_usage: Calls and tokens of the run's own judge.
+        answer_seconds: Wall time of the answer function.
+        judge_seconds: Wall time of judging (all repeats).
+    """
+
+    key: str
+    position: int
+    question: str
+    row: dict[str, Any]
+    outcome: Outcome
+    answer: str | None = None
+    error: str | None = None
+    feedback: str = ""
+    score: float | None = None
+    probability: float | None = None
+    label: str | None = None
+    verdicts: list[dict[str, Any]] = field(default_factory=list)
+    passes: int = 0
+    judgements: int = 0
+    flipped: bool = False
+    attempts: int = 1
+    corrections: int = 0
+    answer_usage: Usage = field(default_factory=Usage)
+    answer_judge_usage: Usage = field(default_factory=Usage)
+    judge_usage: Usage = field(default_factory=Usage)
+    answer_seconds: float = 0.0
+    judge_seconds: float = 0.0
+
+    @property
+    def criteria(self) -> list[dict[str, Any]]:
+        """The per-criterion results of the first verdict (empty when it has none)."""
+        if not self.verdicts:
+            return []
+        criteria = self.verdicts[0].get("criteria") or []
+        return [c for c in criteria if isinstance(c, dict)]
+
+
+class RunStore(Protocol):
+    """A run store: where runs, their cases and their calls are kept; a context manager.
+
+    Every method commits what it writes before it returns (a killed process loses nothing
+    it stored).
+    """
+
+    where: str
+    """The store as messages name it: the SQLite file, or the URL without its credentials."""
+
+    def close(self) -> None:
+        """Close the store."""
+
+    def __enter__(self) -> RunStore: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    # runs
+
+    def start_run(
+        self,
+        *,
+        kind: RunKind,
+        dataset: Path,
+        dataset_sha256: str,
+        target: str | None,
+        judge: str | None,
+        options: Mapping[str, Any],
+        fingerprint: str,
+        version: str,
+    ) -> RunInfo:
+        """Record a new run, `running`."""
+        ...
+
+    def resumable(self, fingerprint: str) -> RunInfo | None:
+        """The newest run with this fingerprint, unless it completed or is running; else None."""
+        ...
+
+    def resume(self, run_id: int, dataset_sha256: str) -> RunInfo:
+        """Mark a stored run `running` again, with the data file's current hash."""
+        ...
+
+    def finish_run(self, run_id: int, status: RunStatus, summary: Mapping[str, Any]) -> None:
+        """Record how a run stopped, and its figures."""
+        ...
+
+    def run(self, run_id: int) -> RunInfo:
+        """One run; `RunStoreError` when no run has this id."""
+        ...
+
+    def runs(
+        self, *, kind: RunKind | None = None, dataset: str | Path | None = None
+    ) -> list[RunInfo]:
+        """The stored runs, oldest first, optionally of one kind and one data file."""
+        ...
+
+    def previous(self, run: RunInfo) -> RunInfo | None:
+        """The newest complete run of the same kind, data file and judge before `run`."""
+        ...
+
+    # cases
+
+    def save_case(self, run_id: int, case: CaseRecord) -> None:
+        """Store a finished case and its calls, in one transaction (replacing an older copy)."""
+        ...
+
+    def drop_cases(self, run_id: int, keys: set[str]) -> None:
+        """Remove cases from a run (rows no longer in its data file, on resume)."""
+        ...
+
+    def case_keys(self, run_id: int) -> set[str]:
+        """The keys of the cases a run has stored."""
+        ...
+
+    def cases(self, run_id: int) -> list[CaseRecord]:
+        """A run's cases, in file order."""
+        ...
+
+
+class StoreURL(str):
+    """A PostgreSQL store's URL, as text without its credentials; it opens with them.
+
+    What results and events carry as their `db`: printing, logging or formatting it shows
+    `postgresql://host:port/database` (no user, password or query), and `open_store` opens it
+    with the URL as it was given.
+    """
+
+    _url: str
+
+    def __new__(cls, url: str) -> StoreURL:
+        from .._redact import safe_url
+
+        shown = super().__new__(cls, safe_url(url))
+        shown._url = url
+        return shown
+
+    def __repr__(self) -> str:
+        return f"StoreURL({str.__repr__(self)})"
+
+
+def open_store(db: Path | str) -> RunStore:
+    """Open (or make) the store `db` names.
+
+    Args:
+        db: The SQLite file, or a `postgresql://` URL (`refinekit[postgres]`).
+
+    Raises:
+        RunStoreError: The store cannot be opened, or is not a refinekit run store.
+    """
+    from ._pgstore import PostgresStore, is_postgres_url
+
+    if isinstance(db, StoreURL):
+        return PostgresStore(db._url)
+    if is_postgres_url(db):
+        assert isinstance(db, str)
+        return PostgresStore(db)
+    from ._runstore import SQLiteStore
+
+    return SQLiteStore(db)
