@@ -26,6 +26,9 @@ options changed.
 from __future__ import annotations
 
 import inspect
+import pickle
+import sys
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, cast
 
@@ -277,9 +280,42 @@ class Decorated(Generic[C]):
     def __repr__(self) -> str:
         return f"<refinekit @{self._decorator} {self._function}>"
 
-    def __reduce__(self) -> str:
-        # Pickled by name, as a function is: the module attribute `__qualname__` names.
-        return self._function
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        """Pickled as a function is: by name where the name finds it, else by value.
+
+        By name (the module attribute `__qualname__` names) when it is importable from a
+        module other than `__main__`: unpickling gives the very object. Otherwise (defined in
+        `__main__`, inside a function, or not reachable by its name) by value, as cloudpickle
+        pickles such a function: the function and the decorator's options, pickled with
+        cloudpickle and decorated again when unpickled. No job, budget or usage is in either:
+        those belong to a call (see `refinekit.Job`).
+        """
+        if _by_reference(self):
+            return self._function
+        dumps = _cloudpickle_dumps()
+        if dumps is None or id(self) in _pickling_by_value.ids:
+            if self.__module__ == "__main__":
+                # What `pickle` does with a function of `__main__`: its name (the same process,
+                # or multiprocessing's children, which import the main module).
+                return self._function
+            raise pickle.PicklingError(
+                f"cannot pickle {self!r}: it is defined inside a function, so it pickles by "
+                "value, which takes cloudpickle (pip install cloudpickle); or define it at "
+                "module level"
+            )
+        _pickling_by_value.ids.add(id(self))
+        try:
+            payload = dumps((self._remake, self._original, self._method))
+        except Exception as e:
+            raise pickle.PicklingError(
+                f"cannot pickle {self!r} by value (it is defined in __main__ or inside a "
+                f"function): the function or an option of @{self._decorator} does not pickle "
+                f"({type(e).__name__}: {e}); define it in an importable module, so that it "
+                "pickles by name, or make the option picklable"
+            ) from None
+        finally:
+            _pickling_by_value.ids.discard(id(self))
+        return (_unpickle_by_value, (payload,))
 
 
 class SyncDecorated(Decorated[C]):
@@ -381,6 +417,55 @@ class AsyncDecorated(Decorated[C]):
             return self._outcome_of(value, record)
         finally:
             leave_job(token)
+
+
+class _PicklingByValue(threading.local):
+    """The decorated objects this thread is pickling by value (a recursive one goes by name)."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+
+_pickling_by_value = _PicklingByValue()
+
+
+def _by_reference(decorated: Decorated[Any]) -> bool:
+    """Whether unpickling `decorated` by its module and qualified name finds it again."""
+    module_name = getattr(decorated, "__module__", None)
+    if not isinstance(module_name, str) or module_name == "__main__":
+        return False
+    found: Any = sys.modules.get(module_name)
+    if found is None:
+        return False
+    for part in decorated._function.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return False
+    return found is decorated
+
+
+def _cloudpickle_dumps() -> Callable[[Any], bytes] | None:
+    """The `dumps` of cloudpickle (Ray's own copy when Ray is loaded and cloudpickle is not)."""
+    try:
+        import cloudpickle  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        if "ray" not in sys.modules:
+            return None
+        try:
+            from ray import cloudpickle  # type: ignore[import-not-found,import-untyped,no-redef,unused-ignore]
+        except ImportError:  # pragma: no cover - a Ray without its cloudpickle
+            return None
+    return cloudpickle.dumps  # type: ignore[no-any-return]
+
+
+def _unpickle_by_value(payload: bytes) -> Decorated[Any]:
+    """A decorated object pickled by value: its function decorated again with its options."""
+    remake, original, method = pickle.loads(payload)
+    made = remake()(original)
+    if method:  # an instance method (its class's `__set_name__` is not called again)
+        made._method = True
+        made._plain = False
+    return made  # type: ignore[no-any-return]
 
 
 def _bind(fn: Any, instance: Any, owner: type | None) -> Callable[..., Any]:

@@ -1,0 +1,159 @@
+"""Decorated functions in Ray: `ray.remote` tasks and Ray Data's `map_batches` (refinekit[ray]).
+
+A local Ray instance (2 CPUs) is started once for the session. The decorated functions are
+defined inside the tests, so they travel to the workers by value (as a driver script's do);
+the workers reach the scripted server, started in the driver, by its URL over real HTTP.
+
+Budgets are per row: each call of a decorated function on a row opens its own job (nothing
+of a job is pickled, and a worker reusing its process for several rows or batches starts
+each call afresh), so one row's corrections never spend another's, even in one batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import refinekit
+from refinekit import self_correct
+from refinekit.testing import RecordedRequest, ScriptedOpenAI
+
+pytest.importorskip("ray.data", reason="refinekit[ray] is not installed")
+import ray
+import ray.data
+
+TESTS = Path(__file__).resolve().parent
+
+# Ray Data's DataContext warns about its own deprecated fields when it copies itself (2.60)
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")
+
+
+class Invoice(BaseModel):
+    number: int
+    total: int
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """A local Ray instance for the session; its workers import this directory's modules."""
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}},
+    )
+    yield
+    ray.shutdown()
+
+
+def document(number: int) -> str:
+    return f"Invoice {number}: total {number * 10} EUR."
+
+
+def extractor(request: RecordedRequest) -> str:
+    """The model: odd invoices' first reply is not JSON (each costs a correction)."""
+    messages = (request.body or {})["messages"]
+    number = int(re.findall(r"Invoice (\d+)", str(messages[0]["content"]))[0])
+    if number % 2 and len(messages) == 1:
+        return f"The total is {number * 10} euros."
+    return f'{{"number": {number}, "total": {number * 10}}}'
+
+
+@pytest.fixture
+def model(server: ScriptedOpenAI) -> ScriptedOpenAI:
+    server.script("extractor", extractor, times=None)
+    return server
+
+
+def extraction(base_url: str, *, asynchronous: bool = False) -> Any:
+    """A decorated extraction (defined here: it pickles by value), one correction at most."""
+    import openai
+
+    if asynchronous:
+
+        @self_correct(schema=Invoice, max_corrections=1)
+        async def extract_async(messages: list[dict[str, Any]]) -> Any:
+            client = openai.AsyncOpenAI(base_url=base_url, api_key="test-key", max_retries=0)
+            async with client:
+                return await client.chat.completions.create(model="extractor", messages=messages)
+
+        return extract_async
+
+    @self_correct(schema=Invoice, max_corrections=1)
+    def extract(messages: list[dict[str, Any]]) -> Any:
+        with openai.OpenAI(base_url=base_url, api_key="test-key", max_retries=0) as client:
+            return client.chat.completions.create(model="extractor", messages=messages)
+
+    return extract
+
+
+def conversation(number: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": document(number)}]
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_in_remote_tasks_sync_and_async(model: ScriptedOpenAI) -> None:
+    extract = extraction(model.base_url)
+    extract_async = extraction(model.base_url, asynchronous=True)
+
+    @ray.remote
+    def task(number: int) -> tuple[Invoice, Invoice, int, str, str]:
+        first = extract.outcome(conversation(number))
+        second = asyncio.run(extract_async.outcome(conversation(number)))
+        assert refinekit.current_job() is None  # nothing left open in the worker
+        return first.value, second.value, first.corrections_used, first.job_id, second.job_id
+
+    results = ray.get([task.remote(n) for n in range(1, 5)])
+    assert [r[0] for r in results] == [Invoice(number=n, total=n * 10) for n in range(1, 5)]
+    assert [r[1] for r in results] == [r[0] for r in results]
+    assert [r[2] for r in results] == [1, 0, 1, 0]  # odd invoices took their one correction
+    jobs = [r[3] for r in results] + [r[4] for r in results]
+    assert len(set(jobs)) == 8  # every call its own job
+    assert len(model.requests_for("extractor")) == 2 * (4 + 2)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_in_map_batches_each_row_has_its_own_job_and_budget(model: ScriptedOpenAI) -> None:
+    extract = extraction(model.base_url)
+
+    def extract_batch(batch: dict[str, Any]) -> dict[str, list[Any]]:
+        outcomes = [extract.outcome(conversation(int(n))) for n in batch["number"]]
+        return {
+            "number": [int(n) for n in batch["number"]],
+            "total": [o.value.total for o in outcomes],
+            "corrections": [o.corrections_used for o in outcomes],
+            "model_calls": [o.usage.model_calls for o in outcomes],
+            "tokens": [o.usage.total_tokens for o in outcomes],
+            "job_id": [o.job_id for o in outcomes],
+        }
+
+    # batches of 4 rows with 2 odd invoices each: a budget shared by a batch's rows would
+    # run out (max_corrections=1) and the batch would fail
+    rows = (
+        ray.data.from_items([{"number": n} for n in range(1, 13)])
+        .map_batches(extract_batch, batch_size=4)
+        .take_all()
+    )
+    rows.sort(key=lambda r: r["number"])
+    assert [r["total"] for r in rows] == [n * 10 for n in range(1, 13)]
+    assert [r["corrections"] for r in rows] == [n % 2 for n in range(1, 13)]
+    assert [r["model_calls"] for r in rows] == [1 + n % 2 for n in range(1, 13)]
+    assert len({r["job_id"] for r in rows}) == 12
+
+    # the usage collected per row is the usage the server counted for that row's requests
+    served: dict[int, int] = {}
+    for request in model.requests_for("extractor"):
+        body = request.body or {}
+        number = int(re.findall(r"Invoice (\d+)", body["messages"][0]["content"])[0])
+        served[number] = served.get(number, 0) + 1
+    assert served == {n: 1 + n % 2 for n in range(1, 13)}
+    assert all(r["tokens"] > 0 for r in rows)
+    odd_tokens = {r["number"]: r["tokens"] for r in rows}
+    assert odd_tokens[3] > odd_tokens[4]  # a correction's tokens count in its row only
