@@ -24,7 +24,7 @@ from refinekit.eval import _pgstore as pgstore
 from refinekit.eval import _runstore as runstore
 from refinekit.eval._pgstore import PostgresStore
 from refinekit.eval._runstore import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
-from refinekit.eval._sqlstore import SQLStore
+from refinekit.eval._sqlstore import HOST, LEASE_SECONDS, SQLStore
 from refinekit.eval._store import open_store
 from refinekit.testing import ScriptedOpenAI
 
@@ -67,8 +67,10 @@ def start(
     fingerprint: str = "fp",
     dataset: str = "golden.csv",
     judge: str | None = None,
+    worker: str = "this-worker",
 ) -> RunInfo:
-    return store.start_run(
+    """A new run, with `worker` (this process) at it."""
+    run = store.start_run(
         kind="eval",
         dataset=Path(dataset),
         dataset_sha256="abc",
@@ -78,6 +80,8 @@ def start(
         fingerprint=fingerprint,
         version="0.0.test",
     )
+    store.join(run.id, worker)
+    return store.run(run.id)
 
 
 def dead_pid() -> int:
@@ -243,8 +247,8 @@ def versions(path: Path) -> tuple[list[int], int]:
 
 def test_a_new_store_is_at_the_current_schema_version(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "runs.db") as store:
-        assert runstore.schema_version(store._db) == len(runstore._MIGRATIONS)
-    assert versions(tmp_path / "runs.db") == ([1], 1)
+        assert runstore.schema_version(store._db) == len(runstore._MIGRATIONS) == 2
+    assert versions(tmp_path / "runs.db") == ([2], 2)
 
 
 def test_a_store_from_before_the_version_table_is_version_1_and_keeps_its_runs(
@@ -259,7 +263,8 @@ def test_a_store_from_before_the_version_table_is_version_1_and_keeps_its_runs(
         [run] = store.runs()
         assert (run.status, run.summary) == ("complete", {"rate": 1.0})
         assert [c.answer for c in store.cases(run.id)] == ["A"]
-    assert versions(path) == ([1], 1)
+        assert store.pending(run.id) == 0  # version 2's claims table, empty
+    assert versions(path) == ([2], 2)
 
 
 def test_opening_an_older_store_applies_the_steps_it_lacks(
@@ -267,17 +272,17 @@ def test_opening_an_older_store_applies_the_steps_it_lacks(
 ) -> None:
     path = tmp_path / "old.db"
     old_store(path)
-    step_2 = ("ALTER TABLE runs ADD COLUMN host TEXT",)
-    step_3 = ("CREATE TABLE notes (run_id INTEGER, note TEXT)", "INSERT INTO notes VALUES (1, 'x')")
-    monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, step_2, step_3))
+    step_3 = ("ALTER TABLE runs ADD COLUMN host TEXT",)
+    step_4 = ("CREATE TABLE notes (run_id INTEGER, note TEXT)", "INSERT INTO notes VALUES (1, 'x')")
+    monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, step_3, step_4))
     with SQLiteStore(path) as store:
         assert [r.summary for r in store.runs()] == [{"rate": 1.0}]  # kept
-    assert versions(path) == ([3], 3)
+    assert versions(path) == ([4], 4)
     with sqlite3.connect(path) as db:
         assert list(db.execute("SELECT host FROM runs")) == [(None,)]
         assert list(db.execute("SELECT * FROM notes")) == [(1, "x")]
     db.close()
-    with SQLiteStore(path):  # at version 3: no step runs again (a second notes row, or
+    with SQLiteStore(path):  # at version 4: no step runs again (a second notes row, or
         pass  # "duplicate column", if it did)
     with sqlite3.connect(path) as db:
         assert list(db.execute("SELECT count(*) FROM notes")) == [(1,)]
@@ -291,37 +296,153 @@ def test_a_failing_step_leaves_the_store_as_it_was(
     old_store(path)
     steps = ("ALTER TABLE runs ADD COLUMN host TEXT", "ALTER TABLE nowhere ADD COLUMN x TEXT")
     monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, steps))
-    with pytest.raises(RunStoreError, match="from schema 1 to 2: no such table: nowhere"):
+    with pytest.raises(RunStoreError, match="from schema 1 to 3: no such table: nowhere"):
         SQLiteStore(path)
     with sqlite3.connect(path) as db:
         assert runstore.schema_version(db) == 1
         columns = [r[1] for r in db.execute("PRAGMA table_info(runs)")]
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     db.close()
     assert "host" not in columns
+    assert "claims" not in tables  # version 2's step, applied in the same transaction, undone
 
 
-def test_status_comes_from_whether_the_runs_process_lives(store: SQLStore) -> None:
-    mine = start(store)
-    assert mine.status == "running"  # this process: alive
-    set_pid(store, mine.id, dead_pid())
-    assert store.run(mine.id).status == "incomplete"  # died before it could say so
-    set_pid(store, mine.id, None)
-    assert store.run(mine.id).status == "incomplete"
+def add_worker(
+    store: SQLStore, run_id: int, worker: str, *, host: str, pid: int, expires_in: float
+) -> None:
+    """A worker of the run as another process or machine enters it (its lease `expires_in`
+    seconds from now, in the past when negative)."""
+    store._exec(
+        "INSERT INTO workers (run_id, worker, host, pid, expires_at) VALUES (?, ?, ?, ?, ?)",
+        (run_id, worker, host, pid, store._now() + expires_in),
+    )
 
 
-def test_resumable_is_the_newest_unfinished_run_no_live_process_is_running(
+def test_a_run_is_running_while_a_worker_holds_a_live_lease(store: SQLStore) -> None:
+    run = start(store)
+    assert run.status == "running"  # this process, its lease just taken
+    assert store.leave(run.id, "this-worker") == 0
+    assert store.run(run.id).status == "incomplete"  # nobody at it: its workers died
+    add_worker(store, run.id, "far", host="elsewhere", pid=1, expires_in=20)
+    assert store.run(run.id).status == "running"  # a live lease on another machine
+    store._exec("UPDATE workers SET expires_at = ? WHERE worker = 'far'", (store._now() - 1,))
+    assert store.run(run.id).status == "incomplete"  # its lease ran out
+    add_worker(store, run.id, "here", host=HOST, pid=dead_pid(), expires_in=20)
+    assert store.run(run.id).status == "incomplete"  # on this machine, and its process died
+    store.finish_run(run.id, "complete", {})
+    assert store.run(run.id).status == "complete"
+
+
+def test_unfinished_is_the_newest_run_of_a_fingerprint_that_did_not_complete(
     store: SQLStore,
 ) -> None:
-    assert store.resumable("fp") is None
+    assert store.unfinished("fp") is None
     first = start(store)
-    assert store.resumable("fp") is None  # running, in a live process: not to be shared
-    set_pid(store, first.id, dead_pid())
-    assert store.resumable("fp") == store.run(first.id)  # its process died
-    store.finish_run(first.id, "incomplete", {})
-    assert store.resumable("fp") == store.run(first.id)
-    assert store.resumable("other") is None
+    assert store.unfinished("fp") == store.run(first.id)  # running: a new worker joins it
+    store.leave(first.id, "this-worker")
+    assert store.unfinished("fp") == store.run(first.id)  # incomplete: it is resumed
+    assert store.unfinished("other") is None
     store.finish_run(first.id, "complete", {})
-    assert store.resumable("fp") is None
+    assert store.unfinished("fp") is None
+
+
+def queued(store: SQLStore, n: int = 6) -> int:
+    run = start(store)
+    store.queue(run.id, [(f"k{i}", i) for i in range(1, n + 1)])
+    return run.id
+
+
+def test_claims_go_in_file_order_each_case_to_one_worker(store: SQLStore) -> None:
+    run_id = queued(store)
+    add_worker(store, run_id, "other", host=HOST, pid=os.getpid(), expires_in=20)
+    assert store.claim(run_id, "this-worker", 2) == ["k1", "k2"]
+    assert store.claim(run_id, "other", 3) == ["k3", "k4", "k5"]
+    assert store.claim(run_id, "this-worker", 5) == ["k6"]
+    assert store.claim(run_id, "other") == []  # all held, by live workers
+    assert store.pending(run_id) == 6
+    assert store.pending(run_id, besides="this-worker") == 3
+    record = CaseRecord(key="k1", position=1, question="Q?", row={}, outcome="passed")
+    assert store.save_case(run_id, record, worker="this-worker")
+    assert store.pending(run_id) == 5
+    assert store.case_keys(run_id) == {"k1"}
+    stolen = CaseRecord(key="k3", position=3, question="Q?", row={}, outcome="passed")
+    assert not store.save_case(run_id, stolen, worker="this-worker")  # not its claim
+    assert store.case_keys(run_id) == {"k1"}
+
+
+def test_a_leaving_worker_frees_its_claims_for_the_others(store: SQLStore) -> None:
+    run_id = queued(store, 3)
+    add_worker(store, run_id, "other", host=HOST, pid=os.getpid(), expires_in=20)
+    assert store.claim(run_id, "other", 2) == ["k1", "k2"]
+    assert store.leave(run_id, "other") == 1  # this worker is still at it
+    assert store.claim(run_id, "this-worker", 5) == ["k1", "k2", "k3"]
+
+
+@pytest.mark.parametrize(
+    ("how", "host", "expires_in", "taken_over"),
+    [
+        ("lease expired, another machine", "elsewhere", -1.0, True),
+        ("lease live, another machine", "elsewhere", 20.0, False),
+        ("process died, this machine", HOST, 20.0, True),
+    ],
+)
+def test_a_gone_workers_claims_are_taken_over(
+    store: SQLStore, how: str, host: str, expires_in: float, taken_over: bool
+) -> None:
+    run_id = queued(store, 2)
+    add_worker(store, run_id, "maybe-gone", host=host, pid=os.getpid(), expires_in=20)
+    assert store.claim(run_id, "maybe-gone", 2) == ["k1", "k2"]
+    store._exec(  # then its lease runs on or out; on this machine, its process dies
+        "UPDATE workers SET expires_at = ?, pid = ? WHERE worker = 'maybe-gone'",
+        (store._now() + expires_in, dead_pid() if host == HOST else 4242),
+    )
+    assert store.claim(run_id, "this-worker", 5) == (["k1", "k2"] if taken_over else [])
+    late = CaseRecord(key="k1", position=1, question="Q?", row={}, outcome="failed")
+    # a worker taken for gone that comes back finds its claims taken: its answers are dropped
+    assert store.save_case(run_id, late, worker="maybe-gone") is not taken_over
+
+
+def test_a_heartbeat_renews_the_lease_and_a_worker_taken_for_gone_enters_again(
+    store: SQLStore,
+) -> None:
+    run = start(store)
+    store._exec("UPDATE workers SET expires_at = ?", (store._now() + 1,))
+    store.heartbeat(run.id, "this-worker")
+    [row] = store._all("SELECT expires_at FROM workers WHERE run_id = ?", (run.id,))
+    assert row["expires_at"] > store._now() + LEASE_SECONDS - 5
+    store._exec("DELETE FROM workers")  # reaped by another worker while this one was stuck
+    assert store.run(run.id).status == "incomplete"
+    store.heartbeat(run.id, "this-worker")
+    assert store.run(run.id).status == "running"
+
+
+def test_workers_claiming_at_once_never_get_the_same_case(
+    store: SQLStore, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    run_id = queued(store, 200)
+    where = store.where if isinstance(store, PostgresStore) else store.path
+    url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
+    got: dict[str, list[str]] = {}
+    errors: list[BaseException] = []
+
+    def worker(name: str) -> None:
+        try:
+            with open_store(url or where) as own:  # a connection of its own, as a process has
+                own.join(run_id, name)
+                mine = got.setdefault(name, [])
+                while keys := own.claim(run_id, name, 3):
+                    mine.extend(keys)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    claimed = [key for keys in got.values() for key in keys]
+    assert sorted(claimed) == sorted(f"k{i}" for i in range(1, 201))  # each once, none lost
 
 
 def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: SQLStore) -> None:
@@ -678,7 +799,7 @@ def test_postgresql_credentials_never_reach_an_error(
 def test_a_postgresql_store_of_a_newer_refinekit_is_refused(postgres_url: str) -> None:
     with PostgresStore(postgres_url) as store:
         store._exec("UPDATE schema_version SET version = 99")
-    with pytest.raises(RunStoreError, match=r"newer refinekit \(schema 99, this one reads 1\)"):
+    with pytest.raises(RunStoreError, match=r"newer refinekit \(schema 99, this one reads 2\)"):
         PostgresStore(postgres_url)
 
 
@@ -687,17 +808,17 @@ def test_a_postgresql_store_applies_the_steps_it_lacks_all_or_none(
 ) -> None:
     with PostgresStore(postgres_url) as store:
         run = start(store)
-        assert store._all("SELECT version FROM schema_version") == [{"version": 1}]
+        assert store._all("SELECT version FROM schema_version") == [{"version": 2}]
     bad = ("ALTER TABLE runs ADD COLUMN host TEXT", "ALTER TABLE nowhere ADD COLUMN x TEXT")
     monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS, bad))
-    with pytest.raises(RunStoreError, match=r"from schema 1 to 2: .*nowhere"):
+    with pytest.raises(RunStoreError, match=r"from schema 2 to 3: .*nowhere"):
         PostgresStore(postgres_url)
     good = ("ALTER TABLE runs ADD COLUMN host TEXT",)
-    monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS[:1], good))
+    monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS[:2], good))
     with PostgresStore(postgres_url) as store:  # the failed step left nothing: host is new
         assert store.run(run.id).id == run.id
         assert store._all("SELECT host FROM runs") == [{"host": None}]
-        assert store._all("SELECT version FROM schema_version") == [{"version": 2}]
+        assert store._all("SELECT version FROM schema_version") == [{"version": 3}]
 
 
 def test_postgresql_stores_opened_at_once_on_a_new_database_make_it_once(
@@ -718,4 +839,4 @@ def test_postgresql_stores_opened_at_once_on_a_new_database_make_it_once(
         t.join()
     assert errors == []
     with PostgresStore(postgres_url) as store:
-        assert store._all("SELECT version FROM schema_version") == [{"version": 1}]
+        assert store._all("SELECT version FROM schema_version") == [{"version": 2}]

@@ -33,6 +33,7 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
             concurrency=args.concurrency,
             db=args.db,
             resume=not args.fresh,
+            run_id=args.run_id,
             retry=args.retry,
             target_error=args.target_error,
             bins=args.bins,

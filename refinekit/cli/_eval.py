@@ -43,6 +43,7 @@ def eval_command(args: Any, out: TextIO | None = None, err: TextIO | None = None
             repeat=args.repeat,
             db=args.db,
             resume=not args.fresh,
+            run_id=args.run_id,
             retry=args.retry,
             min_pass_rate=args.min_pass_rate,
             compare=args.compare,

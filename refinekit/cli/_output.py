@@ -169,7 +169,12 @@ class RunWatcher:
             f"in {event.db}"
         )
         again = sum(event.retried.values())
-        if event.resumed or again:
+        if event.joined:
+            io.say(
+                f"joining run {run.id}, which other workers are running: {event.resumed} of "
+                f"{event.cases} cases already stored; the rest are shared out, each answered once"
+            )
+        elif event.resuming or again:
             io.say(
                 f"resuming run {run.id}: {event.resumed + again} of {event.cases} cases already "
                 "stored "

@@ -183,7 +183,18 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
         "this is checked before the run starts",
     )
     parser.add_argument(
-        "--fresh", action="store_true", help="start a new run even if the last one is unfinished"
+        "--fresh",
+        action="store_true",
+        help="start a new run even if the last one is unfinished or running elsewhere",
+    )
+    parser.add_argument(
+        "--run",
+        type=_bounded(int, 1, 2**62, "a stored run's number"),
+        metavar="ID",
+        dest="run_id",
+        help="join (while other workers run it) or resume run ID of the same command over the "
+        "same file, as from another machine where the file's path differs (default: the "
+        "newest unfinished run of this command)",
     )
     parser.add_argument(
         "--retry",

@@ -14,7 +14,8 @@ through `redact` with the URL's secrets.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -80,12 +81,33 @@ CREATE TABLE calls (
 )
 """
 
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    tuple(statement.strip() for statement in _V1.split(";") if statement.strip()),
+_V2 = """
+CREATE TABLE workers (
+    run_id BIGINT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    worker TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (run_id, worker)
+);
+CREATE TABLE claims (
+    run_id BIGINT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    worker TEXT,
+    PRIMARY KEY (run_id, key)
+);
+CREATE INDEX claims_in_order ON claims (run_id, position, key)
+"""
+
+_MIGRATIONS: tuple[tuple[str, ...], ...] = tuple(
+    tuple(statement.strip() for statement in step.split(";") if statement.strip())
+    for step in (_V1, _V2)
 )
 """The schema's steps, version for version the SQLite store's (`_runstore._MIGRATIONS`)."""
 
 _LOCK = 0x726B5F736368  # the advisory lock schema changes take ("rk_sch")
+_RUNS_LOCK = 0x726B5F72756E  # the one starting, resuming or joining a run takes ("rk_run")
 
 
 def is_postgres_url(db: object) -> bool:
@@ -116,6 +138,9 @@ class PostgresStore(SQLStore):
     """
 
     _IS = "IS NOT DISTINCT FROM"
+    _IS_NOT = "IS DISTINCT FROM"
+    _SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
+    _FOR_UPDATE = " FOR UPDATE"
 
     def __init__(self, url: str) -> None:
         self._secrets = url_secrets(url)
@@ -132,6 +157,14 @@ class PostgresStore(SQLStore):
             ) from None
         try:
             self._open()
+            # the server's clock, which every worker's lease is measured by (machines' clocks
+            # differ): kept as an offset from this machine's
+            row = self._one("SELECT extract(epoch FROM clock_timestamp())::float8 AS now")
+            assert row is not None
+            self._clock_offset = float(row["now"]) - time.time()
+        except self._errors as e:
+            self._db.close()
+            raise RunStoreError(f"cannot use the run store {self.where}: {self._redact(e)}") from None
         except BaseException:
             self._db.close()
             raise
@@ -215,6 +248,16 @@ class PostgresStore(SQLStore):
     def _insert(self, sql: str, params: Sequence[Any]) -> int:
         row = self._db.execute(self._sql(sql) + " RETURNING id", _text(params)).fetchone()
         return int(row["id"])
+
+    def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        with self._db.cursor() as cursor:
+            cursor.executemany(self._sql(sql), [_text(r) for r in rows])
+
+    def _lock_runs(self) -> None:
+        self._exec("SELECT pg_advisory_xact_lock(?)", (_RUNS_LOCK,))
+
+    def _now(self) -> float:
+        return time.time() + self._clock_offset
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:

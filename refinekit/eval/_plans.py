@@ -103,6 +103,15 @@ def _previous(store: RunStore, run: RunInfo) -> RunInfo | None:
     return before
 
 
+def _run_id(value: object) -> int | None:
+    """A `run_id=` argument: None, or a run's number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageProblem(f"run_id must be a stored run's number (1 or more), not {value!r}")
+    return value
+
+
 # --- eval ---------------------------------------------------------------------------------------
 
 
@@ -124,8 +133,10 @@ class EvalPlan:
         compare: int | str | None,
         alpha: float,
         on_event: Callable[[RunEvent], None] | None,
+        run_id: int | None = None,
     ) -> None:
         self.dataset = Path(golden)
+        self.run_id = _run_id(run_id)
         self.concurrency = _whole("concurrency", concurrency, 1, 256)
         self.repeat = _whole("repeat", repeat, 1, 50)
         self.min_pass_rate = _fraction("min_pass_rate", min_pass_rate, 0.0, 1.0)
@@ -176,6 +187,7 @@ class EvalPlan:
             target=self.target,
             judge=self.judge,
             on_event=self.on_event,
+            run_id=self.run_id,
         )
         return session, before
 
@@ -235,8 +247,10 @@ class CalibratePlan:
         bins: int,
         min_kappa: float | None,
         on_event: Callable[[RunEvent], None] | None,
+        run_id: int | None = None,
     ) -> None:
         self.dataset = Path(labelled)
+        self.run_id = _run_id(run_id)
         self.concurrency = _whole("concurrency", concurrency, 1, 256)
         self.bins = _whole("bins", bins, 1, 100)
         target_error_ = _fraction("target_error", target_error, 0.0, 0.99)
@@ -270,6 +284,7 @@ class CalibratePlan:
             judge=self.judge,
             labels=self.labels,
             on_event=self.on_event,
+            run_id=self.run_id,
         )
 
     def result(self, session: Session) -> CalibrationResult:

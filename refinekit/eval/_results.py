@@ -31,6 +31,8 @@ class RunStarted:
         cases: The cases of the data file.
         resuming: Whether `run` is an unfinished run resumed (else a new one).
         resumed: Stored cases kept as they are, not run again.
+        joined: Whether `run` was running on other workers (processes, machines) and this
+            one joined them: the cases are shared out, each answered once.
         retried: Stored cases to run again (`retry=`), by their stored outcome.
         dropped: Stored cases no longer in the file, removed from the run.
         retry: The outcomes `retry=` asked to run again.
@@ -45,6 +47,7 @@ class RunStarted:
     retried: Mapping[str, int]
     dropped: int
     retry: frozenset[str]
+    joined: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 import openai
 
 from .._bridge import in_thread, is_async_callable
-from .._errors import JudgeMisconfigured, LowQualityAnswer, RunAborted
+from .._errors import JudgeMisconfigured, LowQualityAnswer, RunAborted, RunStoreError
 from .._hooks import Event, subscribe
 from .._job import enter_attempt, job, leave_attempt
 from .._model import AttemptInfo, ContextDocument, EvaluationRequest
@@ -31,6 +31,7 @@ from ._golden import column_for
 from ._judging import Judgement, Judging, decide, error_text, probability_of, verdict_dump
 from ._ratelimit import RateLimiter
 from ._resume import RunPlan
+from ._sqlstore import LEASE_SECONDS
 from ._store import CaseRecord, RunInfo, RunStore
 from ._target import Target
 
@@ -212,47 +213,73 @@ async def _calibrate_case(case: Case, judging: Judging, label: str) -> CaseRecor
     return replace(_record(case, request.answer, judgement, True, answer_seconds=0.0), label=label)
 
 
+_WAIT_SECONDS = 0.5
+"""How often a worker with nothing left to claim looks again while other workers still hold
+cases (one of them may die and its cases come free)."""
+
+
 async def _run_all(
-    cases: Sequence[Case],
+    cases: Mapping[str, Case],
     work: Callable[[Case], Awaitable[CaseRecord]],
     concurrency: int,
     store: RunStore,
     run_id: int,
+    worker: str,
     progress: Progress,
 ) -> None:
-    semaphore = asyncio.Semaphore(concurrency)
+    """Claim the run's cases one at a time in `concurrency` slots, answer and store each.
+
+    Ends when no case of the run is left to answer, or held by a worker other than this one.
+    """
     stopping = False
 
-    async def one(case: Case) -> None:
+    async def slot() -> None:
         nonlocal stopping
-        async with semaphore:
-            # A case that failed the run hands its slot on before the others are cancelled:
-            # the next case must not start (and pay for a model call) in that moment.
-            if stopping:
-                return
+        while not stopping:
+            claimed = store.claim(run_id, worker)
+            if not claimed:
+                if store.pending(run_id, besides=worker) == 0:
+                    return  # what is left is this worker's own, in its other slots
+                await asyncio.sleep(_WAIT_SECONDS)
+                continue
+            case = cases.get(claimed[0])
+            if case is None:
+                raise RunStoreError(
+                    f"run {run_id} has a case this worker's data file lacks (key "
+                    f"{claimed[0]}): give every worker the same file"
+                )
             try:
                 record = await work(case)
             except BaseException:
+                # A case that failed the run stops the other slots claiming: no case must
+                # start (and pay for a model call) in that moment.
                 stopping = True
                 raise
-        store.save_case(run_id, record)
-        progress.add(record)
+            if store.save_case(run_id, record, worker=worker):
+                progress.add(record)
 
-    tasks = [asyncio.ensure_future(one(case)) for case in cases]
+    async def heartbeat() -> None:
+        while True:
+            await asyncio.sleep(LEASE_SECONDS / 3)
+            store.heartbeat(run_id, worker)
+
+    renewing = asyncio.ensure_future(heartbeat())
+    tasks = [asyncio.ensure_future(slot()) for _ in range(concurrency)]
     try:
         for task in asyncio.as_completed(tasks):
             await task
     finally:
-        for task in tasks:
+        for task in (*tasks, renewing):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, renewing, return_exceptions=True)
 
 
 async def run_cases(
     store: RunStore,
     run: RunInfo,
-    todo: Sequence[Case],
+    cases: Sequence[Case],
     *,
+    worker: str,
     target: Target | None,
     judge: Any | None,
     plan: RunPlan,
@@ -261,8 +288,10 @@ async def run_cases(
     labels: Mapping[str, str] | None = None,
     earlier: Mapping[str, CaseRecord] | None = None,
 ) -> None:
-    """Run the cases still to do, storing each as it finishes.
+    """Answer the run's cases still to do, as `worker`, storing each as it finishes.
 
+    The cases come from the store's queue of the run (`claim`), which other workers may be
+    taking cases from too; `cases` are the data file's, by which a claimed key is answered.
     Without a `target` the cases are labelled answers (`labels`), judged as they are. A case
     in `earlier` (a stored case run again, `--retry`) replaces its stored record, with the
     earlier record's model calls and tokens added to its own: they were paid for.
@@ -300,4 +329,6 @@ async def run_cases(
         )
 
     with subscribe(attempts):
-        await _run_all(todo, work, plan.concurrency, store, run.id, progress)
+        await _run_all(
+            {c.key: c for c in cases}, work, plan.concurrency, store, run.id, worker, progress
+        )

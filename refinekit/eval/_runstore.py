@@ -16,7 +16,7 @@ The schema is versioned: `schema_version` holds the version a store is at (also 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -93,12 +93,35 @@ CREATE TABLE IF NOT EXISTS calls (
 );
 """
 
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    tuple(statement.strip() for statement in _V1.split(";") if statement.strip()),
+_V2 = """
+CREATE TABLE workers (
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    worker TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (run_id, worker)
+);
+CREATE TABLE claims (
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    worker TEXT,
+    PRIMARY KEY (run_id, key)
+);
+CREATE INDEX claims_in_order ON claims (run_id, position, key)
+"""
+
+_MIGRATIONS: tuple[tuple[str, ...], ...] = tuple(
+    tuple(statement.strip() for statement in step.split(";") if statement.strip())
+    for step in (_V1, _V2)
 )
 """The schema's steps: `_MIGRATIONS[n - 1]` takes a store from version n - 1 to n (version 0:
 an empty file). A change to the schema is a step appended here and to the PostgreSQL store's
-list, never an edit of an old step: a store is at the version of the steps it has had."""
+list, never an edit of an old step: a store is at the version of the steps it has had.
+
+Version 1: runs, cases, calls. Version 2: workers (who runs a run, with a lease) and claims
+(the cases a run has still to answer, and who is answering each)."""
 
 
 class SQLiteStore(SQLStore):
@@ -180,8 +203,23 @@ class SQLiteStore(SQLStore):
         assert run_id is not None
         return run_id
 
+    def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self._db.executemany(sql, rows)
+
     @contextmanager
     def _transaction(self) -> Iterator[None]:
+        # BEGIN IMMEDIATE takes the write lock at once (two processes never both read, then
+        # write); a transaction inside one is a savepoint of it
+        if self._db.in_transaction:
+            self._db.execute("SAVEPOINT inner_step")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK TO inner_step")
+                self._db.execute("RELEASE inner_step")
+                raise
+            self._db.execute("RELEASE inner_step")
+            return
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield

@@ -19,6 +19,7 @@ from ._results import CaseFinished, RunEvent, RunStarted, RunStopped
 from ._resume import RunPlan, start
 from ._runner import Progress, run_cases
 from ._runstore import DEFAULT_DB
+from ._sqlstore import new_worker
 from ._store import CaseRecord, RunInfo, RunStore, StoreURL
 from ._target import Target
 
@@ -57,7 +58,7 @@ def _version() -> str:
 
 
 class Session:
-    """A run of `plan` in `store`, started (or resumed) when made: `RunStarted` is told.
+    """A run of `plan` in `store`, started, resumed or joined when made: `RunStarted` is told.
 
     `await execute()` runs its cases; then `complete` stores it complete.
     """
@@ -74,6 +75,7 @@ class Session:
         judge: Any | None,
         labels: Mapping[str, str] | None = None,
         on_event: Callable[[RunEvent], None] | None = None,
+        run_id: int | None = None,
     ) -> None:
         self.store = store
         self.db = db
@@ -84,7 +86,10 @@ class Session:
         self.labels = labels
         self.on_event = on_event
         self.limiter = RateLimiter()
-        self.started = start(store, plan, cases, fresh=fresh, version=_version())
+        self.worker = new_worker()
+        self.started = start(
+            store, plan, cases, fresh=fresh, version=_version(), worker=self.worker, run_id=run_id
+        )
         self.run = self.started.run
         self.progress = Progress(total=len(cases), done=self.started.resumed, on_case=self._done)
         self._tell(
@@ -94,6 +99,7 @@ class Session:
                 dataset=plan.dataset,
                 cases=len(cases),
                 resuming=self.started.resuming,
+                joined=self.started.joined,
                 resumed=self.started.resumed,
                 retried=dict(self.started.retried),
                 dropped=self.started.dropped,
@@ -117,7 +123,8 @@ class Session:
         await run_cases(
             self.store,
             self.run,
-            self.started.todo,
+            self.cases,
+            worker=self.worker,
             target=self.target,
             judge=self.judge,
             plan=self.plan,
@@ -128,10 +135,12 @@ class Session:
         )
 
     async def execute(self) -> None:
-        """Run the cases still to do, on the running event loop.
+        """Run the cases still to do, on the running event loop, with any other workers of
+        the run; return when none is left to answer.
 
         Raises:
-            RunAborted: The run stopped early; it is stored incomplete.
+            RunAborted: The run stopped early; it is stored incomplete (unless other workers
+                are still at it).
             BaseException: Whatever else stopped it (an interruption, a cancellation...),
                 likewise.
         """
@@ -140,14 +149,18 @@ class Session:
         except BaseException as e:
             self._stop(e)
             raise
+        self.store.leave(self.run.id, self.worker)
 
     def _stop(self, error: BaseException) -> None:
-        """Store the run incomplete (resumable), and say so."""
+        """Leave the run; store it incomplete (resumable) unless others are at it; say so."""
         stored = len(self.store.case_keys(self.run.id))
         total = len(self.cases)
-        self.store.finish_run(
-            self.run.id, "incomplete", {"stored": stored, "cases": total, "retried": self.retried}
-        )
+        if self.store.leave(self.run.id, self.worker) == 0:
+            self.store.finish_run(
+                self.run.id,
+                "incomplete",
+                {"stored": stored, "cases": total, "retried": self.retried},
+            )
         if isinstance(error, RunAborted):  # what the caller needs to resume it
             error.run_id, error.stored, error.cases = self.run.id, stored, total
         self._tell(RunStopped(self.store.run(self.run.id), stored, total, error))

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,9 +28,24 @@ from .._model import Usage
 from .._redact import redact
 from ._store import CaseRecord, RunInfo, RunKind, RunStatus
 
-__all__ = ["SQLStore", "alive", "storable"]
+__all__ = ["LEASE_SECONDS", "SQLStore", "alive", "new_worker", "storable"]
 
 _ROLES = ("answer", "answer_judge", "judge")
+
+
+LEASE_SECONDS = 30.0
+"""How long a worker's claim on its cases lasts without a heartbeat (it renews every third of it).
+
+A worker that stops renewing (its machine died, its network went) loses its claims when the
+lease expires, and another worker takes them over. A worker on the same machine whose process
+is gone loses them at once."""
+
+HOST = socket.gethostname()
+
+
+def new_worker() -> str:
+    """A worker id, unique across machines: `host:pid:random`."""
+    return f"{HOST}:{os.getpid()}:{os.urandom(3).hex()}"
 
 
 def storable(text: str) -> str:
@@ -67,6 +84,17 @@ class SQLStore:
     _IS = "IS"
     """SQL's "the same value, NULL included" between a column and a parameter."""
 
+    _IS_NOT = "IS NOT"
+    """SQL's "another value, NULL included"."""
+
+    _SKIP_LOCKED = ""
+    """What makes a claim's SELECT lock the rows it picks and pass over rows others hold
+    (PostgreSQL's `FOR UPDATE ... SKIP LOCKED`); SQLite's write transaction already holds the
+    whole database."""
+
+    _FOR_UPDATE = ""
+    """What makes a SELECT lock the rows it reads until the transaction ends."""
+
     # the hooks
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Mapping[str, Any]]:
@@ -79,8 +107,30 @@ class SQLStore:
         """Run an INSERT into `runs`; the new row's id."""
         raise NotImplementedError
 
+    def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run a statement once per row."""
+        raise NotImplementedError
+
     def _transaction(self) -> AbstractContextManager[None]:
         raise NotImplementedError
+
+    def _lock_runs(self) -> None:
+        """Inside a transaction: hold the store's run lock until it ends (see `locked`)."""
+
+    def _now(self) -> float:
+        """The store's clock (Unix time): the one every worker's lease is measured by."""
+        return time.time()
+
+    def locked(self) -> AbstractContextManager[None]:
+        """A transaction that holds the store's run lock: one process at a time starts,
+        resumes or joins a run, so two never both start the same run."""
+        return self._locked()
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._transaction():
+            self._lock_runs()
+            yield
 
     def close(self) -> None:
         """Close the store."""
@@ -135,19 +185,18 @@ class SQLStore:
         )
         return self.run(run_id)
 
-    def resumable(self, fingerprint: str) -> RunInfo | None:
-        """The newest run with this fingerprint, when it did not complete; else None.
+    def unfinished(self, fingerprint: str) -> RunInfo | None:
+        """The newest run with this fingerprint, unless it completed; else None.
 
-        A run still `running` (its process is alive) is not resumable: two processes would
-        run the same cases into one run.
+        It is `running` (workers are at it: a new worker joins it) or `incomplete` (nobody
+        is: it is resumed).
         """
         row = self._one(
             "SELECT * FROM runs WHERE fingerprint = ? ORDER BY id DESC LIMIT 1", (fingerprint,)
         )
         if row is None or row["status"] == "complete":
             return None
-        run = self._run(row)
-        return None if run.status == "running" else run
+        return self._run(row)
 
     def resume(self, run_id: int, dataset_sha256: str) -> RunInfo:
         """Mark a stored run `running` again, with the data file's current hash."""
@@ -204,11 +253,10 @@ class SQLStore:
         )
         return None if row is None else self._run(row)
 
-    @staticmethod
-    def _run(row: Mapping[str, Any]) -> RunInfo:
+    def _run(self, row: Mapping[str, Any]) -> RunInfo:
         status = row["status"]
-        if status == "running" and not alive(row["pid"]):
-            status = "incomplete"  # its process died before it could say so
+        if status == "running" and not self._live(row["id"]):
+            status = "incomplete"  # its workers died before they could say so
         return RunInfo(
             id=row["id"],
             kind=row["kind"],
@@ -225,14 +273,134 @@ class SQLStore:
             summary=json.loads(row["summary"]),
         )
 
+    # workers: who runs a run's cases, each holding a lease it renews
+
+    @staticmethod
+    def _gone(row: Mapping[str, Any], now: float) -> bool:
+        """Whether a worker is gone: its lease expired, or its process on this machine died."""
+        return bool(row["expires_at"] < now or (row["host"] == HOST and not alive(row["pid"])))
+
+    def _live(self, run_id: int) -> list[str]:
+        """The workers of a run that are alive."""
+        now = self._now()
+        rows = self._all("SELECT * FROM workers WHERE run_id = ?", (run_id,))
+        return [r["worker"] for r in rows if not self._gone(r, now)]
+
+    def join(self, run_id: int, worker: str) -> None:
+        """Enter `worker` as one of the run's workers, its lease starting now."""
+        self._exec(
+            "INSERT INTO workers (run_id, worker, host, pid, expires_at) VALUES (?, ?, ?, ?, ?)",
+            (run_id, worker, HOST, os.getpid(), self._now() + LEASE_SECONDS),
+        )
+
+    def heartbeat(self, run_id: int, worker: str) -> None:
+        """Renew the worker's lease (entering it again if it was taken for gone)."""
+        with self._transaction():
+            row = self._one(
+                "SELECT worker FROM workers WHERE run_id = ? AND worker = ?", (run_id, worker)
+            )
+            if row is None:
+                self.join(run_id, worker)
+            else:
+                self._exec(
+                    "UPDATE workers SET expires_at = ? WHERE run_id = ? AND worker = ?",
+                    (self._now() + LEASE_SECONDS, run_id, worker),
+                )
+
+    def leave(self, run_id: int, worker: str) -> int:
+        """Take `worker` out of the run, releasing the cases it claimed.
+
+        Returns:
+            How many workers are still at the run.
+        """
+        with self._transaction():
+            self._forget(run_id, worker)
+        return len(self._live(run_id))
+
+    def _forget(self, run_id: int, worker: str) -> None:
+        """Take a worker out and free its claims (a claim's worker is always one entered)."""
+        self._exec("UPDATE claims SET worker = NULL WHERE run_id = ? AND worker = ?", (run_id, worker))
+        self._exec("DELETE FROM workers WHERE run_id = ? AND worker = ?", (run_id, worker))
+
+    def queue(self, run_id: int, cases: Iterable[tuple[str, int]]) -> None:
+        """Make `(key, position)` the cases of the run still to answer (nothing claimed)."""
+        with self._transaction():
+            self._exec("DELETE FROM claims WHERE run_id = ?", (run_id,))
+            self._many(
+                "INSERT INTO claims (run_id, key, position) VALUES (?, ?, ?)",
+                ((run_id, key, position) for key, position in cases),
+            )
+
+    def claim(self, run_id: int, worker: str, limit: int = 1) -> list[str]:
+        """Claim up to `limit` of the run's cases still to answer, in file order.
+
+        A case is free when nobody claimed it or its worker is gone (the lease expired, or
+        the process died on this machine: such a worker is taken out first, its claims
+        freed); two workers claiming at once never get the same case. The claim lasts until the case is saved (`save_case(..., worker=)`) or the
+        worker leaves or is gone.
+        """
+        with self._transaction():
+            now = self._now()
+            gone = [
+                r["worker"]
+                for r in self._all("SELECT * FROM workers WHERE run_id = ?", (run_id,))
+                if r["worker"] != worker and self._gone(r, now)
+            ]
+            for other in gone:  # its claims are free again
+                self._forget(run_id, other)
+            # (a plain condition on the row locked: PostgreSQL re-checks it on the row's newest
+            # version when another worker claimed it meanwhile; a join's other side it does not)
+            rows = self._all(
+                "SELECT key FROM claims WHERE run_id = ? AND worker IS NULL "
+                f"ORDER BY position, key LIMIT ?{self._SKIP_LOCKED}",
+                (run_id, limit),
+            )
+            keys = [str(r["key"]) for r in rows]
+            self._many(
+                "UPDATE claims SET worker = ? WHERE run_id = ? AND key = ?",
+                ((worker, run_id, key) for key in keys),
+            )
+        return keys
+
+    def pending(self, run_id: int, *, besides: str | None = None) -> int:
+        """How many of the run's cases are still to answer (claimed or not), leaving out
+        those `besides` (a worker) holds."""
+        query = "SELECT count(*) AS n FROM claims WHERE run_id = ?"
+        params: list[Any] = [run_id]
+        if besides is not None:
+            query += f" AND worker {self._IS_NOT} ?"
+            params.append(besides)
+        row = self._one(query, params)
+        return 0 if row is None else int(row["n"])
+
     # cases
 
-    def save_case(self, run_id: int, case: CaseRecord) -> None:
-        """Store a finished case and its calls, in one transaction (replacing an older copy)."""
+    def save_case(self, run_id: int, case: CaseRecord, *, worker: str | None = None) -> bool:
+        """Store a finished case and its calls, in one transaction (replacing an older copy).
+
+        Args:
+            run_id: The run.
+            case: The case.
+            worker: The worker that claimed the case: it is stored only while the claim is
+                still this worker's (else another worker took the case over, and its answer
+                is the one kept). None stores it regardless.
+
+        Returns:
+            Whether the case was stored.
+        """
         usages = zip(
             _ROLES, (case.answer_usage, case.answer_judge_usage, case.judge_usage), strict=True
         )
         with self._transaction():
+            if worker is not None:
+                row = self._one(
+                    f"SELECT key FROM claims WHERE run_id = ? AND key = ? AND worker = ?"
+                    f"{self._FOR_UPDATE}",
+                    (run_id, case.key, worker),
+                )
+                if row is None:
+                    return False
+            self._exec("DELETE FROM claims WHERE run_id = ? AND key = ?", (run_id, case.key))
             self._delete(run_id, case.key)
             self._exec(
                 "INSERT INTO cases VALUES "
@@ -274,6 +442,7 @@ class SQLStore:
                             usage.completion_tokens,
                         ),
                     )
+        return True
 
     def _delete(self, run_id: int, key: str) -> None:
         self._exec("DELETE FROM calls WHERE run_id = ? AND key = ?", (run_id, key))

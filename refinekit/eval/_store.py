@@ -11,7 +11,8 @@ redacted before it is stored.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -53,8 +54,8 @@ class RunInfo:
     Attributes:
         id: The run's number in this store.
         kind: `eval` or `calibrate`.
-        status: `complete`; `incomplete` (interrupted, stopped by an error, or its process
-            died); `running` (its process is still at it).
+        status: `complete`; `incomplete` (interrupted, stopped by an error, or its workers
+            died); `running` (a worker is at it: its lease is live).
         dataset: The golden or labelled file, as an absolute path.
         dataset_sha256: The file's SHA-256 when the run started.
         target: The answer function (`module:function`), for `eval`.
@@ -183,8 +184,13 @@ class RunStore(Protocol):
         """Record a new run, `running`."""
         ...
 
-    def resumable(self, fingerprint: str) -> RunInfo | None:
-        """The newest run with this fingerprint, unless it completed or is running; else None."""
+    def unfinished(self, fingerprint: str) -> RunInfo | None:
+        """The newest run with this fingerprint, unless it completed; else None."""
+        ...
+
+    def locked(self) -> AbstractContextManager[None]:
+        """A transaction holding the store's run lock (one process at a time starts, resumes
+        or joins a run)."""
         ...
 
     def resume(self, run_id: int, dataset_sha256: str) -> RunInfo:
@@ -209,10 +215,37 @@ class RunStore(Protocol):
         """The newest complete run of the same kind, data file and judge before `run`."""
         ...
 
+    # workers and their claims: several processes (or machines) answering one run
+
+    def join(self, run_id: int, worker: str) -> None:
+        """Enter a worker of the run, its lease starting now."""
+        ...
+
+    def heartbeat(self, run_id: int, worker: str) -> None:
+        """Renew the worker's lease."""
+        ...
+
+    def leave(self, run_id: int, worker: str) -> int:
+        """Take the worker out, releasing its claims; how many workers are still at the run."""
+        ...
+
+    def queue(self, run_id: int, cases: Iterable[tuple[str, int]]) -> None:
+        """Make `(key, position)` the run's cases still to answer."""
+        ...
+
+    def claim(self, run_id: int, worker: str, limit: int = 1) -> list[str]:
+        """Claim up to `limit` free cases still to answer (each goes to one worker only)."""
+        ...
+
+    def pending(self, run_id: int, *, besides: str | None = None) -> int:
+        """How many of the run's cases are still to answer, but those `besides` holds."""
+        ...
+
     # cases
 
-    def save_case(self, run_id: int, case: CaseRecord) -> None:
-        """Store a finished case and its calls, in one transaction (replacing an older copy)."""
+    def save_case(self, run_id: int, case: CaseRecord, *, worker: str | None = None) -> bool:
+        """Store a finished case and its calls in one transaction (replacing an older copy);
+        with `worker`, only while that worker's claim on it holds. Whether it was stored."""
         ...
 
     def drop_cases(self, run_id: int, keys: set[str]) -> None:

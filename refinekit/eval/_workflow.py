@@ -47,6 +47,7 @@ def run(
     compare: int | Literal["previous"] | str | None = None,
     alpha: float = 0.05,
     on_event: Callable[[RunEvent], None] | None = None,
+    run_id: int | None = None,
 ) -> EvalResult:
     """Run a golden set through an answer function, judge every answer, store the run.
 
@@ -69,8 +70,10 @@ def run(
         repeat: Judge each answer this many times (1 to 50) and count how often the
             verdicts flip; the outcome is the majority, an even split inconclusive.
         db: The run store; None for `$REFINEKIT_DB`, else `.refinekit/runs.db`.
-        resume: Resume the newest unfinished run of the same file, target, judge and
-            `repeat` (its stored cases are not run again); False always starts a new run.
+        resume: Join the run of the same file, target, judge and `repeat` that other workers
+            (processes, machines on a shared PostgreSQL store) are running, sharing its cases
+            out, or resume the newest unfinished one (its stored cases are not run again);
+            False always starts a new run.
         retry: Outcomes (`"raised"`, `"unavailable"`) whose stored cases a resumed run runs
             again; the new outcome replaces the stored one.
         min_pass_rate: A gate: `EvalResult.passed` is False when the pass rate's 95% Wilson
@@ -81,6 +84,10 @@ def run(
             more regressions than improvements, fails `EvalResult.passed`.
         on_event: Told `RunStarted`, then `CaseFinished` for each case (on the thread that
             runs the cases), and `RunStopped` if the run stops early.
+        run_id: Join or resume this stored run (one of the same target, judge and `repeat`
+            over the same file), as from another machine where the file's path differs.
+            Without it, a run of this call that other workers are running is joined, else the
+            newest unfinished one resumed (see `resume`).
 
     Returns:
         The complete run: its id, its cases, its figures, its comparison and gates.
@@ -106,6 +113,7 @@ def run(
             compare=compare,
             alpha=alpha,
             on_event=on_event,
+            run_id=run_id,
         )
     )
 
@@ -124,6 +132,7 @@ async def arun(
     compare: int | Literal["previous"] | str | None = None,
     alpha: float = 0.05,
     on_event: Callable[[RunEvent], None] | None = None,
+    run_id: int | None = None,
 ) -> EvalResult:
     """`run`, on the running event loop: `await refinekit.eval.arun(...)` in a notebook.
 
@@ -143,6 +152,7 @@ async def arun(
         compare=compare,
         alpha=alpha,
         on_event=on_event,
+        run_id=run_id,
     )
     with open_store(plan.db) as store:
         session, before = plan.session(store)
@@ -162,6 +172,7 @@ def calibrate(
     bins: int = 10,
     min_kappa: float | None = None,
     on_event: Callable[[RunEvent], None] | None = None,
+    run_id: int | None = None,
 ) -> CalibrationResult:
     """Run a judge over answers people labelled, and measure how far it agrees with them.
 
@@ -182,6 +193,7 @@ def calibrate(
         min_kappa: A gate: `CalibrationResult.passed` is False when Cohen's kappa is under it
             (or there is none).
         on_event: Told `RunStarted`, `CaseFinished` for each item, and `RunStopped`.
+        run_id: Join or resume this stored run, as `run`'s `run_id`.
 
     Returns:
         The complete run and its figures.
@@ -203,6 +215,7 @@ def calibrate(
             bins=bins,
             min_kappa=min_kappa,
             on_event=on_event,
+            run_id=run_id,
         )
     )
 
@@ -219,6 +232,7 @@ async def acalibrate(
     bins: int = 10,
     min_kappa: float | None = None,
     on_event: Callable[[RunEvent], None] | None = None,
+    run_id: int | None = None,
 ) -> CalibrationResult:
     """`calibrate`, on the running event loop; its arguments, result and errors."""
     plan = CalibratePlan(
@@ -232,6 +246,7 @@ async def acalibrate(
         bins=bins,
         min_kappa=min_kappa,
         on_event=on_event,
+        run_id=run_id,
     )
     with open_store(plan.db) as store:
         session = plan.session(store)

@@ -1,0 +1,209 @@
+"""One eval run, several workers: processes (or machines) sharing its cases through the store.
+
+Real `refinekit eval` processes against one store (a throwaway PostgreSQL server, and a SQLite
+file on one machine), answering through the scripted server. A worker killed mid-case leaves
+its claim; the other takes it over; every case ends stored once and asked once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import Cli, Workspace, answers, asked, cli_runner, workspace
+
+from refinekit.eval._store import open_store
+from refinekit.testing import Reply, ScriptedOpenAI
+
+ANSWER = """
+import os
+import pathlib
+import time
+import openai
+
+def answer(question):
+    if question == os.environ.get("RK_BLOCK_ON"):
+        pathlib.Path("started").write_text(question)  # tell the test, then wait for a file
+        while not pathlib.Path("never").exists():     # that never appears
+            time.sleep(0.01)
+    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
+    with client:
+        reply = client.chat.completions.create(
+            model="answer", messages=[{"role": "user", "content": question}]
+        )
+    return reply.choices[0].message.content
+
+def other(question):
+    return answer(question)
+"""
+
+QUESTIONS = [f"q{i}" for i in range(1, 13)]
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+    yield from workspace(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
+    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
+    scripted_openai.script("answer", [answers(dict.fromkeys(QUESTIONS, "ok"))] * 40)
+    return scripted_openai
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    return cli_runner(capsys)
+
+
+def worker(
+    ws: Workspace, server: ScriptedOpenAI, db: str, *extra: str, block_on: str | None = None
+) -> subprocess.Popen[str]:
+    [target] = ws.modules
+    """A `refinekit eval` process on golden.csv; `block_on` a question it never finishes."""
+    env = {k: v for k, v in os.environ.items() if k != "REFINEKIT_DB"}
+    env |= {"PYTHONPATH": str(ws.path), "RK_BASE_URL": server.base_url}
+    if block_on is not None:
+        env["RK_BLOCK_ON"] = block_on
+    command = [sys.executable, "-m", "refinekit", "eval", "golden.csv", "--target"]
+    command += [f"{target}:answer", "--db", db, *extra]
+    return subprocess.Popen(
+        command, cwd=ws.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_for(what: str, done: object, *processes: subprocess.Popen[str]) -> None:
+    """Wait (up to a minute) until `done()` holds; fail, with the processes' output, if one
+    of them ends first."""
+    deadline = time.monotonic() + 60
+    while not done():  # type: ignore[operator]
+        for p in processes:
+            if p.poll() is not None:
+                out, err = p.communicate()
+                pytest.fail(f"a worker ended before {what} (exit {p.returncode}):\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"never: {what}")
+        time.sleep(0.02)
+
+
+def stored(db: str) -> int:
+    with open_store(db) as store:
+        runs = store.runs()
+        return len(store.case_keys(runs[0].id)) if runs else 0
+
+
+def store_of(kind: str, ws: Workspace, request: pytest.FixtureRequest) -> str:
+    if kind == "postgresql":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return str(ws.path / "shared.db")
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "sqlite"])
+def test_a_second_worker_joins_a_running_run_and_takes_over_a_killed_workers_case(
+    kind: str, ws: Workspace, server: ScriptedOpenAI, request: pytest.FixtureRequest
+) -> None:
+    db = store_of(kind, ws, request)
+    target = ws.module(ANSWER, stem="shared")
+    ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in QUESTIONS])
+    first = worker(ws, server, db, "--concurrency", "1", block_on="q1")
+    second = None
+    try:
+        wait_for("the first worker started q1", (ws.path / "started").exists, first)
+        second = worker(ws, server, db, "--concurrency", "2")
+        # the second answers every case but q1, which the first holds; then it waits
+        wait_for("the second worker answered the rest", lambda: stored(db) == 11, second)
+        assert second.poll() is None  # still there: q1 is claimed by a live worker
+        first.kill()  # SIGKILL: no goodbye, its claim on q1 stays in the store
+        first.communicate()
+        out, err = second.communicate(timeout=60)
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert first.wait() == -signal.SIGKILL
+    assert second.returncode == 0, err
+    assert "joining run 1, which other workers are running: 0 of 12 cases already stored" in out
+    assert "pass rate 1.000 (12/12)" in out
+    assert sorted(asked(server)) == sorted(QUESTIONS)  # each asked once: q1 by the second only
+    with open_store(db) as store:
+        [run] = store.runs()
+        assert run.status == "complete"
+        assert sorted(c.question for c in store.cases(run.id)) == sorted(QUESTIONS)
+        assert store.pending(run.id) == 0
+        assert run.summary["cases"] == 12
+
+
+def test_workers_started_at_once_share_the_cases_each_answered_once(
+    ws: Workspace, server: ScriptedOpenAI, postgres_url: str
+) -> None:
+    target = ws.module(ANSWER, stem="shared")
+    ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in QUESTIONS])
+    # each reply takes a moment, so that all workers are at it before any is done
+    reply = answers(dict.fromkeys(QUESTIONS, "ok"))
+    server.reset()
+    server.script("answer", lambda r: Reply.delay(0.2, reply(r)), times=None)
+    workers = [worker(ws, server, postgres_url, "--concurrency", "2") for _ in range(3)]
+    results = [p.communicate(timeout=120) for p in workers]
+    for p, (out, err) in zip(workers, results, strict=True):
+        assert p.returncode == 0, err
+        assert "pass rate 1.000 (12/12)" in out
+    assert sum("joining run 1" in out for out, _ in results) == 2  # one started it
+    assert sorted(asked(server)) == sorted(QUESTIONS)  # none asked twice, none lost
+    with open_store(postgres_url) as store:
+        [run] = store.runs()
+        assert run.status == "complete"
+        assert len(store.cases(run.id)) == 12
+
+
+def test_a_run_named_by_id_is_joined_from_a_file_at_another_path(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli, postgres_url: str
+) -> None:
+    target = ws.module(ANSWER, stem="shared")
+    rows = [{"question": q, "must_mention": "ok"} for q in QUESTIONS]
+    ws.csv("golden.csv", rows)
+    first = worker(ws, server, postgres_url, "--concurrency", "1", block_on="q1")
+    try:
+        wait_for("the first worker started q1", (ws.path / "started").exists, first)
+        # "another machine": the same file at another path; the fingerprint differs, so it
+        # names the run
+        (ws.path / "elsewhere").mkdir()
+        copy = ws.path / "elsewhere" / "golden.csv"
+        copy.write_bytes((ws.path / "golden.csv").read_bytes())
+        edited = ws.path / "elsewhere" / "edited.csv"
+        edited.write_text("question,must_mention\nq1,ok\n", encoding="utf-8")
+        wrong = cli(
+            "eval", str(edited), "--target", f"{target}:answer", "--db", postgres_url, "--run", "1"
+        )
+        assert wrong.code == 2
+        assert "run 1 is running over another version of" in wrong.err
+        other = cli(
+            "eval", str(copy), "--target", f"{target}:other", "--db", postgres_url, "--run", "1"
+        )
+        assert other.code == 2
+        assert "run 1 was made with another target" in other.err
+        first.kill()
+        first.communicate()
+        joined = cli(
+            "eval", str(copy), "--target", f"{target}:answer", "--db", postgres_url, "--run", "1"
+        )
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert joined.code == 0, joined.err
+    assert "resuming run 1" in joined.out  # the first worker is gone: nobody runs it
+    assert "pass rate 1.000 (12/12)" in joined.out
+    done = cli(
+        "eval", str(copy), "--target", f"{target}:answer", "--db", postgres_url, "--run", "1"
+    )
+    assert done.code == 2
+    assert "run 1 is complete" in done.err
