@@ -190,6 +190,7 @@ def test_eval_names() -> None:
         "RunStarted",
         "RunStopped",
         "RunStoreError",
+        "StoreURL",
         "Summary",
         "Thresholds",
         "UsageProblem",
@@ -200,6 +201,7 @@ def test_eval_names() -> None:
         "html_report",
         "run",
         "runs",
+        "store_location",
         "store_path",
     }
     for name in refinekit.eval.__all__:

@@ -18,7 +18,9 @@ from helpers import Cli, Workspace, answers, asked, cli_runner, table, workspace
 from pg import PostgresServer
 from pg import _free_port as free_port
 
+import refinekit.eval
 from refinekit import Usage
+from refinekit.eval import UsageProblem
 from refinekit._redact import safe_url
 from refinekit.eval import _pgstore as pgstore
 from refinekit.eval import _runstore as runstore
@@ -840,3 +842,34 @@ def test_postgresql_stores_opened_at_once_on_a_new_database_make_it_once(
     assert errors == []
     with PostgresStore(postgres_url) as store:
         assert store._all("SELECT version FROM schema_version") == [{"version": 2}]
+
+
+def test_store_location_names_a_file_or_a_url_shown_without_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("REFINEKIT_DB", raising=False)
+    assert refinekit.eval.store_location(None) == Path(".refinekit/runs.db")
+    assert refinekit.eval.store_path("runs/x.db") == Path("runs/x.db")
+    url = "postgresql://ci:s3cret-pass@db.internal:5432/evals"
+    monkeypatch.setenv("REFINEKIT_DB", url)
+    where = refinekit.eval.store_location(None)
+    assert isinstance(where, refinekit.eval.StoreURL)
+    assert str(where) == safe_url(url) == "postgresql://db.internal:5432/evals"
+    assert "s3cret" not in f"{where} {where!r}"
+    with pytest.raises(UsageProblem, match="is a PostgreSQL database, not a file") as info:
+        refinekit.eval.store_path(None)
+    assert "s3cret" not in str(info.value)
+
+
+def test_a_postgresql_connection_lost_mid_run_is_a_store_error_without_the_password(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    with PostgresStore(postgres_url) as store:
+        run_id = queued(store, 3)
+        [row] = store._all("SELECT pg_backend_pid() AS pid")
+        with PostgresStore(postgres_url) as admin:  # the server ends the first one's session
+            admin._exec("SELECT pg_terminate_backend(?)", (row["pid"],))
+        with pytest.raises(RunStoreError, match=r"the run store postgresql://.* failed") as info:
+            store.claim(run_id, "this-worker")
+    assert postgres_server.password not in str(info.value)
+    assert info.value.__suppress_context__  # psycopg's error (and the URL in it) not chained

@@ -33,9 +33,9 @@ from ._results import (
     RunStarted,
     RunStopped,
 )
-from ._session import store_path
+from ._session import store_location, store_path
 from ._stats import ReliabilityBin
-from ._store import CaseRecord, Outcome, RunInfo
+from ._store import CaseRecord, Outcome, RunInfo, StoreURL
 from ._summary import Comparison, Summary
 from ._workflow import acalibrate, arun, calibrate, compare, html_report, run, runs
 
@@ -55,6 +55,7 @@ __all__ = [
     "RunStarted",
     "RunStopped",
     "RunStoreError",
+    "StoreURL",
     "Summary",
     "Thresholds",
     "UsageProblem",
@@ -65,6 +66,7 @@ __all__ = [
     "html_report",
     "run",
     "runs",
+    "store_location",
     "store_path",
 ]
 

@@ -238,19 +238,31 @@ class PostgresStore(SQLStore):
     def _sql(sql: str) -> str:
         return sql.replace("?", "%s")
 
+    @contextmanager
+    def _failing(self) -> Iterator[None]:
+        """psycopg's errors (a dropped connection, a server gone) as `RunStoreError`s, with the
+        URL's secrets taken out."""
+        try:
+            yield
+        except self._errors as e:
+            raise RunStoreError(f"the run store {self.where} failed: {self._redact(e)}") from None
+
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Mapping[str, Any]]:
-        rows: list[Mapping[str, Any]] = self._db.execute(self._sql(sql), params).fetchall()
+        with self._failing():
+            rows: list[Mapping[str, Any]] = self._db.execute(self._sql(sql), params).fetchall()
         return rows
 
     def _exec(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._db.execute(self._sql(sql), _text(params))
+        with self._failing():
+            self._db.execute(self._sql(sql), _text(params))
 
     def _insert(self, sql: str, params: Sequence[Any]) -> int:
-        row = self._db.execute(self._sql(sql) + " RETURNING id", _text(params)).fetchone()
+        with self._failing():
+            row = self._db.execute(self._sql(sql) + " RETURNING id", _text(params)).fetchone()
         return int(row["id"])
 
     def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        with self._db.cursor() as cursor:
+        with self._failing(), self._db.cursor() as cursor:
             cursor.executemany(self._sql(sql), [_text(r) for r in rows])
 
     def _lock_runs(self) -> None:
@@ -261,7 +273,7 @@ class PostgresStore(SQLStore):
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
-        with self._db.transaction():
+        with self._failing(), self._db.transaction():
             yield
 
 

@@ -192,22 +192,40 @@ class SQLiteStore(SQLStore):
         """Close the database."""
         self._db.close()
 
+    @contextmanager
+    def _failing(self) -> Iterator[None]:
+        """sqlite3's errors (a locked or unwritable file, a full disk) as `RunStoreError`s."""
+        try:
+            yield
+        except sqlite3.Error as e:
+            raise RunStoreError(f"the run store {self.path} failed: {e}") from None
+
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Mapping[str, Any]]:
-        return self._db.execute(sql, params).fetchall()
+        with self._failing():
+            return self._db.execute(sql, params).fetchall()
 
     def _exec(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._db.execute(sql, params)
+        with self._failing():
+            self._db.execute(sql, params)
 
     def _insert(self, sql: str, params: Sequence[Any]) -> int:
-        run_id = self._db.execute(sql, params).lastrowid
+        with self._failing():
+            run_id = self._db.execute(sql, params).lastrowid
         assert run_id is not None
         return run_id
 
     def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        self._db.executemany(sql, rows)
+        with self._failing():
+            self._db.executemany(sql, rows)
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
+        with self._failing():
+            with self._steps():
+                yield
+
+    @contextmanager
+    def _steps(self) -> Iterator[None]:
         # BEGIN IMMEDIATE takes the write lock at once (two processes never both read, then
         # write); a transaction inside one is a savepoint of it
         if self._db.in_transaction:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .._errors import RunAborted
+from .._errors import RunAborted, RunStoreError, UsageProblem
 from ._cases import Case
 from ._pgstore import is_postgres_url
 from ._ratelimit import RateLimiter
@@ -27,15 +27,26 @@ __all__ = ["Session", "store_location", "store_path"]
 
 
 def store_path(db: str | os.PathLike[str] | None = None) -> Path:
-    """The run store a `db` argument means: `db`, else `$REFINEKIT_DB`, else `.refinekit/runs.db`.
+    """The SQLite run store a `db` argument means: `db`, else `$REFINEKIT_DB`, else
+    `.refinekit/runs.db`.
 
     Args:
         db: A path, or None for the default.
 
     Returns:
         The store's file (it may not exist yet).
+
+    Raises:
+        UsageProblem: `db` (or `$REFINEKIT_DB`) is a PostgreSQL URL, which has no file:
+            `store_location` says which store any `db` means.
     """
-    return Path(db or os.environ.get("REFINEKIT_DB") or DEFAULT_DB)
+    where = store_location(db)
+    if isinstance(where, StoreURL):
+        raise UsageProblem(
+            f"the run store {where} is a PostgreSQL database, not a file: "
+            "refinekit.eval.store_location(db) names either kind"
+        )
+    return where
 
 
 def store_location(db: str | os.PathLike[str] | None = None) -> Path | StoreURL:
@@ -43,7 +54,13 @@ def store_location(db: str | os.PathLike[str] | None = None) -> Path | StoreURL:
 
     `db`, else `$REFINEKIT_DB`, else `.refinekit/runs.db`; a `postgresql://` (or
     `postgres://`) one is a PostgreSQL store, kept as a `StoreURL` (shown without its
-    credentials).
+    credentials; `refinekit.eval.open_store` opens it).
+
+    Args:
+        db: A path or URL, or None for the default.
+
+    Returns:
+        The SQLite file (it may not exist yet), or the PostgreSQL store's URL.
     """
     value = db or os.environ.get("REFINEKIT_DB") or DEFAULT_DB
     if isinstance(value, str) and is_postgres_url(value):
@@ -152,18 +169,28 @@ class Session:
         self.store.leave(self.run.id, self.worker)
 
     def _stop(self, error: BaseException) -> None:
-        """Leave the run; store it incomplete (resumable) unless others are at it; say so."""
-        stored = len(self.store.case_keys(self.run.id))
+        """Leave the run; store it incomplete (resumable) unless others are at it; say so.
+
+        When the store itself failed, nothing more can be stored: its workers' leases lapse
+        and the run reads `incomplete`, and the store's error is what the caller sees.
+        """
         total = len(self.cases)
-        if self.store.leave(self.run.id, self.worker) == 0:
-            self.store.finish_run(
-                self.run.id,
-                "incomplete",
-                {"stored": stored, "cases": total, "retried": self.retried},
-            )
+        try:
+            stored = len(self.store.case_keys(self.run.id))
+            if self.store.leave(self.run.id, self.worker) == 0:
+                self.store.finish_run(
+                    self.run.id,
+                    "incomplete",
+                    {"stored": stored, "cases": total, "retried": self.retried},
+                )
+            run = self.store.run(self.run.id)
+        except RunStoreError:
+            if isinstance(error, RunStoreError):
+                return
+            raise
         if isinstance(error, RunAborted):  # what the caller needs to resume it
             error.run_id, error.stored, error.cases = self.run.id, stored, total
-        self._tell(RunStopped(self.store.run(self.run.id), stored, total, error))
+        self._tell(RunStopped(run, stored, total, error))
 
     def records(self) -> list[CaseRecord]:
         """Every stored case of the run, in file order."""

@@ -58,6 +58,8 @@ def check_eval() -> None:  # never called: mypy reads it
     assert_type(refinekit.eval.html_report(result), str)
     assert_type(refinekit.eval.runs(kind="eval"), list[RunInfo])
     assert_type(refinekit.eval.store_path(None), Path)
+    assert_type(refinekit.eval.store_location(None), Path | refinekit.eval.StoreURL)
+    assert_type(refinekit.eval.run("g.csv", target="app:answer", run_id=3), EvalResult)
 
 
 def check_calibrate() -> None:  # never called: mypy reads it
