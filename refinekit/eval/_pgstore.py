@@ -164,7 +164,9 @@ class PostgresStore(SQLStore):
             self._clock_offset = float(row["now"]) - time.time()
         except self._errors as e:
             self._db.close()
-            raise RunStoreError(f"cannot use the run store {self.where}: {self._redact(e)}") from None
+            raise RunStoreError(
+                f"cannot use the run store {self.where}: {self._redact(e)}"
+            ) from None
         except BaseException:
             self._db.close()
             raise
@@ -240,8 +242,10 @@ class PostgresStore(SQLStore):
 
     @contextmanager
     def _failing(self) -> Iterator[None]:
-        """psycopg's errors (a dropped connection, a server gone) as `RunStoreError`s, with the
-        URL's secrets taken out."""
+        """Turn psycopg's errors (a dropped connection, a server gone) into `RunStoreError`s.
+
+        The URL's secrets are taken out of their text.
+        """
         try:
             yield
         except self._errors as e:
