@@ -242,3 +242,58 @@ def test_the_ray_backend_refuses_what_it_cannot_run(ws: Workspace, server: Scrip
     with pytest.raises(refinekit.eval.UsageProblem, match="backend must be 'local' or 'ray'"):
         refinekit.eval.run("golden.csv", target=f"{target}:answer", backend="spark")  # type: ignore[arg-type]
     assert server.requests == []  # nothing ran
+
+
+JUDGE = """
+from refinekit import Verdict
+
+def judge(request):
+    passed = "ok" in request.answer
+    return Verdict(passed=passed, feedback="says ok" if passed else "no ok")
+"""
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_calibrate_on_ray_workers(ws: Workspace) -> None:
+    judge = ws.module(JUDGE, stem="rayjudge")
+    rows = [
+        {
+            "question": f"q{i}",
+            "answer": "ok" if i % 3 else "nope",
+            "label": "pass" if i % 3 else "fail",
+        }
+        for i in range(1, 13)
+    ]
+    ws.csv("labels.csv", rows)
+    result = refinekit.eval.calibrate(
+        "labels.csv", judge=f"{judge}:judge", backend="ray", workers=2, db="runs.db"
+    )
+    assert result.run.status == "complete"
+    assert len(result.cases) == 12
+    assert result.calibration.kappa == 1.0  # the judge agrees with every label
+
+
+BROKEN_JUDGE = """
+def judge(request):
+    return 1 / 0
+"""
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_ray_worker_stopped_by_a_broken_judge_stops_the_run_incomplete(
+    ws: Workspace, server: ScriptedOpenAI
+) -> None:
+    target = ray_golden(ws, server)
+    judge = ws.module(BROKEN_JUDGE, stem="broken")
+    with pytest.raises(refinekit.eval.RunAborted, match="ZeroDivisionError") as info:
+        refinekit.eval.run(
+            "golden.csv",
+            target=f"{target}:answer",
+            judge=f"{judge}:judge",
+            backend="ray",
+            workers=2,
+            db="runs.db",
+        )
+    [run] = refinekit.eval.runs(db="runs.db")
+    assert run.status == "incomplete"  # every worker left; the same call resumes it
+    assert info.value.run_id == run.id

@@ -31,6 +31,7 @@ from typing import Any
 
 from .._errors import RunAborted, UsageProblem
 from ._results import CaseFinished
+from ._sqlstore import LEASE_SECONDS
 from ._store import RunStore, StoreURL, open_store
 
 __all__ = ["RayBackend", "run_on_ray"]
@@ -196,14 +197,29 @@ async def run_on_ray(
         refs = [remote.remote(task) for _ in range(workers)]
         try:
             return list(await asyncio.to_thread(ray.get, refs))
-        except ray.exceptions.RayTaskError as e:
-            cause = getattr(e, "cause", None) or e
-            if isinstance(cause, (UsageProblem, RunAborted)):
-                raise cause from None
-            raise RunAborted(
-                f"a Ray worker of run {run_id} failed: {type(cause).__name__}: {cause}"
-            ) from cause
-        finally:
-            for ref in refs:
-                with contextlib.suppress(Exception):
-                    ray.cancel(ref, force=True)
+        except BaseException as e:
+            _cancel_unfinished(ray, refs)
+            if isinstance(e, ray.exceptions.RayTaskError):
+                cause = getattr(e, "cause", None) or e
+                if isinstance(cause, (UsageProblem, RunAborted)):
+                    raise cause from None
+                raise RunAborted(
+                    f"a Ray worker of run {run_id} failed: {type(cause).__name__}: {cause}"
+                ) from cause
+            raise
+
+
+def _cancel_unfinished(ray: Any, refs: list[Any]) -> None:
+    """Cancel the tasks still running, and wait (up to a lease) until they have stopped.
+
+    Each leaves the run as an interrupted worker does, so that when the driver says the run
+    stopped, its status is already what a resume finds. Only the running ones are cancelled:
+    cancelling a finished task can crash the driver (Ray 2.x).
+    """
+    with contextlib.suppress(Exception):
+        _, running = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for ref in running:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
+        if running:
+            ray.wait(running, num_returns=len(running), timeout=LEASE_SECONDS)
