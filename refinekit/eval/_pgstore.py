@@ -222,7 +222,7 @@ class PostgresStore(SQLStore):
             for number, step in enumerate(_MIGRATIONS[version:], start=version + 1):
                 try:
                     for statement in step:
-                        self._exec(statement)
+                        self._db.execute(statement)  # its own error, said below
                 except self._errors as e:
                     raise RunStoreError(
                         f"cannot bring the run store {self.where} from schema {version} to "
