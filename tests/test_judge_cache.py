@@ -663,3 +663,34 @@ async def test_an_anthropic_judge_hits_too(kind: str, server: ScriptedOpenAI) ->
             await closed
     assert again == first
     assert len(server.requests) == 2
+
+
+# --- tracing ------------------------------------------------------------------------------------
+
+
+async def test_only_a_miss_gets_a_request_span(
+    kind: str, server: ScriptedOpenAI, make_jm: MakeJudgeModel
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    import refinekit.otel
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    refinekit.otel.instrument(tracer_provider=provider)
+    try:
+        script_forever(server)
+        jm = make_jm()
+        counts = []
+        for _ in range(2):
+            await judge(kind, judges.criteria(jm, [ANSWERS, KEEPS]))
+            spans = exporter.get_finished_spans()
+            counts.append(sum(1 for s in spans if s.name == "chat judge"))
+    finally:
+        refinekit.otel.uninstrument()
+        provider.shutdown()
+    assert counts == [2, 2]  # the second judgement added no request span
+    assert len(server.requests) == 2
