@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from .. import _hooks
+from .._hooks import Event, emit, wants_debug_events
 from .._job import current_job
 from .._model import Usage
 from .._redact import redact
@@ -425,11 +425,11 @@ class Cached:
 
     def _observe(self, hit: bool) -> None:
         """Emit the `judge_cache` event (when anyone listens)."""
-        if not _hooks.wants_debug_events():
+        if not wants_debug_events():
             return
         job = current_job()
-        _hooks.emit(
-            _hooks.Event(
+        emit(
+            Event(
                 kind="judge_cache",
                 decorator="judge",
                 function=self.kind,
