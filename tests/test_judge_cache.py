@@ -594,6 +594,20 @@ async def test_a_stored_value_that_cannot_be_read_is_asked_again(
     assert json.loads(backend.entries[key])["value"]  # replaced by the fresh reply
 
 
+async def test_a_value_that_cannot_be_read_counts_as_a_miss(
+    kind: str, server: ScriptedOpenAI, make_jm: MakeJudgeModel, tmp_path: Path
+) -> None:
+    script_forever(server)
+    with SQLiteCache(tmp_path / "c.sqlite") as cache:
+        jm = make_jm(cache=cache)
+        await judge(kind, judges.relevancy(jm))
+        cache._db.execute("UPDATE refinekit_judge_cache SET value = '{}'")
+        await judge(kind, judges.relevancy(jm))
+        await judge(kind, judges.relevancy(jm))
+        assert (cache.hits, cache.misses) == (1, 2)
+    assert len(server.requests) == 2
+
+
 # --- events -------------------------------------------------------------------------------------
 
 

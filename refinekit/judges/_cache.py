@@ -99,6 +99,12 @@ class _Counters:
                 self.hits += 1
         return value
 
+    def _unreadable(self) -> None:
+        """A hit whose value could not be read back: it counts as the miss it was."""
+        with self._count_lock:
+            self.hits -= 1
+            self.misses += 1
+
 
 class MemoryCache(_Counters):
     """A judge cache in this process's memory: bounded, least recently used out first.
@@ -392,6 +398,8 @@ class Cached:
             return self.stored_type.model_validate(json.loads(text)["value"])
         except Exception as exc:
             _warn(self.cache, "could not read the stored reply; asking the model", exc)
+            if isinstance(self.cache, _Counters):
+                self.cache._unreadable()
             return None
 
     # -- running -------------------------------------------------------------------------
