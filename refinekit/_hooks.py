@@ -38,6 +38,7 @@ EventKind = Literal[
     "review",
     "revision",
     "rejected",
+    "judge_cache",
 ]
 """What happened:
 
@@ -56,7 +57,11 @@ EventKind = Literal[
   revision); `verdict` is the verdict (`unjudged` when the judge failed or timed out, `error`
   then says why), and its `metadata["review"]` holds the mode and the draft number;
 - `revision`: `@reviewed` asked the reviser for revision number `attempt`, with `feedback`;
-- `rejected`: `@reviewed` raises `AnswerRejected`; `error` starts with its reason.
+- `rejected`: `@reviewed` raises `AnswerRejected`; `error` starts with its reason;
+- `judge_cache`: a judge model with a cache looked a request up (`cache` is "hit" or "miss",
+  `function` the judge's kind, `decorator` is "judge", `detail` the key, `attempt` and
+  `max_attempts` 0; `job_id` and the usage are the job's the judge runs in, or "" and none
+  outside a job). Like `attempt` and `verdict`, it is logged at DEBUG only.
 """
 
 
@@ -85,6 +90,7 @@ class Event:
             `("code_fence", "trailing_comma")`; empty when the reply was strict JSON.
         failure: What was wrong with the reply (`correction`, `exhausted` of `@self_correct`):
             a `refinekit.FailureKind`.
+        cache: "hit" or "miss" (`judge_cache`): whether the judge cache held the reply.
     """
 
     kind: EventKind
@@ -104,6 +110,7 @@ class Event:
     detail: str | None = None
     repairs: tuple[str, ...] = ()
     failure: str | None = None
+    cache: Literal["hit", "miss"] | None = None
 
 
 def make_event(
@@ -192,7 +199,7 @@ def _report_hook_error(hook: Hook, event: Event, exc: Exception) -> None:
 
 
 def wants_debug_events() -> bool:
-    """Whether an event logged only at DEBUG (attempt, verdict, skipped) reaches anyone.
+    """Whether a DEBUG-only event (attempt, verdict, skipped, judge_cache) reaches anyone.
 
     Building an `Event` costs microseconds; when no hook is subscribed and the `refinekit`
     logger drops DEBUG records, such an event would reach nobody, so callers skip building it.
@@ -339,6 +346,9 @@ def _log_event(event: Event) -> None:
                 event.attempt,
                 _clip(event.error),
             )
+    elif event.kind == "judge_cache":
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("judge cache %s: %s (key %s)", event.cache, event.function, event.detail)
     elif logger.isEnabledFor(logging.DEBUG):
         logger.debug(
             "%s: %s %d/%d%s",

@@ -44,6 +44,7 @@ from ._package import version
 from ._redact import redact
 from ._replies import usage_of
 from ._revisers import Revise
+from .judges._cache import Cached
 from .judges._calls import Complete, Structured
 
 __all__ = ["OtelTracing"]
@@ -230,6 +231,8 @@ class OtelTracing:
             return _TracedEvaluate(self, command)
         if isinstance(command, (Complete, Structured)):
             return _TracedJudgeCall(self, command)
+        if isinstance(command, Cached):  # a hit makes no call: only a miss gets its span
+            return command.with_command(self._traced(command.command))
         if isinstance(command, Gather):
             return Gather([self._traced(c) for c in command.commands])
         if isinstance(command, Timed):

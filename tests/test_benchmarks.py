@@ -81,3 +81,19 @@ def test_bench_correction_cost_prints_the_ratios_and_meets_its_target() -> None:
     assert "| one short user message | not JSON at all |" in out
     worst = json.loads(out.strip().splitlines()[-1])["worst_extraction_ratio"]
     assert worst <= 1.05
+
+
+def test_bench_judge_cache_quick_run_prints_the_table() -> None:
+    out = quick_run("bench_judge_cache.py", timeout=120)
+    for heading in (
+        "refinekit judge cache",
+        "1. first run",
+        "2. same run again",
+        "answers changed",
+        "4. repeat 2 (cache_salt)",
+        "pass 2 verdicts identical to pass 1: True",
+        "errors on the wire: 0",
+    ):
+        assert heading in out, f"{heading!r} missing from the benchmark's output:\n{out}"
+    again = next(line for line in out.splitlines() if line.startswith("2. same run again"))
+    assert again.split()[5:7] == ["0", "0.00"]  # no call on the wire the second time
