@@ -22,6 +22,7 @@ from typing import (
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
+from ._budget import Budget, check_budget_option, without_attempts
 from ._corrections import CHECK_MARKER, CorrectionRequest, default_correction
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._diagnose import diagnose
@@ -85,6 +86,7 @@ class _CorrectConfig(Generic[T]):
         "context",
         "correction",
         "function",
+        "job_budget",
         "max_corrections",
         "messages_name",
         "parser",
@@ -121,6 +123,7 @@ class _CorrectConfig(Generic[T]):
         self.repair = repair
         self.correction = correction
         self.context = context
+        self.job_budget: Budget | None = None
 
     def split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -383,6 +386,7 @@ def self_correct(
     validation_context: Mapping[str, Any]
     | Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
     | None = None,
+    budget: Budget | None = None,
 ) -> SelfCorrecting[T]:
     """Parse and validate the decorated function's reply; correct a bad one in conversation.
 
@@ -420,6 +424,10 @@ def self_correct(
             can check values against the call (`refinekit.InSource` checks that a string
             appears in `context["source"]`): a dict, or a callable of the call's bound
             arguments (a dict by parameter name) returning one.
+        budget: A `refinekit.Budget` for the job (tokens, cost, model calls, corrections and
+            judge calls included): the call raises `refinekit.BudgetExceeded` as soon as a
+            reply has taken the job over it. Inside another refinekit call it can only
+            tighten that job's budget. See docs/budgets.md.
 
     Returns:
         A decorator; the decorated function returns the schema's type (awaitable for
@@ -428,10 +436,12 @@ def self_correct(
     Raises:
         ValueError: `max_corrections` is not an int from 0 to 10 (when decorating).
         TypeError: `schema` is not a type (a function, a method, an instance), pydantic
-            cannot validate it, the function takes no argument for the conversation, or
-            `correction`/`validation_context` is neither None nor usable (when decorating).
+            cannot validate it, the function takes no argument for the conversation,
+            `correction`/`validation_context` is neither None nor usable, or `budget` is not
+            a `refinekit.Budget` (when decorating).
     """
     check_budget("max_corrections", max_corrections, MAX_CORRECTIONS_LIMIT)
+    job_budget = check_budget_option(budget)
     if not isinstance(repair, bool):
         raise TypeError(f"repair must be True or False, got {type(repair).__name__}")
     if correction is not None and not callable(correction):
@@ -453,10 +463,11 @@ def self_correct(
         "repair": repair,
         "correction": correction,
         "validation_context": validation_context,
+        "budget": budget,
     }
 
     def configure(fn: Callable[..., Any]) -> _CorrectConfig[T]:
-        return _CorrectConfig(
+        cfg = _CorrectConfig(
             fn,
             parser,
             max_corrections,
@@ -464,11 +475,13 @@ def self_correct(
             correction=correction,
             context=validation_context,
         )
+        cfg.job_budget = job_budget
+        return cfg
 
     def decorate(fn: Any) -> Any:
         return wrap(
             fn,
-            _correct_flow,
+            without_attempts(_correct_flow),
             configure,
             decorator="self_correct",
             remake=functools.partial(self_correct, **options),

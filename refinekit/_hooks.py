@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-from ._errors import RefinekitWarning
-from ._model import Usage, Verdict
+from . import _budget
+from ._errors import MissingPrice, RefinekitWarning
+from ._model import Cost, Usage, Verdict
 from ._redact import redact
 
 __all__ = ["Event", "EventKind", "Subscription", "subscribe"]
@@ -74,6 +75,8 @@ class Event:
         is_last: Whether no further attempt (or correction) is possible after this one.
         usage: The job's usage of the answering model so far.
         judge_usage: The job's usage of model judges so far.
+        cost: What the job's model calls cost so far (answer and judge apart), when its
+            budget has prices (`refinekit.Budget(prices=...)`); None otherwise.
         verdict: The verdict, on `verdict` and on `retry`/`exhausted` after a rejection.
         feedback: The feedback passed on (retry) or the error explained (correction).
         wait: Seconds waited before the next attempt (`retry`; reported even in testing mode).
@@ -96,6 +99,7 @@ class Event:
     is_last: bool
     usage: Usage
     judge_usage: Usage = field(default_factory=Usage)
+    cost: Cost | None = None
     verdict: Verdict | None = None
     feedback: str | None = None
     wait: float | None = None
@@ -126,8 +130,17 @@ def make_event(
         is_last=number >= maximum,
         usage=job.usage,
         judge_usage=job.judge_usage,
+        cost=_cost(job),
         **fields,
     )
+
+
+def _cost(job: Any) -> Cost | None:
+    """The job's cost for an event; None unpriced (a missing price stops the job elsewhere)."""
+    try:
+        return _budget.cost_of(job)
+    except MissingPrice:
+        return None
 
 
 Hook = Callable[[Event], object]
