@@ -485,13 +485,14 @@ def before_attempt(
     function: str,
     start: Mark | None,
     end: Mark | None,
-    feedback: str | None,
+    extra_chars: int,
 ) -> None:
     """Before attempt `number` of `function`: its estimate must fit in what is left.
 
     The estimate is the previous attempt's own usage (from `start` to `end`: its calls,
-    tokens and cost, the calls of decorators inside it too) plus the feedback's characters / 4
-    as prompt tokens (priced, with a cost limit, at the previous attempt's cost per token).
+    tokens and cost, the calls of decorators inside it too) plus what the new attempt adds
+    to the prompt (`extra_chars`, the feedback or the correction turn: characters / 4) as
+    prompt tokens (priced, with a cost limit, at the previous attempt's cost per token).
 
     Raises:
         BudgetExceeded: The estimate does not fit.
@@ -505,7 +506,7 @@ def before_attempt(
         end[0].completion_tokens - start[0].completion_tokens,
     )
     previous_cost = end[1] - start[1]
-    extra = estimate_tokens(len(feedback)) if feedback else 0
+    extra = estimate_tokens(extra_chars)
     tokens = previous.total_tokens + extra
     cost = previous_cost
     if previous.total_tokens and extra:

@@ -22,6 +22,7 @@ from typing import (
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
+from . import _budget
 from ._budget import Budget, check_budget_option, without_attempts
 from ._corrections import CHECK_MARKER, CorrectionRequest, default_correction
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
@@ -228,15 +229,21 @@ def _correct_flow(
     added: list[dict[str, Any]] = []  # the latest correction turn: never compounds
     replies: list[str] = []
     call = 0
+    spent: tuple[_budget.Mark | None, _budget.Mark | None] = (None, None)
     while True:
         call += 1
+        if call > 1:  # a correction must fit in the budget: the last call's usage, the turn
+            turn = sum(len(str(m.get("content") or "")) for m in added)
+            _budget.before_attempt(job, call, cfg.function, *spent, turn)
         # Fresh copies each call: edits the function makes to its messages never compound.
         sent = [dict(m) for m in conversation]
         sent.extend(dict(m) for m in added)
         counted = job._replies_counted()
         started = time.perf_counter()
+        start = _budget.mark(job)
         reply = yield Call(fn, (sent, *rest), rest_kwargs)
         job._count_reply(reply, counted)
+        spent = (start, _budget.mark(job))
         result: Parsed | CorrectionFailure
         try:
             text = reply_text(reply)

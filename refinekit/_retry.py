@@ -250,7 +250,8 @@ def _retry_steps(
     began = time.monotonic()  # tenacity's `start_time`: what `stop_after_delay` counts from
     for number in range(1, max_attempts + 1):
         if number > 1:  # another attempt must fit in what the budget has left
-            _budget.before_attempt(job, number, cfg.function, *spent, feedback)
+            extra = len(feedback) if feedback else 0
+            _budget.before_attempt(job, number, cfg.function, *spent, extra)
         info = AttemptInfo(number, max_attempts, feedback, previous)
         infos.append(info)
         started = time.perf_counter()
