@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .. import _budget
 from .._anthropic import api_error as anthropic_api_error
 from .._anthropic import bounded as anthropic_bounded
+from .._budget import before_judge_call
 from .._errors import JudgeError, JudgeReplyError
 from .._job import current_job
 from .._model import Usage
@@ -76,7 +76,7 @@ class Complete:
         self.kwargs = kwargs
 
     def run_sync(self) -> ChatCompletion:
-        _budget.before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
+        before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
         try:
             with redacted_logs(secrets_of(self.judge)):
                 if self.judge.provider == "anthropic":
@@ -92,7 +92,7 @@ class Complete:
         return completion
 
     async def run_async(self) -> ChatCompletion:
-        _budget.before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
+        before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
         try:
             with redacted_logs(secrets_of(self.judge)):
                 if self.judge.provider == "anthropic":
@@ -165,7 +165,7 @@ class Structured:
         return anthropic_bounded(client) if self.judge.provider == "anthropic" else bounded(client)
 
     def run_sync(self) -> BaseModel:
-        _budget.before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
+        before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
         client = self._instructor(self._bounded(self.judge.sync_client()))
         try:
             with redacted_logs(secrets_of(self.judge)):  # instructor logs the error text
@@ -177,7 +177,7 @@ class Structured:
         return parsed  # type: ignore[no-any-return]
 
     async def run_async(self) -> BaseModel:
-        _budget.before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
+        before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
         client = self._instructor(self._bounded(self.judge.async_client()))
         try:
             with redacted_logs(secrets_of(self.judge)):  # instructor logs the error text
