@@ -81,3 +81,12 @@ def test_bench_correction_cost_prints_the_ratios_and_meets_its_target() -> None:
     assert "| one short user message | not JSON at all |" in out
     worst = json.loads(out.strip().splitlines()[-1])["worst_extraction_ratio"]
     assert worst <= 1.05
+
+
+def test_bench_budget_stops_the_runaway_judge_where_promised() -> None:
+    out = quick_run("bench_budget.py", timeout=120)
+    # answer, judge, ... 11 of each without a budget; max_calls=5: 3 answers and 2 judge calls
+    assert "no budget                              11    11    22" in out
+    assert "Budget(max_calls=5)                     3     2     5" in out
+    assert "Budget(max_calls=5): BudgetExceeded before judge call to model 'judge-model'" in out
+    assert "no budget: LowQualityAnswer after 11 attempts" in out
