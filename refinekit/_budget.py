@@ -288,9 +288,18 @@ class Budget:
         )
 
 
+_in_use = False
+"""Whether any budget was given (to a decorator or a job) in this process: until one is, the
+drivers' check costs one global lookup."""
+
+
 def check_budget_option(budget: object) -> Budget | None:
     """A decorator's `budget=`: None or a `Budget` (a TypeError names what to give)."""
-    if budget is None or isinstance(budget, Budget):
+    global _in_use
+    if budget is None:
+        return None
+    if isinstance(budget, Budget):
+        _in_use = True
         return budget
     raise TypeError(
         "budget= must be a refinekit.Budget, e.g. refinekit.Budget(max_calls=10), not "
@@ -301,6 +310,13 @@ def check_budget_option(budget: object) -> Budget | None:
 # --- the budget a job runs under -------------------------------------------------------------
 
 _SCOPE: ContextVar[tuple[Job, Budget] | None] = ContextVar("refinekit_budget", default=None)
+
+
+def _current_job() -> Job | None:
+    """The current job (`refinekit._job` imports this module, so it is looked up late)."""
+    from ._job import current_job
+
+    return current_job()
 
 
 def effective(job: Job) -> Budget | None:
@@ -319,6 +335,7 @@ def join(job: Job, budget: Budget | None, opened: bool) -> Token[Any] | None:
     """
     if budget is None:
         return None
+    check_budget_option(budget)
     if opened:
         job._budget = budget
         return None
@@ -453,9 +470,9 @@ def check() -> None:
         BudgetExceeded: A counted call has taken the job over a limit.
         MissingPrice: The job must be priced and a model it called has no price.
     """
-    from ._job import current_job
-
-    job = current_job()
+    if not _in_use:  # no budget was ever given: nothing to look up
+        return
+    job = _current_job()
     if job is None:
         return
     budget = effective(job)
@@ -575,13 +592,15 @@ def before_judge_call(model: str, request: Mapping[str, Any]) -> None:
         BudgetExceeded: The job is over a limit, or the call does not fit in what is left.
         MissingPrice: A cost limit, and `model` has no price.
     """
-    from ._job import current_job
-
+    if not _in_use:
+        return
     tokens = estimate_tokens(_request_chars(request))
-    before_call(current_job(), f"judge call to model {model!r}", model, tokens)
+    before_call(_current_job(), f"judge call to model {model!r}", model, tokens)
 
 
-def without_attempts(flow: Callable[..., Generator[Any, Any, T]]) -> Callable[..., Any]:
+def without_attempts(
+    flow: Callable[..., Generator[Any, Any, T]], decorator: str
+) -> Callable[..., Any]:
     """A decorator's flow whose `BudgetExceeded` carries no attempts and no best answer.
 
     For the decorators none of whose unfinished answers may be used (an unparsed reply, an
@@ -589,17 +608,37 @@ def without_attempts(flow: Callable[..., Generator[Any, Any, T]]) -> Callable[..
     """
 
     @functools.wraps(flow)
-    def run(*args: Any) -> Generator[Any, Any, T]:
+    def run(
+        cfg: Any, fn: Any, args: Any, kwargs: Any, job: Job, record: Any
+    ) -> Generator[Any, Any, T]:
         try:
-            return (yield from flow(*args))
+            return (yield from flow(cfg, fn, args, kwargs, job, record))
         except BudgetExceeded as stopped:
-            surface(stopped, [], None)
+            surface(stopped, [], None, decorator=decorator, function=cfg.function, job=job)
             raise
 
     return run
 
 
-def surface(error: BudgetExceeded, attempts: list[Attempt], best: Attempt | None) -> None:
-    """Put the attempts of the decorated call on its way out (the outermost one's stay)."""
+def surface(
+    error: BudgetExceeded,
+    attempts: list[Attempt],
+    best: Attempt | None,
+    *,
+    decorator: str,
+    function: str,
+    job: Job,
+) -> None:
+    """Put the attempts of the decorated call on its way out (the outermost one's stay).
+
+    The first decorator it leaves emits a `budget` event (one per stop, whatever the nesting).
+    """
     error.attempts = tuple(attempts)
     error.best = best
+    if error.__dict__.get("_announced"):
+        return
+    error.__dict__["_announced"] = True
+    from ._hooks import emit, make_event
+
+    number = len(attempts)
+    emit(make_event("budget", decorator, function, job, number, number, error=str(error)))

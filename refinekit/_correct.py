@@ -488,7 +488,7 @@ def self_correct(
     def decorate(fn: Any) -> Any:
         return wrap(
             fn,
-            without_attempts(_correct_flow),
+            without_attempts(_correct_flow, "self_correct"),
             configure,
             decorator="self_correct",
             remake=functools.partial(self_correct, **options),

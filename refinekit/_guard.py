@@ -297,7 +297,7 @@ def guarded(
     def decorate(fn: Any) -> Any:
         return wrap(
             fn,
-            without_attempts(_guard_flow),
+            without_attempts(_guard_flow, "guarded"),
             configure,
             decorator="guarded",
             remake=functools.partial(guarded, **options),

@@ -39,6 +39,7 @@ EventKind = Literal[
     "review",
     "revision",
     "rejected",
+    "budget",
 ]
 """What happened:
 
@@ -57,7 +58,9 @@ EventKind = Literal[
   revision); `verdict` is the verdict (`unjudged` when the judge failed or timed out, `error`
   then says why), and its `metadata["review"]` holds the mode and the draft number;
 - `revision`: `@reviewed` asked the reviser for revision number `attempt`, with `feedback`;
-- `rejected`: `@reviewed` raises `AnswerRejected`; `error` starts with its reason.
+- `rejected`: `@reviewed` raises `AnswerRejected`; `error` starts with its reason;
+- `budget`: the job's `refinekit.Budget` stopped the call: `BudgetExceeded` is raised, and
+  `error` is its message (once per stop, from the innermost decorated call it left).
 """
 
 
@@ -344,6 +347,9 @@ def _log_event(event: Event) -> None:
                 "" if event.attempt == 1 else "s",
                 _clip(event.error),
             )
+    elif event.kind == "budget":
+        if logger.isEnabledFor(logging.WARNING):
+            logger.warning("%s: %s", event.function, _clip(event.error))
     elif event.kind == "exhausted":
         if logger.isEnabledFor(logging.WARNING):
             logger.warning(

@@ -62,7 +62,7 @@ TEXT_LIMIT = 2000
 # The span kinds of the event bus that become span events (the others repeat what a span
 # or an evaluation event already says).
 _BUS_KINDS = frozenset(
-    {"retry", "correction", "exhausted", "blocked", "revision", "rejected", "skipped"}
+    {"retry", "correction", "exhausted", "blocked", "revision", "rejected", "skipped", "budget"}
 )
 
 

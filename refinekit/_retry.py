@@ -225,7 +225,14 @@ def _retry_flow(
     try:
         return (yield from _retry_steps(cfg, fn, args, kwargs, job, record, attempts))
     except BudgetExceeded as stopped:
-        _budget.surface(stopped, attempts, _best(attempts))
+        _budget.surface(
+            stopped,
+            attempts,
+            _best(attempts),
+            decorator="retry_on_low_quality",
+            function=cfg.function,
+            job=job,
+        )
         raise
 
 

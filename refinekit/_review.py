@@ -488,7 +488,7 @@ def reviewed(
     def decorate(fn: Any) -> Any:
         return wrap(
             fn,
-            without_attempts(_off_flow if mode == "off" else _review_flow),
+            without_attempts(_off_flow if mode == "off" else _review_flow, "reviewed"),
             configure,
             decorator="reviewed",
             remake=functools.partial(reviewed, **options),

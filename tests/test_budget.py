@@ -534,3 +534,24 @@ def test_model_of_every_reply_kind() -> None:
     assert model_of(completion) == "gpt-z"
     assert model_of({"type": "ai", "content": "hi"}) is None
     assert model_of("text") is None
+
+
+async def test_a_stop_is_one_budget_event_and_a_warning(
+    setup: Setup,
+    server: ScriptedOpenAI,
+    events: list[refinekit.Event],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server.script("answer", answer_reply(), times=None)
+    inner = refinekit.retry_on_low_quality(evaluator=too_short, max_retries=5)(setup.asker())
+    outer = refinekit.retry_on_low_quality(budget=Budget(max_calls=2))(inner)
+    with caplog.at_level("WARNING", logger="refinekit"), pytest.raises(BudgetExceeded) as raised:
+        await acall(outer, "Where is Paris?")
+    stops = [e for e in events if e.kind == "budget"]
+    assert len(stops) == 1
+    assert stops[0].function == setup.asker().__qualname__  # the innermost call it left
+    assert stops[0].error == str(raised.value)
+    assert stops[0].usage.model_calls == 2
+    assert [r.getMessage() for r in caplog.records if "budget exceeded" in r.getMessage()] == [
+        f"{stops[0].function}: {raised.value}"
+    ]
