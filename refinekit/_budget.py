@@ -205,6 +205,24 @@ class Prices:
             model=model,
         )
 
+    def _key(self) -> tuple[Any, ...]:
+        table = None if self._table is None else tuple(sorted(self._table.items()))
+        return (table, self._function, self._default)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Prices):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self._table, self._function, self._default)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self._table, self._function, self._default = state
+
     def __repr__(self) -> str:
         if self._function is not None:
             return f"Prices({self._function!r})"

@@ -508,6 +508,18 @@ def test_bad_budgets(kwargs: dict[str, Any], error: type, match: str) -> None:
         Budget(**kwargs)
 
 
+def test_budgets_compare_hash_and_pickle_by_value() -> None:
+    budget = Budget(max_cost=1.0, prices=Prices({"m": (1, 2)}, default=(3, 4)))
+    same = Budget(max_cost=1.0, prices=Prices({"m": (1.0, 2.0)}, default=(3.0, 4.0)))
+    assert budget == same
+    assert hash(budget) == hash(same)
+    assert budget != Budget(max_cost=1.0, prices=Prices({"m": (1, 2)}))
+    copy = pickle.loads(pickle.dumps(budget))
+    assert copy == budget
+    assert copy.prices is not None
+    assert copy.prices.cost("other", 1_000_000, 0) == 3.0
+
+
 def test_budget_is_frozen_and_budget_options_are_checked_when_decorating() -> None:
     budget = Budget(max_calls=3)
     with pytest.raises(AttributeError):
