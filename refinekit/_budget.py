@@ -516,13 +516,12 @@ def mark(job: Job) -> Mark | None:
 
 def before_attempt(
     job: Job,
-    number: int,
-    function: str,
+    planned: str,
     start: Mark | None,
     end: Mark | None,
     extra_chars: int,
 ) -> None:
-    """Before attempt `number` of `function`: its estimate must fit in what is left.
+    """Before another call of the wrapped function (`planned`): its estimate must fit.
 
     The estimate is the previous attempt's own usage (from `start` to `end`: its calls,
     tokens and cost, the calls of decorators inside it too) plus what the new attempt adds
@@ -552,7 +551,7 @@ def before_attempt(
         tokens=tokens,
         calls=previous.model_calls,
         cost=cost,
-        planned=f"attempt {number} of {function}",
+        planned=planned,
     )
     if error is not None:
         raise error

@@ -234,7 +234,8 @@ def _correct_flow(
         call += 1
         if call > 1:  # a correction must fit in the budget: the last call's usage, the turn
             turn = sum(len(str(m.get("content") or "")) for m in added)
-            _budget.before_attempt(job, call, cfg.function, *spent, turn)
+            planned = f"correction {job.corrections_used} of {cfg.function}"
+            _budget.before_attempt(job, planned, *spent, turn)
         # Fresh copies each call: edits the function makes to its messages never compound.
         sent = [dict(m) for m in conversation]
         sent.extend(dict(m) for m in added)

@@ -258,7 +258,7 @@ def _retry_steps(
     for number in range(1, max_attempts + 1):
         if number > 1:  # another attempt must fit in what the budget has left
             extra = len(feedback) if feedback else 0
-            _budget.before_attempt(job, number, cfg.function, *spent, extra)
+            _budget.before_attempt(job, f"attempt {number} of {cfg.function}", *spent, extra)
         info = AttemptInfo(number, max_attempts, feedback, previous)
         infos.append(info)
         started = time.perf_counter()

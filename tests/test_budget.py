@@ -335,7 +335,7 @@ async def test_self_correct_stops_before_a_correction_that_does_not_fit(
     with pytest.raises(BudgetExceeded) as raised:
         await acall(fn, [{"role": "user", "content": "JSON please"}])
     assert len(server.requests) == 1
-    assert raised.value.planned == "attempt 2 of " + ask.__qualname__
+    assert raised.value.planned == "correction 1 of " + ask.__qualname__
     assert raised.value.attempts == ()
 
 
