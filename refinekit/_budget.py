@@ -456,7 +456,11 @@ def _first_short(
     cost: float = 0.0,
     planned: str | None = None,
 ) -> BudgetExceeded | None:
-    """The first limit that what is spent plus the need goes over; None when all fit."""
+    """The first limit that what is spent plus the need goes over; None when all fit.
+
+    With `planned` (a call not made yet), a limit already spent in full leaves nothing for
+    any call, whatever its estimate.
+    """
     spent_tokens, spent_calls, spent_cost = _spent(job, budget)
     need = planned is not None
     checks: list[tuple[str, float | None, float, float]] = [
@@ -468,7 +472,7 @@ def _first_short(
     for limit, maximum, spent, needed in checks:
         if maximum is None:
             continue
-        if spent > maximum or (need and spent + needed > maximum):
+        if spent > maximum or (need and (spent >= maximum or spent + needed > maximum)):
             return _error(
                 job,
                 limit,
@@ -521,9 +525,10 @@ def before_attempt(
     end: Mark | None,
     extra_chars: int,
 ) -> None:
-    """Before another call of the wrapped function (`planned`): its estimate must fit.
+    """Before a call of the wrapped function (`planned`): its estimate must fit.
 
-    The estimate is the previous attempt's own usage (from `start` to `end`: its calls,
+    The first call has no estimate: it is only refused when a limit is already spent in full.
+    Another one's estimate is the previous attempt's own usage (from `start` to `end`: its calls,
     tokens and cost, the calls of decorators inside it too) plus what the new attempt adds
     to the prompt (`extra_chars`, the feedback or the correction turn: characters / 4) as
     prompt tokens (priced, with a cost limit, at the previous attempt's cost per token).
@@ -532,8 +537,10 @@ def before_attempt(
         BudgetExceeded: The estimate does not fit.
     """
     budget = effective(job)
-    if budget is None or start is None or end is None:
+    if budget is None:
         return
+    if start is None or end is None:  # the first call: nothing known of it
+        start = end = (Usage(), 0.0)
     previous = Usage(
         end[0].model_calls - start[0].model_calls,
         end[0].prompt_tokens - start[0].prompt_tokens,

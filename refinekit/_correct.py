@@ -232,10 +232,14 @@ def _correct_flow(
     spent: tuple[_budget.Mark | None, _budget.Mark | None] = (None, None)
     while True:
         call += 1
-        if call > 1:  # a correction must fit in the budget: the last call's usage, the turn
-            turn = sum(len(str(m.get("content") or "")) for m in added)
-            planned = f"correction {job.corrections_used} of {cfg.function}"
-            _budget.before_attempt(job, planned, *spent, turn)
+        # Each call must fit in the budget: a correction as the last call's usage plus its turn.
+        turn = sum(len(str(m.get("content") or "")) for m in added)
+        planned = (
+            f"correction {job.corrections_used} of {cfg.function}"
+            if call > 1
+            else f"call of {cfg.function}"
+        )
+        _budget.before_attempt(job, planned, *spent, turn)
         # Fresh copies each call: edits the function makes to its messages never compound.
         sent = [dict(m) for m in conversation]
         sent.extend(dict(m) for m in added)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
+from . import _budget
 from ._budget import Budget, check_budget_option, without_attempts
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._errors import JudgeError, LowQualityAnswer
@@ -173,6 +174,7 @@ def _guard_flow(
         )
         if (yield from _screen(cfg, job, "input", request, record)):
             return cfg.refusal
+    _budget.before_attempt(job, f"call of {cfg.function}", None, None, 0)  # nothing left: stop
     started = time.perf_counter()
     counted = job._replies_counted()
     rejection: LowQualityAnswer | None = None

@@ -256,9 +256,9 @@ def _retry_steps(
     infos: list[AttemptInfo] = []
     began = time.monotonic()  # tenacity's `start_time`: what `stop_after_delay` counts from
     for number in range(1, max_attempts + 1):
-        if number > 1:  # another attempt must fit in what the budget has left
-            extra = len(feedback) if feedback else 0
-            _budget.before_attempt(job, f"attempt {number} of {cfg.function}", *spent, extra)
+        # Each attempt must fit in what the budget has left (estimated from the previous one).
+        extra = len(feedback) if feedback else 0
+        _budget.before_attempt(job, f"attempt {number} of {cfg.function}", *spent, extra)
         info = AttemptInfo(number, max_attempts, feedback, previous)
         infos.append(info)
         started = time.perf_counter()

@@ -212,6 +212,7 @@ def _review_flow(
     record: Record | None,
 ) -> Flow[str]:
     # The one call of the function: its tool calls and recorded context are the evidence.
+    _budget.before_attempt(job, f"call of {cfg.function}", None, None, 0)  # nothing left: stop
     started = time.perf_counter()
     outer = current_attempt()  # inside @retry_on_low_quality: record_context goes to both
     info = outer if outer is not None else AttemptInfo(1, 1)

@@ -567,3 +567,21 @@ async def test_a_stop_is_one_budget_event_and_a_warning(
     assert [r.getMessage() for r in caplog.records if "budget exceeded" in r.getMessage()] == [
         f"{stops[0].function}: {raised.value}"
     ]
+
+
+async def test_a_job_with_a_limit_spent_in_full_makes_no_further_call(
+    setup: Setup, server: ScriptedOpenAI
+) -> None:
+    server.script("answer", answer_reply(), times=None)
+    plain = refinekit.retry_on_low_quality()(setup.asker())
+    screened = refinekit.guarded(screen=lambda request: True)(setup.asker())
+    async with refinekit.job(budget=Budget(max_calls=2)):
+        await acall(plain, "Where is Paris?")
+        await acall(screened, "Where is Paris?")
+        for fn in (plain, screened):
+            with pytest.raises(BudgetExceeded) as raised:
+                await acall(fn, "Where is Paris?")
+            assert raised.value.needed == 0
+            assert (raised.value.spent, raised.value.maximum) == (2, 2)
+    assert len(server.requests) == 2
+    assert raised.value.planned == "call of " + setup.asker().__qualname__
