@@ -374,6 +374,8 @@ def cost_of(job: Job, prices: Prices | None = None) -> Cost | None:
         MissingPrice: A model the job called has no price.
     """
     if prices is None:
+        if not _in_use:
+            return None
         budget = effective(job)
         prices = None if budget is None else budget.prices
         if prices is None:
@@ -511,6 +513,8 @@ Mark = tuple[Usage, float]
 
 def mark(job: Job) -> Mark | None:
     """What `job` has spent so far, to measure one attempt by; None when it has no budget."""
+    if not _in_use:
+        return None
     budget = effective(job)
     if budget is None:
         return None
@@ -536,6 +540,8 @@ def before_attempt(
     Raises:
         BudgetExceeded: The estimate does not fit.
     """
+    if not _in_use:
+        return
     budget = effective(job)
     if budget is None:
         return
@@ -596,7 +602,7 @@ def before_call(job: Job | None, planned: str, model: str | None, tokens: int) -
         BudgetExceeded: The job is over a limit, or the call does not fit in what is left.
         MissingPrice: A cost limit, and `model` has no price.
     """
-    if job is None:
+    if job is None or not _in_use:
         return
     budget = effective(job)
     if budget is None:
