@@ -440,6 +440,10 @@ def reviewed(
     check_budget("max_revisions", max_revisions, MAX_REVISIONS_LIMIT)
     timeout_s = _seconds("judge_timeout", judge_timeout)
     job_budget = budget if isinstance(budget, Budget) else None
+    if job_budget is None and (isinstance(budget, bool) or not isinstance(budget, (int, float))):
+        raise TypeError(
+            f"budget must be a number of seconds or a refinekit.Budget, got {type(budget).__name__}"
+        )
     budget_s = 10.0 if job_budget is not None else _seconds("budget", budget)
     check_on_inconclusive(on_inconclusive)
     evaluator = as_evaluator(judge)

@@ -533,6 +533,8 @@ def test_budget_is_frozen_and_budget_options_are_checked_when_decorating() -> No
             decorate()
     with pytest.raises(TypeError, match=r"budget= must be a refinekit.Budget"):
         refinekit.job(budget=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"number of seconds or a refinekit\.Budget, got dict"):
+        refinekit.reviewed(judge=too_short, budget={"max_calls": 1})  # type: ignore[arg-type]
 
 
 def test_model_of_every_reply_kind() -> None:
