@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-from ._errors import RefinekitWarning
-from ._model import Usage, Verdict
+from . import _budget
+from ._errors import MissingPrice, RefinekitWarning
+from ._model import Cost, Usage, Verdict
 from ._redact import redact
 
 __all__ = ["Event", "EventKind", "Subscription", "subscribe"]
@@ -39,6 +40,7 @@ EventKind = Literal[
     "revision",
     "rejected",
     "judge_cache",
+    "budget",
 ]
 """What happened:
 
@@ -62,6 +64,8 @@ EventKind = Literal[
   `function` the judge's kind, `decorator` is "judge", `detail` the key, `attempt` and
   `max_attempts` 0; `job_id` and the usage are the job's the judge runs in, or "" and none
   outside a job). Like `attempt` and `verdict`, it is logged at DEBUG only.
+- `budget`: the job's `refinekit.Budget` stopped the call: `BudgetExceeded` is raised, and
+  `error` is its message (once per stop, from the innermost decorated call it left).
 """
 
 
@@ -79,6 +83,8 @@ class Event:
         is_last: Whether no further attempt (or correction) is possible after this one.
         usage: The job's usage of the answering model so far.
         judge_usage: The job's usage of model judges so far.
+        cost: What the job's model calls cost so far (answer and judge apart), when its
+            budget has prices (`refinekit.Budget(prices=...)`); None otherwise.
         verdict: The verdict, on `verdict` and on `retry`/`exhausted` after a rejection.
         feedback: The feedback passed on (retry) or the error explained (correction).
         wait: Seconds waited before the next attempt (`retry`; reported even in testing mode).
@@ -102,6 +108,7 @@ class Event:
     is_last: bool
     usage: Usage
     judge_usage: Usage = field(default_factory=Usage)
+    cost: Cost | None = None
     verdict: Verdict | None = None
     feedback: str | None = None
     wait: float | None = None
@@ -133,8 +140,17 @@ def make_event(
         is_last=number >= maximum,
         usage=job.usage,
         judge_usage=job.judge_usage,
+        cost=_cost(job),
         **fields,
     )
+
+
+def _cost(job: Any) -> Cost | None:
+    """The job's cost for an event; None unpriced (a missing price stops the job elsewhere)."""
+    try:
+        return _budget.cost_of(job)
+    except MissingPrice:
+        return None
 
 
 Hook = Callable[[Event], object]
@@ -338,6 +354,9 @@ def _log_event(event: Event) -> None:
                 "" if event.attempt == 1 else "s",
                 _clip(event.error),
             )
+    elif event.kind == "budget":
+        if logger.isEnabledFor(logging.WARNING):
+            logger.warning("%s: %s", event.function, _clip(event.error))
     elif event.kind == "exhausted":
         if logger.isEnabledFor(logging.WARNING):
             logger.warning(

@@ -21,6 +21,13 @@ JUDGE_EXAMPLES = [
 ]
 
 EXPECTED = {
+    "budget.py": [
+        "stopped: max_calls=5, planned: judge call to model 'judge-mini'",
+        "calls on the wire: 5 (3 answer, 2 judge)",
+        "best attempt: 2 of 2",
+        "stopped at cost 0.001040 (answer 0.000768, judge 0.000272) of max_cost=0.001",
+        "calls on the wire: 6 (a call's reply took the job over)",
+    ],
     "retry_example.py": ["attempt 2/3", "caller got: Refunds", "policies/refunds.md", "gave up"],
     "self_correct_example.py": [
         "caller got: Invoice(number='INV-7', total_cents=1250)",

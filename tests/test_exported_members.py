@@ -21,6 +21,11 @@ import refinekit.testing
 
 PUBLIC = {
     "AnswerRejected",
+    "Budget",
+    "BudgetExceeded",
+    "Cost",
+    "MissingPrice",
+    "Prices",
     "AsyncEvaluator",
     "Attempt",
     "AttemptInfo",
