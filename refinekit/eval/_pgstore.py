@@ -100,9 +100,18 @@ CREATE TABLE claims (
 CREATE INDEX claims_in_order ON claims (run_id, position, key)
 """
 
+_V3 = """
+CREATE TABLE refinekit_judge_cache (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    stored_at DOUBLE PRECISION NOT NULL
+);
+ALTER TABLE cases ADD COLUMN cost TEXT NOT NULL DEFAULT '{}'
+"""
+
 _MIGRATIONS: tuple[tuple[str, ...], ...] = tuple(
     tuple(statement.strip() for statement in step.split(";") if statement.strip())
-    for step in (_V1, _V2)
+    for step in (_V1, _V2, _V3)
 )
 """The schema's steps, version for version the SQLite store's (`_runstore._MIGRATIONS`)."""
 

@@ -31,6 +31,12 @@ __all__ = ["LEASE_SECONDS", "SQLStore", "alive", "new_worker", "storable"]
 
 _ROLES = ("answer", "answer_judge", "judge")
 
+_CASE_COLUMNS = (
+    "run_id, key, position, question, row, outcome, answer, error, feedback, score, "
+    "probability, label, verdicts, passes, judgements, flipped, attempts, corrections, "
+    "answer_seconds, judge_seconds, finished_at, cost"
+)
+
 
 LEASE_SECONDS = 30.0
 """How long a worker's claim on its cases lasts without a heartbeat (it renews every third of it).
@@ -408,8 +414,8 @@ class SQLStore:
             self._exec("DELETE FROM claims WHERE run_id = ? AND key = ?", (run_id, case.key))
             self._delete(run_id, case.key)
             self._exec(
-                "INSERT INTO cases VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO cases ({_CASE_COLUMNS}) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     case.key,
@@ -432,6 +438,7 @@ class SQLStore:
                     case.answer_seconds,
                     case.judge_seconds,
                     time.time(),
+                    _dumps(case.cost),
                 ),
             )
             for role, usage in usages:
@@ -503,4 +510,5 @@ class SQLStore:
             judge_usage=usage.get((key, "judge"), Usage()),
             answer_seconds=r["answer_seconds"],
             judge_seconds=r["judge_seconds"],
+            cost=json.loads(r["cost"]),
         )

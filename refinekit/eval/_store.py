@@ -111,6 +111,9 @@ class CaseRecord:
         judge_usage: Calls and tokens of the run's own judge.
         answer_seconds: Wall time of the answer function.
         judge_seconds: Wall time of judging (all repeats).
+        cost: What the case's model calls cost, with prices given: `answer`, `answer_judge`,
+            `judge` (as the usages), and `extra` (the answer calls after the first: retries
+            and corrections); empty without prices.
     """
 
     key: str
@@ -135,6 +138,7 @@ class CaseRecord:
     judge_usage: Usage = field(default_factory=Usage)
     answer_seconds: float = 0.0
     judge_seconds: float = 0.0
+    cost: dict[str, float] = field(default_factory=dict)
 
     @property
     def criteria(self) -> list[dict[str, Any]]:
