@@ -23,6 +23,7 @@ from typing import Any
 
 from .._errors import RunStoreError
 from .._redact import redact
+from ..judges._cache import SQLiteCache
 from ._sqlstore import SQLStore
 from ._store import CaseRecord, Outcome, RunInfo
 
@@ -118,7 +119,8 @@ CREATE TABLE refinekit_judge_cache (
     value TEXT NOT NULL,
     stored_at REAL NOT NULL
 );
-ALTER TABLE cases ADD COLUMN cost TEXT NOT NULL DEFAULT '{}'
+ALTER TABLE cases ADD COLUMN cost TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE cases ADD COLUMN judge_cache TEXT NOT NULL DEFAULT '{}'
 """
 
 _MIGRATIONS: tuple[tuple[str, ...], ...] = tuple(
@@ -132,7 +134,8 @@ list, never an edit of an old step: a store is at the version of the steps it ha
 Version 1: runs, cases, calls. Version 2: workers (who runs a run, with a lease) and claims
 (the cases a run has still to answer, and who is answering each). Version 3: the judge cache
 (`refinekit_judge_cache`, the table `refinekit.judges.SQLiteCache` keeps, so that the store
-file is the cache `refinekit eval --cache` uses) and each case's cost."""
+file is the cache `refinekit eval --cache` uses), each case's cost and its judge cache hits
+and misses."""
 
 
 class SQLiteStore(SQLStore):
@@ -202,6 +205,10 @@ class SQLiteStore(SQLStore):
     def close(self) -> None:
         """Close the database."""
         self._db.close()
+
+    def judge_cache(self) -> SQLiteCache:
+        """The judge cache in this file (its table; its own connection: close it when done)."""
+        return SQLiteCache(self.path)
 
     @contextmanager
     def _failing(self) -> Iterator[None]:

@@ -34,7 +34,7 @@ _ROLES = ("answer", "answer_judge", "judge")
 _CASE_COLUMNS = (
     "run_id, key, position, question, row, outcome, answer, error, feedback, score, "
     "probability, label, verdicts, passes, judgements, flipped, attempts, corrections, "
-    "answer_seconds, judge_seconds, finished_at, cost"
+    "answer_seconds, judge_seconds, finished_at, cost, judge_cache"
 )
 
 
@@ -141,6 +141,10 @@ class SQLStore:
 
     def close(self) -> None:
         """Close the store."""
+        raise NotImplementedError
+
+    def judge_cache(self) -> Any:
+        """The judge cache kept in this store (see `_store.RunStore.judge_cache`)."""
         raise NotImplementedError
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Mapping[str, Any] | None:
@@ -415,7 +419,7 @@ class SQLStore:
             self._delete(run_id, case.key)
             self._exec(
                 f"INSERT INTO cases ({_CASE_COLUMNS}) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     case.key,
@@ -439,6 +443,7 @@ class SQLStore:
                     case.judge_seconds,
                     time.time(),
                     _dumps(case.cost),
+                    _dumps(case.judge_cache),
                 ),
             )
             for role, usage in usages:
@@ -511,4 +516,5 @@ class SQLStore:
             answer_seconds=r["answer_seconds"],
             judge_seconds=r["judge_seconds"],
             cost=json.loads(r["cost"]),
+            judge_cache=json.loads(r["judge_cache"]),
         )
