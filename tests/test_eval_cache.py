@@ -175,3 +175,24 @@ def test_a_postgresql_store_keeps_the_cache_for_every_machine(
         assert row["n"] == 3
         for value in store._all("SELECT value FROM refinekit_judge_cache"):
             assert "sk-test" not in value["value"]  # a stored reply holds no key
+
+
+def test_calibrate_with_cache_judges_the_labelled_answers_once(
+    ws: Workspace, server: ScriptedOpenAI
+) -> None:
+    command(ws)
+    _, judge = ws.modules
+    ws.csv(
+        "labels.csv",
+        [
+            {"question": "Refund window?", "answer": "Seven days.", "label": "pass"},
+            {"question": "Gift cards?", "answer": "No.", "label": "fail"},
+        ],
+    )
+    first = refinekit.eval.calibrate("labels.csv", judge=f"{judge}:judge", cache=True)
+    second = refinekit.eval.calibrate(
+        "labels.csv", judge=f"{judge}:judge", cache=True, resume=False
+    )
+    assert judged(server) == 2
+    assert second.run.summary["judge_cache"] == {"hits": 2, "misses": 0}
+    assert second.calibration.kappa == first.calibration.kappa == 1.0
