@@ -531,9 +531,9 @@ def _quartiles(values: Sequence[float]) -> str:
 
 def judging_extra(db: Path, items: Sequence[JudgingItem]) -> list[str]:
     """What calibrate does not print: P(yes) by label, its AUC, agreement by kind of item."""
-    from refinekit.eval._runstore import RunStore
+    from refinekit.eval._runstore import SQLiteStore
 
-    with RunStore(db) as store:
+    with SQLiteStore(db) as store:
         run = store.runs(kind="calibrate")[-1]
         cases = store.cases(run.id)
     by_position = {c.position: c for c in cases}
@@ -601,9 +601,9 @@ def run_judging(local: LocalModel, items: Sequence[JudgingItem], folder: Path) -
 
 def calibrated_probabilities(db: Path, n: int) -> list[float | None]:
     """The judge's P(yes) for each item of the last calibrate run, in the file's order."""
-    from refinekit.eval._runstore import RunStore
+    from refinekit.eval._runstore import SQLiteStore
 
-    with RunStore(db) as store:
+    with SQLiteStore(db) as store:
         run = store.runs(kind="calibrate")[-1]
         by_position = {c.position: c.probability for c in store.cases(run.id)}
     return [
