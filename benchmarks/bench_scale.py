@@ -1,0 +1,602 @@
+"""`refinekit eval` past one process: throughput, cases lost or asked twice, the store's cost.
+
+Run it from the repository root::
+
+    .venv/bin/python benchmarks/bench_scale.py           # the figures in docs/scale.md
+    .venv/bin/python benchmarks/bench_scale.py --quick   # a smoke run
+
+Every answer comes from `refinekit.testing.ScriptedOpenAI`, a real HTTP server on 127.0.0.1
+started here, after a fixed delay (`--latency`, 50 ms: a fast model). The golden set has
+`--cases` rows (200), judged by its `must_mention` column (no model judge). The answer
+function is an `async def` making one call with one `openai.AsyncOpenAI` client per process.
+Each line runs real `refinekit eval` processes, all started at once, on a store of its own:
+
+- local: one process, `--concurrency` W x C, on a SQLite file (the default store);
+- postgresql: W processes of `--concurrency` C on one PostgreSQL run (each joins it);
+- ray: `--backend ray --workers W --concurrency C` on one PostgreSQL run (when refinekit
+  has the Ray backend and Ray is installed; `--no-ray` leaves it out);
+
+for W in `--workers` (1,2,4), so the lines with the same W have the same total concurrency.
+Each line reports the cases stored, the questions asked twice and the cases lost (counted on
+both sides: the scripted server's requests per question, and the store's rows), the wall
+time from the first process's start to the last one's end, the cases per second over it
+and over the run as stored (`started_at` to `finished_at`: without Python's start-up), and
+the ratio of its wall throughput to the local line of the same total concurrency.
+
+Then the store's own cost per case, by direct calls (no model, no eval): `claim` + `save_case`
+of `--store-cases` cases (2000) one after another, on SQLite and on PostgreSQL, in ms per
+case; the bytes a case takes in the store (this run's answers: about 1 KB of text); and how
+many cases per second one PostgreSQL takes with 4 connections claiming and saving at once.
+
+The PostgreSQL server is a throwaway one (Debian's binaries, `tests/pg.py`) started here, with
+durable commits (fsync on); without PostgreSQL's binaries its lines are left out, saying so.
+Not a gate on speed: the exit status is 1 only when a case was lost or asked twice, or a
+worker failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import csv
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _machine import loadavg, machine  # noqa: E402
+from _pg import BenchPostgres, binaries  # noqa: E402
+
+from refinekit.eval import CaseRecord, RunInfo  # noqa: E402
+from refinekit.eval._store import RunStore, open_store  # noqa: E402
+from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI  # noqa: E402
+
+ANSWER_MODULE = """
+import asyncio
+import os
+
+import openai
+
+_clients = {}
+
+
+async def answer(question):
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is None:  # one client per event loop, made in it
+        client = _clients[loop] = openai.AsyncOpenAI(
+            base_url=os.environ["RK_BASE_URL"],
+            api_key="sk-bench",
+            max_retries=0,
+            timeout=120,
+            default_headers={"x-bench-worker": str(os.getpid())},  # the start line (below)
+        )
+    # the completion itself: refinekit judges its text and stores its usage (a `calls` row)
+    return await client.chat.completions.create(
+        model="answer", messages=[{"role": "user", "content": question}]
+    )
+"""
+
+FILLER = (
+    "The customer asks whether an opened pair of headphones bought nine days ago can still "
+    "be returned, and what the shop's policy says about exchanges and refunds. "
+)
+
+
+def question_of(i: int) -> str:
+    """The question of case `i`: about 150 characters."""
+    return f"Case {i:06d}. {FILLER}"[:150]
+
+
+def answer_to(question: str, chars: int) -> str:
+    """The scripted answer to `question`: names its case (what `must_mention` checks)."""
+    case = question.split(".", 1)[0]
+    text = f"{case}: an opened item is exchanged, not refunded. "
+    return (text + FILLER * (chars // len(FILLER) + 1))[:chars]
+
+
+@dataclass
+class Line:
+    """One configuration's figures."""
+
+    backend: str
+    workers: int
+    concurrency: int
+    cases: int
+    stored: int = 0
+    twice: int = 0
+    lost: int = 0
+    runs: int = 0
+    wall: float = 0.0
+    steady: float = 0.0
+    barrier: bool = True
+    failed: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.workers * self.concurrency
+
+    @property
+    def rate(self) -> float:
+        return self.cases / self.wall if self.wall else 0.0
+
+    @property
+    def steady_rate(self) -> float:
+        return self.stored / self.steady if self.steady else 0.0
+
+    @property
+    def broken(self) -> bool:
+        return bool(self.failed or self.twice or self.lost or self.runs != 1)
+
+
+class Bench:
+    """The scripted server, the workspace with the golden set, and the eval processes."""
+
+    def __init__(self, folder: Path, server: ScriptedOpenAI, args: argparse.Namespace) -> None:
+        self.folder = folder
+        self.server = server
+        self.args = args
+        self.questions = [question_of(i) for i in range(1, args.cases + 1)]
+        for name, questions in (("golden.csv", self.questions), ("one.csv", self.questions[:1])):
+            with (folder / name).open("w", newline="", encoding="utf-8") as f:
+                writer = csv.writer(f)
+                writer.writerow(["question", "must_mention"])
+                for q in questions:
+                    writer.writerow([q, q.split(".", 1)[0]])
+        (folder / "bench_scale_answer.py").write_text(
+            textwrap.dedent(ANSWER_MODULE), encoding="utf-8"
+        )
+
+    def script(self, processes: int) -> threading.Event:
+        """Forget the requests so far; answer every question after the latency, once
+        `processes` answering processes have each sent a first request (the start line).
+
+        Returns:
+            The start line's event, set when it opened; `self.opened` is when.
+        """
+        latency, chars = self.args.latency, self.args.answer_chars
+        seen: set[str] = set()
+        lock = threading.Lock()
+        start = threading.Event()
+
+        def reply(request: RecordedRequest) -> Reply:
+            question = str((request.body or {})["messages"][-1]["content"])
+            with lock:
+                seen.add(request.headers.get("x-bench-worker", "?"))
+                if len(seen) >= processes and not start.is_set():
+                    self.opened = time.time()
+                    start.set()
+            if not start.wait(self.args.start_timeout):
+                with lock:
+                    if not start.is_set():
+                        self.opened = time.time()
+                        start.set()
+            return Reply.delay(latency, answer_to(question, chars))
+
+        self.opened = 0.0
+        self.server.reset()
+        self.server.script("answer", reply, times=None)
+        return start
+
+    def command(
+        self, db: str, concurrency: int, *extra: str, golden: str = "golden.csv"
+    ) -> list[str]:
+        """A `refinekit eval` command line on `golden` (in the workspace)."""
+        return [
+            sys.executable,
+            "-m",
+            "refinekit",
+            "eval",
+            golden,
+            "--target",
+            "bench_scale_answer:answer",
+            "--db",
+            db,
+            "--concurrency",
+            str(concurrency),
+            *extra,
+        ]
+
+    def measure(self, line: Line, db: str, commands: list[list[str]]) -> Line:
+        """Run `commands` at once against `db`; fill in `line` from the server and the store."""
+        processes = line.workers if line.backend != "local" else 1
+        start = self.script(processes)
+        env = {k: v for k, v in os.environ.items() if k != "REFINEKIT_DB"}
+        env |= {"PYTHONPATH": str(self.folder), "RK_BASE_URL": self.server.base_url}
+        started = time.perf_counter()
+        children = [
+            subprocess.Popen(
+                command,
+                cwd=self.folder,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for command in commands
+        ]
+        outputs = [p.communicate(timeout=self.args.timeout) for p in children]
+        line.wall = time.perf_counter() - started
+        for p, (_, err) in zip(children, outputs, strict=True):
+            if p.returncode != 0:
+                line.failed.append(f"exit {p.returncode}: {err.strip()[-2000:]}")
+        asked = collections.Counter(
+            str((r.body or {})["messages"][-1]["content"])
+            for r in self.server.requests_for("answer")
+        )
+        line.twice = sum(n - 1 for n in asked.values() if n > 1)
+        with open_store(db) as store:
+            runs = store.runs()
+            line.runs = len(runs)
+            stored = {c.question for run in runs for c in store.cases(run.id)}
+            line.stored = sum(len(store.case_keys(run.id)) for run in runs)
+            if runs and runs[0].status != "complete":
+                line.failed.append(f"run {runs[0].id} is {runs[0].status}")
+        # lost: a case of the file that no run stored
+        line.lost = sum(1 for q in self.questions[: line.cases] if q not in stored)
+        times = finish_times(db)
+        if times and self.opened:
+            line.steady = times[-1] - self.opened
+        line.barrier = start.is_set() and len(seen_workers(self.server)) >= processes
+        return line
+
+
+def seen_workers(server: ScriptedOpenAI) -> set[str]:
+    """The answering processes the server heard from."""
+    return {r.headers.get("x-bench-worker", "?") for r in server.requests_for("answer")}
+
+
+def finish_times(db: str) -> list[float]:
+    """When each stored case finished (Unix time, the store's `finished_at`), in order.
+
+    Read with the databases' own clients: the store interface does not give it.
+    """
+    query = "SELECT finished_at FROM cases ORDER BY finished_at"
+    if db.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(db) as conn:
+            return [float(r[0]) for r in conn.execute(query)]
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return [float(r[0]) for r in conn.execute(query)]
+
+
+@contextlib.contextmanager
+def postgres(args: argparse.Namespace) -> Iterator[BenchPostgres | None]:
+    found = binaries()
+    if found is None or args.no_postgres:
+        yield None
+        return
+    server = BenchPostgres(found, durable=not args.fast_postgres)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def has_ray_backend() -> bool:
+    """Whether this refinekit's `eval` takes `--backend ray` and Ray is installed."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    done = subprocess.run(
+        [sys.executable, "-m", "refinekit", "eval", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return "--backend" in done.stdout
+
+
+# the store's own cost per case
+
+
+def sample_record(db: str) -> CaseRecord:
+    """A case as the eval runs stored it (this run's answer size and usage)."""
+    with open_store(db) as store:
+        [run, *_] = store.runs()
+        return store.cases(run.id)[0]
+
+
+def new_run(store: RunStore, n: int, folder: Path) -> RunInfo:
+    run = store.start_run(
+        kind="eval",
+        dataset=folder / "golden.csv",
+        dataset_sha256="0" * 64,
+        target="bench_scale_answer:answer",
+        judge=None,
+        options={"concurrency": 1},
+        fingerprint=os.urandom(8).hex(),
+        version="bench",
+    )
+    store.queue(run.id, ((f"k{i:07d}", i) for i in range(1, n + 1)))
+    return run
+
+
+def drain(
+    store: RunStore, run_id: int, worker: str, record: CaseRecord
+) -> tuple[int, float, float]:
+    """Claim and save cases until none is left; (cases, seconds claiming, seconds saving)."""
+    store.join(run_id, worker)
+    done, claiming, saving = 0, 0.0, 0.0
+    while True:
+        t0 = time.perf_counter()
+        keys = store.claim(run_id, worker)
+        t1 = time.perf_counter()
+        claiming += t1 - t0
+        if not keys:
+            return done, claiming, saving
+        position = int(keys[0][1:])
+        saved = store.save_case(
+            run_id, replace(record, key=keys[0], position=position), worker=worker
+        )
+        saving += time.perf_counter() - t1
+        assert saved, f"case {keys[0]} claimed by {worker} but not saved"
+        done += 1
+
+
+@dataclass
+class StoreCost:
+    kind: str
+    cases: int
+    claim_ms: float
+    save_ms: float
+    bytes_per_case: float
+    rows_per_case: float
+
+
+def sqlite_cost(folder: Path, record: CaseRecord, n: int) -> StoreCost:
+    path = folder / "overhead.db"
+    with open_store(str(path)) as store:
+        run = new_run(store, n, folder)
+        done, claiming, saving = drain(store, run.id, "bench:1", record)
+    empty = folder / "empty.db"
+    with open_store(str(empty)) as store:
+        new_run(store, 0, folder)
+    sizes = []
+    rows = 0
+    for db in (path, empty):
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            conn.execute("VACUUM")
+            if db == path:
+                rows = sum(
+                    conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                    for t in ("cases", "calls", "claims")
+                )
+        sizes.append(db.stat().st_size)
+    return StoreCost(
+        "SQLite",
+        done,
+        1000 * claiming / done,
+        1000 * saving / done,
+        (sizes[0] - sizes[1]) / done,
+        rows / done,
+    )
+
+
+def postgres_cost(url: str, folder: Path, record: CaseRecord, n: int) -> StoreCost:
+    import psycopg
+
+    with open_store(url) as store:
+        run = new_run(store, n, folder)
+        done, claiming, saving = drain(store, run.id, "bench:1", record)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        size = 0
+        rows = 0
+        for table in ("cases", "calls", "claims"):
+            row = conn.execute(f"SELECT pg_total_relation_size('{table}'), count(*) FROM {table}")
+            size_of, count = row.fetchone() or (0, 0)
+            size += size_of
+            rows += count
+    return StoreCost(
+        "PostgreSQL", done, 1000 * claiming / done, 1000 * saving / done, size / done, rows / done
+    )
+
+
+def postgres_ceiling(url: str, folder: Path, record: CaseRecord, n: int, threads: int) -> float:
+    """Cases per second `threads` connections claim and save at once on one run."""
+    with open_store(url) as store:
+        run = new_run(store, n, folder)
+    stores = [open_store(url) for _ in range(threads)]
+    counts: list[int] = []
+    errors: list[BaseException] = []
+
+    def work(store: RunStore, i: int) -> None:
+        try:
+            counts.append(drain(store, run.id, f"bench:{i}", record)[0])
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    started = time.perf_counter()
+    workers = [threading.Thread(target=work, args=(store, i)) for i, store in enumerate(stores, 1)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    seconds = time.perf_counter() - started
+    for store in stores:
+        store.close()
+    if errors:
+        raise errors[0]
+    assert sum(counts) == n, f"{sum(counts)} of {n} cases saved"
+    return n / seconds
+
+
+# the report
+
+
+def table(lines: Sequence[Line], latency: float) -> list[str]:
+    """The eval lines as a markdown table."""
+    local = {line.total: line for line in lines if line.backend == "local"}
+    out = [
+        "| backend | workers x conc. | cases | stored | asked twice | lost | wall (s) "
+        "| cases/s (wall) | cases/s (steady) | of ideal | vs local (steady) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for line in lines:
+        base = local.get(line.total)
+        ratio = f"{line.steady_rate / base.steady_rate:.2f}" if base and base.steady_rate else "-"
+        ideal = line.total / latency
+        out.append(
+            f"| {line.backend} | {line.workers} x {line.concurrency} | {line.cases} "
+            f"| {line.stored} | {line.twice} | {line.lost} | {line.wall:.1f} | {line.rate:.1f} "
+            f"| {line.steady_rate:.1f} | {line.steady_rate / ideal:.0%} | {ratio} |"
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=200, help="golden cases (200)")
+    parser.add_argument(
+        "--latency", type=float, default=0.05, help="seconds per answer call (0.05)"
+    )
+    parser.add_argument("--concurrency", type=int, default=4, help="cases in flight per worker (4)")
+    parser.add_argument("--workers", default="1,2,4", help="worker counts, comma-separated (1,2,4)")
+    parser.add_argument(
+        "--answer-chars", type=int, default=1000, help="characters per answer (1000)"
+    )
+    parser.add_argument(
+        "--store-cases", type=int, default=2000, help="cases of the store's cost (2000)"
+    )
+    parser.add_argument("--no-ray", action="store_true", help="leave the Ray lines out")
+    parser.add_argument("--no-postgres", action="store_true", help="leave the PostgreSQL lines out")
+    parser.add_argument(
+        "--fast-postgres",
+        action="store_true",
+        help="PostgreSQL with fsync and synchronous_commit off (the tests' server)",
+    )
+    parser.add_argument("--timeout", type=float, default=300.0, help="per line, seconds")
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=60.0,
+        help="seconds answers wait for every worker's first request (60)",
+    )
+    parser.add_argument("--quick", action="store_true", help="a smoke run, a few seconds")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.cases, args.latency, args.store_cases = 24, 0.02, 60
+        args.workers, args.concurrency, args.no_ray = "1,2", 2, True
+    counts = [int(w) for w in args.workers.split(",")]
+
+    print("refinekit eval past one process: throughput, cases lost or asked twice")
+    for info in machine(["refinekit", "openai", "psycopg", "ray"]):
+        print(info)
+    pg_bin = binaries()
+    if pg_bin is not None:
+        done = subprocess.run(
+            [str(pg_bin / "pg_ctl"), "--version"], capture_output=True, text=True, check=False
+        )
+        settings = "the tests' settings" if args.fast_postgres else "durable: fsync on"
+        print(f"postgres   {done.stdout.strip()} ({settings})")
+    print(f"load avg   {loadavg()} (before)")
+    print(f"command    {' '.join(['python benchmarks/bench_scale.py', *(argv or sys.argv[1:])])}")
+    print(
+        f"setup      {args.cases} cases, {args.latency * 1000:.0f} ms per answer call, "
+        f"{args.answer_chars}-char answers, column checks (no judge); each line a fresh store"
+    )
+    print()
+
+    lines: list[Line] = []
+    costs: list[StoreCost] = []
+    ceiling: float | None = None
+    notes: list[str] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="rkbench-") as tmp,
+        ScriptedOpenAI() as server,
+        postgres(args) as pg,
+    ):
+        folder = Path(tmp)
+        bench = Bench(folder, server, args)
+        ray = not args.no_ray and pg is not None and has_ray_backend()
+        if pg is None:
+            notes.append(
+                "PostgreSQL lines left out: "
+                + ("--no-postgres" if args.no_postgres else "no PostgreSQL binaries")
+            )
+        if not args.no_ray and not ray and pg is not None:
+            notes.append("Ray lines left out: this refinekit has no --backend ray, or no Ray")
+        db = str(folder / "one.db")
+        fixed = bench.measure(Line("local", 1, 1, 1), db, [bench.command(db, 1, golden="one.csv")])
+        c = args.concurrency
+        for n in counts:
+            db = str(folder / f"local{n}.db")
+            local = Line("local", 1, n * c, args.cases)
+            lines.append(bench.measure(local, db, [bench.command(db, n * c)]))
+            if pg is not None:
+                url = pg.new_database()
+                workers = Line("postgresql", n, c, args.cases)
+                lines.append(bench.measure(workers, url, [bench.command(url, c)] * n))
+            if ray:
+                assert pg is not None
+                url = pg.new_database()
+                command = bench.command(url, c, "--backend", "ray", "--workers", str(n))
+                lines.append(bench.measure(Line("ray", n, c, args.cases), url, [command]))
+        record = sample_record(str(folder / f"local{counts[0]}.db"))
+        costs.append(sqlite_cost(folder, record, args.store_cases))
+        if pg is not None:
+            costs.append(postgres_cost(pg.new_database(), folder, record, args.store_cases))
+            ceiling = postgres_ceiling(pg.new_database(), folder, record, args.store_cases, 4)
+
+    print(
+        f"one refinekit eval process of 1 case (start-up, import, store, summary): "
+        f"{fixed.wall:.1f} s wall"
+    )
+    print()
+    print("\n".join(table(lines, args.latency)))
+    print()
+    print("the store's own cost per case (direct calls, one worker, one case at a time):")
+    print(
+        "| store | cases | claim (ms) | save_case (ms) | total (ms/case) | bytes/case | rows/case |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for cost in costs:
+        print(
+            f"| {cost.kind} | {cost.cases} | {cost.claim_ms:.2f} | {cost.save_ms:.2f} "
+            f"| {cost.claim_ms + cost.save_ms:.2f} | {cost.bytes_per_case:.0f} "
+            f"| {cost.rows_per_case:.2f} |"
+        )
+    if ceiling is not None:
+        print(
+            f"PostgreSQL, 4 connections claiming and saving at once: {ceiling:.0f} cases/s "
+            "(on this machine, the server sharing its 2 cores)"
+        )
+    print(f"load avg   {loadavg()} (after)")
+    for note in notes:
+        print(f"note: {note}")
+    for line in lines:
+        if not line.barrier:
+            notes.append(
+                f"{line.backend} {line.workers} x {line.concurrency}: not every worker sent a "
+                f"request within {args.start_timeout:.0f} s; its steady figure includes start-up"
+            )
+    broken = [line for line in lines if line.broken]
+    for line in broken:
+        print(
+            f"BROKEN: {line.backend} {line.workers} x {line.concurrency}: {line.runs} run(s), "
+            f"{line.twice} asked twice, {line.lost} lost; {'; '.join(line.failed)}"
+        )
+    print(
+        f"result: {'FAIL' if broken else 'ok'}: {sum(x.twice for x in lines)} asked twice, "
+        f"{sum(x.lost for x in lines)} lost over {len(lines)} lines"
+    )
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
