@@ -48,6 +48,7 @@ import tempfile
 import textwrap
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -350,60 +351,85 @@ def drain(
 
 @dataclass
 class StoreCost:
+    """The store's own cost per case, by direct calls."""
+
     kind: str
     cases: int
+    queue_ms: float
     claim_ms: float
     save_ms: float
-    bytes_per_case: float
-    rows_per_case: float
+    read_ms: float
+    read_bytes: float
+    queued_bytes: float | None
+    stored_bytes: float | None
+    rows: float
 
 
-def sqlite_cost(folder: Path, record: CaseRecord, n: int) -> StoreCost:
-    path = folder / "overhead.db"
-    with open_store(str(path)) as store:
+def table_bytes(db: str, tables: Sequence[str]) -> int | None:
+    """Bytes the tables take with their indexes (PostgreSQL: after a VACUUM); None when
+    SQLite has no `dbstat` table to say."""
+    names = ", ".join(f"'{t}'" for t in tables)
+    if db.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+            row = conn.execute(
+                "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c "
+                f"WHERE c.relname IN ({names}) AND c.relkind = 'r'"
+            ).fetchone()
+            return int(row[0]) if row and row[0] is not None else 0
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        try:
+            row = conn.execute(
+                "SELECT sum(pgsize) FROM dbstat WHERE name IN "
+                f"(SELECT name FROM sqlite_schema WHERE tbl_name IN ({names}))"
+            ).fetchone()
+        except sqlite3.OperationalError:  # built without dbstat
+            return None
+        return int(row[0] or 0)
+
+
+def rows_of(db: str, tables: Sequence[str]) -> int:
+    query = " + ".join(f"(SELECT count(*) FROM {t})" for t in tables)
+    if db.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(db) as conn:
+            row = conn.execute(f"SELECT {query}").fetchone()
+            return int(row[0]) if row else 0
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return int(conn.execute(f"SELECT {query}").fetchone()[0])
+
+
+def store_cost(kind: str, db: str, folder: Path, record: CaseRecord, n: int) -> StoreCost:
+    """`n` cases queued, claimed and saved one at a time, then read back, by one worker."""
+    with open_store(db) as store:
+        started = time.perf_counter()
         run = new_run(store, n, folder)
+        queued = time.perf_counter() - started
+        queued_bytes = table_bytes(db, ["claims"])
         done, claiming, saving = drain(store, run.id, "bench:1", record)
-    empty = folder / "empty.db"
-    with open_store(str(empty)) as store:
-        new_run(store, 0, folder)
-    sizes = []
-    rows = 0
-    for db in (path, empty):
-        with contextlib.closing(sqlite3.connect(db)) as conn:
-            conn.execute("VACUUM")
-            if db == path:
-                rows = sum(
-                    conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                    for t in ("cases", "calls", "claims")
-                )
-        sizes.append(db.stat().st_size)
+        tracemalloc.start()
+        started = time.perf_counter()
+        records = store.cases(run.id)
+        read = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert len(records) == n, f"{len(records)} of {n} cases read back"
+        del records
+    stored = table_bytes(db, ["cases", "calls", "claims"])
     return StoreCost(
-        "SQLite",
-        done,
-        1000 * claiming / done,
-        1000 * saving / done,
-        (sizes[0] - sizes[1]) / done,
-        rows / done,
-    )
-
-
-def postgres_cost(url: str, folder: Path, record: CaseRecord, n: int) -> StoreCost:
-    import psycopg
-
-    with open_store(url) as store:
-        run = new_run(store, n, folder)
-        done, claiming, saving = drain(store, run.id, "bench:1", record)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
-        size = 0
-        rows = 0
-        for table in ("cases", "calls", "claims"):
-            row = conn.execute(f"SELECT pg_total_relation_size('{table}'), count(*) FROM {table}")
-            size_of, count = row.fetchone() or (0, 0)
-            size += size_of
-            rows += count
-    return StoreCost(
-        "PostgreSQL", done, 1000 * claiming / done, 1000 * saving / done, size / done, rows / done
+        kind=kind,
+        cases=done,
+        queue_ms=1000 * queued / n,
+        claim_ms=1000 * claiming / done,
+        save_ms=1000 * saving / done,
+        read_ms=1000 * read / n,
+        read_bytes=peak / n,
+        queued_bytes=None if queued_bytes is None else queued_bytes / n,
+        stored_bytes=None if stored is None else stored / n,
+        rows=rows_of(db, ["cases", "calls", "claims"]) / n,
     )
 
 
@@ -548,9 +574,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 command = bench.command(url, c, "--backend", "ray", "--workers", str(n))
                 lines.append(bench.measure(Line("ray", n, c, args.cases), url, [command]))
         record = sample_record(str(folder / f"local{counts[0]}.db"))
-        costs.append(sqlite_cost(folder, record, args.store_cases))
+        n = args.store_cases
+        costs.append(store_cost("SQLite", str(folder / "cost.db"), folder, record, n))
         if pg is not None:
-            costs.append(postgres_cost(pg.new_database(), folder, record, args.store_cases))
+            costs.append(store_cost("PostgreSQL", pg.new_database(), folder, record, n))
             ceiling = postgres_ceiling(pg.new_database(), folder, record, args.store_cases, 4)
 
     print(
@@ -560,17 +587,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print("\n".join(table(lines, args.latency)))
     print()
-    print("the store's own cost per case (direct calls, one worker, one case at a time):")
+    print("the store's own cost per case (direct calls: one worker, one case at a time):")
     print(
-        "| store | cases | claim (ms) | save_case (ms) | total (ms/case) | bytes/case | rows/case |"
+        "| store | cases | queue (ms) | claim (ms) | save_case (ms) | claim + save (ms) "
+        "| read back (ms) | read back (bytes in memory) | queued (bytes) | stored (bytes) "
+        "| rows |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def size(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
     for cost in costs:
         print(
-            f"| {cost.kind} | {cost.cases} | {cost.claim_ms:.2f} | {cost.save_ms:.2f} "
-            f"| {cost.claim_ms + cost.save_ms:.2f} | {cost.bytes_per_case:.0f} "
-            f"| {cost.rows_per_case:.2f} |"
+            f"| {cost.kind} | {cost.cases} | {cost.queue_ms:.3f} | {cost.claim_ms:.2f} "
+            f"| {cost.save_ms:.2f} | {cost.claim_ms + cost.save_ms:.2f} | {cost.read_ms:.3f} "
+            f"| {cost.read_bytes:.0f} | {size(cost.queued_bytes)} | {size(cost.stored_bytes)} "
+            f"| {cost.rows:.2f} |"
         )
+    print("(per case: queue and read back are one call for all the cases; rows stored per case)")
     if ceiling is not None:
         print(
             f"PostgreSQL, 4 connections claiming and saving at once: {ceiling:.0f} cases/s "
