@@ -227,7 +227,13 @@ class Bench:
             )
             for command in commands
         ]
-        outputs = [p.communicate(timeout=self.args.timeout) for p in children]
+        try:
+            outputs = [p.communicate(timeout=self.args.timeout) for p in children]
+        finally:  # a line that overran its time: stop what is left of it
+            for p in children:
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
         line.wall = time.perf_counter() - started
         for p, (_, err) in zip(children, outputs, strict=True):
             if p.returncode != 0:
