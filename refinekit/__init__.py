@@ -8,11 +8,13 @@ See https://github.com/refinekit/refinekit (docs/ in the repository) for the gui
 from __future__ import annotations
 
 from . import checks, evidence
+from ._budget import Budget, Prices
 from ._correct import self_correct
 from ._corrections import CorrectionRequest
 from ._diagnose import FailureKind, ReplyProblem
 from ._errors import (
     AnswerRejected,
+    BudgetExceeded,
     CorrectionExhausted,
     JsonParseError,
     JudgeError,
@@ -20,6 +22,7 @@ from ._errors import (
     JudgeReplyError,
     JudgeUnavailable,
     LowQualityAnswer,
+    MissingPrice,
     RefinekitError,
     RefinekitWarning,
     ResponseValidationError,
@@ -34,6 +37,7 @@ from ._model import (
     Attempt,
     AttemptInfo,
     ContextDocument,
+    Cost,
     CriterionResult,
     EvaluationRequest,
     ToolCall,
@@ -55,9 +59,12 @@ __all__ = [
     "AsyncEvaluator",
     "Attempt",
     "AttemptInfo",
+    "Budget",
+    "BudgetExceeded",
     "ContextDocument",
     "CorrectionExhausted",
     "CorrectionRequest",
+    "Cost",
     "CriterionResult",
     "Dialect",
     "EvaluationRequest",
@@ -74,7 +81,9 @@ __all__ = [
     "JudgeReplyError",
     "JudgeUnavailable",
     "LowQualityAnswer",
+    "MissingPrice",
     "Outcome",
+    "Prices",
     "RefinekitError",
     "RefinekitWarning",
     "ReplyProblem",

@@ -22,6 +22,8 @@ from typing import (
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
+from . import _budget
+from ._budget import Budget, check_budget_option, without_attempts
 from ._corrections import CHECK_MARKER, CorrectionRequest, default_correction
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._diagnose import diagnose
@@ -85,6 +87,7 @@ class _CorrectConfig(Generic[T]):
         "context",
         "correction",
         "function",
+        "job_budget",
         "max_corrections",
         "messages_name",
         "parser",
@@ -121,6 +124,7 @@ class _CorrectConfig(Generic[T]):
         self.repair = repair
         self.correction = correction
         self.context = context
+        self.job_budget: Budget | None = None
 
     def split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -225,15 +229,26 @@ def _correct_flow(
     added: list[dict[str, Any]] = []  # the latest correction turn: never compounds
     replies: list[str] = []
     call = 0
+    spent: tuple[_budget.Mark | None, _budget.Mark | None] = (None, None)
     while True:
         call += 1
+        # Each call must fit in the budget: a correction as the last call's usage plus its turn.
+        turn = sum(len(str(m.get("content") or "")) for m in added)
+        planned = (
+            f"correction {job.corrections_used} of {cfg.function}"
+            if call > 1
+            else f"call of {cfg.function}"
+        )
+        _budget.before_attempt(job, planned, *spent, turn)
         # Fresh copies each call: edits the function makes to its messages never compound.
         sent = [dict(m) for m in conversation]
         sent.extend(dict(m) for m in added)
         counted = job._replies_counted()
         started = time.perf_counter()
+        start = _budget.mark(job)
         reply = yield Call(fn, (sent, *rest), rest_kwargs)
         job._count_reply(reply, counted)
+        spent = (start, _budget.mark(job))
         result: Parsed | CorrectionFailure
         try:
             text = reply_text(reply)
@@ -383,6 +398,7 @@ def self_correct(
     validation_context: Mapping[str, Any]
     | Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
     | None = None,
+    budget: Budget | None = None,
 ) -> SelfCorrecting[T]:
     """Parse and validate the decorated function's reply; correct a bad one in conversation.
 
@@ -420,6 +436,10 @@ def self_correct(
             can check values against the call (`refinekit.InSource` checks that a string
             appears in `context["source"]`): a dict, or a callable of the call's bound
             arguments (a dict by parameter name) returning one.
+        budget: A `refinekit.Budget` for the job (tokens, cost, model calls, corrections and
+            judge calls included): the call raises `refinekit.BudgetExceeded` as soon as a
+            reply has taken the job over it. Inside another refinekit call it can only
+            tighten that job's budget. See docs/budgets.md.
 
     Returns:
         A decorator; the decorated function returns the schema's type (awaitable for
@@ -428,10 +448,12 @@ def self_correct(
     Raises:
         ValueError: `max_corrections` is not an int from 0 to 10 (when decorating).
         TypeError: `schema` is not a type (a function, a method, an instance), pydantic
-            cannot validate it, the function takes no argument for the conversation, or
-            `correction`/`validation_context` is neither None nor usable (when decorating).
+            cannot validate it, the function takes no argument for the conversation,
+            `correction`/`validation_context` is neither None nor usable, or `budget` is not
+            a `refinekit.Budget` (when decorating).
     """
     check_budget("max_corrections", max_corrections, MAX_CORRECTIONS_LIMIT)
+    job_budget = check_budget_option(budget)
     if not isinstance(repair, bool):
         raise TypeError(f"repair must be True or False, got {type(repair).__name__}")
     if correction is not None and not callable(correction):
@@ -453,10 +475,11 @@ def self_correct(
         "repair": repair,
         "correction": correction,
         "validation_context": validation_context,
+        "budget": budget,
     }
 
     def configure(fn: Callable[..., Any]) -> _CorrectConfig[T]:
-        return _CorrectConfig(
+        cfg = _CorrectConfig(
             fn,
             parser,
             max_corrections,
@@ -464,11 +487,13 @@ def self_correct(
             correction=correction,
             context=validation_context,
         )
+        cfg.job_budget = job_budget
+        return cfg
 
     def decorate(fn: Any) -> Any:
         return wrap(
             fn,
-            _correct_flow,
+            without_attempts(_correct_flow, "self_correct"),
             configure,
             decorator="self_correct",
             remake=functools.partial(self_correct, **options),

@@ -326,7 +326,7 @@ class SyncDecorated(Decorated[C]):
             fn, cfg = self._fn, self._cfg
         else:
             fn, cfg, args = self._target(args)
-        job, token = enter_job()
+        job, token = enter_job(getattr(cfg, "job_budget", None))
         try:
             return _drive_sync(self._flow, cfg, fn, args, kwargs, job, None)
         finally:
@@ -335,7 +335,7 @@ class SyncDecorated(Decorated[C]):
     def _call(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        job, token = enter_job()
+        job, token = enter_job(getattr(cfg, "job_budget", None))
         try:
             return _drive_sync(self._flow, cfg, fn, args, kwargs, job, None)
         finally:
@@ -356,7 +356,7 @@ class SyncDecorated(Decorated[C]):
     def _outcome(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Outcome[Any]:
-        job, token = enter_job()
+        job, token = enter_job(getattr(cfg, "job_budget", None))
         try:
             record = Record(job)
             value = _drive_sync(self._flow, cfg, fn, args, kwargs, job, record)
@@ -373,7 +373,7 @@ class AsyncDecorated(Decorated[C]):
             fn, cfg = self._fn, self._cfg
         else:
             fn, cfg, args = self._target(args)
-        job, token = enter_job()
+        job, token = enter_job(getattr(cfg, "job_budget", None))
         try:
             return await _drive_async(self._flow, cfg, fn, args, kwargs, job, None)
         finally:
@@ -388,7 +388,7 @@ class AsyncDecorated(Decorated[C]):
     async def _call(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        job, token = enter_job()
+        job, token = enter_job(getattr(cfg, "job_budget", None))
         try:
             return await _drive_async(self._flow, cfg, fn, args, kwargs, job, None)
         finally:
@@ -410,7 +410,7 @@ class AsyncDecorated(Decorated[C]):
     async def _outcome(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Outcome[Any]:
-        job, token = enter_job()
+        job, token = enter_job(getattr(cfg, "job_budget", None))
         try:
             record = Record(job)
             value = await _drive_async(self._flow, cfg, fn, args, kwargs, job, record)

@@ -5,6 +5,10 @@ Errors (something went wrong and the caller must handle it)::
     RefinekitError
     ├── AnswerRejected               @reviewed (enforce) found no answer it may publish: the
     │                                draft failed review and no revision passed in budget
+    ├── BudgetExceeded               the job's `refinekit.Budget` (tokens, cost, model calls)
+    │                                is spent, or cannot cover the next call refinekit makes
+    ├── MissingPrice                 a model call to price, under prices that name no price
+    │                                for its model (and no default); also a LookupError
     ├── CorrectionExhausted          @self_correct ran out of corrections
     │   ├── JsonParseError           ... and the last reply was not JSON
     │   └── ResponseValidationError  ... and the last reply was JSON that failed validation
@@ -66,10 +70,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from ._model import Attempt, Usage, Verdict
+from ._model import Attempt, Cost, Usage, Verdict
 
 __all__ = [
     "AnswerRejected",
+    "BudgetExceeded",
     "CorrectionExhausted",
     "JsonParseError",
     "JudgeError",
@@ -78,6 +83,7 @@ __all__ = [
     "JudgeUnavailable",
     "LocalModelError",
     "LowQualityAnswer",
+    "MissingPrice",
     "RefinekitError",
     "RefinekitWarning",
     "ResponseValidationError",
@@ -234,6 +240,86 @@ class AnswerRejected(RefinekitError):
         self.usage = usage if usage is not None else Usage()
         self.judge_usage = judge_usage if judge_usage is not None else Usage()
         self.job_id = job_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class BudgetExceeded(RefinekitError):
+    """The job's budget is spent, or cannot cover the next call refinekit would make.
+
+    Raised by the decorated call instead of its answer: as soon as a counted model call has
+    taken the job over a limit, or before a call (a judge call, a revision, another attempt)
+    that the remaining budget cannot cover (see docs/budgets.md). Nothing is truncated
+    silently: what was spent and the best answer so far travel with it.
+
+    Attributes:
+        limit: Which limit: `"max_tokens"`, `"max_cost"` or `"max_calls"`.
+        maximum: That limit's value.
+        spent: What the job had spent against that limit when it stopped (tokens, cost or
+            calls, answer and judge together).
+        needed: For a call refinekit did not make: what it was estimated to need against
+            that limit; None when a call already made took the job over.
+        planned: The call that was not made (e.g. `"judge call to model 'gpt-4.1-mini'"`),
+            or None.
+        usage: Token usage of the answering model in the job when it stopped.
+        judge_usage: Token usage of model judges in the job when it stopped.
+        cost: What the job's calls cost when it stopped; None without prices.
+        attempts: The finished attempts of the decorated call the caller made (each with its
+            verdict), as `LowQualityAnswer.attempts`.
+        best: The best of them (most criteria passed net of failed, the later on a tie), or
+            None when no attempt finished.
+        job_id: The id of the job.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: str,
+        maximum: float,
+        spent: float,
+        needed: float | None = None,
+        planned: str | None = None,
+        usage: Usage | None = None,
+        judge_usage: Usage | None = None,
+        cost: Cost | None = None,
+        job_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.maximum = maximum
+        self.spent = spent
+        self.needed = needed
+        self.planned = planned
+        self.usage = usage if usage is not None else Usage()
+        self.judge_usage = judge_usage if judge_usage is not None else Usage()
+        self.cost = cost
+        self.attempts: tuple[Attempt, ...] = ()
+        self.best: Attempt | None = None
+        self.job_id = job_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class MissingPrice(RefinekitError, LookupError):
+    """A model call must be priced, and the prices name no price for its model.
+
+    Raised when a job has prices (`refinekit.Budget(prices=...)`) and a call's model is not in
+    them and they have no `default`: a cost limit could otherwise be overrun unseen. Add the
+    model to the `Prices` mapping, or give `Prices(..., default=(input, output))`.
+
+    Attributes:
+        model: The model name that has no price (None: the call named no model).
+    """
+
+    def __init__(self, message: str, *, model: str | None) -> None:
+        super().__init__(message)
+        self.model = model
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, self.__dict__))

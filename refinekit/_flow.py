@@ -5,6 +5,10 @@ A loop (retry, correction, composite evaluation) is a generator that yields *com
 drivers run the commands: `run_sync` with plain calls and `time.sleep`, `run_async` with
 `await` and `asyncio.sleep`. No behaviour lives in a driver, so none exists on one side only.
 This is the shape of httpx's auth flows.
+
+Before each command both drivers ask the job's budget (`refinekit._budget.check`): a job a
+counted call has taken over a limit gets `BudgetExceeded` thrown into the flow at that step,
+as a failed command's error is, instead of running the command.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from . import _hooks
+from . import _budget, _hooks
 from ._bridge import in_worker
 from ._errors import TimedOut
 
@@ -239,6 +243,7 @@ def run_sync(flow: Flow[T]) -> T:
             return stop.value  # type: ignore[no-any-return]
         error = None
         try:
+            _budget.check()  # a job over its budget goes no further
             value = command.run_sync() if tracing is None else tracing.run_sync(command)
         except Exception as exc:
             value, error = None, exc
@@ -259,6 +264,7 @@ async def run_async(flow: Flow[T]) -> T:
             return stop.value  # type: ignore[no-any-return]
         error = None
         try:
+            _budget.check()  # a job over its budget goes no further
             if tracing is None:
                 value = await command.run_async()
             else:

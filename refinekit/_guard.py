@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
+from . import _budget
+from ._budget import Budget, check_budget_option, without_attempts
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._errors import JudgeError, LowQualityAnswer
 from ._evaluators import Adapted, EvaluatorLike, as_evaluator
@@ -50,6 +52,7 @@ class Guarding(Protocol):
 class _GuardConfig:
     __slots__ = (
         "function",
+        "job_budget",
         "judge_error_policy",
         "refusal",
         "requests",
@@ -78,6 +81,7 @@ class _GuardConfig:
         self.refusal = refusal
         self.screen_input = screen_input
         self.judge_error_policy = judge_error_policy
+        self.job_budget: Budget | None = None
 
     def input_text(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The input as text: what `input=` selects, else `question`, else the first str.
@@ -170,6 +174,7 @@ def _guard_flow(
         )
         if (yield from _screen(cfg, job, "input", request, record)):
             return cfg.refusal
+    _budget.before_attempt(job, f"call of {cfg.function}", None, None, 0)  # nothing left: stop
     started = time.perf_counter()
     counted = job._replies_counted()
     rejection: LowQualityAnswer | None = None
@@ -206,6 +211,7 @@ def guarded(
     screen_input: bool = False,
     input: InputSelector | None = None,
     judge_error_policy: JudgeErrorPolicy = "fail_closed",
+    budget: Budget | None = None,
 ) -> Guarding:
     """Screen every output of the decorated function; publish a refusal instead of unsafe text.
 
@@ -240,6 +246,11 @@ def guarded(
             event and a WARNING log line. `JudgeMisconfigured` is always raised, a judge's own
             `judge_error_policy="fail_closed"` raises past this one, and an exception inside a
             rule check (a bug) propagates.
+        budget: A `refinekit.Budget` for the job (the function's model calls and the screen's
+            judge calls): the call raises `refinekit.BudgetExceeded` (never publishing an
+            unscreened answer) as soon as a call has taken the job over it, or before a
+            judge call it cannot cover. Inside another refinekit call it can only tighten that
+            job's budget. See docs/budgets.md.
 
     Returns:
         A decorator keeping the function's signature; the decorated function has
@@ -247,7 +258,8 @@ def guarded(
 
     Raises:
         TypeError: `screen` is not an evaluator, `refusal` is not a `str`, `screen_input` is
-            not a bool, or `input` is neither a name nor a callable (when decorating).
+            not a bool, `input` is neither a name nor a callable, or `budget` is not a
+            `refinekit.Budget` (when decorating).
         ValueError: `input` names no parameter of the function, or `judge_error_policy` is
             unknown (when decorating).
     """
@@ -262,16 +274,18 @@ def guarded(
             f"got {type(input).__name__}"
         )
     check_policy(judge_error_policy)
+    job_budget = check_budget_option(budget)
     options: dict[str, Any] = {
         "screen": screen,
         "refusal": refusal,
         "screen_input": screen_input,
         "input": input,
         "judge_error_policy": judge_error_policy,
+        "budget": budget,
     }
 
     def configure(fn: Callable[..., Any]) -> _GuardConfig:
-        return _GuardConfig(
+        cfg = _GuardConfig(
             fn,
             screen=adapted,
             refusal=refusal,
@@ -279,11 +293,13 @@ def guarded(
             input=input,
             judge_error_policy=judge_error_policy,
         )
+        cfg.job_budget = job_budget
+        return cfg
 
     def decorate(fn: Any) -> Any:
         return wrap(
             fn,
-            _guard_flow,
+            without_attempts(_guard_flow, "guarded"),
             configure,
             decorator="guarded",
             remake=functools.partial(guarded, **options),

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-from ._errors import RefinekitWarning
-from ._model import Usage, Verdict
+from . import _budget
+from ._errors import MissingPrice, RefinekitWarning
+from ._model import Cost, Usage, Verdict
 from ._redact import redact
 
 __all__ = ["Event", "EventKind", "Subscription", "subscribe"]
@@ -38,6 +39,8 @@ EventKind = Literal[
     "review",
     "revision",
     "rejected",
+    "judge_cache",
+    "budget",
 ]
 """What happened:
 
@@ -56,7 +59,13 @@ EventKind = Literal[
   revision); `verdict` is the verdict (`unjudged` when the judge failed or timed out, `error`
   then says why), and its `metadata["review"]` holds the mode and the draft number;
 - `revision`: `@reviewed` asked the reviser for revision number `attempt`, with `feedback`;
-- `rejected`: `@reviewed` raises `AnswerRejected`; `error` starts with its reason.
+- `rejected`: `@reviewed` raises `AnswerRejected`; `error` starts with its reason;
+- `judge_cache`: a judge model with a cache looked a request up (`cache` is "hit" or "miss",
+  `function` the judge's kind, `decorator` is "judge", `detail` the key, `attempt` and
+  `max_attempts` 0; `job_id` and the usage are the job's the judge runs in, or "" and none
+  outside a job). Like `attempt` and `verdict`, it is logged at DEBUG only.
+- `budget`: the job's `refinekit.Budget` stopped the call: `BudgetExceeded` is raised, and
+  `error` is its message (once per stop, from the innermost decorated call it left).
 """
 
 
@@ -74,6 +83,8 @@ class Event:
         is_last: Whether no further attempt (or correction) is possible after this one.
         usage: The job's usage of the answering model so far.
         judge_usage: The job's usage of model judges so far.
+        cost: What the job's model calls cost so far (answer and judge apart), when its
+            budget has prices (`refinekit.Budget(prices=...)`); None otherwise.
         verdict: The verdict, on `verdict` and on `retry`/`exhausted` after a rejection.
         feedback: The feedback passed on (retry) or the error explained (correction).
         wait: Seconds waited before the next attempt (`retry`; reported even in testing mode).
@@ -85,6 +96,7 @@ class Event:
             `("code_fence", "trailing_comma")`; empty when the reply was strict JSON.
         failure: What was wrong with the reply (`correction`, `exhausted` of `@self_correct`):
             a `refinekit.FailureKind`.
+        cache: "hit" or "miss" (`judge_cache`): whether the judge cache held the reply.
     """
 
     kind: EventKind
@@ -96,6 +108,7 @@ class Event:
     is_last: bool
     usage: Usage
     judge_usage: Usage = field(default_factory=Usage)
+    cost: Cost | None = None
     verdict: Verdict | None = None
     feedback: str | None = None
     wait: float | None = None
@@ -104,6 +117,7 @@ class Event:
     detail: str | None = None
     repairs: tuple[str, ...] = ()
     failure: str | None = None
+    cache: Literal["hit", "miss"] | None = None
 
 
 def make_event(
@@ -126,8 +140,17 @@ def make_event(
         is_last=number >= maximum,
         usage=job.usage,
         judge_usage=job.judge_usage,
+        cost=_cost(job),
         **fields,
     )
+
+
+def _cost(job: Any) -> Cost | None:
+    """The job's cost for an event; None unpriced (a missing price stops the job elsewhere)."""
+    try:
+        return _budget.cost_of(job)
+    except MissingPrice:
+        return None
 
 
 Hook = Callable[[Event], object]
@@ -192,7 +215,7 @@ def _report_hook_error(hook: Hook, event: Event, exc: Exception) -> None:
 
 
 def wants_debug_events() -> bool:
-    """Whether an event logged only at DEBUG (attempt, verdict, skipped) reaches anyone.
+    """Whether a DEBUG-only event (attempt, verdict, skipped, judge_cache) reaches anyone.
 
     Building an `Event` costs microseconds; when no hook is subscribed and the `refinekit`
     logger drops DEBUG records, such an event would reach nobody, so callers skip building it.
@@ -331,6 +354,9 @@ def _log_event(event: Event) -> None:
                 "" if event.attempt == 1 else "s",
                 _clip(event.error),
             )
+    elif event.kind == "budget":
+        if logger.isEnabledFor(logging.WARNING):
+            logger.warning("%s: %s", event.function, _clip(event.error))
     elif event.kind == "exhausted":
         if logger.isEnabledFor(logging.WARNING):
             logger.warning(
@@ -339,6 +365,9 @@ def _log_event(event: Event) -> None:
                 event.attempt,
                 _clip(event.error),
             )
+    elif event.kind == "judge_cache":
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("judge cache %s: %s (key %s)", event.cache, event.function, event.detail)
     elif logger.isEnabledFor(logging.DEBUG):
         logger.debug(
             "%s: %s %d/%d%s",

@@ -7,10 +7,14 @@ import threading
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._model import AttemptInfo, ContextDocument, Usage
-from ._replies import usage_of
+from . import _budget
+from ._model import AttemptInfo, ContextDocument, Cost, Usage
+from ._replies import model_of, usage_of
+
+if TYPE_CHECKING:
+    from ._budget import Budget
 
 __all__ = ["Job", "current_attempt", "current_job", "job", "record_context", "record_usage"]
 
@@ -32,23 +36,54 @@ class Job:
     """
 
     __slots__ = (
+        "_budget",
         "_corrections_used",
         "_counted",
         "_judge_usage",
         "_lock",
+        "_models",
         "_token",
         "_usage",
         "id",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, budget: Budget | None = None) -> None:
         self.id = os.urandom(6).hex()
         self._corrections_used = 0
         self._usage = Usage()
         self._judge_usage = Usage()
+        self._models: dict[tuple[bool, str | None], Usage] = {}
+        self._budget = _budget.check_budget_option(budget)
         self._counted: list[object] = []
         self._lock = threading.Lock()
         self._token: Token[Job | None] | None = None
+
+    @property
+    def budget(self) -> Budget | None:
+        """The job's `refinekit.Budget` (given to `job()` or the decorator that opened it)."""
+        return self._budget
+
+    @property
+    def cost(self) -> Cost | None:
+        """What the job's model calls cost so far (answer and judge apart); None without prices.
+
+        Priced with the job budget's `prices`.
+
+        Raises:
+            MissingPrice: A model the job called has no price.
+        """
+        if self._budget is None or self._budget.prices is None:
+            return None
+        return _budget.cost_of(self, self._budget.prices)
+
+    def _per_model(self) -> dict[tuple[bool, str | None], Usage]:
+        """The job's usage per (judge?, model name), for pricing."""
+        with self._lock:
+            return dict(self._models)
+
+    def _split(self, judge: bool, model: str | None, usage: Usage) -> None:
+        key = (judge, model)
+        self._models[key] = self._models.get(key, Usage()) + usage
 
     @property
     def corrections_used(self) -> int:
@@ -65,9 +100,10 @@ class Job:
         """Token usage and calls of model judges in this job so far, apart from `usage`."""
         return self._judge_usage
 
-    def _add_judge_usage(self, usage: Usage) -> None:
+    def _add_judge_usage(self, usage: Usage, model: str | None = None) -> None:
         with self._lock:
             self._judge_usage = self._judge_usage + usage
+            self._split(True, model, usage)
 
     def _take_correction(self, limit: int) -> bool:
         with self._lock:
@@ -80,7 +116,13 @@ class Job:
         """A mark to pass to `_add_usage` as `since`, taken before calling the wrapped function."""
         return len(self._counted)
 
-    def _add_usage(self, usage: Usage, reply: object = None, since: int | None = None) -> None:
+    def _add_usage(
+        self,
+        usage: Usage,
+        reply: object = None,
+        since: int | None = None,
+        model: str | None = None,
+    ) -> None:
         """Add a reply's usage, unless a nested refinekit call counted that reply after `since`.
 
         An outer decorated function often returns the very reply an inner decorated call got;
@@ -92,6 +134,7 @@ class Job:
                     return
                 self._counted.append(reply)
             self._usage = self._usage + usage
+            self._split(False, model, usage)
 
     def _count_reply(self, reply: object, since: int | None = None) -> None:
         """Count the token usage a reply carries, once (see `_add_usage`).
@@ -100,7 +143,7 @@ class Job:
         """
         usage = usage_of(reply)
         if usage is not None:
-            self._add_usage(usage, reply, since)
+            self._add_usage(usage, reply, since, model_of(reply))
 
     def __enter__(self) -> Job:
         if self._token is not None:
@@ -133,17 +176,25 @@ class Job:
         return f"<refinekit.Job {self.id} corrections_used={self._corrections_used}>"
 
 
-def job() -> Job:
+def job(*, budget: Budget | None = None) -> Job:
     """Open a new job explicitly: `with refinekit.job(): ...` or `async with refinekit.job(): ...`.
 
     Every refinekit call inside the block joins this job and shares its budgets, however
     often your code re-runs them. A `job()` block always starts a fresh job, even inside
-    another one.
+    another one (with its own usage and budget).
+
+    Args:
+        budget: A `refinekit.Budget` for everything inside the block: answer calls,
+            corrections and judge calls (see docs/budgets.md). A decorator's `budget=` inside
+            can only tighten it.
 
     Returns:
         The job, a sync and async context manager.
+
+    Raises:
+        TypeError: `budget` is not a `refinekit.Budget`.
     """
-    return Job()
+    return Job(budget)
 
 
 def current_job() -> Job | None:
@@ -201,6 +252,7 @@ def record_usage(
     *,
     calls: int = 1,
     judge: bool = False,
+    model: str | None = None,
 ) -> None:
     """Count a model call whose reply refinekit does not see in the current job's usage.
 
@@ -220,9 +272,11 @@ def record_usage(
         calls: How many model calls these tokens are for, >= 0.
         judge: True for a call a judge (your own evaluator) made: it counts in
             `Job.judge_usage` instead of `Job.usage`.
+        model: The model the call went to, to price it with the job's `refinekit.Prices`
+            (a job with prices and a call without a model needs `Prices(default=...)`).
 
     Raises:
-        TypeError: A count is not an int.
+        TypeError: A count is not an int, or `model` is not a str.
         ValueError: A count is negative.
     """
     for name, value in (
@@ -234,14 +288,16 @@ def record_usage(
             raise TypeError(f"record_usage(): {name} is an int, not {type(value).__name__}")
         if value < 0:
             raise ValueError(f"record_usage(): {name} must be >= 0, got {value}")
+    if model is not None and not isinstance(model, str):
+        raise TypeError(f"record_usage(): model is a str, not {type(model).__name__}")
     current = _JOB.get()
     if current is None:
         return
     usage = Usage(model_calls=calls, prompt_tokens=input_tokens, completion_tokens=output_tokens)
     if judge:
-        current._add_judge_usage(usage)
+        current._add_judge_usage(usage, model or None)
     else:
-        current._add_usage(usage)
+        current._add_usage(usage, model=model or None)
 
 
 def enter_attempt(info: AttemptInfo) -> Token[AttemptInfo | None]:
@@ -254,16 +310,26 @@ def leave_attempt(token: Token[AttemptInfo | None]) -> None:
     _ATTEMPT.reset(token)
 
 
-def enter_job() -> tuple[Job, Token[Job | None] | None]:
-    """Join the current job, or open one; the token is None when a job was joined."""
+JobToken = tuple["Token[Job | None] | None", "Token[Any] | None"]
+"""What `enter_job` gives `leave_job`: the job's token (None: joined), the budget's."""
+
+
+def enter_job(budget: Budget | None = None) -> tuple[Job, JobToken]:
+    """Join the current job, or open one, bringing a decorator's `budget=` to it.
+
+    A job opened here takes `budget` as its own; a joined job's budget is tightened by it
+    for the call (see `refinekit._budget.join`).
+    """
     current = _JOB.get()
     if current is not None:
-        return current, None
-    new = Job()
-    return new, _JOB.set(new)
+        return current, (None, _budget.join(current, budget, opened=False))
+    new = Job(budget)
+    return new, (_JOB.set(new), None)
 
 
-def leave_job(token: Token[Job | None] | None) -> None:
+def leave_job(token: JobToken) -> None:
     """Leave the job `enter_job` joined or opened (closing it when it was opened there)."""
-    if token is not None:
-        _JOB.reset(token)
+    job_token, budget_token = token
+    _budget.leave(budget_token)
+    if job_token is not None:
+        _JOB.reset(job_token)

@@ -15,6 +15,7 @@ __all__ = [
     "Attempt",
     "AttemptInfo",
     "ContextDocument",
+    "Cost",
     "CriterionResult",
     "EvaluationRequest",
     "Outcome",
@@ -231,6 +232,30 @@ class Usage:
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
         )
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a job's model calls cost, in the currency of the prices given (`refinekit.Prices`).
+
+    Attributes:
+        answer: The answering model's calls (the function's own and revisions).
+        judge: Model judges' calls.
+    """
+
+    answer: float = 0.0
+    judge: float = 0.0
+
+    @property
+    def total(self) -> float:
+        """Answer plus judge cost."""
+        return self.answer + self.judge
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.answer + other.answer, self.judge + other.judge)
+
+    def __sub__(self, other: Cost) -> Cost:
+        return Cost(self.answer - other.answer, self.judge - other.judge)
 
 
 @dataclass(frozen=True)

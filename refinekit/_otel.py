@@ -34,16 +34,18 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from . import _otel_names as n
-from ._errors import TimedOut
+from ._budget import cost_of
+from ._errors import MissingPrice, TimedOut
 from ._evaluators import evaluator_name
 from ._flow import Call, Evaluate, Gather, Sleep, Timed
 from ._hooks import Event, Subscription, subscribe
 from ._job import current_job
-from ._model import Usage, Verdict
+from ._model import Cost, Usage, Verdict
 from ._package import version
 from ._redact import redact
 from ._replies import usage_of
 from ._revisers import Revise
+from .judges._cache import Cached
 from .judges._calls import Complete, Structured
 
 __all__ = ["OtelTracing"]
@@ -62,7 +64,7 @@ TEXT_LIMIT = 2000
 # The span kinds of the event bus that become span events (the others repeat what a span
 # or an evaluation event already says).
 _BUS_KINDS = frozenset(
-    {"retry", "correction", "exhausted", "blocked", "revision", "rejected", "skipped"}
+    {"retry", "correction", "exhausted", "blocked", "revision", "rejected", "skipped", "budget"}
 )
 
 
@@ -181,6 +183,9 @@ class OtelTracing:
                     n.JUDGE_OUTPUT_TOKENS: judge_usage.completion_tokens,
                 }
             )
+            cost = _cost(job)
+            if cost is not None:  # only with prices (`refinekit.Budget(prices=...)`)
+                span.set_attributes({n.COST: cost.answer, n.JUDGE_COST: cost.judge})
             span.end()
 
     # --- the commands a flow yields -------------------------------------------------------
@@ -230,6 +235,8 @@ class OtelTracing:
             return _TracedEvaluate(self, command)
         if isinstance(command, (Complete, Structured)):
             return _TracedJudgeCall(self, command)
+        if isinstance(command, Cached):  # a hit makes no call: only a miss gets its span
+            return command.with_command(self._traced(command.command))
         if isinstance(command, Gather):
             return Gather([self._traced(c) for c in command.commands])
         if isinstance(command, Timed):
@@ -252,6 +259,14 @@ class OtelTracing:
         if event.failure:
             attributes[n.FAILURE] = event.failure
         state.current.add_event(n.EVENT_PREFIX + event.kind, attributes)
+
+
+def _cost(job: Any) -> Cost | None:
+    """The job's cost for the call's span; None unpriced (a missing price is raised elsewhere)."""
+    try:
+        return cost_of(job)
+    except MissingPrice:
+        return None
 
 
 def _failed(command: Any, exc: Exception, attempt_of: _CallState | None) -> None:

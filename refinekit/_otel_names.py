@@ -12,6 +12,7 @@ __all__ = [
     "ATTEMPT_NUMBER",
     "ATTEMPT_SPAN",
     "ATTEMPTS",
+    "COST",
     "DECORATOR",
     "ERROR",
     "ERROR_TYPE",
@@ -31,6 +32,7 @@ __all__ = [
     "FUNCTION",
     "INPUT_TOKENS",
     "JOB_ID",
+    "JUDGE_COST",
     "JUDGE_INPUT_TOKENS",
     "JUDGE_OUTPUT_TOKENS",
     "OPERATION_CHAT",
@@ -114,6 +116,9 @@ INPUT_TOKENS = "refinekit.usage.input_tokens"
 OUTPUT_TOKENS = "refinekit.usage.output_tokens"
 JUDGE_INPUT_TOKENS = "refinekit.judge.usage.input_tokens"
 JUDGE_OUTPUT_TOKENS = "refinekit.judge.usage.output_tokens"
+COST = "refinekit.cost"
+"""What the answering model's calls in the call's job cost, with the budget's prices."""
+JUDGE_COST = "refinekit.judge.cost"
 WAIT = "refinekit.wait"
 ERROR = "refinekit.error"
 FAILURE = "refinekit.failure"

@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._model import Attempt, Usage, Verdict
+from . import _budget
+from ._model import Attempt, Cost, Usage, Verdict
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -47,6 +48,8 @@ class Outcome(Generic[T_co]):
             (as `CorrectionExhausted.corrections_used` counts them).
         usage: The answering model's usage during the call (judges apart).
         judge_usage: Model judges' usage during the call.
+        cost: What the model calls of the call cost (answer and judge apart), when the job's
+            budget has prices (`refinekit.Budget(prices=...)`); None otherwise.
         idle_for: Seconds of backoff between attempts (as computed: in testing mode they are
             not slept), tenacity's `statistics["idle_for"]`.
         duration: Seconds from the start of the call to its end.
@@ -63,6 +66,7 @@ class Outcome(Generic[T_co]):
     judge_usage: Usage
     idle_for: float
     duration: float
+    cost: Cost | None = None
 
     @property
     def attempt_count(self) -> int:
@@ -86,7 +90,16 @@ _FIELDS = dataclasses.fields(Usage)
 class Record:
     """What a flow adds while `fn.outcome(...)` runs; made an `Outcome` when the call ends."""
 
-    __slots__ = ("_judge_usage", "_started", "_usage", "attempts", "idle_for", "job", "verdicts")
+    __slots__ = (
+        "_cost",
+        "_judge_usage",
+        "_started",
+        "_usage",
+        "attempts",
+        "idle_for",
+        "job",
+        "verdicts",
+    )
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -95,11 +108,13 @@ class Record:
         self.idle_for = 0.0
         self._usage = job.usage
         self._judge_usage = job.judge_usage
+        self._cost = _budget.cost_of(job)
         self._started = time.perf_counter()
 
     def outcome(self, value: Any, decorator: str, function: str) -> Outcome[Any]:
         """The finished call's outcome."""
         job = self.job
+        cost = _budget.cost_of(job)
         return Outcome(
             value=value,
             decorator=decorator,
@@ -112,4 +127,5 @@ class Record:
             judge_usage=_minus(job.judge_usage, self._judge_usage),
             idle_for=self.idle_for,
             duration=time.perf_counter() - self._started,
+            cost=None if cost is None else cost - (self._cost or Cost()),
         )

@@ -45,6 +45,7 @@ __all__ = [
     "is_reply",
     "message_of",
     "message_text",
+    "model_of",
     "reply_text",
     "tool_call_names",
     "usage_of",
@@ -329,6 +330,25 @@ def usage_of(reply: Any) -> Usage | None:
         prompt_tokens=_tokens(usage, *prompt),
         completion_tokens=_tokens(usage, *completion),
     )
+
+
+def model_of(reply: Any) -> str | None:
+    """The model name a whole reply says answered it; None when it names none (or is no reply).
+
+    A completion's `model` (OpenAI, LiteLLM's `ModelResponse`), an Anthropic `Message`'s
+    `model`, a LangChain `AIMessage`'s `response_metadata` (`model_name`, else `model`).
+    """
+    kind = _kind(reply)
+    if kind is None:
+        return None
+    if kind == "langchain":
+        metadata = get(reply, "response_metadata")
+        name = get(metadata, "model_name") if metadata is not None else None
+        if not (isinstance(name, str) and name) and metadata is not None:
+            name = get(metadata, "model")
+    else:
+        name = get(reply, "model")
+    return name if isinstance(name, str) and name else None
 
 
 def answer_text(value: Any) -> str:

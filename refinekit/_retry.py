@@ -11,9 +11,10 @@ from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 import tenacity
 from tenacity.wait import wait_base
 
-from . import _config
+from . import _budget, _config
+from ._budget import Budget, check_budget_option
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
-from ._errors import JudgeError, LowQualityAnswer
+from ._errors import BudgetExceeded, JudgeError, LowQualityAnswer
 from ._errtext import utf8_text
 from ._evaluators import Adapted, EvaluatorLike, as_evaluator
 from ._flow import Call, Evaluate, Flow, Sleep
@@ -110,6 +111,7 @@ class _RetryConfig:
         "evaluator",
         "feedback_index",
         "function",
+        "job_budget",
         "judge_error_policy",
         "max_retries",
         "on_exhausted",
@@ -137,7 +139,9 @@ class _RetryConfig:
         stop: Stop | None,
         before_sleep: Callback | None,
         after: Callback | None,
+        job_budget: Budget | None = None,
     ) -> None:
+        self.job_budget = job_budget
         self.requests = RequestMaker(fn, question=question, answer=answer, context=context)
         self.function = self.requests.function
         feedback = self.requests.signature.parameters.get("feedback")
@@ -217,8 +221,32 @@ def _retry_flow(
     job: Job,
     record: Record | None,
 ) -> Flow[Any]:
-    max_attempts = cfg.max_retries + 1
     attempts: list[Attempt] = []
+    try:
+        return (yield from _retry_steps(cfg, fn, args, kwargs, job, record, attempts))
+    except BudgetExceeded as stopped:
+        _budget.surface(
+            stopped,
+            attempts,
+            _best(attempts),
+            decorator="retry_on_low_quality",
+            function=cfg.function,
+            job=job,
+        )
+        raise
+
+
+def _retry_steps(
+    cfg: _RetryConfig,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    job: Job,
+    record: Record | None,
+    attempts: list[Attempt],
+) -> Flow[Any]:
+    max_attempts = cfg.max_retries + 1
+    spent: tuple[_budget.Mark | None, _budget.Mark | None] = (None, None)
     arguments: dict[str, Any] | None = None
     state: tenacity.RetryCallState | None = None
     feedback: str | None = None
@@ -228,9 +256,13 @@ def _retry_flow(
     infos: list[AttemptInfo] = []
     began = time.monotonic()  # tenacity's `start_time`: what `stop_after_delay` counts from
     for number in range(1, max_attempts + 1):
+        # Each attempt must fit in what the budget has left (estimated from the previous one).
+        extra = len(feedback) if feedback else 0
+        _budget.before_attempt(job, f"attempt {number} of {cfg.function}", *spent, extra)
         info = AttemptInfo(number, max_attempts, feedback, previous)
         infos.append(info)
         started = time.perf_counter()
+        start = _budget.mark(job)
         token = enter_attempt(info)
         recorder = start_recording()  # this attempt's tool calls, for the judge
         counted = job._replies_counted()
@@ -247,6 +279,7 @@ def _retry_flow(
         # Count the reply's tokens before the event, so `attempt` events include this attempt;
         # a rejected reply (returned, or carried by a raised LowQualityAnswer) was paid for too.
         job._count_reply(value, counted)
+        spent = (start, _budget.mark(job))
         if wants_debug_events():
             emit(_event(cfg, job, "attempt", number, duration=time.perf_counter() - started))
         if rejection is None:
@@ -387,6 +420,7 @@ def retry_on_low_quality(
     stop: Stop | None = None,
     before_sleep: Callback | None = None,
     after: Callback | None = None,
+    budget: Budget | None = None,
 ) -> Retrying:
     """Judge every answer of the decorated function and retry a poor one with its feedback.
 
@@ -434,6 +468,11 @@ def retry_on_low_quality(
             logging.INFO)` works. An `async def` callback is awaited on the async path.
         after: Called with the tenacity `RetryCallState` after each rejected attempt (the last
             one too), as tenacity calls it: `tenacity.after_log(logger, logging.INFO)` works.
+        budget: A `refinekit.Budget` for the job (tokens, cost, model calls of the answer
+            calls and the judge calls together): the call raises `refinekit.BudgetExceeded`
+            as soon as a call has taken the job over it, or before another attempt or a judge
+            call it cannot cover. Inside another refinekit call it can only tighten that
+            job's budget. See docs/budgets.md.
 
     Returns:
         A decorator keeping the function's signature. The decorated function also has
@@ -444,8 +483,8 @@ def retry_on_low_quality(
         ValueError: `max_retries` is not an int from 0 to 100, `on_exhausted` or
             `judge_error_policy` is unknown, or
             `question` names no parameter (raised when decorating, not when calling).
-        TypeError: `evaluator`, `wait`, `stop`, `before_sleep` or `after` cannot be used
-            (also when decorating).
+        TypeError: `evaluator`, `wait`, `stop`, `before_sleep`, `after` or `budget` cannot
+            be used (also when decorating).
     """
     options: dict[str, Any] = {
         "evaluator": evaluator,
@@ -461,8 +500,10 @@ def retry_on_low_quality(
         "stop": stop,
         "before_sleep": before_sleep,
         "after": after,
+        "budget": budget,
     }
     check_budget("max_retries", max_retries, MAX_RETRIES_LIMIT)
+    job_budget = check_budget_option(budget)
     if on_exhausted not in ("raise", "return_best"):
         raise ValueError(f"on_exhausted must be 'raise' or 'return_best', got {on_exhausted!r}")
     check_policy(judge_error_policy)
@@ -501,6 +542,7 @@ def retry_on_low_quality(
             stop=stop,
             before_sleep=before_sleep,
             after=after,
+            job_budget=job_budget,
         )
 
     def decorate(fn: Any) -> Any:

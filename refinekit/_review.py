@@ -8,6 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeAlias, overload
 
+from . import _budget
+from ._budget import Budget, without_attempts
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._errors import AnswerRejected, JudgeError, ReviserFailed, TimedOut
 from ._evaluators import Adapted, EvaluatorLike, as_evaluator
@@ -89,6 +91,7 @@ class _ReviewConfig:
         "budget",
         "evaluator",
         "function",
+        "job_budget",
         "judge_timeout",
         "max_revisions",
         "mode",
@@ -120,6 +123,7 @@ class _ReviewConfig:
         self.judge_timeout = judge_timeout
         self.budget = budget
         self.on_inconclusive = on_inconclusive
+        self.job_budget: Budget | None = None
 
 
 def _event(
@@ -208,6 +212,7 @@ def _review_flow(
     record: Record | None,
 ) -> Flow[str]:
     # The one call of the function: its tool calls and recorded context are the evidence.
+    _budget.before_attempt(job, f"call of {cfg.function}", None, None, 0)  # nothing left: stop
     started = time.perf_counter()
     outer = current_attempt()  # inside @retry_on_low_quality: record_context goes to both
     info = outer if outer is not None else AttemptInfo(1, 1)
@@ -302,6 +307,14 @@ def _review_flow(
             revision=number,
             max_revisions=cfg.max_revisions,
         )
+        # The revision must fit in the job's budget: its prompt (the draft, the feedback and
+        # the question: characters / 4) and one call.
+        _budget.before_call(
+            job,
+            f"revision {number} of {cfg.function}",
+            getattr(cfg.reviser, "model", None),
+            _budget.estimate_tokens(len(current) + len(feedback) + len(request.question or "")),
+        )
         draft_started = time.perf_counter()
         try:
             revised: Revised = yield Timed(Revise(cfg.reviser, revision, left), left)
@@ -360,7 +373,7 @@ def reviewed(
     max_revisions: int = 1,
     reviser: Reviser | None = None,
     judge_timeout: float = 2.0,
-    budget: float = 10.0,
+    budget: float | Budget = 10.0,
     client: openai.OpenAI | openai.AsyncOpenAI | None = None,
     model: str | None = None,
     question: QuestionSelector | None = None,
@@ -395,7 +408,11 @@ def reviewed(
         judge_timeout: Seconds each judge call may take (a judge that takes longer counts as a
             judge failure, reason `"judge_timeout"`).
         budget: Seconds for the review and all revisions together, from the first judge call;
-            each judge and reviser call gets at most what is left (reason `"budget"`).
+            each judge and reviser call gets at most what is left (reason `"budget"`). Or a
+            `refinekit.Budget` (tokens, cost, model calls of the job, judge and reviser calls
+            included; the time budget then stays 10 s): the call raises
+            `refinekit.BudgetExceeded` as soon as a call has taken the job over it, or before
+            a judge or reviser call it cannot cover. See docs/budgets.md.
         client: The answering model's client (`openai.OpenAI` or `openai.AsyncOpenAI`), for
             the default reviser.
         model: The answering model's name, for the default reviser.
@@ -422,7 +439,12 @@ def reviewed(
         raise ValueError(f"mode must be 'off', 'shadow' or 'enforce', got {mode!r}")
     check_budget("max_revisions", max_revisions, MAX_REVISIONS_LIMIT)
     timeout_s = _seconds("judge_timeout", judge_timeout)
-    budget_s = _seconds("budget", budget)
+    job_budget = budget if isinstance(budget, Budget) else None
+    if job_budget is None and (isinstance(budget, bool) or not isinstance(budget, (int, float))):
+        raise TypeError(
+            f"budget must be a number of seconds or a refinekit.Budget, got {type(budget).__name__}"
+        )
+    budget_s = 10.0 if job_budget is not None else _seconds("budget", budget)
     check_on_inconclusive(on_inconclusive)
     evaluator = as_evaluator(judge)
     if question is not None and not callable(question) and not isinstance(question, str):
@@ -454,7 +476,7 @@ def reviewed(
     }
 
     def configure(fn: Callable[..., Any]) -> _ReviewConfig:
-        return _ReviewConfig(
+        cfg = _ReviewConfig(
             fn,
             evaluator=evaluator,
             mode=mode,
@@ -465,11 +487,13 @@ def reviewed(
             question=question,
             on_inconclusive=on_inconclusive,
         )
+        cfg.job_budget = job_budget
+        return cfg
 
     def decorate(fn: Any) -> Any:
         return wrap(
             fn,
-            _off_flow if mode == "off" else _review_flow,
+            without_attempts(_off_flow if mode == "off" else _review_flow, "reviewed"),
             configure,
             decorator="reviewed",
             remake=functools.partial(reviewed, **options),

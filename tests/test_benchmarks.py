@@ -83,6 +83,31 @@ def test_bench_correction_cost_prints_the_ratios_and_meets_its_target() -> None:
     assert worst <= 1.05
 
 
+def test_bench_judge_cache_quick_run_prints_the_table() -> None:
+    out = quick_run("bench_judge_cache.py", timeout=120)
+    for heading in (
+        "refinekit judge cache",
+        "1. first run",
+        "2. same run again",
+        "answers changed",
+        "4. repeat 2 (cache_salt)",
+        "pass 2 verdicts identical to pass 1: True",
+        "errors on the wire: 0",
+    ):
+        assert heading in out, f"{heading!r} missing from the benchmark's output:\n{out}"
+    again = next(line for line in out.splitlines() if line.startswith("2. same run again"))
+    assert again.split()[5:7] == ["0", "0.00"]  # no call on the wire the second time
+
+
+def test_bench_budget_stops_the_runaway_judge_where_promised() -> None:
+    out = quick_run("bench_budget.py", timeout=120)
+    # answer, judge, ... 11 of each without a budget; max_calls=5: 3 answers and 2 judge calls
+    assert "no budget                              11    11    22" in out
+    assert "Budget(max_calls=5)                     3     2     5" in out
+    assert "Budget(max_calls=5): BudgetExceeded before judge call to model 'judge-model'" in out
+    assert "no budget: LowQualityAnswer after 11 attempts" in out
+
+
 def test_bench_scale_quick_run_stores_every_case_once_on_each_backend() -> None:
     import pg
 

@@ -21,6 +21,13 @@ JUDGE_EXAMPLES = [
 ]
 
 EXPECTED = {
+    "budget.py": [
+        "stopped: max_calls=5, planned: judge call to model 'judge-mini'",
+        "calls on the wire: 5 (3 answer, 2 judge)",
+        "best attempt: 2 of 2",
+        "stopped at cost 0.001040 (answer 0.000768, judge 0.000272) of max_cost=0.001",
+        "calls on the wire: 6 (a call's reply took the job over)",
+    ],
     "retry_example.py": ["attempt 2/3", "caller got: Refunds", "policies/refunds.md", "gave up"],
     "self_correct_example.py": [
         "caller got: Invoice(number='INV-7', total_cents=1250)",
@@ -66,6 +73,15 @@ EXPECTED = {
         "passed",
     ],
     "judge_pairwise.py": ["winner: a", "winner: tie (the two orders disagreed)"],
+    "judge_cache.py": [
+        "pass 1: 3 judgements, 3 judge calls, ",
+        "  passed, failed, passed",
+        "pass 2: 3 judgements, 0 judge calls, 0 tokens; same verdicts: True",
+        "a changed answer: 1 judge call (a miss)",
+        "the first answer again under cache_salt('repeat=2'): 1 call",
+        "cache: 3 hits, 5 misses, 5 entries",
+        "judge_cache events: 3 hit, 5 miss",
+    ],
     "judge_anthropic.py": [
         "retry with feedback: Keep the policy's conditions: unused, within seven days.",
         "answer: Yes, if the order is unused and you ask within seven days of delivery.",
@@ -186,6 +202,7 @@ def test_there_is_one_example_per_judge() -> None:
         "judge_rating",
         "judge_criteria",
         "judge_pairwise",
+        "judge_cache",  # not a judge: the cache every judge can use
     }
 
 

@@ -21,6 +21,11 @@ import refinekit.testing
 
 PUBLIC = {
     "AnswerRejected",
+    "Budget",
+    "BudgetExceeded",
+    "Cost",
+    "MissingPrice",
+    "Prices",
     "AsyncEvaluator",
     "Attempt",
     "AttemptInfo",
@@ -110,17 +115,32 @@ def test_judges_names() -> None:
     assert set(refinekit.judges.__all__) == {
         "Criterion",
         "Judge",
+        "JudgeCache",
         "JudgeErrorPolicy",
         "JudgeModel",
+        "MemoryCache",
         "Pairwise",
+        "SQLiteCache",
         "Winner",
+        "cache_salt",
         "criteria",
         "fact_check",
         "pairwise",
         "rating",
         "relevancy",
     }
-    for name in ("criteria", "fact_check", "pairwise", "rating", "relevancy", "JudgeModel"):
+    for name in (
+        "criteria",
+        "fact_check",
+        "pairwise",
+        "rating",
+        "relevancy",
+        "JudgeModel",
+        "JudgeCache",
+        "MemoryCache",
+        "SQLiteCache",
+        "cache_salt",
+    ):
         assert getattr(refinekit.judges, name).__doc__
 
 

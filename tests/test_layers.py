@@ -34,6 +34,7 @@ LAYERS: dict[str, set[str]] = {
     },
     "engine": {
         "_bridge",
+        "_budget",
         "_decorate",
         "_flow",
         "_hooks",

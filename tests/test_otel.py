@@ -197,6 +197,31 @@ async def test_retry_spans_nest_under_the_callers_span_with_judge_calls_as_genai
     assert (first.end_time or 0) <= (second.start_time or 0)
 
 
+async def test_a_priced_call_span_carries_its_jobs_cost(
+    kind: str, server: ScriptedOpenAI, exporter: InMemorySpanExporter
+) -> None:
+    server.script("judge", Reply.text("Yes", prompt_tokens=500_000, completion_tokens=10))
+    client = judge_client(kind, server)
+    judge = relevancy(JudgeModel(client, "judge"))
+    prices = refinekit.Prices({"judge": (2.0, 100_000.0)})
+    priced = retry_on_low_quality(evaluator=judge, budget=refinekit.Budget(prices=prices))(
+        answer_fn(kind)
+    )
+    unpriced = retry_on_low_quality(evaluator=lambda request: True)(answer_fn(kind))
+    assert await acall(priced, QUESTION) == ANSWER
+    assert await acall(unpriced, QUESTION) == ANSWER
+    await close(client)
+    tree = Tree(exporter.get_finished_spans())
+    spans = tree.named(f"refinekit.retry_on_low_quality {priced.__qualname__}")
+    with_cost = [
+        dict(s.attributes or {}) for s in spans if names.JUDGE_COST in (s.attributes or {})
+    ]
+    assert len(spans) == 2
+    assert len(with_cost) == 1  # the unpriced call's span has none
+    assert with_cost[0][names.COST] == 0.0
+    assert with_cost[0][names.JUDGE_COST] == pytest.approx(2.0)
+
+
 async def test_an_anthropic_judges_requests_are_genai_spans_of_provider_anthropic(
     kind: str, server: ScriptedOpenAI, exporter: InMemorySpanExporter
 ) -> None:

@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import Workspace, answers, asked, cli_runner, workspace
 from pydantic import BaseModel
 
 import refinekit
+import refinekit.eval
 from refinekit import self_correct
+from refinekit.eval._pgstore import PostgresStore
 from refinekit.testing import RecordedRequest, ScriptedOpenAI
 
 pytest.importorskip("ray.data", reason="refinekit[ray] is not installed")
@@ -157,3 +160,140 @@ def test_in_map_batches_each_row_has_its_own_job_and_budget(model: ScriptedOpenA
     assert all(r["tokens"] > 0 for r in rows)
     odd_tokens = {r["number"]: r["tokens"] for r in rows}
     assert odd_tokens[3] > odd_tokens[4]  # a correction's tokens count in its row only
+
+
+# --- refinekit eval --backend ray ---------------------------------------------------------------
+
+RAY_ANSWER = """
+import openai
+
+def answer(question):
+    client = openai.OpenAI(base_url={base_url!r}, api_key="sk-test", max_retries=0)
+    with client:
+        reply = client.chat.completions.create(
+            model="answer", messages=[{{"role": "user", "content": question}}]
+        )
+    return reply.choices[0].message.content
+"""
+
+RAY_QUESTIONS = [f"q{i}" for i in range(1, 25)]
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+    yield from workspace(tmp_path, monkeypatch)
+
+
+def ray_golden(ws: Workspace, server: ScriptedOpenAI) -> str:
+    """The golden set and its answer function (which reaches the scripted server by URL: a
+    Ray worker's environment is the one Ray was started with)."""
+    server.script("answer", answers(dict.fromkeys(RAY_QUESTIONS, "ok")), times=None)
+    ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in RAY_QUESTIONS])
+    return ws.module(RAY_ANSWER.format(base_url=server.base_url), stem="rayeval")
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_eval_on_ray_workers_shares_the_cases_through_a_postgresql_store(
+    ws: Workspace, server: ScriptedOpenAI, postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = ray_golden(ws, server)
+    cli = cli_runner(capsys)
+    ran = cli(
+        "eval", "golden.csv", "--target", f"{target}:answer", "--db", postgres_url,
+        "--backend", "ray", "--workers", "3", "--concurrency", "2", "--report", "html",
+    )  # fmt: skip
+    assert ran.code == 0, ran.err
+    assert "pass rate 1.000 (24/24)" in ran.out
+    assert sorted(asked(server)) == sorted(RAY_QUESTIONS)  # each once, by one of the workers
+    with PostgresStore(postgres_url) as store:
+        [run] = store.runs()
+        assert run.status == "complete"
+        assert len(store.cases(run.id)) == 24
+        assert store.pending(run.id) == 0
+        assert store._all("SELECT * FROM workers") == []  # every worker left
+    report = (ws.path / "report-run-1.html").read_text(encoding="utf-8")
+    assert "All cases (24)" in report
+    assert postgres_url.split("@")[0].split(":")[-1] not in ran.out + ran.err + report  # password
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_eval_on_a_local_ray_with_a_sqlite_store_is_the_same_run_as_a_local_one(
+    ws: Workspace, server: ScriptedOpenAI
+) -> None:
+    target = ray_golden(ws, server)
+    on_ray = refinekit.eval.run(
+        "golden.csv", target=f"{target}:answer", backend="ray", workers=2, db="runs.db"
+    )
+    here = refinekit.eval.run("golden.csv", target=f"{target}:answer", db="runs.db", resume=False)
+    assert on_ray.run.status == here.run.status == "complete"
+    assert on_ray.summary.rate == here.summary.rate == 1.0
+    assert [c.question for c in on_ray.cases] == [c.question for c in here.cases]
+    assert sorted(asked(server)) == sorted(RAY_QUESTIONS * 2)
+
+
+def test_the_ray_backend_refuses_what_it_cannot_run(ws: Workspace, server: ScriptedOpenAI) -> None:
+    target = ray_golden(ws, server)
+    with pytest.raises(refinekit.eval.UsageProblem, match="need a store they all reach"):
+        refinekit.eval.run(
+            "golden.csv", target=f"{target}:answer", backend="ray", ray_address="auto"
+        )
+    with pytest.raises(refinekit.eval.UsageProblem, match="are for backend='ray'"):
+        refinekit.eval.run("golden.csv", target=f"{target}:answer", workers=2)
+    with pytest.raises(refinekit.eval.UsageProblem, match="backend must be 'local' or 'ray'"):
+        refinekit.eval.run("golden.csv", target=f"{target}:answer", backend="spark")  # type: ignore[arg-type]
+    assert server.requests == []  # nothing ran
+
+
+JUDGE = """
+from refinekit import Verdict
+
+def judge(request):
+    passed = "ok" in request.answer
+    return Verdict(passed=passed, feedback="says ok" if passed else "no ok")
+"""
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_calibrate_on_ray_workers(ws: Workspace) -> None:
+    judge = ws.module(JUDGE, stem="rayjudge")
+    rows = [
+        {
+            "question": f"q{i}",
+            "answer": "ok" if i % 3 else "nope",
+            "label": "pass" if i % 3 else "fail",
+        }
+        for i in range(1, 13)
+    ]
+    ws.csv("labels.csv", rows)
+    result = refinekit.eval.calibrate(
+        "labels.csv", judge=f"{judge}:judge", backend="ray", workers=2, db="runs.db"
+    )
+    assert result.run.status == "complete"
+    assert len(result.cases) == 12
+    assert result.calibration.kappa == 1.0  # the judge agrees with every label
+
+
+BROKEN_JUDGE = """
+def judge(request):
+    return 1 / 0
+"""
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_ray_worker_stopped_by_a_broken_judge_stops_the_run_incomplete(
+    ws: Workspace, server: ScriptedOpenAI
+) -> None:
+    target = ray_golden(ws, server)
+    judge = ws.module(BROKEN_JUDGE, stem="broken")
+    with pytest.raises(refinekit.eval.RunAborted, match="ZeroDivisionError") as info:
+        refinekit.eval.run(
+            "golden.csv",
+            target=f"{target}:answer",
+            judge=f"{judge}:judge",
+            backend="ray",
+            workers=2,
+            db="runs.db",
+        )
+    [run] = refinekit.eval.runs(db="runs.db")
+    assert run.status == "incomplete"  # every worker left; the same call resumes it
+    assert info.value.run_id == run.id

@@ -20,8 +20,8 @@ from pg import _free_port as free_port
 
 import refinekit.eval
 from refinekit import Usage
-from refinekit.eval import UsageProblem
 from refinekit._redact import safe_url
+from refinekit.eval import UsageProblem
 from refinekit.eval import _pgstore as pgstore
 from refinekit.eval import _runstore as runstore
 from refinekit.eval._pgstore import PostgresStore

@@ -75,7 +75,13 @@ def worker(
     command = [sys.executable, "-m", "refinekit", "eval", "golden.csv", "--target"]
     command += [f"{target}:answer", "--db", db, *extra]
     return subprocess.Popen(
-        command, cwd=ws.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=ws.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
@@ -111,7 +117,7 @@ def test_a_second_worker_joins_a_running_run_and_takes_over_a_killed_workers_cas
     kind: str, ws: Workspace, server: ScriptedOpenAI, request: pytest.FixtureRequest
 ) -> None:
     db = store_of(kind, ws, request)
-    target = ws.module(ANSWER, stem="shared")
+    ws.module(ANSWER, stem="shared")
     ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in QUESTIONS])
     first = worker(ws, server, db, "--concurrency", "1", block_on="q1")
     second = None
@@ -145,7 +151,7 @@ def test_a_second_worker_joins_a_running_run_and_takes_over_a_killed_workers_cas
 def test_workers_started_at_once_share_the_cases_each_answered_once(
     ws: Workspace, server: ScriptedOpenAI, postgres_url: str
 ) -> None:
-    target = ws.module(ANSWER, stem="shared")
+    ws.module(ANSWER, stem="shared")
     ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in QUESTIONS])
     # each reply takes a moment, so that all workers are at it before any is done
     reply = answers(dict.fromkeys(QUESTIONS, "ok"))
@@ -207,3 +213,36 @@ def test_a_run_named_by_id_is_joined_from_a_file_at_another_path(
     )
     assert done.code == 2
     assert "run 1 is complete" in done.err
+
+
+def test_a_worker_interrupted_leaves_its_case_to_the_others_at_once(
+    ws: Workspace, server: ScriptedOpenAI
+) -> None:
+    db = str(ws.path / "shared.db")
+    ws.module(ANSWER, stem="shared")
+    ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in QUESTIONS])
+    first = worker(ws, server, db, "--concurrency", "1", block_on="q1")
+    second = None
+    try:
+        wait_for("the first worker started q1", (ws.path / "started").exists, first)
+        second = worker(ws, server, db, "--concurrency", "2")
+        wait_for("the second worker answered the rest", lambda: stored(db) == 11, second)
+        first.send_signal(signal.SIGINT)  # Ctrl-C: it leaves the run, freeing q1 at once
+        first_out, first_err = first.communicate(timeout=30)
+        out, err = second.communicate(timeout=60)
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert first.returncode == 130, first_err
+    assert (
+        "this worker left run 1; other workers are still running it (11 of 12 cases stored "
+        "so far)." in first_out
+    )
+    assert second.returncode == 0, err
+    assert "pass rate 1.000 (12/12)" in out
+    assert sorted(asked(server)) == sorted(QUESTIONS)
+    with open_store(db) as store:
+        [run] = store.runs()
+        assert run.status == "complete"

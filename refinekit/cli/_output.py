@@ -206,6 +206,12 @@ class RunWatcher:
         self.io.error(self.command, why)
         stopped = self.stopped
         assert stopped is not None
+        if stopped.run.status == "running":  # this worker left; others are still at it
+            self.io.say(
+                f"this worker left run {stopped.run.id}; other workers are still running it "
+                f"({stopped.stored} of {stopped.cases} cases stored so far)."
+            )
+            return status
         self.io.say(
             f"run {stopped.run.id} is incomplete: {stopped.stored} of {stopped.cases} cases "
             "stored. Run the same command again to finish it without paying again for those."

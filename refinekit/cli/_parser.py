@@ -197,6 +197,26 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
         "newest unfinished run of this command)",
     )
     parser.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where the cases are answered: in this process (local, the default), or in Ray "
+        "tasks that share the run's cases through the store (ray: refinekit[ray])",
+    )
+    parser.add_argument(
+        "--address",
+        metavar="ADDRESS",
+        help="with --backend ray: the Ray cluster (ray.init's address, e.g. ray://head:10001 "
+        "or auto); default: a local Ray on this machine. A cluster needs --db postgresql://...",
+    )
+    parser.add_argument(
+        "--workers",
+        type=_bounded(int, 1, 1024, "a whole number from 1 to 1024"),
+        metavar="N",
+        help="with --backend ray: Ray tasks to start, each running --concurrency cases at "
+        "once (default: one per CPU of the cluster)",
+    )
+    parser.add_argument(
         "--retry",
         type=_outcomes,
         default=frozenset(),

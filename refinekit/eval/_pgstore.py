@@ -164,7 +164,9 @@ class PostgresStore(SQLStore):
             self._clock_offset = float(row["now"]) - time.time()
         except self._errors as e:
             self._db.close()
-            raise RunStoreError(f"cannot use the run store {self.where}: {self._redact(e)}") from None
+            raise RunStoreError(
+                f"cannot use the run store {self.where}: {self._redact(e)}"
+            ) from None
         except BaseException:
             self._db.close()
             raise
@@ -220,7 +222,7 @@ class PostgresStore(SQLStore):
             for number, step in enumerate(_MIGRATIONS[version:], start=version + 1):
                 try:
                     for statement in step:
-                        self._exec(statement)
+                        self._db.execute(statement)  # its own error, said below
                 except self._errors as e:
                     raise RunStoreError(
                         f"cannot bring the run store {self.where} from schema {version} to "
@@ -240,8 +242,10 @@ class PostgresStore(SQLStore):
 
     @contextmanager
     def _failing(self) -> Iterator[None]:
-        """psycopg's errors (a dropped connection, a server gone) as `RunStoreError`s, with the
-        URL's secrets taken out."""
+        """Turn psycopg's errors (a dropped connection, a server gone) into `RunStoreError`s.
+
+        The URL's secrets are taken out of their text.
+        """
         try:
             yield
         except self._errors as e:

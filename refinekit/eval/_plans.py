@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +16,15 @@ from .._evaluators import EvaluatorLike
 from ._calibration import calibrate as calibration_of
 from ._cases import Case, labels_of, load_cases
 from ._column_checks import has_column_checks
+from ._ray import check_backend, run_on_ray
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._resume import RETRYABLE, RunPlan
 from ._session import Session, store_location
-from ._store import RunInfo, RunStore
+from ._store import RunInfo, RunStore, StoreURL
 from ._summary import compare_runs, measured, summarise
 from ._target import Target, check_judge, load_judge, name_of
 
-__all__ = ["CalibratePlan", "EvalPlan", "PathLike"]
+__all__ = ["CalibratePlan", "EvalPlan", "PathLike", "elsewhere"]
 
 PathLike = str | os.PathLike[str]
 
@@ -112,6 +113,31 @@ def _run_id(value: object) -> int | None:
     return value
 
 
+def elsewhere(
+    plan: EvalPlan | CalibratePlan, session: Session
+) -> Callable[[], Awaitable[object]] | None:
+    """What runs the cases instead of this process: Ray workers joining the run.
+
+    None for the local backend.
+    """
+    backend = plan.backend
+    if backend is None:
+        return None
+    target, judge = plan.shipped
+    return lambda: run_on_ray(
+        backend,
+        session.store,
+        session.run.id,
+        kind=session.plan.kind,
+        dataset=plan.dataset,
+        db=plan.db._url if isinstance(plan.db, StoreURL) else str(plan.db.resolve()),
+        target=target,
+        judge=judge,
+        concurrency=plan.concurrency,
+        repeat=plan.repeat,
+    )
+
+
 # --- eval ---------------------------------------------------------------------------------------
 
 
@@ -134,6 +160,9 @@ class EvalPlan:
         alpha: float,
         on_event: Callable[[RunEvent], None] | None,
         run_id: int | None = None,
+        backend: str = "local",
+        ray_address: str | None = None,
+        workers: int | None = None,
     ) -> None:
         self.dataset = Path(golden)
         self.run_id = _run_id(run_id)
@@ -156,6 +185,8 @@ class EvalPlan:
             self.target = Target.of(target, name_of(target), columns)
         self.target.check(self.cases)
         self.judge, self.judge_name = _judge(judge)
+        self.backend = check_backend(backend, ray_address, workers, self.db)
+        self.shipped = (self.target.spec if isinstance(target, str) else target, judge)
         if self.judge is None and not has_column_checks(columns):
             raise UsageProblem(
                 "nothing to judge the answers by: give --judge, or a golden file with a "
@@ -248,6 +279,9 @@ class CalibratePlan:
         min_kappa: float | None,
         on_event: Callable[[RunEvent], None] | None,
         run_id: int | None = None,
+        backend: str = "local",
+        ray_address: str | None = None,
+        workers: int | None = None,
     ) -> None:
         self.dataset = Path(labelled)
         self.run_id = _run_id(run_id)
@@ -264,6 +298,9 @@ class CalibratePlan:
         self.cases: list[Case] = load_cases(self.dataset)
         self.labels = labels_of(self.cases)
         self.judge, self.judge_name = _judge(judge)
+        self.backend = check_backend(backend, ray_address, workers, self.db)
+        self.shipped = (None, judge)
+        self.repeat = 1
 
     def session(self, store: RunStore) -> Session:
         plan = RunPlan(

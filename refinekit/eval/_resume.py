@@ -97,8 +97,9 @@ def start(
     worker: str,
     run_id: int | None = None,
 ) -> Started:
-    """Join the run of the same command that other workers are running, resume the newest
-    unfinished one, or start a new one; `worker` enters the run.
+    """Join the run other workers are running, resume an unfinished one, or start one.
+
+    The run is of the same command (or `run_id`'s); `worker` enters it.
 
     On resume the stored cases are not run again, except those whose outcome is in
     `plan.retry`: they are run again and their new record replaces the old one. A run that
@@ -131,9 +132,7 @@ def start(
                 [c for c in cases if c.key not in stored],
                 joined=True,
                 resumed=len(stored & keys),
-                earlier={
-                    r.key: r for r in store.cases(previous.id) if r.outcome in RETRYABLE
-                },
+                earlier={r.key: r for r in store.cases(previous.id) if r.outcome in RETRYABLE},
             )
         if previous is not None:
             started = _resume(store, plan, cases, previous, sha)

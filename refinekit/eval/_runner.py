@@ -11,9 +11,10 @@ Each finished case is stored at once, so an interrupted run keeps what it paid f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,7 +36,7 @@ from ._sqlstore import LEASE_SECONDS
 from ._store import CaseRecord, RunInfo, RunStore
 from ._target import Target
 
-__all__ = ["Progress", "run_cases"]
+__all__ = ["Progress", "renewing", "run_cases"]
 
 _CONFIGURATION_ERRORS = (
     JudgeMisconfigured,
@@ -258,20 +259,32 @@ async def _run_all(
             if store.save_case(run_id, record, worker=worker):
                 progress.add(record)
 
+    async with renewing(store, run_id, worker):
+        tasks = [asyncio.ensure_future(slot()) for _ in range(concurrency)]
+        try:
+            for task in asyncio.as_completed(tasks):
+                await task
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def renewing(store: RunStore, run_id: int, worker: str) -> AsyncIterator[None]:
+    """While the block runs, renew the worker's lease every third of it."""
+
     async def heartbeat() -> None:
         while True:
             await asyncio.sleep(LEASE_SECONDS / 3)
             store.heartbeat(run_id, worker)
 
-    renewing = asyncio.ensure_future(heartbeat())
-    tasks = [asyncio.ensure_future(slot()) for _ in range(concurrency)]
+    beating = asyncio.ensure_future(heartbeat())
     try:
-        for task in asyncio.as_completed(tasks):
-            await task
+        yield
     finally:
-        for task in (*tasks, renewing):
-            task.cancel()
-        await asyncio.gather(*tasks, renewing, return_exceptions=True)
+        beating.cancel()
+        await asyncio.gather(beating, return_exceptions=True)
 
 
 async def run_cases(

@@ -220,9 +220,8 @@ class SQLiteStore(SQLStore):
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
-        with self._failing():
-            with self._steps():
-                yield
+        with self._failing(), self._steps():
+            yield
 
     @contextmanager
     def _steps(self) -> Iterator[None]:

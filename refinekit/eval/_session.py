@@ -7,7 +7,7 @@ or incomplete (resumable) when it stops early.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from ._pgstore import is_postgres_url
 from ._ratelimit import RateLimiter
 from ._results import CaseFinished, RunEvent, RunStarted, RunStopped
 from ._resume import RunPlan, start
-from ._runner import Progress, run_cases
+from ._runner import Progress, renewing, run_cases
 from ._runstore import DEFAULT_DB
 from ._sqlstore import new_worker
 from ._store import CaseRecord, RunInfo, RunStore, StoreURL
@@ -27,8 +27,9 @@ __all__ = ["Session", "store_location", "store_path"]
 
 
 def store_path(db: str | os.PathLike[str] | None = None) -> Path:
-    """The SQLite run store a `db` argument means: `db`, else `$REFINEKIT_DB`, else
-    `.refinekit/runs.db`.
+    """The SQLite run store a `db` argument means.
+
+    `db`, else `$REFINEKIT_DB`, else `.refinekit/runs.db`.
 
     Args:
         db: A path, or None for the default.
@@ -151,9 +152,13 @@ class Session:
             earlier=self.started.earlier,
         )
 
-    async def execute(self) -> None:
-        """Run the cases still to do, on the running event loop, with any other workers of
-        the run; return when none is left to answer.
+    async def execute(self, elsewhere: Callable[[], Awaitable[object]] | None = None) -> None:
+        """Run the cases still to do with any other workers of the run, until none is left.
+
+        The cases run on the running event loop.
+
+        `elsewhere` runs them instead (Ray workers joining the run): this worker holds its
+        lease (the run reads `running`) and claims nothing while it waits for it.
 
         Raises:
             RunAborted: The run stopped early; it is stored incomplete (unless other workers
@@ -162,7 +167,11 @@ class Session:
                 likewise.
         """
         try:
-            await self._cases()
+            if elsewhere is None:
+                await self._cases()
+            else:
+                async with renewing(self.store, self.run.id, self.worker):
+                    await elsewhere()
         except BaseException as e:
             self._stop(e)
             raise

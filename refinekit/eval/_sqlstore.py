@@ -16,8 +16,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterable
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -122,8 +121,10 @@ class SQLStore:
         return time.time()
 
     def locked(self) -> AbstractContextManager[None]:
-        """A transaction that holds the store's run lock: one process at a time starts,
-        resumes or joins a run, so two never both start the same run."""
+        """A transaction that holds the store's run lock.
+
+        One process at a time starts, resumes or joins a run, so two never start the same run.
+        """
         return self._locked()
 
     @contextmanager
@@ -319,7 +320,9 @@ class SQLStore:
 
     def _forget(self, run_id: int, worker: str) -> None:
         """Take a worker out and free its claims (a claim's worker is always one entered)."""
-        self._exec("UPDATE claims SET worker = NULL WHERE run_id = ? AND worker = ?", (run_id, worker))
+        self._exec(
+            "UPDATE claims SET worker = NULL WHERE run_id = ? AND worker = ?", (run_id, worker)
+        )
         self._exec("DELETE FROM workers WHERE run_id = ? AND worker = ?", (run_id, worker))
 
     def queue(self, run_id: int, cases: Iterable[tuple[str, int]]) -> None:
@@ -336,8 +339,8 @@ class SQLStore:
 
         A case is free when nobody claimed it or its worker is gone (the lease expired, or
         the process died on this machine: such a worker is taken out first, its claims
-        freed); two workers claiming at once never get the same case. The claim lasts until the case is saved (`save_case(..., worker=)`) or the
-        worker leaves or is gone.
+        freed); two workers claiming at once never get the same case. The claim lasts until
+        the case is saved (`save_case(..., worker=)`), or the worker leaves or is gone.
         """
         with self._transaction():
             now = self._now()
@@ -363,8 +366,10 @@ class SQLStore:
         return keys
 
     def pending(self, run_id: int, *, besides: str | None = None) -> int:
-        """How many of the run's cases are still to answer (claimed or not), leaving out
-        those `besides` (a worker) holds."""
+        """How many of the run's cases are still to answer (claimed or not).
+
+        Those `besides` (a worker) holds are left out.
+        """
         query = "SELECT count(*) AS n FROM claims WHERE run_id = ?"
         params: list[Any] = [run_id]
         if besides is not None:

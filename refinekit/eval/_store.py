@@ -189,8 +189,10 @@ class RunStore(Protocol):
         ...
 
     def locked(self) -> AbstractContextManager[None]:
-        """A transaction holding the store's run lock (one process at a time starts, resumes
-        or joins a run)."""
+        """A transaction holding the store's run lock.
+
+        One process at a time starts, resumes or joins a run.
+        """
         ...
 
     def resume(self, run_id: int, dataset_sha256: str) -> RunInfo:
@@ -244,8 +246,10 @@ class RunStore(Protocol):
     # cases
 
     def save_case(self, run_id: int, case: CaseRecord, *, worker: str | None = None) -> bool:
-        """Store a finished case and its calls in one transaction (replacing an older copy);
-        with `worker`, only while that worker's claim on it holds. Whether it was stored."""
+        """Store a finished case and its calls in one transaction (replacing an older copy).
+
+        With `worker`, only while that worker's claim on it holds. Whether it was stored.
+        """
         ...
 
     def drop_cases(self, run_id: int, keys: set[str]) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from .._bridge import run_blocking
 from .._errors import RunStoreError, UsageProblem
 from .._evaluators import EvaluatorLike
-from ._plans import CalibratePlan, EvalPlan, PathLike
+from ._plans import CalibratePlan, EvalPlan, PathLike, elsewhere
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._session import store_location
 from ._store import RunInfo, StoreURL, open_store
@@ -48,6 +48,9 @@ def run(
     alpha: float = 0.05,
     on_event: Callable[[RunEvent], None] | None = None,
     run_id: int | None = None,
+    backend: Literal["local", "ray"] = "local",
+    ray_address: str | None = None,
+    workers: int | None = None,
 ) -> EvalResult:
     """Run a golden set through an answer function, judge every answer, store the run.
 
@@ -88,6 +91,15 @@ def run(
             over the same file), as from another machine where the file's path differs.
             Without it, a run of this call that other workers are running is joined, else the
             newest unfinished one resumed (see `resume`).
+        backend: `"local"` answers the cases in this process; `"ray"` in Ray tasks
+            (`refinekit[ray]`), each a worker of the run claiming cases from the store, while
+            this process waits and then stores the run complete. The target and judge travel
+            as given: a `module:name` is imported on the workers, an object is pickled.
+        ray_address: The Ray cluster to use (`ray.init(address=...)`); None starts a local
+            Ray (or uses the one this process already initialised). A cluster's workers
+            need a store they all reach: `db` must be a PostgreSQL URL.
+        workers: Ray tasks to start, each running `concurrency` cases at once; None for one
+            per CPU of the cluster.
 
     Returns:
         The complete run: its id, its cases, its figures, its comparison and gates.
@@ -114,6 +126,9 @@ def run(
             alpha=alpha,
             on_event=on_event,
             run_id=run_id,
+            backend=backend,
+            ray_address=ray_address,
+            workers=workers,
         )
     )
 
@@ -133,6 +148,9 @@ async def arun(
     alpha: float = 0.05,
     on_event: Callable[[RunEvent], None] | None = None,
     run_id: int | None = None,
+    backend: Literal["local", "ray"] = "local",
+    ray_address: str | None = None,
+    workers: int | None = None,
 ) -> EvalResult:
     """`run`, on the running event loop: `await refinekit.eval.arun(...)` in a notebook.
 
@@ -153,10 +171,13 @@ async def arun(
         alpha=alpha,
         on_event=on_event,
         run_id=run_id,
+        backend=backend,
+        ray_address=ray_address,
+        workers=workers,
     )
     with open_store(plan.db) as store:
         session, before = plan.session(store)
-        await session.execute()
+        await session.execute(elsewhere(plan, session))
         return plan.result(session, before)
 
 
@@ -173,6 +194,9 @@ def calibrate(
     min_kappa: float | None = None,
     on_event: Callable[[RunEvent], None] | None = None,
     run_id: int | None = None,
+    backend: Literal["local", "ray"] = "local",
+    ray_address: str | None = None,
+    workers: int | None = None,
 ) -> CalibrationResult:
     """Run a judge over answers people labelled, and measure how far it agrees with them.
 
@@ -194,6 +218,9 @@ def calibrate(
             (or there is none).
         on_event: Told `RunStarted`, `CaseFinished` for each item, and `RunStopped`.
         run_id: Join or resume this stored run, as `run`'s `run_id`.
+        backend: `"local"`, or `"ray"`: as `run`'s.
+        ray_address: As `run`'s.
+        workers: As `run`'s.
 
     Returns:
         The complete run and its figures.
@@ -216,6 +243,9 @@ def calibrate(
             min_kappa=min_kappa,
             on_event=on_event,
             run_id=run_id,
+            backend=backend,
+            ray_address=ray_address,
+            workers=workers,
         )
     )
 
@@ -233,6 +263,9 @@ async def acalibrate(
     min_kappa: float | None = None,
     on_event: Callable[[RunEvent], None] | None = None,
     run_id: int | None = None,
+    backend: Literal["local", "ray"] = "local",
+    ray_address: str | None = None,
+    workers: int | None = None,
 ) -> CalibrationResult:
     """`calibrate`, on the running event loop; its arguments, result and errors."""
     plan = CalibratePlan(
@@ -247,10 +280,13 @@ async def acalibrate(
         min_kappa=min_kappa,
         on_event=on_event,
         run_id=run_id,
+        backend=backend,
+        ray_address=ray_address,
+        workers=workers,
     )
     with open_store(plan.db) as store:
         session = plan.session(store)
-        await session.execute()
+        await session.execute(elsewhere(plan, session))
         return plan.result(session)
 
 

@@ -16,12 +16,16 @@ inside `all_of(...)` after the free rule checks, or call `evaluate` / `aevaluate
 Every prompt puts the question, the context and the answer inside delimiters and tells the
 judge that text inside them is data, never instructions. Judge calls' tokens are counted in
 the job's `judge_usage`, apart from the answering model's `usage`.
+
+`JudgeModel(..., cache=MemoryCache())` (or `SQLiteCache(path)`) answers a request asked
+before from the cache, with no model call: see docs/judge_cache.md.
 """
 
 from __future__ import annotations
 
 from .._package import rehome
 from ._base import Judge, JudgeErrorPolicy
+from ._cache import JudgeCache, MemoryCache, SQLiteCache, cache_salt
 from ._client import JudgeModel
 from ._criteria import Criterion, criteria
 from ._pairwise import Pairwise, Winner, pairwise
@@ -31,10 +35,14 @@ from ._yesno import fact_check, relevancy
 __all__ = [
     "Criterion",
     "Judge",
+    "JudgeCache",
     "JudgeErrorPolicy",
     "JudgeModel",
+    "MemoryCache",
     "Pairwise",
+    "SQLiteCache",
     "Winner",
+    "cache_salt",
     "criteria",
     "fact_check",
     "pairwise",

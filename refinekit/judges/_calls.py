@@ -2,7 +2,9 @@
 
 Each call runs sync or async (the judge model's client for that side), is bounded by the
 time limit around it, redacts what the libraries log, maps a failure to refinekit's
-`JudgeError` tree and counts the reply's tokens in the job's `judge_usage`. A judge model
+`JudgeError` tree and counts the reply's tokens in the job's `judge_usage` (under the model
+the reply names, for pricing). A request the job's budget cannot cover is not sent
+(`refinekit._budget.before_judge_call`). A judge model
 with an `anthropic` client sends Messages API requests and gets Anthropic `Message`s back;
 the reply reader (`_replies`) reads both.
 """
@@ -15,12 +17,13 @@ from pydantic import BaseModel
 
 from .._anthropic import api_error as anthropic_api_error
 from .._anthropic import bounded as anthropic_bounded
+from .._budget import before_judge_call
 from .._errors import JudgeError, JudgeReplyError
 from .._job import current_job
 from .._model import Usage
 from .._openai import api_error, bounded
 from .._redact import redacted_logs
-from .._replies import get, is_completion, message_of, message_text, usage_of
+from .._replies import get, is_completion, message_of, message_text, model_of, usage_of
 from ._client import JudgeModel, secrets_of
 
 if TYPE_CHECKING:
@@ -60,7 +63,7 @@ def _record(completion: Any) -> None:
     """Count a judge's reply in the current job's `judge_usage` (one call, its tokens)."""
     job = current_job()
     if job is not None:
-        job._add_judge_usage(usage_of(completion) or Usage(model_calls=1))
+        job._add_judge_usage(usage_of(completion) or Usage(model_calls=1), model_of(completion))
 
 
 class Complete:
@@ -73,6 +76,7 @@ class Complete:
         self.kwargs = kwargs
 
     def run_sync(self) -> ChatCompletion:
+        before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
         try:
             with redacted_logs(secrets_of(self.judge)):
                 if self.judge.provider == "anthropic":
@@ -88,6 +92,7 @@ class Complete:
         return completion
 
     async def run_async(self) -> ChatCompletion:
+        before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
         try:
             with redacted_logs(secrets_of(self.judge)):
                 if self.judge.provider == "anthropic":
@@ -160,6 +165,7 @@ class Structured:
         return anthropic_bounded(client) if self.judge.provider == "anthropic" else bounded(client)
 
     def run_sync(self) -> BaseModel:
+        before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
         client = self._instructor(self._bounded(self.judge.sync_client()))
         try:
             with redacted_logs(secrets_of(self.judge)):  # instructor logs the error text
@@ -171,6 +177,7 @@ class Structured:
         return parsed  # type: ignore[no-any-return]
 
     async def run_async(self) -> BaseModel:
+        before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
         client = self._instructor(self._bounded(self.judge.async_client()))
         try:
             with redacted_logs(secrets_of(self.judge)):  # instructor logs the error text

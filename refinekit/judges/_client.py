@@ -18,6 +18,7 @@ from .._anthropic import sync_counterpart as anthropic_sync_counterpart
 from .._openai import async_counterpart, sync_counterpart
 from .._prompts import sendable
 from .._redact import client_secrets, safe_url
+from ._cache import JudgeCache
 
 if TYPE_CHECKING:
     import anthropic
@@ -61,6 +62,13 @@ class JudgeModel:
         seed: Sent as `seed` where the server supports it; None to leave it out.
         max_tokens: The most tokens a judge reply may use; None for each judge's own default.
         timeout: Seconds per judge request; None for the client's timeout.
+        cache: A judge cache (`MemoryCache`, `SQLiteCache`, or any `JudgeCache`) for every
+            judge using this model: a request asked before (the same judge kind, endpoint,
+            model, messages and parameters) is answered from it, with no model call and no
+            usage counted. None (the default): no cache. See docs/judge_cache.md.
+        cache_sampled: Cache replies sampled at a temperature above 0 (or at the model's
+            default, `temperature=None`) too. False by default: a cache would hide the
+            variability such a judge has on purpose; only temperature 0 is cached.
     """
 
     def __init__(
@@ -72,6 +80,8 @@ class JudgeModel:
         seed: int | None = 42,
         max_tokens: int | None = None,
         timeout: float | None = None,
+        cache: JudgeCache | None = None,
+        cache_sampled: bool = False,
     ) -> None:
         anthropic_kind = client_kind(client)
         if anthropic_kind is None and not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
@@ -83,6 +93,13 @@ class JudgeModel:
             raise ValueError("JudgeModel needs the judge model's name, a non-empty str")
         if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
             raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
+        if cache is not None and not isinstance(cache, JudgeCache):
+            raise TypeError(
+                "cache must be a judge cache (refinekit.judges.MemoryCache, SQLiteCache, or an "
+                f"object with get(key) and set(key, value) methods), got {type(cache).__name__}"
+            )
+        if not isinstance(cache_sampled, bool):
+            raise TypeError(f"cache_sampled must be a bool, got {cache_sampled!r}")
         self._client: Any = client  # the caller's: never closed here
         self.provider: Literal["openai", "anthropic"] = (
             "openai" if anthropic_kind is None else "anthropic"
@@ -102,6 +119,8 @@ class JudgeModel:
         self.seed = seed
         self.max_tokens = max_tokens
         self.timeout = timeout
+        self.cache = cache
+        self.cache_sampled = cache_sampled
 
     @property
     def where(self) -> str:

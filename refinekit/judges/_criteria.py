@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from .._policy import JudgeErrorPolicy
 from .._prompts import DATA_RULE, context_text, delimit, tool_calls_block
 from .._replies import get
 from ._base import Judge, first_error, yes_no
+from ._cache import cached
 from ._calls import Complete, reply_text_of
 from ._client import JudgeModel
 
@@ -214,9 +216,13 @@ class _Criteria(Judge):
                 extra = {"logprobs": True, "top_logprobs": _TOP_LOGPROBS}
             completions = yield Gather(
                 [
-                    Complete(
-                        self.judge_model,
-                        self.judge_model.request(self._messages(c, request), 4, **extra),
+                    cached(
+                        self.name,
+                        Complete(
+                            self.judge_model,
+                            self.judge_model.request(self._messages(c, request), 4, **extra),
+                        ),
+                        functools.partial(self._read, c),
                     )
                     for c in model_criteria
                 ]

@@ -10,6 +10,7 @@ from .._flow import Flow, Gather, run_async, run_sync
 from .._model import ContextDocument, EvaluationRequest
 from .._prompts import DATA_RULE, context_text, delimit
 from ._base import first_error, first_word
+from ._cache import cached
 from ._calls import Complete, reply_text_of
 from ._client import JudgeModel
 
@@ -67,7 +68,11 @@ class Pairwise:
         )
         completions = yield Gather(
             [
-                Complete(self.judge_model, self.judge_model.request(messages, 4))
+                cached(
+                    "pairwise",
+                    Complete(self.judge_model, self.judge_model.request(messages, 4)),
+                    self._vote,
+                )
                 for messages in (
                     self._messages(request, answer_a, answer_b),
                     self._messages(request, answer_b, answer_a),

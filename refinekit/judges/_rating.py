@@ -12,6 +12,7 @@ from .._model import EvaluationRequest, Verdict
 from .._policy import JudgeErrorPolicy
 from .._prompts import DATA_RULE, context_text, delimit, tool_calls_block
 from ._base import Judge
+from ._cache import cached
 from ._calls import Structured
 from ._client import JudgeModel
 
@@ -96,8 +97,9 @@ class _Rating(Judge):
             },
         ]
         kwargs = self.judge_model.request(messages, 200)
-        result = yield Structured(
-            self.judge_model, self.response_model, kwargs, self.mode, self.max_retries
+        result = yield cached(
+            self.name,
+            Structured(self.judge_model, self.response_model, kwargs, self.mode, self.max_retries),
         )
         rating: int = result.rating
         feedback: str = result.feedback

@@ -9,6 +9,7 @@ from .._model import EvaluationRequest, Verdict
 from .._policy import JudgeErrorPolicy
 from .._prompts import DATA_RULE, context_text, delimit, tool_calls_block
 from ._base import Judge, yes_no
+from ._cache import cached
 from ._calls import Complete, reply_text_of
 from ._client import JudgeModel
 
@@ -40,6 +41,13 @@ class _Relevancy(Judge):
         super().__init__(judge_model, policy)
         self.strict = strict
 
+    def _read(self, completion: Any) -> tuple[bool, str]:
+        """Whether the reply says the answer passes, and its text."""
+        text = reply_text_of(self.judge_model, completion)
+        # strict is Spring AI's rule: the whole reply is "yes", nothing else
+        passed = text.strip().lower() == "yes" if self.strict else yes_no(self.judge_model, text)
+        return passed, text
+
     def _judge(self, request: EvaluationRequest) -> Flow[Verdict]:
         messages = _messages(
             RELEVANCY_TASK,
@@ -48,10 +56,12 @@ class _Relevancy(Judge):
             *tool_calls_block(request),
             delimit("answer", request.answer),
         )
-        completion = yield Complete(self.judge_model, self.judge_model.request(messages, 8))
-        text = reply_text_of(self.judge_model, completion)
-        # strict is Spring AI's rule: the whole reply is "yes", nothing else
-        passed = text.strip().lower() == "yes" if self.strict else yes_no(self.judge_model, text)
+        completion = yield cached(
+            self.name,
+            Complete(self.judge_model, self.judge_model.request(messages, 8)),
+            self._read,
+        )
+        passed, text = self._read(completion)
         return Verdict(
             passed=passed,
             score=1.0 if passed else 0.0,
@@ -77,6 +87,11 @@ class _FactCheck(Judge):
             raise ValueError(f"prompt must be 'default' or 'minicheck', got {prompt!r}")
         self.prompt = prompt
 
+    def _read(self, completion: Any) -> tuple[bool, str]:
+        """Whether the reply says the claim is supported, and its text."""
+        text = reply_text_of(self.judge_model, completion)
+        return yes_no(self.judge_model, text), text
+
     def _judge(self, request: EvaluationRequest) -> Flow[Verdict]:
         document = "\n\n".join(d.text for d in request.context)
         if self.prompt == "minicheck":
@@ -92,9 +107,12 @@ class _FactCheck(Judge):
                 *tool_calls_block(request),
                 delimit("claim", request.answer),
             )
-        completion = yield Complete(self.judge_model, self.judge_model.request(messages, 8))
-        text = reply_text_of(self.judge_model, completion)
-        passed = yes_no(self.judge_model, text)
+        completion = yield cached(
+            self.name,
+            Complete(self.judge_model, self.judge_model.request(messages, 8)),
+            self._read,
+        )
+        passed, text = self._read(completion)
         return Verdict(
             passed=passed,
             score=1.0 if passed else 0.0,

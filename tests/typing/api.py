@@ -243,3 +243,31 @@ def sdk_replies() -> None:
     assert_type(jm.provider, Literal["openai", "anthropic"])
     request = refinekit.EvaluationRequest(answer="a")
     assert_type(judges.relevancy(ajm).evaluate(request).passed, bool)
+
+
+# Budgets: a `Budget` on any decorator and on a job; the error's and the job's cost.
+PRICES = refinekit.Prices({"gpt-4.1-mini": (0.40, 1.60)}, default=(1.0, 4.0))
+PRICED = refinekit.Prices(lambda model, prompt, completion: (prompt + completion) / 1e6)
+BUDGET = refinekit.Budget(max_calls=5, max_cost=0.05, prices=PRICES)
+
+
+@retry_on_low_quality(evaluator=checks.not_empty(), budget=BUDGET)
+def budgeted(question: str) -> str:
+    return question
+
+
+@self_correct(schema=Invoice, budget=refinekit.Budget(max_tokens=1000))
+def budgeted_extract(messages: list[dict[str, Any]]) -> str:
+    return "{}"
+
+
+def spend() -> None:
+    with refinekit.job(budget=BUDGET) as job:
+        try:
+            assert_type(budgeted("q"), str)
+        except refinekit.BudgetExceeded as stopped:
+            assert_type(stopped.cost, refinekit.Cost | None)
+            assert_type(stopped.best, refinekit.Attempt | None)
+            assert_type(stopped.limit, str)
+        assert_type(job.cost, refinekit.Cost | None)
+        assert_type(PRICED.cost("m", 1, 2), float)

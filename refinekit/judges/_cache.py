@@ -1,0 +1,482 @@
+"""The judge cache: a judge model's replies stored by a key made of exactly what was asked.
+
+A judge turns an `EvaluationRequest` into one or more model requests (flow commands:
+`Complete`, `Structured`). With a cache on its `JudgeModel`, each request is wrapped in a
+`Cached` command: its key is a SHA-256 over the judge's kind, the endpoint, the provider, the
+request's keyword arguments as sent (model, messages, sampling parameters, response format,
+logprobs...; not the time limit), for a structured reply its schema, instructor mode and
+retries, and the salt of `cache_salt`. What is stored is what the call returned (the
+completion, or the parsed reply), as JSON text, and only once the judge could read it: a hit
+gives the judge exactly what the call would have, and the judge's own reading (its thresholds,
+`strict`, `uncertain`...) makes the verdict from it as it would from a fresh reply.
+
+A hit makes no request and adds nothing to the job's `judge_usage`. Backends are small: a
+`get` and a `set` of JSON text by key (`JudgeCache`), so one in a run store fits as well as
+the two built in (`MemoryCache`, `SQLiteCache`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from .._hooks import Event, emit, wants_debug_events
+from .._job import current_job
+from .._model import Usage
+from .._redact import redact
+
+if TYPE_CHECKING:
+    from ._calls import Complete, Structured
+    from ._client import JudgeModel
+
+__all__ = [
+    "Cached",
+    "JudgeCache",
+    "MemoryCache",
+    "SQLiteCache",
+    "cache_salt",
+    "cached",
+]
+
+logger = logging.getLogger("refinekit")
+
+KEY_VERSION = 1
+"""Part of every key: a change in what is stored (or how) makes new keys, never a misread."""
+
+
+@runtime_checkable
+class JudgeCache(Protocol):
+    """Where a judge cache keeps its entries: JSON text by key, sync.
+
+    A key is a 64-character hex SHA-256 digest; a value is JSON text that refinekit wrote and
+    reads back. Both methods may be called from several threads at once (a `criteria` judge
+    asks its criteria concurrently). An async judge calls a backend in a worker thread
+    (`asyncio.to_thread`), so a backend that waits (a database lock, a network round trip)
+    never blocks the event loop; `MemoryCache` is called directly.
+
+    A backend that raises does not fail the judgement: the error is logged (WARNING, on the
+    `refinekit` logger) and the judge asks the model as it would without a cache.
+    """
+
+    def get(self, key: str) -> str | None:
+        """The value stored under `key`, or None."""
+        ...
+
+    def set(self, key: str, value: str) -> None:
+        """Store `value` under `key`, replacing any value there."""
+        ...
+
+
+class _Counters:
+    """`hits` and `misses` of a built-in backend's `get`, thread-safe."""
+
+    def __init__(self) -> None:
+        self._count_lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def _counted(self, value: str | None) -> str | None:
+        with self._count_lock:
+            if value is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+        return value
+
+    def _unreadable(self) -> None:
+        """A hit whose value could not be read back: it counts as the miss it was."""
+        with self._count_lock:
+            self.hits -= 1
+            self.misses += 1
+
+
+class MemoryCache(_Counters):
+    """A judge cache in this process's memory: bounded, least recently used out first.
+
+    Thread-safe. Entries live as long as the object; `clear()` drops them.
+
+    Attributes:
+        hits: Lookups that found a stored reply (each one a model call not made).
+        misses: Lookups that found none.
+
+    Args:
+        max_entries: The most replies kept; storing one more drops the least recently used.
+    """
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise ValueError(f"max_entries must be a positive int, got {max_entries!r}")
+        super().__init__()
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> str | None:
+        """The value stored under `key` (now the most recently used), or None."""
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+        return self._counted(value)
+
+    def set(self, key: str, value: str) -> None:
+        """Store `value` under `key`; past `max_entries`, drop the least recently used."""
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        """Drop every entry (the counters stay)."""
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"MemoryCache(entries={len(self)}, max_entries={self.max_entries})"
+
+
+class SQLiteCache(_Counters):
+    """A judge cache in an SQLite file: one table, shared by threads and processes.
+
+    The file is opened in WAL mode with a busy timeout, so several processes (parallel eval
+    workers, a test run and a notebook) read and write one file safely. Each entry is kept
+    until `clear()` (or the file is deleted). Close it with `close()` or `with`.
+
+    Attributes:
+        path: The database file.
+        hits: Lookups through this object that found a stored reply.
+        misses: Lookups through this object that found none.
+
+    Args:
+        path: The database file; created (with its table) if missing. Its folder must exist.
+        timeout: Seconds to wait for another process's write lock before giving up.
+
+    Raises:
+        ValueError: The file cannot be opened as an SQLite database there.
+    """
+
+    _TABLE = "refinekit_judge_cache"
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        super().__init__()
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as e:
+            raise ValueError(
+                f"SQLiteCache cannot open {str(self.path)!r} ({e}): give a file path in a "
+                "folder that exists and that you can write"
+            ) from None
+        try:
+            self._db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._TABLE} "
+                "(key TEXT PRIMARY KEY, value TEXT NOT NULL, stored_at REAL NOT NULL)"
+            )
+        except sqlite3.Error as e:
+            self._db.close()
+            raise ValueError(
+                f"SQLiteCache cannot use {str(self.path)!r} as an SQLite database ({e})"
+            ) from None
+
+    def get(self, key: str) -> str | None:
+        """The value stored under `key`, or None."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT value FROM {self._TABLE} WHERE key = ?", (key,)
+            ).fetchone()
+        return self._counted(None if row is None else str(row[0]))
+
+    def set(self, key: str, value: str) -> None:
+        """Store `value` under `key`, replacing any value there."""
+        with self._lock:
+            self._db.execute(
+                f"INSERT OR REPLACE INTO {self._TABLE} (key, value, stored_at) VALUES (?, ?, ?)",
+                (key, value, time.time()),
+            )
+
+    def clear(self) -> None:
+        """Delete every entry from the file (for every process using it)."""
+        with self._lock:
+            self._db.execute(f"DELETE FROM {self._TABLE}")
+
+    def __len__(self) -> int:
+        with self._lock:
+            row = self._db.execute(f"SELECT count(*) FROM {self._TABLE}").fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        """Close the database connection. Closing twice is harmless."""
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> SQLiteCache:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteCache({str(self.path)!r})"
+
+
+# --- the salt --------------------------------------------------------------------------------
+
+_SALT: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "refinekit_judge_cache_salt", default=()
+)
+
+
+@contextlib.contextmanager
+def cache_salt(salt: str) -> Iterator[None]:
+    """Key the judge requests made inside the block apart from the same requests outside it.
+
+    Use it to judge the same thing several times on purpose, e.g. the k-th repeat of an eval
+    under `cache_salt(f"repeat={k}")`: each repeat gets (and stores) its own replies, so a
+    cache never hides a judge's variability. Salts nest: inside two blocks, both are in the
+    key. A context variable: it follows the code into threads and tasks started from it by
+    refinekit, and asyncio tasks created inside the block.
+
+    Args:
+        salt: Any text; only its value matters.
+    """
+    if not isinstance(salt, str):
+        raise TypeError(f"cache_salt takes a str, got {type(salt).__name__}")
+    token = _SALT.set((*_SALT.get(), salt))
+    try:
+        yield
+    finally:
+        _SALT.reset(token)
+
+
+# --- the key and the command -----------------------------------------------------------------
+
+Accept = Callable[[Any], object]
+"""Reads a reply as the judge will, raising when the judge could not: then it is not stored."""
+
+
+def cacheable(judge: JudgeModel) -> bool:
+    """Whether `judge`'s replies may be cached: a cache, and temperature 0 or `cache_sampled`."""
+    if judge.cache is None:
+        return False
+    return judge.cache_sampled or judge.temperature == 0
+
+
+def request_key(
+    judge: JudgeModel, kind: str, kwargs: dict[str, Any], structured: dict[str, Any] | None
+) -> str:
+    """The SHA-256 key of one judge request (see the module's docstring).
+
+    Never holds a credential: the client's key and headers are not part of it, and the
+    endpoint is its base URL without credentials or query.
+    """
+    parts = {
+        "refinekit_judge_cache": KEY_VERSION,
+        "judge": kind,
+        "provider": judge.provider,
+        "endpoint": judge.where,
+        "request": {k: v for k, v in kwargs.items() if k != "timeout"},
+        "structured": structured,
+        "salt": list(_SALT.get()),
+    }
+    text = json.dumps(
+        to_jsonable_python(parts, fallback=repr),
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def cached(
+    kind: str, command: Complete | Structured, accept: Accept | None = None
+) -> Complete | Structured | Cached:
+    """`command`, looked up in its judge model's cache first when that model has one.
+
+    Args:
+        kind: The judge's kind ("relevancy", "criteria", ...): part of the key.
+        command: The request to make on a miss.
+        accept: For a completion, the judge's reading of it; a reply it raises on is not
+            stored. A structured reply was validated by instructor: it is always stored.
+    """
+    if not cacheable(command.judge):
+        return command
+    return Cached(kind, command, accept)
+
+
+class Cached:
+    """A flow command: a judge request answered from the cache, or made and then stored."""
+
+    __slots__ = ("accept", "cache", "command", "judge", "key", "kind", "stored_type")
+
+    def __init__(self, kind: str, command: Complete | Structured, accept: Accept | None) -> None:
+        from ._calls import Structured
+
+        judge = command.judge
+        assert judge.cache is not None
+        self.kind = kind
+        self.command: Any = command  # a `Complete` or `Structured`, maybe wrapped for tracing
+        self.accept = accept
+        self.judge = judge
+        self.cache: JudgeCache = judge.cache
+        structured = None
+        if isinstance(command, Structured):
+            structured = {
+                "schema": command.response_model.model_json_schema(),
+                "mode": command.mode,
+                "max_retries": command.max_retries,
+            }
+            self.stored_type = command.response_model
+        else:
+            self.stored_type = _completion_type(judge)
+        self.key = request_key(judge, kind, command.kwargs, structured)
+
+    def with_command(self, command: Any) -> Cached:
+        """The same lookup, with the same key, around another command (the traced one)."""
+        copy = object.__new__(Cached)
+        for name in self.__slots__:
+            setattr(copy, name, getattr(self, name))
+        copy.command = command
+        return copy
+
+    # -- what is stored ------------------------------------------------------------------
+
+    def _encode(self, result: Any) -> str | None:
+        """The JSON text to store for `result`, or None when the judge could not read it."""
+        if self.accept is not None:
+            try:
+                self.accept(result)
+            except Exception:  # the judge raises it itself: a failure is never stored
+                return None
+        if not isinstance(result, BaseModel):
+            return None
+        return json.dumps(
+            {"v": KEY_VERSION, "value": result.model_dump(mode="json")},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+    def _decode(self, text: str | None) -> Any:
+        """What a stored value stands for (a completion, a parsed reply), or None."""
+        if text is None:
+            return None
+        try:
+            if not isinstance(text, str):
+                raise TypeError(f"the backend returned {type(text).__name__}, not str")
+            return self.stored_type.model_validate(json.loads(text)["value"])
+        except Exception as exc:
+            _warn(self.cache, "could not read the stored reply; asking the model", exc)
+            if isinstance(self.cache, _Counters):
+                self.cache._unreadable()
+            return None
+
+    # -- running -------------------------------------------------------------------------
+
+    def run_sync(self) -> Any:
+        found = self._decode(_safely(self.cache, "get", self.cache.get, self.key))
+        self._observe(found is not None)
+        if found is not None:
+            return found
+        result = self.command.run_sync()
+        value = self._encode(result)
+        if value is not None:
+            _safely(self.cache, "set", self.cache.set, self.key, value)
+        return result
+
+    async def run_async(self) -> Any:
+        found = self._decode(await self._call("get", self.cache.get, self.key))
+        self._observe(found is not None)
+        if found is not None:
+            return found
+        result = await self.command.run_async()
+        value = self._encode(result)
+        if value is not None:
+            await self._call("set", self.cache.set, self.key, value)
+        return result
+
+    async def _call(self, what: str, method: Callable[..., Any], *args: Any) -> Any:
+        if isinstance(self.cache, MemoryCache):  # in-process, a lock held for microseconds
+            return _safely(self.cache, what, method, *args)
+        return await asyncio.to_thread(_safely, self.cache, what, method, *args)
+
+    def _observe(self, hit: bool) -> None:
+        """Emit the `judge_cache` event (when anyone listens)."""
+        if not wants_debug_events():
+            return
+        job = current_job()
+        emit(
+            Event(
+                kind="judge_cache",
+                decorator="judge",
+                function=self.kind,
+                job_id=job.id if job is not None else "",
+                attempt=0,
+                max_attempts=0,
+                is_last=False,
+                usage=job.usage if job is not None else Usage(),
+                judge_usage=job.judge_usage if job is not None else Usage(),
+                cache="hit" if hit else "miss",
+                detail=self.key,
+            )
+        )
+
+
+def _completion_type(judge: JudgeModel) -> type[BaseModel]:
+    if judge.provider == "anthropic":
+        from anthropic.types import Message
+
+        return Message
+    from openai.types.chat import ChatCompletion
+
+    return ChatCompletion
+
+
+def _safely(cache: Any, what: str, method: Callable[..., Any], *args: Any) -> Any:
+    """Call a backend's `get` or `set`; a failure is logged and counts as "nothing there"."""
+    try:
+        return method(*args)
+    except Exception as exc:
+        _warn(cache, f"{what} failed; asking the model as without a cache", exc)
+        return None
+
+
+def _warn(cache: Any, what: str, exc: Exception) -> None:
+    logger.warning(
+        "judge cache %s: %s: %s: %s",
+        type(cache).__name__,
+        what,
+        type(exc).__name__,
+        redact(str(exc)),
+    )
