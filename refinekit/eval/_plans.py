@@ -20,7 +20,7 @@ from ._ray import check_backend, run_on_ray
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._resume import RETRYABLE, RunPlan
 from ._session import Session, store_location
-from ._store import RunInfo, RunStore, StoreURL
+from ._store import CaseRecord, RunInfo, RunStore, StoreURL
 from ._summary import compare_runs, measured, summarise
 from ._target import Target, check_judge, load_judge, name_of
 
@@ -104,6 +104,19 @@ def _previous(store: RunStore, run: RunInfo) -> RunInfo | None:
     return before
 
 
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise UsageProblem(f"{name} must be True or False, not {value!r}")
+    return value
+
+
+def cache_counts(records: Iterable[CaseRecord]) -> dict[str, int]:
+    """The run judge's judge cache hits and misses over a run's cases."""
+    hits = sum(r.judge_cache.get("hits", 0) for r in records)
+    misses = sum(r.judge_cache.get("misses", 0) for r in records)
+    return {"hits": hits, "misses": misses}
+
+
 def _run_id(value: object) -> int | None:
     """A `run_id=` argument: None, or a run's number."""
     if value is None:
@@ -135,6 +148,7 @@ def elsewhere(
         judge=judge,
         concurrency=plan.concurrency,
         repeat=plan.repeat,
+        cache=plan.cache,
     )
 
 
@@ -163,8 +177,10 @@ class EvalPlan:
         backend: str = "local",
         ray_address: str | None = None,
         workers: int | None = None,
+        cache: bool = False,
     ) -> None:
         self.dataset = Path(golden)
+        self.cache = _flag("cache", cache)
         self.run_id = _run_id(run_id)
         self.concurrency = _whole("concurrency", concurrency, 1, 256)
         self.repeat = _whole("repeat", repeat, 1, 50)
@@ -208,6 +224,7 @@ class EvalPlan:
             concurrency=self.concurrency,
             repeat=self.repeat,
             retry=self.retry,
+            cache=self.cache,
         )
         session = Session(
             store,
@@ -236,6 +253,7 @@ class EvalPlan:
                 "retried": session.retried,
                 "setup_failed": setup_failed,
             }
+            | ({"judge_cache": cache_counts(records)} if self.cache else {})
         )
         comparison = None
         if self.compare is not None and not setup_failed:  # a failed setup measured nothing
@@ -282,8 +300,10 @@ class CalibratePlan:
         backend: str = "local",
         ray_address: str | None = None,
         workers: int | None = None,
+        cache: bool = False,
     ) -> None:
         self.dataset = Path(labelled)
+        self.cache = _flag("cache", cache)
         self.run_id = _run_id(run_id)
         self.concurrency = _whole("concurrency", concurrency, 1, 256)
         self.bins = _whole("bins", bins, 1, 100)
@@ -310,6 +330,7 @@ class CalibratePlan:
             concurrency=self.concurrency,
             kind="calibrate",
             retry=self.retry,
+            cache=self.cache,
         )
         return Session(
             store,
@@ -329,7 +350,9 @@ class CalibratePlan:
         figures = calibration_of(records, target_error=self.target_error, bins=self.bins)
         setup_failed = not any(measured(r) for r in records)
         run = session.complete(
-            figures.as_dict() | {"retried": session.retried, "setup_failed": setup_failed}
+            figures.as_dict()
+            | {"retried": session.retried, "setup_failed": setup_failed}
+            | ({"judge_cache": cache_counts(records)} if self.cache else {})
         )
         return CalibrationResult(
             run=run,

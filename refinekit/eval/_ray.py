@@ -111,6 +111,7 @@ def _work(task: dict[str, Any]) -> int:
             "retry": (),
             "on_event": count,
             "run_id": task["run_id"],
+            "cache": task["cache"],
         }
         plan: EvalPlan | CalibratePlan
         if task["kind"] == "eval":
@@ -165,6 +166,7 @@ async def run_on_ray(
     judge: Any,
     concurrency: int,
     repeat: int,
+    cache: bool = False,
 ) -> list[int]:
     """Run the run's cases on Ray workers, each joining run `run_id`; wait for them all.
 
@@ -191,6 +193,7 @@ async def run_on_ray(
             "judge": judge,
             "concurrency": concurrency,
             "repeat": repeat,
+            "cache": cache,
             "db": db,
             "run_id": run_id,
         }

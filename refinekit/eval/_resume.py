@@ -31,6 +31,7 @@ class RunPlan:
     repeat: int = 1
     kind: Literal["eval", "calibrate"] = "eval"
     retry: frozenset[str] = frozenset()  # outcomes whose stored cases a resume runs again
+    cache: bool = False  # the run's judge looks its requests up in the store's judge cache
 
 
 def fingerprint(*parts: Any) -> str:

@@ -27,6 +27,7 @@ from .._job import enter_attempt, job, leave_attempt
 from .._model import AttemptInfo, ContextDocument, EvaluationRequest
 from .._redact import redact
 from .._replies import answer_text
+from ..judges._cache import JudgeCache
 from ._cases import Case, as_text, context_of, merged
 from ._golden import column_for
 from ._judging import Judgement, Judging, decide, error_text, probability_of, verdict_dump
@@ -176,7 +177,7 @@ def _record(
     judged_by_model: bool,
     **fields: Any,
 ) -> CaseRecord:
-    checks, verdicts, judge_usage, judge_seconds = judgement
+    checks, verdicts, judge_usage, judge_seconds, cached = judgement
     outcome, passes, judged, flipped, reason = decide(verdicts, checks, judged_by_model)
     failing = [v for v in verdicts if not v.passed and (v.judged or outcome == "failed")]
     scores = [v.score for v in verdicts if v.judged and v.score is not None]
@@ -198,6 +199,7 @@ def _record(
         flipped=flipped,
         judge_usage=judge_usage,
         judge_seconds=judge_seconds,
+        judge_cache=cached,
         **fields,
     )
 
@@ -300,6 +302,7 @@ async def run_cases(
     limiter: RateLimiter,
     labels: Mapping[str, str] | None = None,
     earlier: Mapping[str, CaseRecord] | None = None,
+    cache: JudgeCache | None = None,
 ) -> None:
     """Answer the run's cases still to do, as `worker`, storing each as it finishes.
 
@@ -307,12 +310,14 @@ async def run_cases(
     taking cases from too; `cases` are the data file's, by which a claimed key is answered.
     Without a `target` the cases are labelled answers (`labels`), judged as they are. A case
     in `earlier` (a stored case run again, `--retry`) replaces its stored record, with the
-    earlier record's model calls and tokens added to its own: they were paid for.
+    earlier record's model calls and tokens added to its own: they were paid for. With a
+    `cache`, the run's judge looks its requests up there first (`--cache`; each repeat under
+    its own salt); the answer function's own judges do not.
 
     Raises:
         RunAborted: The judge is misconfigured or raised a bug; finished cases are stored.
     """
-    judging = Judging(judge, plan.judge, plan.repeat, limiter)
+    judging = Judging(judge, plan.judge, plan.repeat, limiter, cache)
     attempts = _Attempts()
     if target is not None:
         tgt = target
@@ -341,7 +346,7 @@ async def run_cases(
             judge_usage=old.judge_usage + record.judge_usage,
         )
 
-    with subscribe(attempts):
+    with subscribe(attempts), subscribe(judging.counts):
         await _run_all(
             {c.key: c for c in cases}, work, plan.concurrency, store, run.id, worker, progress
         )

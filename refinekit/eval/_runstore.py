@@ -23,6 +23,7 @@ from typing import Any
 
 from .._errors import RunStoreError
 from .._redact import redact
+from ..judges._cache import SQLiteCache
 from ._sqlstore import SQLStore
 from ._store import CaseRecord, Outcome, RunInfo
 
@@ -112,16 +113,29 @@ CREATE TABLE claims (
 CREATE INDEX claims_in_order ON claims (run_id, position, key)
 """
 
+_V3 = """
+CREATE TABLE refinekit_judge_cache (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    stored_at REAL NOT NULL
+);
+ALTER TABLE cases ADD COLUMN cost TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE cases ADD COLUMN judge_cache TEXT NOT NULL DEFAULT '{}'
+"""
+
 _MIGRATIONS: tuple[tuple[str, ...], ...] = tuple(
     tuple(statement.strip() for statement in step.split(";") if statement.strip())
-    for step in (_V1, _V2)
+    for step in (_V1, _V2, _V3)
 )
 """The schema's steps: `_MIGRATIONS[n - 1]` takes a store from version n - 1 to n (version 0:
 an empty file). A change to the schema is a step appended here and to the PostgreSQL store's
 list, never an edit of an old step: a store is at the version of the steps it has had.
 
 Version 1: runs, cases, calls. Version 2: workers (who runs a run, with a lease) and claims
-(the cases a run has still to answer, and who is answering each)."""
+(the cases a run has still to answer, and who is answering each). Version 3: the judge cache
+(`refinekit_judge_cache`, the table `refinekit.judges.SQLiteCache` keeps, so that the store
+file is the cache `refinekit eval --cache` uses), each case's cost and its judge cache hits
+and misses."""
 
 
 class SQLiteStore(SQLStore):
@@ -191,6 +205,10 @@ class SQLiteStore(SQLStore):
     def close(self) -> None:
         """Close the database."""
         self._db.close()
+
+    def judge_cache(self) -> SQLiteCache:
+        """The judge cache in this file (its table; its own connection: close it when done)."""
+        return SQLiteCache(self.path)
 
     @contextmanager
     def _failing(self) -> Iterator[None]:

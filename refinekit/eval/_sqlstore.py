@@ -31,6 +31,12 @@ __all__ = ["LEASE_SECONDS", "SQLStore", "alive", "new_worker", "storable"]
 
 _ROLES = ("answer", "answer_judge", "judge")
 
+_CASE_COLUMNS = (
+    "run_id, key, position, question, row, outcome, answer, error, feedback, score, "
+    "probability, label, verdicts, passes, judgements, flipped, attempts, corrections, "
+    "answer_seconds, judge_seconds, finished_at, cost, judge_cache"
+)
+
 
 LEASE_SECONDS = 30.0
 """How long a worker's claim on its cases lasts without a heartbeat (it renews every third of it).
@@ -135,6 +141,10 @@ class SQLStore:
 
     def close(self) -> None:
         """Close the store."""
+        raise NotImplementedError
+
+    def judge_cache(self) -> Any:
+        """The judge cache kept in this store (see `_store.RunStore.judge_cache`)."""
         raise NotImplementedError
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Mapping[str, Any] | None:
@@ -408,8 +418,8 @@ class SQLStore:
             self._exec("DELETE FROM claims WHERE run_id = ? AND key = ?", (run_id, case.key))
             self._delete(run_id, case.key)
             self._exec(
-                "INSERT INTO cases VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO cases ({_CASE_COLUMNS}) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     case.key,
@@ -432,6 +442,8 @@ class SQLStore:
                     case.answer_seconds,
                     case.judge_seconds,
                     time.time(),
+                    _dumps(case.cost),
+                    _dumps(case.judge_cache),
                 ),
             )
             for role, usage in usages:
@@ -503,4 +515,6 @@ class SQLStore:
             judge_usage=usage.get((key, "judge"), Usage()),
             answer_seconds=r["answer_seconds"],
             judge_seconds=r["judge_seconds"],
+            cost=json.loads(r["cost"]),
+            judge_cache=json.loads(r["judge_cache"]),
         )

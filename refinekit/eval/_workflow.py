@@ -51,6 +51,7 @@ def run(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
+    cache: bool = False,
 ) -> EvalResult:
     """Run a golden set through an answer function, judge every answer, store the run.
 
@@ -100,6 +101,11 @@ def run(
             need a store they all reach: `db` must be a PostgreSQL URL.
         workers: Ray tasks to start, each running `concurrency` cases at once; None for one
             per CPU of the cluster.
+        cache: Look the judge's requests up in the store's judge cache first, and store
+            what the model answers (`refinekit eval --cache`): re-running an unchanged eval
+            then makes no judge call. Only the run's judge, at temperature 0 (or a
+            `JudgeModel(cache_sampled=True)`); each `repeat` is keyed apart. See
+            docs/judge_cache.md.
 
     Returns:
         The complete run: its id, its cases, its figures, its comparison and gates.
@@ -129,6 +135,7 @@ def run(
             backend=backend,
             ray_address=ray_address,
             workers=workers,
+            cache=cache,
         )
     )
 
@@ -151,6 +158,7 @@ async def arun(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
+    cache: bool = False,
 ) -> EvalResult:
     """`run`, on the running event loop: `await refinekit.eval.arun(...)` in a notebook.
 
@@ -174,6 +182,7 @@ async def arun(
         backend=backend,
         ray_address=ray_address,
         workers=workers,
+        cache=cache,
     )
     with open_store(plan.db) as store:
         session, before = plan.session(store)
@@ -197,6 +206,7 @@ def calibrate(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
+    cache: bool = False,
 ) -> CalibrationResult:
     """Run a judge over answers people labelled, and measure how far it agrees with them.
 
@@ -221,6 +231,7 @@ def calibrate(
         backend: `"local"`, or `"ray"`: as `run`'s.
         ray_address: As `run`'s.
         workers: As `run`'s.
+        cache: As `run`'s.
 
     Returns:
         The complete run and its figures.
@@ -246,6 +257,7 @@ def calibrate(
             backend=backend,
             ray_address=ray_address,
             workers=workers,
+            cache=cache,
         )
     )
 
@@ -266,6 +278,7 @@ async def acalibrate(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
+    cache: bool = False,
 ) -> CalibrationResult:
     """`calibrate`, on the running event loop; its arguments, result and errors."""
     plan = CalibratePlan(
@@ -283,6 +296,7 @@ async def acalibrate(
         backend=backend,
         ray_address=ray_address,
         workers=workers,
+        cache=cache,
     )
     with open_store(plan.db) as store:
         session = plan.session(store)
