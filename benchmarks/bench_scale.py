@@ -16,17 +16,21 @@ Each line runs real `refinekit eval` processes, all started at once, on a store 
 - ray: `--backend ray --workers W --concurrency C` on one PostgreSQL run (when refinekit
   has the Ray backend and Ray is installed; `--no-ray` leaves it out);
 
-for W in `--workers` (1,2,4), so the lines with the same W have the same total concurrency.
-Each line reports the cases stored, the questions asked twice and the cases lost (counted on
-both sides: the scripted server's requests per question, and the store's rows), the wall
-time from the first process's start to the last one's end, the cases per second over it
-and over the run as stored (`started_at` to `finished_at`: without Python's start-up), and
-the ratio of its wall throughput to the local line of the same total concurrency.
+for W in `--workers` (1,2,4), so the lines with the same W have the same total concurrency
+(`--concurrency` C is 4). Each line reports the cases stored, the questions asked twice and
+the cases lost (counted on both sides: the scripted server's requests per question, and the
+store's rows), the wall time from the first process's start to the last one's end, the cases
+per second over it, and the steady rate: the server holds every answer until each answering
+process (told apart by an `x-bench-worker` header, its pid) has asked a first question, and
+the steady rate is the cases over the time from that moment to the last case stored, so
+Python's and Ray's start-up are left out. "of ideal" is the steady rate against total
+concurrency / latency; "vs local" against the local line of the same total concurrency.
 
-Then the store's own cost per case, by direct calls (no model, no eval): `claim` + `save_case`
-of `--store-cases` cases (2000) one after another, on SQLite and on PostgreSQL, in ms per
-case; the bytes a case takes in the store (this run's answers: about 1 KB of text); and how
-many cases per second one PostgreSQL takes with 4 connections claiming and saving at once.
+Then the store's own cost per case, by direct calls (no model, no eval), on SQLite and on
+PostgreSQL: queuing `--store-cases` cases (2000), claiming and saving them one at a time,
+reading them back (`cases()`: time, and memory by tracemalloc), in ms and bytes per case; the
+bytes a case takes queued and stored (this run's answers: 1,000 characters); and the cases
+per second one PostgreSQL takes with 4 connections claiming and saving at once.
 
 The PostgreSQL server is a throwaway one (Debian's binaries, `tests/pg.py`) started here, with
 durable commits (fsync on); without PostgreSQL's binaries its lines are left out, saying so.
