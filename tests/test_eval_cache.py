@@ -12,42 +12,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Cli, Workspace, answers, cli_runner, judge_replies, workspace
+from helpers import (
+    CRITERIA_JUDGE,
+    SYNC_ANSWER,
+    Cli,
+    Workspace,
+    answers,
+    cli_runner,
+    judge_replies,
+    workspace,
+)
 
 import refinekit.eval
 from refinekit.eval._pgstore import PostgresStore
 from refinekit.testing import ScriptedOpenAI
-
-ANSWER = """
-import os
-import openai
-
-def answer(question):
-    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
-    with client:
-        reply = client.chat.completions.create(
-            model="answer", messages=[{"role": "user", "content": question}]
-        )
-    return reply.choices[0].message.content
-"""
-
-JUDGE = """
-import os
-import openai
-from refinekit import judges
-from refinekit.judges import Criterion, JudgeModel
-
-client = openai.OpenAI(
-    base_url=os.environ["RK_BASE_URL"],
-    api_key="sk-test",
-    max_retries=0,
-    default_headers={"Connection": "close"},
-)
-judge = judges.criteria(
-    JudgeModel(client, os.environ.get("RK_JUDGE_MODEL", "judge")),
-    [Criterion("correct", "Is the answer right?", when_false="Give the right answer.")],
-)
-"""
 
 REPLIES = {"Refund window?": "Seven days.", "Shipping cost?": "Free.", "Gift cards?": "No."}
 VERDICTS = {"Seven days.": 0.9, "Free.": 0.8, "No.": 0.1, "Ten days.": 0.2}
@@ -73,8 +51,8 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
 
 def command(ws: Workspace, *extra: str) -> tuple[str, ...]:
     if not ws.modules:
-        ws.module(ANSWER, stem="answer")
-        ws.module(JUDGE, stem="judge")
+        ws.module(SYNC_ANSWER, stem="answer")
+        ws.module(CRITERIA_JUDGE, stem="judge")
         ws.csv("golden.csv", [{"question": q} for q in REPLIES])
     target, judge = ws.modules
     return (

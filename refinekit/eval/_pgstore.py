@@ -22,7 +22,7 @@ from typing import Any
 from .._errors import RunStoreError
 from .._redact import redact, safe_url, url_secrets
 from ..judges._cache import _Counters
-from ._sqlstore import SQLStore
+from ._sqlstore import SQLStore, schema_steps
 
 __all__ = ["SCHEMES", "PostgresCache", "PostgresStore", "is_postgres_url"]
 
@@ -82,39 +82,7 @@ CREATE TABLE calls (
 )
 """
 
-_V2 = """
-CREATE TABLE workers (
-    run_id BIGINT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    worker TEXT NOT NULL,
-    host TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    expires_at DOUBLE PRECISION NOT NULL,
-    PRIMARY KEY (run_id, worker)
-);
-CREATE TABLE claims (
-    run_id BIGINT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    key TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    worker TEXT,
-    PRIMARY KEY (run_id, key)
-);
-CREATE INDEX claims_in_order ON claims (run_id, position, key)
-"""
-
-_V3 = """
-CREATE TABLE refinekit_judge_cache (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL,
-    stored_at DOUBLE PRECISION NOT NULL
-);
-ALTER TABLE cases ADD COLUMN cost TEXT NOT NULL DEFAULT '{}';
-ALTER TABLE cases ADD COLUMN judge_cache TEXT NOT NULL DEFAULT '{}'
-"""
-
-_MIGRATIONS: tuple[tuple[str, ...], ...] = tuple(
-    tuple(statement.strip() for statement in step.split(";") if statement.strip())
-    for step in (_V1, _V2, _V3)
-)
+_MIGRATIONS = schema_steps(_V1, real="DOUBLE PRECISION", run_id="BIGINT")
 """The schema's steps, version for version the SQLite store's (`_runstore._MIGRATIONS`)."""
 
 _LOCK = 0x726B5F736368  # the advisory lock schema changes take ("rk_sch")
