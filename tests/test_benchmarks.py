@@ -106,3 +106,26 @@ def test_bench_budget_stops_the_runaway_judge_where_promised() -> None:
     assert "Budget(max_calls=5)                     3     2     5" in out
     assert "Budget(max_calls=5): BudgetExceeded before judge call to model 'judge-model'" in out
     assert "no budget: LowQualityAnswer after 11 attempts" in out
+
+
+def test_bench_scale_quick_run_stores_every_case_once_on_each_backend() -> None:
+    import pg
+
+    out = quick_run("bench_scale.py", timeout=300)
+    for heading in (
+        "refinekit eval past one process",
+        "load avg",
+        "| backend | workers x conc. | cases | stored | asked twice | lost |",
+        "the store's own cost per case",
+        "| SQLite | 60 |",
+        "result: ok: 0 asked twice, 0 lost",
+    ):
+        assert heading in out, f"{heading!r} missing from the benchmark's output:\n{out}"
+    expected = ["| local | 1 x 2 |", "| local | 1 x 4 |"]
+    if pg.binaries() is not None:  # else the benchmark leaves them out, saying so
+        assert "| PostgreSQL | 60 |" in out
+        expected += ["| postgresql | 1 x 2 |", "| postgresql | 2 x 2 |"]
+    for start in expected:
+        [line] = [x for x in out.splitlines() if x.startswith(start)]
+        cases, stored, twice, lost = (x.strip() for x in line.split("|")[3:7])
+        assert (cases, stored, twice, lost) == ("24", "24", "0", "0"), line
