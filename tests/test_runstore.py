@@ -869,3 +869,26 @@ def test_a_cases_cost_round_trips(store: SQLStore) -> None:
         run.id, CaseRecord(key="k", position=1, question="Q?", row={}, outcome="passed", cost=cost)
     )
     assert store.cases(run.id)[0].cost == cost
+
+
+def test_cases_of_some_outcomes_only_with_their_calls(store: SQLStore) -> None:
+    run = start(store)
+    for key, outcome in (("a", "passed"), ("b", "raised"), ("c", "unavailable")):
+        store.save_case(
+            run.id,
+            CaseRecord(
+                key=key,
+                position=ord(key),
+                question=key,
+                row={},
+                outcome=outcome,  # type: ignore[arg-type]
+                answer_usage=Usage(1, 10, 2),
+            ),
+        )
+    some = store.cases(run.id, outcomes=("raised", "unavailable"))
+    assert [(c.key, c.answer_usage) for c in some] == [
+        ("b", Usage(1, 10, 2)),
+        ("c", Usage(1, 10, 2)),
+    ]
+    assert store.cases(run.id, outcomes=()) == []
+    assert [c.key for c in store.cases(run.id)] == ["a", "b", "c"]

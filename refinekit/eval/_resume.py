@@ -133,7 +133,7 @@ def start(
                 [c for c in cases if c.key not in stored],
                 joined=True,
                 resumed=len(stored & keys),
-                earlier={r.key: r for r in store.cases(previous.id) if r.outcome in RETRYABLE},
+                earlier={r.key: r for r in store.cases(previous.id, outcomes=RETRYABLE)},
             )
         if previous is not None:
             started = _resume(store, plan, cases, previous, sha)
@@ -165,7 +165,7 @@ def _resume(
     if dropped:
         store.drop_cases(run.id, dropped)
     earlier = (
-        {r.key: r for r in store.cases(run.id) if r.outcome in plan.retry and r.key in keys}
+        {r.key: r for r in store.cases(run.id, outcomes=sorted(plan.retry)) if r.key in keys}
         if plan.retry
         else {}
     )

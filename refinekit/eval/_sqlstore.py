@@ -525,18 +525,24 @@ class SQLStore:
         """The keys of the cases a run has stored."""
         return {r["key"] for r in self._all("SELECT key FROM cases WHERE run_id = ?", (run_id,))}
 
-    def cases(self, run_id: int) -> list[CaseRecord]:
-        """A run's cases, in file order."""
+    def cases(self, run_id: int, *, outcomes: Sequence[str] | None = None) -> list[CaseRecord]:
+        """A run's cases, in file order; only those with one of `outcomes` when given."""
+        where = "run_id = ?"
+        params: list[Any] = [run_id]
+        if outcomes is not None:
+            where += f" AND outcome IN ({', '.join('?' for _ in outcomes) or 'NULL'})"
+            params.extend(outcomes)
         usage: dict[tuple[str, str], Usage] = {}
-        for r in self._all("SELECT * FROM calls WHERE run_id = ?", (run_id,)):
+        calls = (
+            f"SELECT * FROM calls WHERE run_id = ? AND key IN (SELECT key FROM cases WHERE {where})"
+        )
+        for r in self._all(calls, [run_id, *params]):
             usage[(r["key"], r["role"])] = Usage(
                 r["model_calls"], r["prompt_tokens"], r["completion_tokens"]
             )
         return [
             self._case(r, usage)
-            for r in self._all(
-                "SELECT * FROM cases WHERE run_id = ? ORDER BY position, key", (run_id,)
-            )
+            for r in self._all(f"SELECT * FROM cases WHERE {where} ORDER BY position, key", params)
         ]
 
     @staticmethod

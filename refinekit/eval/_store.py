@@ -11,7 +11,7 @@ redacted before it is stored.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,8 +274,8 @@ class RunStore(Protocol):
         """The keys of the cases a run has stored."""
         ...
 
-    def cases(self, run_id: int) -> list[CaseRecord]:
-        """A run's cases, in file order."""
+    def cases(self, run_id: int, *, outcomes: Sequence[str] | None = None) -> list[CaseRecord]:
+        """A run's cases, in file order; only those with one of `outcomes` when given."""
         ...
 
 
