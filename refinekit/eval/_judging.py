@@ -23,8 +23,11 @@ from ._store import Outcome
 
 __all__ = ["Judgement", "Judging", "decide", "error_text", "probability_of", "verdict_dump"]
 
-Judgement = tuple[list[CriterionResult], list[Verdict], Usage, float]
-"""The row's checks, the verdicts, the judge's usage and the seconds judging took."""
+Judgement = tuple[
+    list[CriterionResult], list[Verdict], Usage, float, dict[tuple[bool, str | None], Usage]
+]
+"""The row's checks, the verdicts, the judge's usage, the seconds judging took, and the
+judging job's usage per (judge?, model), to price it by."""
 
 
 def verdict_dump(verdict: Verdict) -> dict[str, Any]:
@@ -111,7 +114,13 @@ class Judging:
             else:
                 for _ in range(self.repeat):
                     verdicts.append(combine(checks, await self.judge_once(request), self.name))
-        return checks, verdicts, judging_job.judge_usage, time.perf_counter() - started
+        return (
+            checks,
+            verdicts,
+            judging_job.judge_usage,
+            time.perf_counter() - started,
+            judging_job._per_model(),
+        )
 
 
 def combine(checks: list[CriterionResult], verdict: Verdict | None, name: str) -> Verdict:

@@ -111,6 +111,7 @@ def _work(task: dict[str, Any]) -> int:
             "retry": (),
             "on_event": count,
             "run_id": task["run_id"],
+            "prices": task["prices"],
         }
         plan: EvalPlan | CalibratePlan
         if task["kind"] == "eval":
@@ -121,6 +122,7 @@ def _work(task: dict[str, Any]) -> int:
                 min_pass_rate=None,
                 compare=None,
                 alpha=0.05,
+                max_cost=task["max_cost"],
                 **shared,
             )
         else:
@@ -165,6 +167,8 @@ async def run_on_ray(
     judge: Any,
     concurrency: int,
     repeat: int,
+    prices: Any = None,
+    max_cost: float | None = None,
 ) -> list[int]:
     """Run the run's cases on Ray workers, each joining run `run_id`; wait for them all.
 
@@ -193,6 +197,8 @@ async def run_on_ray(
             "repeat": repeat,
             "db": db,
             "run_id": run_id,
+            "prices": prices,
+            "max_cost": max_cost,
         }
         refs = [remote.remote(task) for _ in range(workers)]
         try:

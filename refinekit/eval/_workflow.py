@@ -9,11 +9,12 @@ concurrently (each stored as it finishes), and stores the run complete with its 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from .._bridge import run_blocking
+from .._budget import Prices
 from .._errors import RunStoreError, UsageProblem
 from .._evaluators import EvaluatorLike
 from ._plans import CalibratePlan, EvalPlan, PathLike, elsewhere
@@ -51,6 +52,8 @@ def run(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
+    prices: Prices | Mapping[str, Any] | str | None = None,
+    max_cost: float | None = None,
 ) -> EvalResult:
     """Run a golden set through an answer function, judge every answer, store the run.
 
@@ -100,6 +103,15 @@ def run(
             need a store they all reach: `db` must be a PostgreSQL URL.
         workers: Ray tasks to start, each running `concurrency` cases at once; None for one
             per CPU of the cluster.
+        prices: Price each case's model calls: a `refinekit.Prices`, a mapping
+            `{model: (input, output)}` per million tokens (with an optional `"default"`), a
+            JSON file of that mapping, or `module:name` of a `Prices`. Each case's `cost` and
+            the summary's `cost` are filled in; a model without a price stops the run
+            (`RunAborted`). Not part of what a resume must match.
+        max_cost: Stop starting cases when the run's spend (its stored cases, every session
+            and worker) plus one more case at their mean cost would go over it; the cases in
+            flight finish and the run stops incomplete (`RunAborted`), resumable with a
+            higher `max_cost`. Needs `prices`.
 
     Returns:
         The complete run: its id, its cases, its figures, its comparison and gates.
@@ -108,8 +120,9 @@ def run(
         UsageProblem: The file, the target, the judge or an argument cannot be used, or
             `compare` names a run that cannot be compared; nothing was run.
         RunStoreError: The run store cannot be used, or `compare` names no stored run.
-        RunAborted: The judge is misconfigured or raised a bug, or the answer function raised
-            a misconfiguration; the finished cases are stored, and the same call resumes.
+        RunAborted: The judge is misconfigured or raised a bug, the answer function raised
+            a misconfiguration, a model has no price, or `max_cost` stopped the run; the
+            finished cases are stored, and the same call resumes.
     """
     return run_blocking(
         lambda: arun(
@@ -129,6 +142,8 @@ def run(
             backend=backend,
             ray_address=ray_address,
             workers=workers,
+            prices=prices,
+            max_cost=max_cost,
         )
     )
 
@@ -151,6 +166,8 @@ async def arun(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
+    prices: Prices | Mapping[str, Any] | str | None = None,
+    max_cost: float | None = None,
 ) -> EvalResult:
     """`run`, on the running event loop: `await refinekit.eval.arun(...)` in a notebook.
 
@@ -174,6 +191,8 @@ async def arun(
         backend=backend,
         ray_address=ray_address,
         workers=workers,
+        prices=prices,
+        max_cost=max_cost,
     )
     with open_store(plan.db) as store:
         session, before = plan.session(store)
@@ -197,6 +216,7 @@ def calibrate(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
+    prices: Prices | Mapping[str, Any] | str | None = None,
 ) -> CalibrationResult:
     """Run a judge over answers people labelled, and measure how far it agrees with them.
 
@@ -221,6 +241,7 @@ def calibrate(
         backend: `"local"`, or `"ray"`: as `run`'s.
         ray_address: As `run`'s.
         workers: As `run`'s.
+        prices: As `run`'s: each item's `cost` is the judge's calls.
 
     Returns:
         The complete run and its figures.
@@ -246,6 +267,7 @@ def calibrate(
             backend=backend,
             ray_address=ray_address,
             workers=workers,
+            prices=prices,
         )
     )
 
@@ -266,6 +288,7 @@ async def acalibrate(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
+    prices: Prices | Mapping[str, Any] | str | None = None,
 ) -> CalibrationResult:
     """`calibrate`, on the running event loop; its arguments, result and errors."""
     plan = CalibratePlan(
@@ -283,6 +306,7 @@ async def acalibrate(
         backend=backend,
         ray_address=ray_address,
         workers=workers,
+        prices=prices,
     )
     with open_store(plan.db) as store:
         session = plan.session(store)
