@@ -492,3 +492,55 @@ def test_postgres_stores_each_case_cost_and_the_limit_reads_it(
     assert result.summary.cost is not None
     assert result.summary.cost["total"] == pytest.approx(3 * ANSWER_COST)
     assert result.run.summary["cost"]["total"] == pytest.approx(3 * ANSWER_COST)
+
+
+def test_cases_in_flight_count_against_the_limit(ws: Workspace, server: ScriptedOpenAI) -> None:
+    script_answers(server, 3)
+    target = ws.module(ANSWER)
+
+    # two cases start at once (nothing stored: no estimate); when the first is stored
+    # (0.0036), the one still in flight and one more would make 0.0108 > 0.01: none starts
+    with pytest.raises(RunAborted, match=r"spent 0\.0036 on 1 stored cases") as stopped:
+        refinekit.eval.run(
+            ws.csv("golden.csv", ROWS),
+            target=f"{target}:answer",
+            prices=PRICES,
+            max_cost=0.01,
+            concurrency=2,
+        )
+
+    assert stopped.value.stored == 2  # the case in flight finished and was stored
+    assert len(server.requests_for("answer")) == 2
+
+
+def test_a_case_run_again_adds_its_new_cost_to_what_it_cost_before(
+    ws: Workspace, server: ScriptedOpenAI
+) -> None:
+    # every reply unparsable: the first call and 2 corrections, then the case raises
+    server.script("answer", Reply.text("no json", prompt_tokens=100, completion_tokens=10), times=3)
+    target = ws.module(SELF_CORRECTING)
+    golden = ws.csv("golden.csv", ROWS[:1])
+    first = refinekit.eval.run(golden, target=f"{target}:answer", prices=PRICES)
+    [raised] = first.cases
+    call = (100 * 2.0 + 10 * 8.0) / 1e6
+    assert raised.outcome == "raised"
+    assert raised.cost == pytest.approx(
+        {"answer": 3 * call, "answer_judge": 0.0, "judge": 0.0, "extra": 2 * call}
+    )
+
+    # a complete run is never resumed: store it incomplete, so that the same call resumes it
+    # and runs its raised case again (--retry raised)
+    server.script(
+        "answer",
+        Reply.text('{"text": "Within seven days."}', prompt_tokens=300, completion_tokens=20),
+    )
+    with SQLiteStore(first.db) as store:  # type: ignore[arg-type]
+        store.finish_run(first.run_id, "incomplete", {})
+    again = refinekit.eval.run(golden, target=f"{target}:answer", prices=PRICES, retry="raised")
+
+    [case] = again.cases
+    second = (300 * 2.0 + 20 * 8.0) / 1e6
+    assert (again.run_id, case.outcome) == (first.run_id, "passed")
+    assert case.cost == pytest.approx(
+        {"answer": 3 * call + second, "answer_judge": 0.0, "judge": 0.0, "extra": 2 * call}
+    )
