@@ -15,7 +15,7 @@ from helpers import Cli, Workspace, cli_runner, table, workspace
 
 import refinekit.eval
 from refinekit import Prices
-from refinekit.eval import RunAborted, UsageProblem
+from refinekit.eval import CostLimitReached, RunAborted, UsageProblem
 from refinekit.eval._runstore import SQLiteStore
 from refinekit.testing import Reply, ScriptedOpenAI
 
@@ -420,7 +420,10 @@ def test_max_cost_stops_starting_cases_when_one_more_would_go_over_and_a_higher_
     assert stopped.code == 3
     assert "--max-cost 0.01: the run has spent 0.0072 on 2 stored cases" in stopped.err
     assert "higher --max-cost" in stopped.err
-    assert "run 1 is incomplete: 2 of 6 cases stored" in stopped.out
+    assert (
+        "run 1 is incomplete: 2 of 6 cases stored. Run the same command with a higher "
+        "--max-cost to finish it" in stopped.out
+    )
     assert len(server.requests_for("answer")) == 2
     with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         assert store.run(1).status == "incomplete"
@@ -500,7 +503,7 @@ def test_cases_in_flight_count_against_the_limit(ws: Workspace, server: Scripted
 
     # two cases start at once (nothing stored: no estimate); when the first is stored
     # (0.0036), the one still in flight and one more would make 0.0108 > 0.01: none starts
-    with pytest.raises(RunAborted, match=r"spent 0\.0036 on 1 stored cases") as stopped:
+    with pytest.raises(CostLimitReached, match=r"spent 0\.0036 on 1 stored cases") as stopped:
         refinekit.eval.run(
             ws.csv("golden.csv", ROWS),
             target=f"{target}:answer",
@@ -510,6 +513,7 @@ def test_cases_in_flight_count_against_the_limit(ws: Workspace, server: Scripted
         )
 
     assert stopped.value.stored == 2  # the case in flight finished and was stored
+    assert (stopped.value.max_cost, stopped.value.spent) == pytest.approx((0.01, 0.0036))
     assert len(server.requests_for("answer")) == 2
 
 

@@ -27,6 +27,7 @@ from ..eval import (
     CalibrationResult,
     CaseFinished,
     CaseRecord,
+    CostLimitReached,
     EvalResult,
     RunAborted,
     RunEvent,
@@ -204,7 +205,7 @@ class RunWatcher:
                 f"  {event.dropped} stored cases are no longer in the file: dropped from the run"
             )
 
-    def _incomplete(self, why: str, status: int) -> int:
+    def _incomplete(self, why: str, status: int, again: str = "again") -> int:
         self.io.error(self.command, why)
         stopped = self.stopped
         assert stopped is not None
@@ -216,12 +217,14 @@ class RunWatcher:
             return status
         self.io.say(
             f"run {stopped.run.id} is incomplete: {stopped.stored} of {stopped.cases} cases "
-            "stored. Run the same command again to finish it without paying again for those."
+            f"stored. Run the same command {again} to finish it without paying again for those."
         )
         return status
 
     def stopped_early(self, error: RunAborted) -> int:
         """Say the run stopped early and is stored incomplete; exit status 3."""
+        if isinstance(error, CostLimitReached):
+            return self._incomplete(f"{error}", EXIT_ABORTED, "with a higher --max-cost")
         return self._incomplete(f"{error}", EXIT_ABORTED)
 
     def interrupted(self) -> int:

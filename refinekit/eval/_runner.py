@@ -23,6 +23,7 @@ import openai
 from .._bridge import in_thread, is_async_callable
 from .._budget import Prices
 from .._errors import (
+    CostLimitReached,
     JudgeMisconfigured,
     LowQualityAnswer,
     MissingPrice,
@@ -263,7 +264,7 @@ async def _run_all(
     worker: str,
     progress: Progress,
     max_cost: float | None = None,
-) -> str | None:
+) -> tuple[str, float] | None:
     """Claim the run's cases one at a time in `concurrency` slots, answer and store each.
 
     Ends when no case of the run is left to answer, or held by a worker other than this one;
@@ -272,7 +273,7 @@ async def _run_all(
     """
     stopping = False
     in_flight = 0
-    over: str | None = None
+    over: tuple[str, float] | None = None
 
     async def slot() -> None:
         nonlocal stopping, in_flight, over
@@ -318,8 +319,10 @@ async def _run_all(
     return over
 
 
-def _over_budget(store: RunStore, run_id: int, max_cost: float, in_flight: int) -> str | None:
-    """Why starting another case could take the run over `max_cost`; None when it fits.
+def _over_budget(
+    store: RunStore, run_id: int, max_cost: float, in_flight: int
+) -> tuple[str, float] | None:
+    """Why another case could take the run over `max_cost`, and its spend; None if one fits.
 
     The run's spend is its stored cases' cost (every session and worker of the run); a case
     is estimated at their mean cost, and this worker's cases in flight are counted as one
@@ -332,7 +335,8 @@ def _over_budget(store: RunStore, run_id: int, max_cost: float, in_flight: int) 
     return (
         f"--max-cost {usd(max_cost)}: the run has spent {usd(spent)} on {priced} stored cases "
         f"(mean {usd(mean)} per case), and another case would take it over, so no more cases "
-        "were started"
+        "were started",
+        spent,
     )
 
 
@@ -376,7 +380,10 @@ async def run_cases(
     earlier record's model calls and tokens added to its own: they were paid for.
 
     Raises:
-        RunAborted: The judge is misconfigured or raised a bug; finished cases are stored.
+        RunAborted: The judge is misconfigured or raised a bug, or a model called has no
+            price; finished cases are stored.
+        CostLimitReached: With `plan.max_cost`, another case could take the run's cost over
+            it: no more cases were started, those in flight finished and are stored.
     """
     judging = Judging(judge, plan.judge, plan.repeat, limiter)
     attempts = _Attempts()
@@ -428,7 +435,11 @@ async def run_cases(
             max_cost=plan.max_cost,
         )
     if over is not None and store.pending(run.id) > 0:
-        raise RunAborted(
-            f"{over}. Run the same command with a higher --max-cost (max_cost=) to go on "
-            "where it stopped"
+        why, spent = over
+        assert plan.max_cost is not None
+        raise CostLimitReached(
+            f"{why}. Run the same command with a higher --max-cost (max_cost=) to go on "
+            "where it stopped",
+            max_cost=plan.max_cost,
+            spent=spent,
         )

@@ -110,8 +110,8 @@ def run(
             (`RunAborted`). Not part of what a resume must match.
         max_cost: Stop starting cases when the run's spend (its stored cases, every session
             and worker) plus one more case at their mean cost would go over it; the cases in
-            flight finish and the run stops incomplete (`RunAborted`), resumable with a
-            higher `max_cost`. Needs `prices`.
+            flight finish and the run stops incomplete (`CostLimitReached`), resumable with
+            a higher `max_cost`. Needs `prices`.
 
     Returns:
         The complete run: its id, its cases, its figures, its comparison and gates.
@@ -122,7 +122,8 @@ def run(
         RunStoreError: The run store cannot be used, or `compare` names no stored run.
         RunAborted: The judge is misconfigured or raised a bug, the answer function raised
             a misconfiguration, a model has no price, or `max_cost` stopped the run; the
-            finished cases are stored, and the same call resumes.
+            finished cases are stored, and the same call resumes (`CostLimitReached`, a
+            `RunAborted`, for `max_cost`: with a higher one).
     """
     return run_blocking(
         lambda: arun(
