@@ -52,7 +52,7 @@ def run(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
-    prices: Prices | Mapping[str, Any] | str | None = None,
+    prices: Prices | Mapping[str, Any] | PathLike | None = None,
     max_cost: float | None = None,
 ) -> EvalResult:
     """Run a golden set through an answer function, judge every answer, store the run.
@@ -167,7 +167,7 @@ async def arun(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
-    prices: Prices | Mapping[str, Any] | str | None = None,
+    prices: Prices | Mapping[str, Any] | PathLike | None = None,
     max_cost: float | None = None,
 ) -> EvalResult:
     """`run`, on the running event loop: `await refinekit.eval.arun(...)` in a notebook.
@@ -217,7 +217,7 @@ def calibrate(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
-    prices: Prices | Mapping[str, Any] | str | None = None,
+    prices: Prices | Mapping[str, Any] | PathLike | None = None,
 ) -> CalibrationResult:
     """Run a judge over answers people labelled, and measure how far it agrees with them.
 
@@ -289,7 +289,7 @@ async def acalibrate(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
-    prices: Prices | Mapping[str, Any] | str | None = None,
+    prices: Prices | Mapping[str, Any] | PathLike | None = None,
 ) -> CalibrationResult:
     """`calibrate`, on the running event loop; its arguments, result and errors."""
     plan = CalibratePlan(
