@@ -225,3 +225,41 @@ def asked(server: ScriptedOpenAI, model: str = "answer") -> list[str]:
 def table(out: str) -> dict[int, str]:
     """The table `refinekit eval` printed: each case's number -> its outcome mark."""
     return {int(m[1]): m[2] for m in re.finditer(r"^ +(\d+)  (\S+) ", out, re.MULTILINE)}
+
+
+# --- modules the eval tests import as targets and judges ---------------------------------
+
+# A def asking the "answer" model at $RK_BASE_URL the question it is given.
+SYNC_ANSWER = """
+import os
+import openai
+
+def answer(question):
+    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
+    with client:
+        reply = client.chat.completions.create(
+            model="answer", messages=[{"role": "user", "content": question}]
+        )
+    return reply.choices[0].message.content
+"""
+
+# A criteria judge on the "judge" model (or $RK_JUDGE_MODEL) at $RK_BASE_URL.
+CRITERIA_JUDGE = """
+import os
+import openai
+from refinekit import judges
+from refinekit.judges import Criterion, JudgeModel
+
+# The judge makes an async counterpart of this client for the run's event loop, and nothing
+# closes it when the loop ends; "Connection: close" leaves no socket open behind it.
+client = openai.OpenAI(
+    base_url=os.environ["RK_BASE_URL"],
+    api_key="sk-test",
+    max_retries=0,
+    default_headers={"Connection": "close"},
+)
+judge = judges.criteria(
+    JudgeModel(client, os.environ.get("RK_JUDGE_MODEL", "judge")),
+    [Criterion("correct", "Is the answer right?", when_false="Give the right answer.")],
+)
+"""

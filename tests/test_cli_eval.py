@@ -25,6 +25,8 @@ from typing import Any
 import openai
 import pytest
 from helpers import (
+    CRITERIA_JUDGE,
+    SYNC_ANSWER,
     Cli,
     Workspace,
     answers,
@@ -69,19 +71,6 @@ def db_rows(db: Path, query: str) -> list[sqlite3.Row]:
         return list(con.execute(query))
 
 
-SYNC_ANSWER = """
-import os
-import openai
-
-def answer(question):
-    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
-    with client:
-        reply = client.chat.completions.create(
-            model="answer", messages=[{"role": "user", "content": question}]
-        )
-    return reply.choices[0].message.content
-"""
-
 ASYNC_REPLY = """
 import os
 import openai
@@ -94,26 +83,6 @@ async def answer(question):
         return await client.chat.completions.create(
             model="answer", messages=[{"role": "user", "content": question}]
         )
-"""
-
-CRITERIA_JUDGE = """
-import os
-import openai
-from refinekit import judges
-from refinekit.judges import Criterion, JudgeModel
-
-# The judge makes an async counterpart of this client for the run's event loop, and nothing
-# closes it when the loop ends; "Connection: close" leaves no socket open behind it.
-client = openai.OpenAI(
-    base_url=os.environ["RK_BASE_URL"],
-    api_key="sk-test",
-    max_retries=0,
-    default_headers={"Connection": "close"},
-)
-judge = judges.criteria(
-    JudgeModel(client, os.environ.get("RK_JUDGE_MODEL", "judge")),
-    [Criterion("correct", "Is the answer right?", when_false="Give the right answer.")],
-)
 """
 
 

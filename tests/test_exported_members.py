@@ -128,6 +128,7 @@ def test_judges_names() -> None:
         "pairwise",
         "rating",
         "relevancy",
+        "use_cache",
     }
     for name in (
         "criteria",
@@ -140,6 +141,7 @@ def test_judges_names() -> None:
         "MemoryCache",
         "SQLiteCache",
         "cache_salt",
+        "use_cache",
     ):
         assert getattr(refinekit.judges, name).__doc__
 

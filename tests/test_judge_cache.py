@@ -708,3 +708,22 @@ async def test_only_a_miss_gets_a_request_span(
         provider.shutdown()
     assert counts == [2, 2]  # the second judgement added no request span
     assert len(server.requests) == 2
+
+
+def test_use_cache_lends_a_cache_to_judge_models_without_one(server: ScriptedOpenAI) -> None:
+    server.script(JUDGE, YES, times=None)
+    lent = MemoryCache()
+    own = MemoryCache()
+    with server.client() as client:
+        bare = judges.relevancy(JudgeModel(client, JUDGE))
+        keeps = judges.relevancy(JudgeModel(client, JUDGE, cache=own))
+        with judges.use_cache(lent):
+            bare.evaluate(REQUEST)
+            bare.evaluate(REQUEST)  # answered from the lent cache
+            keeps.evaluate(REQUEST)  # its own cache, not the lent one
+        bare.evaluate(REQUEST)  # outside the block: no cache at all
+    assert (lent.hits, lent.misses, len(lent)) == (1, 1, 1)
+    assert (own.hits, own.misses) == (0, 1)
+    assert len(server.requests_for(JUDGE)) == 3
+    with pytest.raises(TypeError, match="use_cache takes a judge cache"), judges.use_cache({}):  # type: ignore[arg-type]
+        pass

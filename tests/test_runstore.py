@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Cli, Workspace, answers, asked, cli_runner, table, workspace
+from helpers import SYNC_ANSWER, Cli, Workspace, answers, asked, cli_runner, table, workspace
 from pg import PostgresServer
 from pg import _free_port as free_port
 
@@ -496,20 +496,6 @@ def test_text_with_a_lone_surrogate_is_stored_with_a_question_mark(store: SQLSto
 
 
 # --- resuming through the command -----------------------------------------------------------
-
-
-SYNC_ANSWER = """
-import os
-import openai
-
-def answer(question):
-    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
-    with client:
-        reply = client.chat.completions.create(
-            model="answer", messages=[{"role": "user", "content": question}]
-        )
-    return reply.choices[0].message.content
-"""
 
 
 def test_a_resumed_run_skips_stored_cases_reruns_edited_rows_and_drops_removed_ones(

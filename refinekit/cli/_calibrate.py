@@ -38,6 +38,7 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
             backend=args.backend,
             ray_address=args.address,
             workers=args.workers,
+            cache=args.cache,
             retry=args.retry,
             target_error=args.target_error,
             bins=args.bins,

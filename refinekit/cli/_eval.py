@@ -49,6 +49,7 @@ def eval_command(args: Any, out: TextIO | None = None, err: TextIO | None = None
             backend=args.backend,
             ray_address=args.address,
             workers=args.workers,
+            cache=args.cache,
             retry=args.retry,
             min_pass_rate=args.min_pass_rate,
             compare=args.compare,
@@ -153,6 +154,12 @@ def _print_summary(io: Io, result: EvalResult, judge: str | None) -> int:
         if judge or spent
         else "model calls seen: none (column checks only)"
     )
+    cached = result.judge_cache
+    if cached is not None:
+        io.say(
+            f"judge cache: {cached['hits']} of {cached['hits'] + cached['misses']} judge "
+            f"requests answered from the store ({cached['misses']} sent to the model)"
+        )
     if s.cost is not None:
         _print_cost(io, s.cost)
     if result.rate_limit_waits:

@@ -197,6 +197,13 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
         "newest unfinished run of this command)",
     )
     parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="look the judge's requests up in the run store's judge cache first, and keep "
+        "what the model answers: an unchanged eval run again makes no judge call (temperature "
+        "0 judges; each --repeat keyed apart)",
+    )
+    parser.add_argument(
         "--backend",
         choices=("local", "ray"),
         default="local",

@@ -6,6 +6,7 @@ check failed the case.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -13,21 +14,49 @@ from typing import Any
 
 from .._errors import JudgeError, JudgeMisconfigured, RunAborted
 from .._evaluators import as_evaluator
+from .._hooks import Event
 from .._job import job
 from .._model import CriterionResult, EvaluationRequest, Usage, Verdict
 from .._redact import redact
+from ..judges._cache import JudgeCache, cache_salt, use_cache
 from ._cases import Case
 from ._column_checks import column_checks
 from ._ratelimit import RateLimiter
 from ._store import Outcome
 
-__all__ = ["Judgement", "Judging", "decide", "error_text", "probability_of", "verdict_dump"]
+__all__ = [
+    "CacheCounts",
+    "Judgement",
+    "Judging",
+    "decide",
+    "error_text",
+    "probability_of",
+    "verdict_dump",
+]
 
 Judgement = tuple[
-    list[CriterionResult], list[Verdict], Usage, float, dict[tuple[bool, str | None], Usage]
+    list[CriterionResult],
+    list[Verdict],
+    Usage,
+    float,
+    dict[str, int],
+    dict[tuple[bool, str | None], Usage],
 ]
-"""The row's checks, the verdicts, the judge's usage, the seconds judging took, and the
-judging job's usage per (judge?, model), to price it by."""
+"""The row's checks, the verdicts, the judge's usage and seconds, its judge cache hits and
+misses (empty without a cache), and the judging job's usage per (judge?, model), to price it
+by."""
+
+
+class CacheCounts:
+    """The `judge_cache` events of each judging job: hits and misses by job id."""
+
+    def __init__(self) -> None:
+        self.by_job: dict[str, dict[str, int]] = {}
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "judge_cache" and event.cache is not None:
+            counts = self.by_job.setdefault(event.job_id, {"hits": 0, "misses": 0})
+            counts["hits" if event.cache == "hit" else "misses"] += 1
 
 
 def verdict_dump(verdict: Verdict) -> dict[str, Any]:
@@ -74,11 +103,20 @@ def probability_of(verdict: Verdict) -> float | None:
 class Judging:
     """The run's judge, called `repeat` times per answer, with the row's column checks."""
 
-    def __init__(self, judge: Any | None, name: str | None, repeat: int, limiter: RateLimiter):
+    def __init__(
+        self,
+        judge: Any | None,
+        name: str | None,
+        repeat: int,
+        limiter: RateLimiter,
+        cache: JudgeCache | None = None,
+    ):
         self.evaluator = None if judge is None else as_evaluator(judge)
         self.name = name or (self.evaluator.name if self.evaluator is not None else "checks")
         self.repeat = repeat
         self.limiter = limiter
+        self.cache = cache
+        self.counts = CacheCounts()
 
     async def judge_once(self, request: EvaluationRequest) -> Verdict:
         """One verdict; a judge that could not judge gives an unjudged one.
@@ -112,13 +150,21 @@ class Judging:
             if self.evaluator is None:
                 verdicts.append(combine(checks, None, self.name))
             else:
-                for _ in range(self.repeat):
-                    verdicts.append(combine(checks, await self.judge_once(request), self.name))
+                for number in range(1, self.repeat + 1):
+                    with contextlib.ExitStack() as scope:
+                        if self.cache is not None:
+                            scope.enter_context(use_cache(self.cache))
+                            if number > 1:  # each repeat its own verdict, never the first's
+                                scope.enter_context(cache_salt(f"repeat={number}"))
+                        verdict = await self.judge_once(request)
+                    verdicts.append(combine(checks, verdict, self.name))
+        cached = self.counts.by_job.pop(judging_job.id, {}) if self.cache is not None else {}
         return (
             checks,
             verdicts,
             judging_job.judge_usage,
             time.perf_counter() - started,
+            cached,
             judging_job._per_model(),
         )
 

@@ -21,9 +21,10 @@ from typing import Any
 
 from .._errors import RunStoreError
 from .._redact import redact, safe_url, url_secrets
-from ._sqlstore import SQLStore
+from ..judges._cache import _Counters
+from ._sqlstore import SQLStore, schema_steps
 
-__all__ = ["SCHEMES", "PostgresStore", "is_postgres_url"]
+__all__ = ["SCHEMES", "PostgresCache", "PostgresStore", "is_postgres_url"]
 
 SCHEMES = ("postgresql://", "postgres://")
 
@@ -81,38 +82,7 @@ CREATE TABLE calls (
 )
 """
 
-_V2 = """
-CREATE TABLE workers (
-    run_id BIGINT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    worker TEXT NOT NULL,
-    host TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    expires_at DOUBLE PRECISION NOT NULL,
-    PRIMARY KEY (run_id, worker)
-);
-CREATE TABLE claims (
-    run_id BIGINT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    key TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    worker TEXT,
-    PRIMARY KEY (run_id, key)
-);
-CREATE INDEX claims_in_order ON claims (run_id, position, key)
-"""
-
-_V3 = """
-CREATE TABLE refinekit_judge_cache (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL,
-    stored_at DOUBLE PRECISION NOT NULL
-);
-ALTER TABLE cases ADD COLUMN cost TEXT NOT NULL DEFAULT '{}'
-"""
-
-_MIGRATIONS: tuple[tuple[str, ...], ...] = tuple(
-    tuple(statement.strip() for statement in step.split(";") if statement.strip())
-    for step in (_V1, _V2, _V3)
-)
+_MIGRATIONS = schema_steps(_V1, real="DOUBLE PRECISION", run_id="BIGINT")
 """The schema's steps, version for version the SQLite store's (`_runstore._MIGRATIONS`)."""
 
 _LOCK = 0x726B5F736368  # the advisory lock schema changes take ("rk_sch")
@@ -152,6 +122,7 @@ class PostgresStore(SQLStore):
     _FOR_UPDATE = " FOR UPDATE"
 
     def __init__(self, url: str) -> None:
+        self._url = url
         self._secrets = url_secrets(url)
         self.where = safe_url(url)
         psycopg = _psycopg()
@@ -245,6 +216,10 @@ class PostgresStore(SQLStore):
         """Close the connection."""
         self._db.close()
 
+    def judge_cache(self) -> PostgresCache:
+        """The judge cache in this database (its own connection; close it when done)."""
+        return PostgresCache(self._url)
+
     @staticmethod
     def _sql(sql: str) -> str:
         return sql.replace("?", "%s")
@@ -295,3 +270,55 @@ def _text(params: Sequence[Any]) -> list[Any]:
     return [
         p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params
     ]
+
+
+class PostgresCache(_Counters):
+    """A judge cache in a PostgreSQL run store's `refinekit_judge_cache` table.
+
+    Its own connection (psycopg's connections serve several threads, one statement at a
+    time), so a judge judging in worker threads uses it while the store writes cases. Shared
+    by every worker and machine on the store: a verdict one paid for, all read.
+
+    Args:
+        url: The store's URL.
+
+    Raises:
+        RunStoreError: The database cannot be reached.
+    """
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        psycopg = _psycopg()
+        self._secrets = url_secrets(url)
+        self.where = safe_url(url)
+        self._errors = psycopg.Error
+        try:
+            self._db = psycopg.connect(url, autocommit=True)
+        except psycopg.Error as e:
+            raise RunStoreError(
+                f"cannot open the judge cache in {self.where}: "
+                f"{redact(str(e).strip(), self._secrets)}"
+            ) from None
+
+    def get(self, key: str) -> str | None:
+        """The value stored under `key`, or None."""
+        row = self._db.execute(
+            "SELECT value FROM refinekit_judge_cache WHERE key = %s", (key,)
+        ).fetchone()
+        return self._counted(None if row is None else str(row[0]))
+
+    def set(self, key: str, value: str) -> None:
+        """Store `value` under `key`, replacing any value there."""
+        self._db.execute(
+            "INSERT INTO refinekit_judge_cache (key, value, stored_at) VALUES (%s, %s, %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value, "
+            "stored_at = excluded.stored_at",
+            _text([key, value, time.time()]),
+        )
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._db.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresCache({self.where!r})"

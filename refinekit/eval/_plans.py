@@ -21,7 +21,7 @@ from ._ray import check_backend, run_on_ray
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._resume import RETRYABLE, RunPlan
 from ._session import Session, store_location
-from ._store import RunInfo, RunStore, StoreURL
+from ._store import CaseRecord, RunInfo, RunStore, StoreURL
 from ._summary import compare_runs, measured, summarise
 from ._target import Target, check_judge, load_judge, name_of
 
@@ -105,6 +105,19 @@ def _previous(store: RunStore, run: RunInfo) -> RunInfo | None:
     return before
 
 
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise UsageProblem(f"{name} must be True or False, not {value!r}")
+    return value
+
+
+def cache_counts(records: Iterable[CaseRecord]) -> dict[str, int]:
+    """The run judge's judge cache hits and misses over a run's cases."""
+    hits = sum(r.judge_cache.get("hits", 0) for r in records)
+    misses = sum(r.judge_cache.get("misses", 0) for r in records)
+    return {"hits": hits, "misses": misses}
+
+
 def _run_id(value: object) -> int | None:
     """A `run_id=` argument: None, or a run's number."""
     if value is None:
@@ -136,6 +149,7 @@ def elsewhere(
         judge=judge,
         concurrency=plan.concurrency,
         repeat=plan.repeat,
+        cache=plan.cache,
         prices=plan.prices,
         max_cost=plan.max_cost,
     )
@@ -168,8 +182,10 @@ class EvalPlan:
         workers: int | None = None,
         prices: PricesLike | None = None,
         max_cost: float | None = None,
+        cache: bool = False,
     ) -> None:
         self.dataset = Path(golden)
+        self.cache = _flag("cache", cache)
         self.prices = load_prices(prices)
         self.max_cost = check_max_cost(max_cost, self.prices)
         self.run_id = _run_id(run_id)
@@ -215,6 +231,7 @@ class EvalPlan:
             concurrency=self.concurrency,
             repeat=self.repeat,
             retry=self.retry,
+            cache=self.cache,
             prices=self.prices,
             max_cost=self.max_cost,
         )
@@ -245,6 +262,7 @@ class EvalPlan:
                 "retried": session.retried,
                 "setup_failed": setup_failed,
             }
+            | ({"judge_cache": cache_counts(records)} if self.cache else {})
         )
         comparison = None
         if self.compare is not None and not setup_failed:  # a failed setup measured nothing
@@ -292,8 +310,10 @@ class CalibratePlan:
         ray_address: str | None = None,
         workers: int | None = None,
         prices: PricesLike | None = None,
+        cache: bool = False,
     ) -> None:
         self.dataset = Path(labelled)
+        self.cache = _flag("cache", cache)
         self.prices = load_prices(prices)
         self.max_cost: float | None = None
         self.run_id = _run_id(run_id)
@@ -322,6 +342,7 @@ class CalibratePlan:
             concurrency=self.concurrency,
             kind="calibrate",
             retry=self.retry,
+            cache=self.cache,
             prices=self.prices,
         )
         return Session(
@@ -345,6 +366,7 @@ class CalibratePlan:
         run = session.complete(
             figures.as_dict()
             | {"retried": session.retried, "setup_failed": setup_failed}
+            | ({"judge_cache": cache_counts(records)} if self.cache else {})
             | ({"cost": spent} if spent is not None else {})
         )
         return CalibrationResult(

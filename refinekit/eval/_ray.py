@@ -111,6 +111,7 @@ def _work(task: dict[str, Any]) -> int:
             "retry": (),
             "on_event": count,
             "run_id": task["run_id"],
+            "cache": task["cache"],
             "prices": task["prices"],
         }
         plan: EvalPlan | CalibratePlan
@@ -167,6 +168,7 @@ async def run_on_ray(
     judge: Any,
     concurrency: int,
     repeat: int,
+    cache: bool = False,
     prices: Any = None,
     max_cost: float | None = None,
 ) -> list[int]:
@@ -195,6 +197,7 @@ async def run_on_ray(
             "judge": judge,
             "concurrency": concurrency,
             "repeat": repeat,
+            "cache": cache,
             "db": db,
             "run_id": run_id,
             "prices": prices,

@@ -127,6 +127,16 @@ class EvalResult:
     rate_limit_seconds: float
 
     @property
+    def judge_cache(self) -> dict[str, int] | None:
+        """The judge cache's `hits` and `misses` over the whole run; None without `cache=True`.
+
+        Hits are the run judge's requests answered from the store, misses those sent to the
+        model.
+        """
+        counts = self.run.summary.get("judge_cache")
+        return dict(counts) if isinstance(counts, dict) else None
+
+    @property
     def run_id(self) -> int:
         """The run's id in its store."""
         return self.run.id

@@ -34,6 +34,7 @@ class RunPlan:
     retry: frozenset[str] = frozenset()  # outcomes whose stored cases a resume runs again
     prices: Prices | None = None  # not in the fingerprint: a resume may price differently
     max_cost: float | None = None
+    cache: bool = False  # the run's judge looks its requests up in the store's judge cache
 
     def priced_options(self) -> dict[str, Any]:
         """The prices and cost limit this session runs with, as the run's options keep them."""

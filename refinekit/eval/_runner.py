@@ -35,6 +35,7 @@ from .._job import enter_attempt, job, leave_attempt
 from .._model import AttemptInfo, ContextDocument, EvaluationRequest, Usage
 from .._redact import redact
 from .._replies import answer_text
+from ..judges._cache import JudgeCache
 from ._cases import Case, as_text, context_of, merged
 from ._golden import column_for
 from ._judging import Judgement, Judging, decide, error_text, probability_of, verdict_dump
@@ -175,7 +176,7 @@ async def _eval_case(
         judgement,
         judging.evaluator is not None,
         attempts=tried,
-        cost=_priced(answer_job, judgement[4], prices),
+        cost=_priced(answer_job, judgement[5], prices),
         **cost,
     )
 
@@ -202,7 +203,7 @@ def _record(
     judged_by_model: bool,
     **fields: Any,
 ) -> CaseRecord:
-    checks, verdicts, judge_usage, judge_seconds, _ = judgement
+    checks, verdicts, judge_usage, judge_seconds, cached, _ = judgement
     outcome, passes, judged, flipped, reason = decide(verdicts, checks, judged_by_model)
     failing = [v for v in verdicts if not v.passed and (v.judged or outcome == "failed")]
     scores = [v.score for v in verdicts if v.judged and v.score is not None]
@@ -224,6 +225,7 @@ def _record(
         flipped=flipped,
         judge_usage=judge_usage,
         judge_seconds=judge_seconds,
+        judge_cache=cached,
         **fields,
     )
 
@@ -245,7 +247,7 @@ async def _calibrate_case(
         judgement,
         True,
         answer_seconds=0.0,
-        cost=_priced(None, judgement[4], prices),
+        cost=_priced(None, judgement[5], prices),
     )
     return replace(record, label=label)
 
@@ -370,6 +372,7 @@ async def run_cases(
     limiter: RateLimiter,
     labels: Mapping[str, str] | None = None,
     earlier: Mapping[str, CaseRecord] | None = None,
+    cache: JudgeCache | None = None,
 ) -> None:
     """Answer the run's cases still to do, as `worker`, storing each as it finishes.
 
@@ -377,7 +380,9 @@ async def run_cases(
     taking cases from too; `cases` are the data file's, by which a claimed key is answered.
     Without a `target` the cases are labelled answers (`labels`), judged as they are. A case
     in `earlier` (a stored case run again, `--retry`) replaces its stored record, with the
-    earlier record's model calls and tokens added to its own: they were paid for.
+    earlier record's model calls and tokens added to its own: they were paid for. With a
+    `cache`, the run's judge looks its requests up there first (`--cache`; each repeat under
+    its own salt); the answer function's own judges do not.
 
     Raises:
         RunAborted: The judge is misconfigured or raised a bug, or a model called has no
@@ -385,7 +390,7 @@ async def run_cases(
         CostLimitReached: With `plan.max_cost`, another case could take the run's cost over
             it: no more cases were started, those in flight finished and are stored.
     """
-    judging = Judging(judge, plan.judge, plan.repeat, limiter)
+    judging = Judging(judge, plan.judge, plan.repeat, limiter, cache)
     attempts = _Attempts()
     prices = plan.prices
     if target is not None:
@@ -423,7 +428,7 @@ async def run_cases(
             cost=added(old.cost, record.cost),
         )
 
-    with subscribe(attempts):
+    with subscribe(attempts), subscribe(judging.counts):
         over = await _run_all(
             {c.key: c for c in cases},
             work,

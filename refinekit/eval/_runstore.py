@@ -23,7 +23,8 @@ from typing import Any
 
 from .._errors import RunStoreError
 from .._redact import redact
-from ._sqlstore import SQLStore
+from ..judges._cache import SQLiteCache
+from ._sqlstore import SQLStore, schema_steps
 from ._store import CaseRecord, Outcome, RunInfo
 
 __all__ = [
@@ -93,46 +94,16 @@ CREATE TABLE IF NOT EXISTS calls (
 );
 """
 
-_V2 = """
-CREATE TABLE workers (
-    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    worker TEXT NOT NULL,
-    host TEXT NOT NULL,
-    pid INTEGER NOT NULL,
-    expires_at REAL NOT NULL,
-    PRIMARY KEY (run_id, worker)
-);
-CREATE TABLE claims (
-    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    key TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    worker TEXT,
-    PRIMARY KEY (run_id, key)
-);
-CREATE INDEX claims_in_order ON claims (run_id, position, key)
-"""
-
-_V3 = """
-CREATE TABLE refinekit_judge_cache (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL,
-    stored_at REAL NOT NULL
-);
-ALTER TABLE cases ADD COLUMN cost TEXT NOT NULL DEFAULT '{}'
-"""
-
-_MIGRATIONS: tuple[tuple[str, ...], ...] = tuple(
-    tuple(statement.strip() for statement in step.split(";") if statement.strip())
-    for step in (_V1, _V2, _V3)
-)
+_MIGRATIONS = schema_steps(_V1, real="REAL", run_id="INTEGER")
 """The schema's steps: `_MIGRATIONS[n - 1]` takes a store from version n - 1 to n (version 0:
-an empty file). A change to the schema is a step appended here and to the PostgreSQL store's
-list, never an edit of an old step: a store is at the version of the steps it has had.
+an empty file). Steps after the first are the PostgreSQL store's too (`_sqlstore.schema_steps`):
+a change to the schema is a step appended there, never an edit of an old step.
 
 Version 1: runs, cases, calls. Version 2: workers (who runs a run, with a lease) and claims
 (the cases a run has still to answer, and who is answering each). Version 3: the judge cache
 (`refinekit_judge_cache`, the table `refinekit.judges.SQLiteCache` keeps, so that the store
-file is the cache `refinekit eval --cache` uses) and each case's cost."""
+file is the cache `refinekit eval --cache` uses), each case's cost and its judge cache hits
+and misses."""
 
 
 class SQLiteStore(SQLStore):
@@ -202,6 +173,10 @@ class SQLiteStore(SQLStore):
     def close(self) -> None:
         """Close the database."""
         self._db.close()
+
+    def judge_cache(self) -> SQLiteCache:
+        """The judge cache in this file (its table; its own connection: close it when done)."""
+        return SQLiteCache(self.path)
 
     @contextmanager
     def _failing(self) -> Iterator[None]:

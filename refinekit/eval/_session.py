@@ -138,6 +138,14 @@ class Session:
         return self.started.retried_before + self.progress.retried
 
     async def _cases(self) -> None:
+        cache = self.store.judge_cache() if self.plan.cache else None
+        try:
+            await self._run_cases(cache)
+        finally:
+            if cache is not None:
+                cache.close()
+
+    async def _run_cases(self, cache: Any) -> None:
         await run_cases(
             self.store,
             self.run,
@@ -150,6 +158,7 @@ class Session:
             limiter=self.limiter,
             labels=self.labels,
             earlier=self.started.earlier,
+            cache=cache,
         )
 
     async def execute(self, elsewhere: Callable[[], Awaitable[object]] | None = None) -> None:

@@ -27,15 +27,65 @@ from .._model import Usage
 from .._redact import redact
 from ._store import CaseRecord, RunInfo, RunKind, RunStatus
 
-__all__ = ["LEASE_SECONDS", "SQLStore", "alive", "new_worker", "storable"]
+__all__ = ["LEASE_SECONDS", "SQLStore", "alive", "new_worker", "schema_steps", "storable"]
 
 _ROLES = ("answer", "answer_judge", "judge")
 
 _CASE_COLUMNS = (
     "run_id, key, position, question, row, outcome, answer, error, feedback, score, "
     "probability, label, verdicts, passes, judgements, flipped, attempts, corrections, "
-    "answer_seconds, judge_seconds, finished_at, cost"
+    "answer_seconds, judge_seconds, finished_at, cost, judge_cache"
 )
+
+
+_LATER_STEPS = (
+    # 2: who runs a run (workers, each with a lease) and the cases it still has to answer
+    """
+CREATE TABLE workers (
+    run_id {run_id} NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    worker TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    expires_at {real} NOT NULL,
+    PRIMARY KEY (run_id, worker)
+);
+CREATE TABLE claims (
+    run_id {run_id} NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    worker TEXT,
+    PRIMARY KEY (run_id, key)
+);
+CREATE INDEX claims_in_order ON claims (run_id, position, key)
+""",
+    # 3: the judge cache (`refinekit.judges.SQLiteCache`'s table), each case's cost and hits
+    """
+CREATE TABLE refinekit_judge_cache (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    stored_at {real} NOT NULL
+);
+ALTER TABLE cases ADD COLUMN cost TEXT NOT NULL DEFAULT '{{}}';
+ALTER TABLE cases ADD COLUMN judge_cache TEXT NOT NULL DEFAULT '{{}}'
+""",
+)
+
+
+def schema_steps(first: str, *, real: str, run_id: str) -> tuple[tuple[str, ...], ...]:
+    """A store's schema steps: its own first one, then the shared later ones in its types.
+
+    The dialects differ most in the first; the later ones take `real` for a float column and
+    `run_id` for a run's id.
+
+    `steps[n - 1]` takes a store from version n - 1 to n (0: an empty database). A change to
+    the schema is a step appended to `_LATER_STEPS`, never an edit of an old step: a store is
+    at the version of the steps it has had.
+    """
+    texts = (first, *(step.format(real=real, run_id=run_id) for step in _LATER_STEPS))
+    return tuple(
+        tuple(statement.strip() for statement in text.split(";") if statement.strip())
+        for text in texts
+    )
 
 
 LEASE_SECONDS = 30.0
@@ -141,6 +191,10 @@ class SQLStore:
 
     def close(self) -> None:
         """Close the store."""
+        raise NotImplementedError
+
+    def judge_cache(self) -> Any:
+        """The judge cache kept in this store (see `_store.RunStore.judge_cache`)."""
         raise NotImplementedError
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Mapping[str, Any] | None:
@@ -424,7 +478,7 @@ class SQLStore:
             self._delete(run_id, case.key)
             self._exec(
                 f"INSERT INTO cases ({_CASE_COLUMNS}) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     case.key,
@@ -448,6 +502,7 @@ class SQLStore:
                     case.judge_seconds,
                     time.time(),
                     _dumps(case.cost),
+                    _dumps(case.judge_cache),
                 ),
             )
             for role, usage in usages:
@@ -530,4 +585,5 @@ class SQLStore:
             answer_seconds=r["answer_seconds"],
             judge_seconds=r["judge_seconds"],
             cost=json.loads(r["cost"]),
+            judge_cache=json.loads(r["judge_cache"]),
         )

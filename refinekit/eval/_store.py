@@ -114,6 +114,8 @@ class CaseRecord:
         cost: What the case's model calls cost, with prices given: `answer`, `answer_judge`,
             `judge` (as the usages), and `extra` (the answer calls after the first: retries
             and corrections); empty without prices.
+        judge_cache: With `--cache`: the run judge's requests answered from the judge cache
+            (`hits`) and sent to the model (`misses`); empty without it.
     """
 
     key: str
@@ -139,6 +141,7 @@ class CaseRecord:
     answer_seconds: float = 0.0
     judge_seconds: float = 0.0
     cost: dict[str, float] = field(default_factory=dict)
+    judge_cache: dict[str, int] = field(default_factory=dict)
 
     @property
     def criteria(self) -> list[dict[str, Any]]:
@@ -249,6 +252,13 @@ class RunStore(Protocol):
 
     def pending(self, run_id: int, *, besides: str | None = None) -> int:
         """How many of the run's cases are still to answer, but those `besides` holds."""
+        ...
+
+    def judge_cache(self) -> Any:
+        """The judge cache kept in this store, for `refinekit eval --cache`.
+
+        A `refinekit.judges.JudgeCache` with `hits`, `misses` and `close()`.
+        """
         ...
 
     # cases

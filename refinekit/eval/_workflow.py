@@ -52,6 +52,7 @@ def run(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
+    cache: bool = False,
     prices: Prices | Mapping[str, Any] | PathLike | None = None,
     max_cost: float | None = None,
 ) -> EvalResult:
@@ -103,6 +104,11 @@ def run(
             need a store they all reach: `db` must be a PostgreSQL URL.
         workers: Ray tasks to start, each running `concurrency` cases at once; None for one
             per CPU of the cluster.
+        cache: Look the judge's requests up in the store's judge cache first, and store
+            what the model answers (`refinekit eval --cache`): re-running an unchanged eval
+            then makes no judge call. Only the run's judge, at temperature 0 (or a
+            `JudgeModel(cache_sampled=True)`); each `repeat` is keyed apart. See
+            docs/judge_cache.md.
         prices: Price each case's model calls: a `refinekit.Prices`, a mapping
             `{model: (input, output)}` per million tokens (with an optional `"default"`), a
             JSON file of that mapping, or `module:name` of a `Prices`. Each case's `cost` and
@@ -143,6 +149,7 @@ def run(
             backend=backend,
             ray_address=ray_address,
             workers=workers,
+            cache=cache,
             prices=prices,
             max_cost=max_cost,
         )
@@ -167,6 +174,7 @@ async def arun(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
+    cache: bool = False,
     prices: Prices | Mapping[str, Any] | PathLike | None = None,
     max_cost: float | None = None,
 ) -> EvalResult:
@@ -192,6 +200,7 @@ async def arun(
         backend=backend,
         ray_address=ray_address,
         workers=workers,
+        cache=cache,
         prices=prices,
         max_cost=max_cost,
     )
@@ -217,6 +226,7 @@ def calibrate(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
+    cache: bool = False,
     prices: Prices | Mapping[str, Any] | PathLike | None = None,
 ) -> CalibrationResult:
     """Run a judge over answers people labelled, and measure how far it agrees with them.
@@ -242,6 +252,7 @@ def calibrate(
         backend: `"local"`, or `"ray"`: as `run`'s.
         ray_address: As `run`'s.
         workers: As `run`'s.
+        cache: As `run`'s.
         prices: As `run`'s: each item's `cost` is the judge's calls.
 
     Returns:
@@ -268,6 +279,7 @@ def calibrate(
             backend=backend,
             ray_address=ray_address,
             workers=workers,
+            cache=cache,
             prices=prices,
         )
     )
@@ -289,6 +301,7 @@ async def acalibrate(
     backend: Literal["local", "ray"] = "local",
     ray_address: str | None = None,
     workers: int | None = None,
+    cache: bool = False,
     prices: Prices | Mapping[str, Any] | PathLike | None = None,
 ) -> CalibrationResult:
     """`calibrate`, on the running event loop; its arguments, result and errors."""
@@ -307,6 +320,7 @@ async def acalibrate(
         backend=backend,
         ray_address=ray_address,
         workers=workers,
+        cache=cache,
         prices=prices,
     )
     with open_store(plan.db) as store:

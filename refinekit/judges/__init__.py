@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from .._package import rehome
 from ._base import Judge, JudgeErrorPolicy
-from ._cache import JudgeCache, MemoryCache, SQLiteCache, cache_salt
+from ._cache import JudgeCache, MemoryCache, SQLiteCache, cache_salt, use_cache
 from ._client import JudgeModel
 from ._criteria import Criterion, criteria
 from ._pairwise import Pairwise, Winner, pairwise
@@ -43,6 +43,7 @@ __all__ = [
     "SQLiteCache",
     "Winner",
     "cache_salt",
+    "use_cache",
     "criteria",
     "fact_check",
     "pairwise",

@@ -50,8 +50,10 @@ __all__ = [
     "JudgeCache",
     "MemoryCache",
     "SQLiteCache",
+    "cache_of",
     "cache_salt",
     "cached",
+    "use_cache",
 ]
 
 logger = logging.getLogger("refinekit")
@@ -287,9 +289,46 @@ Accept = Callable[[Any], object]
 """Reads a reply as the judge will, raising when the judge could not: then it is not stored."""
 
 
+_FALLBACK: contextvars.ContextVar[JudgeCache | None] = contextvars.ContextVar(
+    "refinekit_judge_cache_fallback", default=None
+)
+
+
+@contextlib.contextmanager
+def use_cache(cache: JudgeCache) -> Iterator[None]:
+    """Inside the block, judge models without a cache of their own use `cache`.
+
+    What `refinekit eval --cache` does around the run's judge (its cache is in the run store):
+    a judge built on a `JudgeModel(...)` made without `cache=` looks its requests up in `cache`,
+    under the same rules (temperature 0, unless the model has `cache_sampled=True`). A model
+    with its own cache keeps it. A context variable: it follows the code into threads and tasks
+    started from the block by refinekit, and asyncio tasks created inside it.
+
+    Args:
+        cache: The backend (`MemoryCache`, `SQLiteCache`, or any `JudgeCache`).
+
+    Raises:
+        TypeError: `cache` has no `get` and `set`.
+    """
+    if not isinstance(cache, JudgeCache):
+        raise TypeError(
+            f"use_cache takes a judge cache (get and set of str), got {type(cache).__name__}"
+        )
+    token = _FALLBACK.set(cache)
+    try:
+        yield
+    finally:
+        _FALLBACK.reset(token)
+
+
+def cache_of(judge: JudgeModel) -> JudgeCache | None:
+    """The cache `judge`'s requests are looked up in: its own, else `use_cache`'s, else None."""
+    return judge.cache if judge.cache is not None else _FALLBACK.get()
+
+
 def cacheable(judge: JudgeModel) -> bool:
     """Whether `judge`'s replies may be cached: a cache, and temperature 0 or `cache_sampled`."""
-    if judge.cache is None:
+    if cache_of(judge) is None:
         return False
     return judge.cache_sampled or judge.temperature == 0
 
@@ -345,12 +384,13 @@ class Cached:
         from ._calls import Structured
 
         judge = command.judge
-        assert judge.cache is not None
+        cache = cache_of(judge)
+        assert cache is not None
         self.kind = kind
         self.command: Any = command  # a `Complete` or `Structured`, maybe wrapped for tracing
         self.accept = accept
         self.judge = judge
-        self.cache: JudgeCache = judge.cache
+        self.cache: JudgeCache = cache
         structured = None
         if isinstance(command, Structured):
             structured = {

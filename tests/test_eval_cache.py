@@ -1,0 +1,176 @@
+"""`refinekit eval --cache`: the run judge's verdicts kept in the run store, not paid for twice.
+
+Real `refinekit eval` runs (in this process) against the scripted server: a criteria judge on
+a `JudgeModel` with no cache of its own. The first run with `--cache` sends every judge
+request and stores the replies; the same run again sends none; what changes misses; each
+`--repeat` is keyed apart; the answer function's own calls are never cached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import (
+    CRITERIA_JUDGE,
+    SYNC_ANSWER,
+    Cli,
+    Workspace,
+    answers,
+    cli_runner,
+    judge_replies,
+    workspace,
+)
+
+import refinekit.eval
+from refinekit.eval._pgstore import PostgresStore
+from refinekit.testing import ScriptedOpenAI
+
+REPLIES = {"Refund window?": "Seven days.", "Shipping cost?": "Free.", "Gift cards?": "No."}
+VERDICTS = {"Seven days.": 0.9, "Free.": 0.8, "No.": 0.1, "Ten days.": 0.2}
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+    yield from workspace(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
+    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
+    scripted_openai.script("answer", answers(REPLIES), times=None)
+    scripted_openai.script("judge", judge_replies(VERDICTS), times=None)
+    return scripted_openai
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    return cli_runner(capsys)
+
+
+def command(ws: Workspace, *extra: str) -> tuple[str, ...]:
+    if not ws.modules:
+        ws.module(SYNC_ANSWER, stem="answer")
+        ws.module(CRITERIA_JUDGE, stem="judge")
+        ws.csv("golden.csv", [{"question": q} for q in REPLIES])
+    target, judge = ws.modules
+    return (
+        "eval",
+        "golden.csv",
+        "--target",
+        f"{target}:answer",
+        "--judge",
+        f"{judge}:judge",
+        *extra,
+    )
+
+
+def judged(server: ScriptedOpenAI) -> int:
+    return len(server.requests_for("judge"))
+
+
+def test_the_same_eval_again_with_cache_makes_no_judge_call(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    first = cli(*command(ws, "--cache"))
+    assert first.code == 0, first.err
+    assert "judge cache: 0 of 3 judge requests answered from the store (3 sent to the model)" in (
+        first.out
+    )
+    assert judged(server) == 3
+    again = cli(*command(ws, "--cache", "--fresh"))
+    assert again.code == 0, again.err
+    assert "judge cache: 3 of 3 judge requests answered from the store (0 sent to the model)" in (
+        again.out
+    )
+    assert judged(server) == 3  # none sent the second time
+    assert len(server.requests_for("answer")) == 6  # the answers are not cached: asked again
+    results = refinekit.eval.runs()
+    assert [r.summary["judge_cache"] for r in results] == [
+        {"hits": 0, "misses": 3},
+        {"hits": 3, "misses": 0},
+    ]
+    # the same verdicts: the cached replies are read as the fresh ones were
+    assert [r.summary["passed"] for r in results] == [2, 2]
+    assert results[1].summary["usage"]["judge"]["model_calls"] == 0  # a hit costs nothing
+
+
+def test_without_cache_every_judgement_is_paid_for_and_nothing_is_said(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    cli(*command(ws, "--cache"))
+    plain = cli(*command(ws, "--fresh"))
+    assert plain.code == 0, plain.err
+    assert "judge cache" not in plain.out
+    assert judged(server) == 6
+
+
+def test_a_changed_answer_misses_and_the_rest_hit(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    cli(*command(ws, "--cache"))
+    server.reset()
+    server.script("answer", answers(REPLIES | {"Refund window?": "Ten days."}), times=None)
+    server.script("judge", judge_replies(VERDICTS), times=None)
+    changed = cli(*command(ws, "--cache", "--fresh"))
+    assert changed.code == 0, changed.err
+    assert "judge cache: 2 of 3 judge requests answered from the store (1 sent to the model)" in (
+        changed.out
+    )
+    [asked] = server.requests_for("judge")
+    assert "Ten days." in str(asked.body)
+
+
+def test_each_repeat_is_keyed_apart_and_the_first_is_the_plain_runs(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    plain = cli(*command(ws, "--cache"))
+    assert plain.code == 0, plain.err
+    repeated = cli(*command(ws, "--cache", "--repeat", "3"))
+    assert repeated.code == 0, repeated.err
+    # repeat 1 is the plain run's judgement; repeats 2 and 3 are judged anew
+    assert "judge cache: 3 of 9 judge requests answered from the store (6 sent to the model)" in (
+        repeated.out
+    )
+    assert judged(server) == 3 + 6
+    again = cli(*command(ws, "--cache", "--repeat", "3", "--fresh"))
+    assert "judge cache: 9 of 9 judge requests answered from the store (0 sent" in again.out
+    assert judged(server) == 9
+
+
+def test_a_postgresql_store_keeps_the_cache_for_every_machine(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli, postgres_url: str
+) -> None:
+    first = cli(*command(ws, "--cache", "--db", postgres_url))
+    assert first.code == 0, first.err
+    again = cli(*command(ws, "--cache", "--fresh", "--db", postgres_url))
+    assert again.code == 0, again.err
+    assert "judge cache: 3 of 3 judge requests answered from the store (0 sent" in again.out
+    assert judged(server) == 3
+    with PostgresStore(postgres_url) as store:
+        [row] = store._all("SELECT count(*) AS n FROM refinekit_judge_cache")
+        assert row["n"] == 3
+        for value in store._all("SELECT value FROM refinekit_judge_cache"):
+            assert "sk-test" not in value["value"]  # a stored reply holds no key
+
+
+def test_calibrate_with_cache_judges_the_labelled_answers_once(
+    ws: Workspace, server: ScriptedOpenAI
+) -> None:
+    command(ws)
+    _, judge = ws.modules
+    ws.csv(
+        "labels.csv",
+        [
+            {"question": "Refund window?", "answer": "Seven days.", "label": "pass"},
+            {"question": "Gift cards?", "answer": "No.", "label": "fail"},
+        ],
+    )
+    first = refinekit.eval.calibrate("labels.csv", judge=f"{judge}:judge", cache=True)
+    second = refinekit.eval.calibrate(
+        "labels.csv", judge=f"{judge}:judge", cache=True, resume=False
+    )
+    assert judged(server) == 2
+    assert second.run.summary["judge_cache"] == {"hits": 2, "misses": 0}
+    assert second.calibration.kappa == first.calibration.kappa == 1.0
