@@ -23,7 +23,9 @@ Errors (something went wrong and the caller must handle it)::
     ├── DataFileError                refinekit.eval: a golden or labelled file that cannot be
     │                                used: missing, unreadable, wrong shape (also a ValueError)
     ├── RunAborted                   refinekit.eval: a run stopped before its end (a
-    │                                misconfigured or broken judge); its finished cases are stored
+    │   │                            misconfigured or broken judge); its finished cases are stored
+    │   └── CostLimitReached         `max_cost` (`--max-cost`): another case would take the
+    │                                run's cost over it
     ├── RunStoreError                refinekit.eval: the run store cannot be used: not a refinekit
     │                                database, a newer schema, a missing run
     ├── UsageProblem                 refinekit.eval: a run that cannot start: a bad target, judge
@@ -497,6 +499,35 @@ class RunAborted(RefinekitError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class CostLimitReached(RunAborted):
+    """The run stopped starting cases: another one could take its cost over `max_cost`.
+
+    The cases in flight finished and are stored; the run is stored incomplete. Running the
+    same thing again with a higher `max_cost` goes on where it stopped.
+
+    Attributes:
+        max_cost: The limit.
+        spent: What the run's stored cases cost when it stopped starting cases.
+        run_id: As `RunAborted`'s.
+        stored: As `RunAborted`'s.
+        cases: As `RunAborted`'s.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        max_cost: float,
+        spent: float,
+        run_id: int | None = None,
+        stored: int = 0,
+        cases: int = 0,
+    ) -> None:
+        super().__init__(message, run_id=run_id, stored=stored, cases=cases)
+        self.max_cost = max_cost
+        self.spent = spent
 
 
 class RunStoreError(RefinekitError):

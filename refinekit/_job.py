@@ -39,6 +39,7 @@ class Job:
         "_budget",
         "_corrections_used",
         "_counted",
+        "_first",
         "_judge_usage",
         "_lock",
         "_models",
@@ -55,6 +56,7 @@ class Job:
         self._models: dict[tuple[bool, str | None], Usage] = {}
         self._budget = _budget.check_budget_option(budget)
         self._counted: list[object] = []
+        self._first: tuple[str | None, Usage] | None = None
         self._lock = threading.Lock()
         self._token: Token[Job | None] | None = None
 
@@ -80,6 +82,10 @@ class Job:
         """The job's usage per (judge?, model name), for pricing."""
         with self._lock:
             return dict(self._models)
+
+    def _first_answer(self) -> tuple[str | None, Usage] | None:
+        """The model and usage of the first answer usage counted (the first call), or None."""
+        return self._first
 
     def _split(self, judge: bool, model: str | None, usage: Usage) -> None:
         key = (judge, model)
@@ -133,6 +139,8 @@ class Job:
                 if since is not None and any(r is reply for r in self._counted[since:]):
                     return
                 self._counted.append(reply)
+            if self._first is None:
+                self._first = (model, usage)
             self._usage = self._usage + usage
             self._split(False, model, usage)
 

@@ -202,6 +202,7 @@ def test_eval_names() -> None:
         "CaseFinished",
         "CaseRecord",
         "Comparison",
+        "CostLimitReached",
         "DataFileError",
         "EvalResult",
         "Outcome",
@@ -232,6 +233,7 @@ def test_eval_names() -> None:
             assert obj.__doc__, f"refinekit.eval.{name} has no docstring"
     for error in ("DataFileError", "RunAborted", "RunStoreError", "UsageProblem"):
         assert issubclass(getattr(refinekit.eval, error), refinekit.RefinekitError)
+    assert issubclass(refinekit.eval.CostLimitReached, refinekit.eval.RunAborted)
     # the HTML report's package and the function that writes a report are apart
     assert callable(refinekit.eval.html_report)
 

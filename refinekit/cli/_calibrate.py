@@ -10,6 +10,7 @@ from ._output import (
     EXIT_SETUP,
     EXIT_USAGE,
     Io,
+    cost_line,
     pct,
     setup_failure,
     streams,
@@ -42,6 +43,7 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
             target_error=args.target_error,
             bins=args.bins,
             min_kappa=args.min_kappa,
+            prices=args.prices,
             on_event=watcher,
         ),
     )
@@ -66,6 +68,9 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
             write_report(io, "calibrate", args.report, result)
         return EXIT_GATE
     _print_calibration(io, c)
+    spent = result.run.summary.get("cost")
+    if isinstance(spent, dict):
+        io.say(cost_line("judge cost", spent, "item"))
     if args.report is not None and not write_report(io, "calibrate", args.report, result):
         return EXIT_USAGE
     if result.min_kappa is not None:

@@ -12,6 +12,7 @@ from ..eval import (
     EvalResult,
     run,
 )
+from ..eval._money import usd
 from ._output import (
     EXIT_GATE,
     EXIT_SETUP,
@@ -19,6 +20,7 @@ from ._output import (
     Io,
     cases,
     clean,
+    cost_line,
     setup_failure,
     streams,
     watched_run,
@@ -52,6 +54,8 @@ def eval_command(args: Any, out: TextIO | None = None, err: TextIO | None = None
             min_pass_rate=args.min_pass_rate,
             compare=args.compare,
             alpha=args.alpha,
+            prices=args.prices,
+            max_cost=args.max_cost,
             on_event=watcher,
         ),
     )
@@ -156,6 +160,8 @@ def _print_summary(io: Io, result: EvalResult, judge: str | None) -> int:
             f"judge cache: {cached['hits']} of {cached['hits'] + cached['misses']} judge "
             f"requests answered from the store ({cached['misses']} sent to the model)"
         )
+    if s.cost is not None:
+        _print_cost(io, s.cost)
     if result.rate_limit_waits:
         slept = "not slept: testing switch on" if is_testing() else "in all"
         waits = result.rate_limit_waits
@@ -172,6 +178,19 @@ def _print_summary(io: Io, result: EvalResult, judge: str | None) -> int:
         return EXIT_GATE
     io.say(f"gate: lower bound {s.lower:.3f} >= --min-pass-rate {floor:.3f}: pass")
     return 0
+
+
+def _print_cost(io: Io, c: dict[str, Any]) -> None:
+    """The money lines: total and per case, answer and judge apart, and retries' share."""
+    io.say(cost_line("cost", c, "case"))
+    io.say(
+        f"  answer {usd(c['answer'])} (judges inside the function included), "
+        f"the run's judge {usd(c['judge'])}"
+    )
+    io.say(
+        f"  retries and corrections: {usd(c['extra'])} (the answer calls after each case's "
+        "first, part of the answer's cost)"
+    )
 
 
 def _usage(u: dict[str, int]) -> str:

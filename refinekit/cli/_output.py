@@ -3,7 +3,8 @@
 Exit statuses: 0 done (and every gate held); 1 a gate failed (the pass rate's lower bound
 under `--min-pass-rate`, or a significant regression against `--compare`); 2 a usage error
 (nothing was run); 3 the run stopped early (the judge is misconfigured or raised a bug; the
-finished cases are stored, and the same command resumes); 4 the run is complete but no answer
+finished cases are stored, and the same command resumes), a model without a price, or
+`--max-cost` reached (resumable with a higher one); 4 the run is complete but no answer
 was judged (every case raised an error other than a refused answer, or found the judge
 unavailable): a failure of the setup, not a measurement; 130 interrupted (likewise
 resumable).
@@ -16,16 +17,17 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO, TypeVar, cast
+from typing import Any, TextIO, TypeVar, cast
 
 from .._redact import redact
 from ..eval import (
     CalibrationResult,
     CaseFinished,
     CaseRecord,
+    CostLimitReached,
     EvalResult,
     RunAborted,
     RunEvent,
@@ -47,6 +49,7 @@ __all__ = [
     "RunWatcher",
     "cases",
     "clean",
+    "cost_line",
     "pct",
     "report_problem",
     "setup_failure",
@@ -202,7 +205,7 @@ class RunWatcher:
                 f"  {event.dropped} stored cases are no longer in the file: dropped from the run"
             )
 
-    def _incomplete(self, why: str, status: int) -> int:
+    def _incomplete(self, why: str, status: int, again: str = "again") -> int:
         self.io.error(self.command, why)
         stopped = self.stopped
         assert stopped is not None
@@ -214,17 +217,31 @@ class RunWatcher:
             return status
         self.io.say(
             f"run {stopped.run.id} is incomplete: {stopped.stored} of {stopped.cases} cases "
-            "stored. Run the same command again to finish it without paying again for those."
+            f"stored. Run the same command {again} to finish it without paying again for those."
         )
         return status
 
     def stopped_early(self, error: RunAborted) -> int:
         """Say the run stopped early and is stored incomplete; exit status 3."""
+        if isinstance(error, CostLimitReached):
+            return self._incomplete(f"{error}", EXIT_ABORTED, "with a higher --max-cost")
         return self._incomplete(f"{error}", EXIT_ABORTED)
 
     def interrupted(self) -> int:
         """Say the run was interrupted and is stored incomplete; exit status 130."""
         return self._incomplete("interrupted", EXIT_INTERRUPTED)
+
+
+def cost_line(what: str, cost: Mapping[str, Any], unit: str) -> str:
+    """A run's cost in one line: its total and mean per case (a `Summary.cost` dict)."""
+    from ..eval._money import usd
+
+    unpriced = cost.get("unpriced") or 0
+    return (
+        f"{what}: {usd(cost['total'])} in all, {usd(cost['per_case'])} per {unit} "
+        f"(mean over {cost['priced']} priced)"
+        + (f"; {unpriced} stored without prices not counted" if unpriced else "")
+    )
 
 
 def setup_failure(records: Sequence[CaseRecord], what: str) -> str:

@@ -231,6 +231,13 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
         help="when resuming an unfinished run, run again its stored cases that ended with "
         "these outcomes; the new outcome replaces the stored one (default: none)",
     )
+    parser.add_argument(
+        "--prices",
+        metavar="FILE.json|MODULE:NAME",
+        help='price the model calls: a JSON file {"model": [input, output], "default": '
+        "[input, output]} of prices per million tokens, or a refinekit.Prices object; the "
+        "summary and report then show what the run cost",
+    )
     _store_option(parser)
 
 
@@ -282,6 +289,14 @@ def _add_workflow_commands(commands: Any) -> None:
         metavar="A",
         help="with --compare: exit 1 when regressions outnumber improvements with p < A "
         "(default 0.05)",
+    )
+    evaluate.add_argument(
+        "--max-cost",
+        type=_bounded(float, 0.0, float("inf"), "a number above 0", open_low=True),
+        metavar="USD",
+        help="with --prices: start no case that could take the run's cost over USD (the "
+        "stored cases' cost plus one more case at their mean); the cases in flight finish and "
+        "the run stops incomplete (exit 3), resumable with a higher --max-cost",
     )
     _run_options(evaluate, "cases in flight at once")
 

@@ -22,7 +22,7 @@ functions with their results printed (docs/workflow.md, "From Python").
 In a notebook or other async code, `await refinekit.eval.arun(...)` (and `acalibrate`).
 """
 
-from .._errors import DataFileError, RunAborted, RunStoreError, UsageProblem
+from .._errors import CostLimitReached, DataFileError, RunAborted, RunStoreError, UsageProblem
 from .._package import rehome
 from ._calibration import Calibration, Thresholds
 from ._results import (
@@ -45,6 +45,7 @@ __all__ = [
     "CaseFinished",
     "CaseRecord",
     "Comparison",
+    "CostLimitReached",
     "DataFileError",
     "EvalResult",
     "Outcome",

@@ -34,9 +34,17 @@ __all__ = [
     "verdict_dump",
 ]
 
-Judgement = tuple[list[CriterionResult], list[Verdict], Usage, float, dict[str, int]]
-"""The row's checks, the verdicts, the judge's usage and seconds, and its judge cache hits and
-misses (empty without a cache)."""
+Judgement = tuple[
+    list[CriterionResult],
+    list[Verdict],
+    Usage,
+    float,
+    dict[str, int],
+    dict[tuple[bool, str | None], Usage],
+]
+"""The row's checks, the verdicts, the judge's usage and seconds, its judge cache hits and
+misses (empty without a cache), and the judging job's usage per (judge?, model), to price it
+by."""
 
 
 class CacheCounts:
@@ -49,9 +57,6 @@ class CacheCounts:
         if event.kind == "judge_cache" and event.cache is not None:
             counts = self.by_job.setdefault(event.job_id, {"hits": 0, "misses": 0})
             counts["hits" if event.cache == "hit" else "misses"] += 1
-
-
-"""The row's checks, the verdicts, the judge's usage and the seconds judging took."""
 
 
 def verdict_dump(verdict: Verdict) -> dict[str, Any]:
@@ -154,7 +159,14 @@ class Judging:
                         verdict = await self.judge_once(request)
                     verdicts.append(combine(checks, verdict, self.name))
         cached = self.counts.by_job.pop(judging_job.id, {}) if self.cache is not None else {}
-        return checks, verdicts, judging_job.judge_usage, time.perf_counter() - started, cached
+        return (
+            checks,
+            verdicts,
+            judging_job.judge_usage,
+            time.perf_counter() - started,
+            cached,
+            judging_job._per_model(),
+        )
 
 
 def combine(checks: list[CriterionResult], verdict: Verdict | None, name: str) -> Verdict:

@@ -16,6 +16,7 @@ from .._evaluators import EvaluatorLike
 from ._calibration import calibrate as calibration_of
 from ._cases import Case, labels_of, load_cases
 from ._column_checks import has_column_checks
+from ._money import PricesLike, check_max_cost, load_prices, money
 from ._ray import check_backend, run_on_ray
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._resume import RETRYABLE, RunPlan
@@ -149,6 +150,8 @@ def elsewhere(
         concurrency=plan.concurrency,
         repeat=plan.repeat,
         cache=plan.cache,
+        prices=plan.prices,
+        max_cost=plan.max_cost,
     )
 
 
@@ -177,10 +180,14 @@ class EvalPlan:
         backend: str = "local",
         ray_address: str | None = None,
         workers: int | None = None,
+        prices: PricesLike | None = None,
+        max_cost: float | None = None,
         cache: bool = False,
     ) -> None:
         self.dataset = Path(golden)
         self.cache = _flag("cache", cache)
+        self.prices = load_prices(prices)
+        self.max_cost = check_max_cost(max_cost, self.prices)
         self.run_id = _run_id(run_id)
         self.concurrency = _whole("concurrency", concurrency, 1, 256)
         self.repeat = _whole("repeat", repeat, 1, 50)
@@ -225,6 +232,8 @@ class EvalPlan:
             repeat=self.repeat,
             retry=self.retry,
             cache=self.cache,
+            prices=self.prices,
+            max_cost=self.max_cost,
         )
         session = Session(
             store,
@@ -300,10 +309,13 @@ class CalibratePlan:
         backend: str = "local",
         ray_address: str | None = None,
         workers: int | None = None,
+        prices: PricesLike | None = None,
         cache: bool = False,
     ) -> None:
         self.dataset = Path(labelled)
         self.cache = _flag("cache", cache)
+        self.prices = load_prices(prices)
+        self.max_cost: float | None = None
         self.run_id = _run_id(run_id)
         self.concurrency = _whole("concurrency", concurrency, 1, 256)
         self.bins = _whole("bins", bins, 1, 100)
@@ -331,6 +343,7 @@ class CalibratePlan:
             kind="calibrate",
             retry=self.retry,
             cache=self.cache,
+            prices=self.prices,
         )
         return Session(
             store,
@@ -349,10 +362,12 @@ class CalibratePlan:
         records = session.records()
         figures = calibration_of(records, target_error=self.target_error, bins=self.bins)
         setup_failed = not any(measured(r) for r in records)
+        spent = money(records)
         run = session.complete(
             figures.as_dict()
             | {"retried": session.retried, "setup_failed": setup_failed}
             | ({"judge_cache": cache_counts(records)} if self.cache else {})
+            | ({"cost": spent} if spent is not None else {})
         )
         return CalibrationResult(
             run=run,

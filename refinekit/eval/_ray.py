@@ -112,6 +112,7 @@ def _work(task: dict[str, Any]) -> int:
             "on_event": count,
             "run_id": task["run_id"],
             "cache": task["cache"],
+            "prices": task["prices"],
         }
         plan: EvalPlan | CalibratePlan
         if task["kind"] == "eval":
@@ -122,6 +123,7 @@ def _work(task: dict[str, Any]) -> int:
                 min_pass_rate=None,
                 compare=None,
                 alpha=0.05,
+                max_cost=task["max_cost"],
                 **shared,
             )
         else:
@@ -167,6 +169,8 @@ async def run_on_ray(
     concurrency: int,
     repeat: int,
     cache: bool = False,
+    prices: Any = None,
+    max_cost: float | None = None,
 ) -> list[int]:
     """Run the run's cases on Ray workers, each joining run `run_id`; wait for them all.
 
@@ -196,6 +200,8 @@ async def run_on_ray(
             "cache": cache,
             "db": db,
             "run_id": run_id,
+            "prices": prices,
+            "max_cost": max_cost,
         }
         refs = [remote.remote(task) for _ in range(workers)]
         try:

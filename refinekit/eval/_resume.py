@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .._budget import Prices
 from .._errors import UsageProblem
 from ._cases import Case
 from ._golden import file_sha256
@@ -31,7 +32,15 @@ class RunPlan:
     repeat: int = 1
     kind: Literal["eval", "calibrate"] = "eval"
     retry: frozenset[str] = frozenset()  # outcomes whose stored cases a resume runs again
+    prices: Prices | None = None  # not in the fingerprint: a resume may price differently
+    max_cost: float | None = None
     cache: bool = False  # the run's judge looks its requests up in the store's judge cache
+
+    def priced_options(self) -> dict[str, Any]:
+        """The prices and cost limit this session runs with, as the run's options keep them."""
+        from ._money import price_note
+
+        return {"prices": price_note(self.prices), "max_cost": self.max_cost}
 
 
 def fingerprint(*parts: Any) -> str:
@@ -127,6 +136,7 @@ def start(
                     "(its SHA-256 differs): give every worker the same file"
                 )
             store.join(previous.id, worker)
+            store.update_options(previous.id, plan.priced_options())
             stored = store.case_keys(previous.id)
             return Started(
                 store.run(previous.id),
@@ -144,7 +154,8 @@ def start(
                 dataset_sha256=sha,
                 target=plan.target,
                 judge=plan.judge,
-                options={"concurrency": plan.concurrency, "repeat": plan.repeat},
+                options={"concurrency": plan.concurrency, "repeat": plan.repeat}
+                | plan.priced_options(),
                 fingerprint=key,
                 version=version,
             )
@@ -158,7 +169,9 @@ def start(
 def _resume(
     store: RunStore, plan: RunPlan, cases: list[Case], previous: RunInfo, sha: str
 ) -> Started:
-    run = store.resume(previous.id, sha)
+    store.resume(previous.id, sha)
+    store.update_options(previous.id, plan.priced_options())
+    run = store.run(previous.id)
     keys = {c.key for c in cases}
     stored = store.case_keys(run.id)
     dropped = stored - keys

@@ -21,16 +21,25 @@ from typing import Any
 import openai
 
 from .._bridge import in_thread, is_async_callable
-from .._errors import JudgeMisconfigured, LowQualityAnswer, RunAborted, RunStoreError
+from .._budget import Prices
+from .._errors import (
+    CostLimitReached,
+    JudgeMisconfigured,
+    LowQualityAnswer,
+    MissingPrice,
+    RunAborted,
+    RunStoreError,
+)
 from .._hooks import Event, subscribe
 from .._job import enter_attempt, job, leave_attempt
-from .._model import AttemptInfo, ContextDocument, EvaluationRequest
+from .._model import AttemptInfo, ContextDocument, EvaluationRequest, Usage
 from .._redact import redact
 from .._replies import answer_text
 from ..judges._cache import JudgeCache
 from ._cases import Case, as_text, context_of, merged
 from ._golden import column_for
 from ._judging import Judgement, Judging, decide, error_text, probability_of, verdict_dump
+from ._money import added, case_cost, usd
 from ._ratelimit import RateLimiter
 from ._resume import RunPlan
 from ._sqlstore import LEASE_SECONDS
@@ -102,7 +111,7 @@ def _request_of(result: Any, case: Case, context: tuple[ContextDocument, ...]) -
 
 
 async def _eval_case(
-    case: Case, target: Target, judging: Judging, attempts: _Attempts
+    case: Case, target: Target, judging: Judging, attempts: _Attempts, prices: Prices | None
 ) -> CaseRecord:
     args, kwargs = target.arguments(case)
     started = time.perf_counter()
@@ -156,6 +165,7 @@ async def _eval_case(
             answer=answer,
             feedback=redact(feedback or ""),
             attempts=tried,
+            cost=_priced(answer_job, {}, prices),
             **cost,
         )
     request = _request_of(result, case, context)
@@ -166,8 +176,24 @@ async def _eval_case(
         judgement,
         judging.evaluator is not None,
         attempts=tried,
+        cost=_priced(answer_job, judgement[5], prices),
         **cost,
     )
+
+
+def _priced(
+    answer_job: Any, judge_models: dict[tuple[bool, str | None], Usage], prices: Prices | None
+) -> dict[str, float]:
+    """A case's `cost` (empty without prices): its answer job's and its judge's calls priced.
+
+    Raises:
+        MissingPrice: A model called has no price.
+    """
+    if prices is None:
+        return {}
+    models = {} if answer_job is None else answer_job._per_model()
+    first = None if answer_job is None else answer_job._first_answer()
+    return case_cost(models, first, judge_models, prices)
 
 
 def _record(
@@ -177,7 +203,7 @@ def _record(
     judged_by_model: bool,
     **fields: Any,
 ) -> CaseRecord:
-    checks, verdicts, judge_usage, judge_seconds, cached = judgement
+    checks, verdicts, judge_usage, judge_seconds, cached, _ = judgement
     outcome, passes, judged, flipped, reason = decide(verdicts, checks, judged_by_model)
     failing = [v for v in verdicts if not v.passed and (v.judged or outcome == "failed")]
     scores = [v.score for v in verdicts if v.judged and v.score is not None]
@@ -204,7 +230,9 @@ def _record(
     )
 
 
-async def _calibrate_case(case: Case, judging: Judging, label: str) -> CaseRecord:
+async def _calibrate_case(
+    case: Case, judging: Judging, label: str, prices: Prices | None
+) -> CaseRecord:
     answer_column = column_for("answer", list(case.row), loose=True)
     assert answer_column is not None
     request = EvaluationRequest(
@@ -213,7 +241,15 @@ async def _calibrate_case(case: Case, judging: Judging, label: str) -> CaseRecor
         context=context_of(case),
     )
     judgement = await judging.judge(case, request)
-    return replace(_record(case, request.answer, judgement, True, answer_seconds=0.0), label=label)
+    record = _record(
+        case,
+        request.answer,
+        judgement,
+        True,
+        answer_seconds=0.0,
+        cost=_priced(None, judgement[5], prices),
+    )
+    return replace(record, label=label)
 
 
 _WAIT_SECONDS = 0.5
@@ -229,16 +265,25 @@ async def _run_all(
     run_id: int,
     worker: str,
     progress: Progress,
-) -> None:
+    max_cost: float | None = None,
+) -> tuple[str, float] | None:
     """Claim the run's cases one at a time in `concurrency` slots, answer and store each.
 
-    Ends when no case of the run is left to answer, or held by a worker other than this one.
+    Ends when no case of the run is left to answer, or held by a worker other than this one;
+    or, with `max_cost`, when starting another case could take the run's spend over it (see
+    `_over_budget`): the cases in flight finish, and why it stopped is returned.
     """
     stopping = False
+    in_flight = 0
+    over: tuple[str, float] | None = None
 
     async def slot() -> None:
-        nonlocal stopping
+        nonlocal stopping, in_flight, over
         while not stopping:
+            if max_cost is not None and over is None:
+                over = _over_budget(store, run_id, max_cost, in_flight)
+            if over is not None:
+                return  # no case starts; those in flight finish
             claimed = store.claim(run_id, worker)
             if not claimed:
                 if store.pending(run_id, besides=worker) == 0:
@@ -251,6 +296,7 @@ async def _run_all(
                     f"run {run_id} has a case this worker's data file lacks (key "
                     f"{claimed[0]}): give every worker the same file"
                 )
+            in_flight += 1
             try:
                 record = await work(case)
             except BaseException:
@@ -258,6 +304,8 @@ async def _run_all(
                 # start (and pay for a model call) in that moment.
                 stopping = True
                 raise
+            finally:
+                in_flight -= 1
             if store.save_case(run_id, record, worker=worker):
                 progress.add(record)
 
@@ -270,6 +318,28 @@ async def _run_all(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+    return over
+
+
+def _over_budget(
+    store: RunStore, run_id: int, max_cost: float, in_flight: int
+) -> tuple[str, float] | None:
+    """Why another case could take the run over `max_cost`, and its spend; None if one fits.
+
+    The run's spend is its stored cases' cost (every session and worker of the run); a case
+    is estimated at their mean cost, and this worker's cases in flight are counted as one
+    each. Before any case is stored the estimate is 0: the first cases start.
+    """
+    priced, spent = store.spent(run_id)
+    mean = spent / priced if priced else 0.0
+    if spent + mean * (in_flight + 1) <= max_cost:
+        return None
+    return (
+        f"--max-cost {usd(max_cost)}: the run has spent {usd(spent)} on {priced} stored cases "
+        f"(mean {usd(mean)} per case), and another case would take it over, so no more cases "
+        "were started",
+        spent,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -315,26 +385,37 @@ async def run_cases(
     its own salt); the answer function's own judges do not.
 
     Raises:
-        RunAborted: The judge is misconfigured or raised a bug; finished cases are stored.
+        RunAborted: The judge is misconfigured or raised a bug, or a model called has no
+            price; finished cases are stored.
+        CostLimitReached: With `plan.max_cost`, another case could take the run's cost over
+            it: no more cases were started, those in flight finished and are stored.
     """
     judging = Judging(judge, plan.judge, plan.repeat, limiter, cache)
     attempts = _Attempts()
+    prices = plan.prices
     if target is not None:
         tgt = target
 
         async def once(case: Case) -> CaseRecord:
-            return await _eval_case(case, tgt, judging, attempts)
+            return await _eval_case(case, tgt, judging, attempts, prices)
     else:
         assert labels is not None
         lab = labels
 
         async def once(case: Case) -> CaseRecord:
-            return await _calibrate_case(case, judging, lab[case.key])
+            return await _calibrate_case(case, judging, lab[case.key], prices)
 
     stored = earlier or {}
 
     async def work(case: Case) -> CaseRecord:
-        record = await once(case)
+        try:
+            record = await once(case)
+        except MissingPrice as e:
+            raise RunAborted(
+                f"{e}. Case #{case.position} was answered but not stored (an unpriced case "
+                "would make the run's cost wrong); fix the prices and run the same command "
+                "again"
+            ) from e
         old = stored.get(case.key)
         if old is None:
             return record
@@ -344,9 +425,26 @@ async def run_cases(
             answer_usage=old.answer_usage + record.answer_usage,
             answer_judge_usage=old.answer_judge_usage + record.answer_judge_usage,
             judge_usage=old.judge_usage + record.judge_usage,
+            cost=added(old.cost, record.cost),
         )
 
     with subscribe(attempts), subscribe(judging.counts):
-        await _run_all(
-            {c.key: c for c in cases}, work, plan.concurrency, store, run.id, worker, progress
+        over = await _run_all(
+            {c.key: c for c in cases},
+            work,
+            plan.concurrency,
+            store,
+            run.id,
+            worker,
+            progress,
+            max_cost=plan.max_cost,
+        )
+    if over is not None and store.pending(run.id) > 0:
+        why, spent = over
+        assert plan.max_cost is not None
+        raise CostLimitReached(
+            f"{why}. Run the same command with a higher --max-cost (max_cost=) to go on "
+            "where it stopped",
+            max_cost=plan.max_cost,
+            spent=spent,
         )

@@ -268,6 +268,15 @@ class SQLStore:
         )
         return self.run(run_id)
 
+    def update_options(self, run_id: int, options: Mapping[str, Any]) -> None:
+        """Set some of a run's options (the prices a resumed session uses), keeping the rest."""
+        with self._transaction():
+            row = self._one(f"SELECT options FROM runs WHERE id = ?{self._FOR_UPDATE}", (run_id,))
+            if row is None:
+                raise RunStoreError(f"no run {run_id} in {self.where}")
+            merged = json.loads(row["options"]) | dict(options)
+            self._exec("UPDATE runs SET options = ? WHERE id = ?", (_dumps(merged), run_id))
+
     def finish_run(self, run_id: int, status: RunStatus, summary: Mapping[str, Any]) -> None:
         """Record how a run stopped, and its figures."""
         self._exec(
@@ -520,6 +529,16 @@ class SQLStore:
         with self._transaction():
             for key in keys:
                 self._delete(run_id, key)
+
+    def spent(self, run_id: int) -> tuple[int, float]:
+        """How many of a run's stored cases have a cost, and what they cost in all."""
+        priced, total = 0, 0.0
+        for row in self._all("SELECT cost FROM cases WHERE run_id = ?", (run_id,)):
+            cost = json.loads(row["cost"])
+            if cost:
+                priced += 1
+                total += sum(float(cost.get(k, 0.0)) for k in ("answer", "answer_judge", "judge"))
+        return priced, total
 
     def case_keys(self, run_id: int) -> set[str]:
         """The keys of the cases a run has stored."""

@@ -206,6 +206,10 @@ class RunStore(Protocol):
         """Mark a stored run `running` again, with the data file's current hash."""
         ...
 
+    def update_options(self, run_id: int, options: Mapping[str, Any]) -> None:
+        """Set some of a run's options, keeping the rest."""
+        ...
+
     def finish_run(self, run_id: int, status: RunStatus, summary: Mapping[str, Any]) -> None:
         """Record how a run stopped, and its figures."""
         ...
@@ -268,6 +272,10 @@ class RunStore(Protocol):
 
     def drop_cases(self, run_id: int, keys: set[str]) -> None:
         """Remove cases from a run (rows no longer in its data file, on resume)."""
+        ...
+
+    def spent(self, run_id: int) -> tuple[int, float]:
+        """How many of a run's stored cases have a cost, and what they cost in all."""
         ...
 
     def case_keys(self, run_id: int) -> set[str]:

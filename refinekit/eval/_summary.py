@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._model import Usage
+from ._money import money
 from ._stats import mcnemar_exact, wilson_interval
 from ._store import CaseRecord, RunInfo
 
@@ -74,6 +75,11 @@ class Summary:
             answering model), `answer_judge` (judges inside the function), `judge` (the
             run's judge).
         seconds: The answer functions' and the judging's time, summed over the cases.
+        cost: With prices (`prices=`, `--prices`), the money: `total`, `per_case` (the mean
+            over the priced cases), `answer` (the answer function's calls, judges inside it
+            included), `judge` (the run's judge), `extra` (the answer calls after each case's
+            first: retries and corrections; part of `answer`), `priced` and `unpriced` (cases
+            stored by a session without prices). None when no case was priced.
     """
 
     cases: int
@@ -94,6 +100,7 @@ class Summary:
     corrections_max: int
     usage: dict[str, dict[str, int]]
     seconds: float
+    cost: dict[str, Any] | None = None
 
     @property
     def counted(self) -> int:
@@ -106,8 +113,11 @@ class Summary:
         return wilson_interval(self.flipped, self.repeated, CONFIDENCE)
 
     def as_dict(self) -> dict[str, Any]:
-        """The figures as a JSON-ready dict, as the run store keeps them."""
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """The figures as a JSON-ready dict, as the run store keeps them (no `cost` unpriced)."""
+        figures = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        if figures["cost"] is None:
+            del figures["cost"]
+        return figures
 
 
 def summarise(cases: Sequence[CaseRecord]) -> Summary:
@@ -149,6 +159,7 @@ def summarise(cases: Sequence[CaseRecord]) -> Summary:
             for role, u in usage.items()
         },
         seconds=sum(c.answer_seconds + c.judge_seconds for c in cases),
+        cost=money(cases),
         **count,
     )
 

@@ -9,11 +9,12 @@ concurrently (each stored as it finishes), and stores the run complete with its 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from .._bridge import run_blocking
+from .._budget import Prices
 from .._errors import RunStoreError, UsageProblem
 from .._evaluators import EvaluatorLike
 from ._plans import CalibratePlan, EvalPlan, PathLike, elsewhere
@@ -52,6 +53,8 @@ def run(
     ray_address: str | None = None,
     workers: int | None = None,
     cache: bool = False,
+    prices: Prices | Mapping[str, Any] | PathLike | None = None,
+    max_cost: float | None = None,
 ) -> EvalResult:
     """Run a golden set through an answer function, judge every answer, store the run.
 
@@ -106,6 +109,15 @@ def run(
             then makes no judge call. Only the run's judge, at temperature 0 (or a
             `JudgeModel(cache_sampled=True)`); each `repeat` is keyed apart. See
             docs/judge_cache.md.
+        prices: Price each case's model calls: a `refinekit.Prices`, a mapping
+            `{model: (input, output)}` per million tokens (with an optional `"default"`), a
+            JSON file of that mapping, or `module:name` of a `Prices`. Each case's `cost` and
+            the summary's `cost` are filled in; a model without a price stops the run
+            (`RunAborted`). Not part of what a resume must match.
+        max_cost: Stop starting cases when the run's spend (its stored cases, every session
+            and worker) plus one more case at their mean cost would go over it; the cases in
+            flight finish and the run stops incomplete (`CostLimitReached`), resumable with
+            a higher `max_cost`. Needs `prices`.
 
     Returns:
         The complete run: its id, its cases, its figures, its comparison and gates.
@@ -114,8 +126,10 @@ def run(
         UsageProblem: The file, the target, the judge or an argument cannot be used, or
             `compare` names a run that cannot be compared; nothing was run.
         RunStoreError: The run store cannot be used, or `compare` names no stored run.
-        RunAborted: The judge is misconfigured or raised a bug, or the answer function raised
-            a misconfiguration; the finished cases are stored, and the same call resumes.
+        RunAborted: The judge is misconfigured or raised a bug, the answer function raised
+            a misconfiguration, a model has no price, or `max_cost` stopped the run; the
+            finished cases are stored, and the same call resumes (`CostLimitReached`, a
+            `RunAborted`, for `max_cost`: with a higher one).
     """
     return run_blocking(
         lambda: arun(
@@ -136,6 +150,8 @@ def run(
             ray_address=ray_address,
             workers=workers,
             cache=cache,
+            prices=prices,
+            max_cost=max_cost,
         )
     )
 
@@ -159,6 +175,8 @@ async def arun(
     ray_address: str | None = None,
     workers: int | None = None,
     cache: bool = False,
+    prices: Prices | Mapping[str, Any] | PathLike | None = None,
+    max_cost: float | None = None,
 ) -> EvalResult:
     """`run`, on the running event loop: `await refinekit.eval.arun(...)` in a notebook.
 
@@ -183,6 +201,8 @@ async def arun(
         ray_address=ray_address,
         workers=workers,
         cache=cache,
+        prices=prices,
+        max_cost=max_cost,
     )
     with open_store(plan.db) as store:
         session, before = plan.session(store)
@@ -207,6 +227,7 @@ def calibrate(
     ray_address: str | None = None,
     workers: int | None = None,
     cache: bool = False,
+    prices: Prices | Mapping[str, Any] | PathLike | None = None,
 ) -> CalibrationResult:
     """Run a judge over answers people labelled, and measure how far it agrees with them.
 
@@ -232,6 +253,7 @@ def calibrate(
         ray_address: As `run`'s.
         workers: As `run`'s.
         cache: As `run`'s.
+        prices: As `run`'s: each item's `cost` is the judge's calls.
 
     Returns:
         The complete run and its figures.
@@ -258,6 +280,7 @@ def calibrate(
             ray_address=ray_address,
             workers=workers,
             cache=cache,
+            prices=prices,
         )
     )
 
@@ -279,6 +302,7 @@ async def acalibrate(
     ray_address: str | None = None,
     workers: int | None = None,
     cache: bool = False,
+    prices: Prices | Mapping[str, Any] | PathLike | None = None,
 ) -> CalibrationResult:
     """`calibrate`, on the running event loop; its arguments, result and errors."""
     plan = CalibratePlan(
@@ -297,6 +321,7 @@ async def acalibrate(
         ray_address=ray_address,
         workers=workers,
         cache=cache,
+        prices=prices,
     )
     with open_store(plan.db) as store:
         session = plan.session(store)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 
+from .._money import total as total_cost
+from .._money import usd
 from .._stats import wilson_interval
 from .._store import CaseRecord, RunInfo, RunStore
 from .._summary import CONFIDENCE, Comparison, Summary, summarise
@@ -422,7 +425,8 @@ def _cost(run: RunInfo, s: Summary, cases: Sequence[CaseRecord]) -> str:
     )
     waits = count(run.summary.get("rate_limit_waits"))
     return (
-        "<p>Model calls and tokens as refinekit saw them (replies that carried usage).</p>"
+        _money(run, s)
+        + "<p>Model calls and tokens as refinekit saw them (replies that carried usage).</p>"
         '<table><tr><th>role</th><th class="n">model calls</th><th class="n">prompt tokens</th>'
         '<th class="n">completion tokens</th><th class="n">tokens</th>'
         f'<th class="n">tokens per case</th></tr>{"".join(rows)}</table>'
@@ -430,6 +434,49 @@ def _cost(run: RunInfo, s: Summary, cases: Sequence[CaseRecord]) -> str:
         f"<b>{s.seconds:.3f} s</b> in all over the cases (mean {s.seconds / n:.3f} s per case; "
         f"cases run concurrently, so this can exceed the run's wall time){wall}.</p>"
         + (f"<p>Rate limited: the run backed off {whole(waits)} times.</p>" if waits else "")
+    )
+
+
+def _money(run: RunInfo, s: Summary) -> str:
+    """What the run cost, with the prices it was given (nothing without prices)."""
+    c = s.cost
+    if c is None:
+        return ""
+    rows = [
+        ("All", c["total"], "the answer function's calls and the run's judge"),
+        ("Per case", c["per_case"], f"the mean over the {whole(c['priced'])} priced cases"),
+        ("Answer", c["answer"], "the answer function's model calls, judges inside it included"),
+        ("Judge", c["judge"], "the run's judge"),
+        (
+            "Retries and corrections",
+            c["extra"],
+            "the answer calls after each case's first (part of the answer's cost)",
+        ),
+    ]
+    body = "".join(
+        f'<tr><td>{label}</td><td class="n"><b>{usd(value)}</b></td><td>{note}</td></tr>'
+        for label, value, note in rows
+    )
+    unpriced = count(c.get("unpriced"))
+    prices = run.options.get("prices")
+    priced_with = (
+        "<p>Priced with <code>"
+        + esc(json.dumps(prices, separators=(", ", ": ")))
+        + "</code> (input, output per million tokens), the prices its latest session was "
+        "given.</p>"
+        if prices
+        else ""
+    )
+    return (
+        '<table><tr><th>cost</th><th class="n">amount</th><th></th></tr>'
+        f"{body}</table>"
+        + (
+            f'<p class="muted">{whole(unpriced)} cases stored by a session without prices are '
+            "not counted.</p>"
+            if unpriced
+            else ""
+        )
+        + priced_with
     )
 
 
@@ -511,15 +558,17 @@ def _all_cases(cases: Sequence[CaseRecord], failing: Sequence[tuple[int, CaseRec
         return '<p class="muted">No case is stored.</p>'
     detailed = {i for i, _ in failing[:DETAILED_LIMIT]}
     rows = []
+    priced = any(c.cost for c in cases)
     for i, c in enumerate(cases):
         number = f'<a href="#case-{i}">{c.position}</a>' if i in detailed else str(c.position)
+        cost = f'<td class="n">{usd(total_cost(c.cost)) if c.cost else "-"}</td>' if priced else ""
         note = c.error if c.outcome in ("raised", "unavailable", "inconclusive") else c.feedback
         if c.outcome == "passed":
             note = ""
         rows.append(
             f'<tr><td class="n">{number}</td><td>{badge(c.outcome, OUTCOMES)}</td>'
             f'<td class="n">{f"{c.passes}/{c.judgements}" if c.judgements else "-"}</td>'
-            f'<td class="n">{c.attempts}</td><td class="n">{c.corrections}</td>'
+            f'<td class="n">{c.attempts}</td><td class="n">{c.corrections}</td>{cost}'
             f'<td class="text">{esc(one_line(c.question, CELL_LIMIT))}</td>'
             f'<td class="text">{esc(one_line(c.answer or "", CELL_LIMIT))}</td>'
             f'<td class="text">{esc(one_line(note or "", CELL_LIMIT))}</td></tr>'
@@ -528,5 +577,6 @@ def _all_cases(cases: Sequence[CaseRecord], failing: Sequence[tuple[int, CaseRec
         f'<p class="muted small">Texts cut to {CELL_LIMIT} characters.</p>'
         '<table class="wide cases"><tr><th class="n">#</th><th>outcome</th>'
         '<th class="n">verdicts</th><th class="n">attempts</th><th class="n">corr.</th>'
-        f"<th>question</th><th>answer</th><th>feedback / error</th></tr>{''.join(rows)}</table>"
+        + ('<th class="n">cost</th>' if priced else "")
+        + f"<th>question</th><th>answer</th><th>feedback / error</th></tr>{''.join(rows)}</table>"
     )
