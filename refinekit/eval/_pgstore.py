@@ -253,6 +253,10 @@ class PostgresStore(SQLStore):
         with self._failing(), self._db.cursor() as cursor:
             cursor.executemany(self._sql(sql), [_text(r) for r in rows])
 
+    @staticmethod
+    def _cost_of(part: str) -> str:
+        return f"coalesce((cost::jsonb ->> '{part}')::float8, 0)"
+
     def _lock_runs(self) -> None:
         self._exec("SELECT pg_advisory_xact_lock(?)", (_RUNS_LOCK,))
 
