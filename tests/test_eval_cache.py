@@ -174,3 +174,29 @@ def test_calibrate_with_cache_judges_the_labelled_answers_once(
     assert judged(server) == 2
     assert second.run.summary["judge_cache"] == {"hits": 2, "misses": 0}
     assert second.calibration.kappa == first.calibration.kappa == 1.0
+
+
+def test_the_report_says_what_the_cache_saved(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    cli(*command(ws, "--cache"))
+    again = cli(*command(ws, "--cache", "--fresh", "--report", "report.html"))
+    assert again.code == 0, again.err
+    report = (ws.path / "report.html").read_text(encoding="utf-8")
+    assert "<b>3</b> of 3 judge requests answered from the run store, 0 sent to the model" in report
+    plain = cli(*command(ws, "--fresh", "--report", "plain.html"))
+    assert plain.code == 0, plain.err
+    assert "Judge cache" not in (ws.path / "plain.html").read_text(encoding="utf-8")
+
+
+def test_a_verdict_from_the_cache_costs_nothing(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    (ws.path / "prices.json").write_text('{"answer": [1.0, 2.0], "judge": [3.0, 4.0]}')
+    first = cli(*command(ws, "--cache", "--prices", "prices.json"))
+    again = cli(*command(ws, "--cache", "--fresh", "--prices", "prices.json"))
+    assert first.code == again.code == 0, again.err
+    paid, cached = (r.summary["cost"] for r in refinekit.eval.runs())
+    assert paid["judge"] > 0
+    assert cached["judge"] == 0.0  # every verdict came from the store
+    assert cached["answer"] == paid["answer"]  # the answers are asked again, as before

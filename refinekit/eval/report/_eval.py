@@ -434,6 +434,21 @@ def _cost(run: RunInfo, s: Summary, cases: Sequence[CaseRecord]) -> str:
         f"<b>{s.seconds:.3f} s</b> in all over the cases (mean {s.seconds / n:.3f} s per case; "
         f"cases run concurrently, so this can exceed the run's wall time){wall}.</p>"
         + (f"<p>Rate limited: the run backed off {whole(waits)} times.</p>" if waits else "")
+        + _judge_cache(cases)
+    )
+
+
+def _judge_cache(cases: Sequence[CaseRecord]) -> str:
+    """What the judge cache saved (`--cache`), or nothing when the run did not use one."""
+    counted = [c.judge_cache for c in cases if c.judge_cache]
+    if not counted:
+        return ""
+    hits = sum(c.get("hits", 0) for c in counted)
+    misses = sum(c.get("misses", 0) for c in counted)
+    return (
+        f"<p>Judge cache (<code>--cache</code>): <b>{whole(hits)}</b> of "
+        f"{whole(hits + misses)} judge requests answered from the run store, "
+        f"{whole(misses)} sent to the model.</p>"
     )
 
 
