@@ -26,6 +26,7 @@ import refinekit
 import refinekit.eval
 from refinekit import self_correct
 from refinekit.eval._pgstore import PostgresStore
+from refinekit.eval._store import open_store
 from refinekit.testing import RecordedRequest, ScriptedOpenAI
 
 pytest.importorskip("ray.data", reason="refinekit[ray] is not installed")
@@ -297,3 +298,34 @@ def test_a_ray_worker_stopped_by_a_broken_judge_stops_the_run_incomplete(
     [run] = refinekit.eval.runs(db="runs.db")
     assert run.status == "incomplete"  # every worker left; the same call resumes it
     assert info.value.run_id == run.id
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_eval_on_ray_prices_every_case_and_keeps_to_max_cost(
+    ws: Workspace, server: ScriptedOpenAI
+) -> None:
+    ray_golden(ws, server)
+    whole = ws.module(
+        RAY_ANSWER.format(base_url=server.base_url).replace(
+            "return reply.choices[0].message.content", "return reply"
+        ),
+        stem="rayreply",
+    )
+    prices = {"answer": (1000.0, 1000.0)}  # dear: a case's tokens cost dollars
+    priced = refinekit.eval.run(
+        "golden.csv", target=f"{whole}:answer", backend="ray", workers=2, db="runs.db",
+        prices=prices,
+    )  # fmt: skip
+    assert priced.summary.cost is not None
+    assert all(case.cost.get("answer", 0) > 0 for case in priced.cases)
+    per_case = priced.summary.cost["per_case"]
+    with pytest.raises(refinekit.eval.RunAborted, match="max-cost"):
+        refinekit.eval.run(
+            "golden.csv", target=f"{whole}:answer", backend="ray", workers=2, db="runs.db",
+            prices=prices, max_cost=per_case * 5.5, resume=False,
+        )  # fmt: skip
+    stopped = refinekit.eval.runs(db="runs.db")[-1]
+    assert stopped.status == "incomplete"
+    # each of the 2 workers may have had up to its concurrency in flight at the limit
+    with open_store("runs.db") as store:
+        assert 5 <= len(store.case_keys(stopped.id)) < 24
