@@ -129,3 +129,16 @@ def test_bench_scale_quick_run_stores_every_case_once_on_each_backend() -> None:
         [line] = [x for x in out.splitlines() if x.startswith(start)]
         cases, stored, twice, lost = (x.strip() for x in line.split("|")[3:7])
         assert (cases, stored, twice, lost) == ("24", "24", "0", "0"), line
+
+
+def test_bench_eval_cache_second_run_sends_no_judge_request() -> None:
+    out = quick_run("bench_eval_cache.py", timeout=180)
+    rows = {
+        line[:34].strip(): line[34:].split()
+        for line in out.splitlines()
+        if line[:2] in {"1.", "2.", "3.", "4.", "5."}
+    }
+    assert rows["1. first run, --cache"][:1] == ["20"]  # 10 cases, 2 criteria
+    assert rows["2. same eval again, --cache"][:4] == ["0", "0.00", "0", "0.00"]
+    assert rows["4. --repeat 2, --cache"][4:6] == ["20", "hits,"]
+    assert rows["5. same eval, no --cache"][:1] == ["20"]
