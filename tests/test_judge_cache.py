@@ -727,3 +727,22 @@ def test_use_cache_lends_a_cache_to_judge_models_without_one(server: ScriptedOpe
     assert len(server.requests_for(JUDGE)) == 3
     with pytest.raises(TypeError, match="use_cache takes a judge cache"), judges.use_cache({}):  # type: ignore[arg-type]
         pass
+
+
+def test_a_postgresql_cache_is_shared_by_its_connections(
+    server: ScriptedOpenAI, postgres_url: str, postgres_server: Any
+) -> None:
+    server.script(JUDGE, YES, times=None)
+    with judges.PostgresCache(postgres_url) as first, server.client() as client:
+        judges.relevancy(JudgeModel(client, JUDGE, cache=first)).evaluate(REQUEST)
+        with judges.PostgresCache(postgres_url) as second:  # another process, another machine
+            judges.relevancy(JudgeModel(client, JUDGE, cache=second)).evaluate(REQUEST)
+            assert (second.hits, second.misses, len(second)) == (1, 0, 1)
+        first.clear()
+        assert len(first) == 0
+    assert len(server.requests_for(JUDGE)) == 1
+    assert postgres_server.password not in repr(first)
+    wrong = postgres_url.replace(postgres_server.password, "not-the-password")
+    with pytest.raises(ValueError, match="PostgresCache cannot use postgresql://") as info:
+        judges.PostgresCache(wrong)
+    assert "not-the-password" not in str(info.value)

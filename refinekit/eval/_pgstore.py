@@ -21,10 +21,10 @@ from typing import Any
 
 from .._errors import RunStoreError
 from .._redact import redact, safe_url, url_secrets
-from ..judges._cache import _Counters
+from ..judges._cache import PostgresCache
 from ._sqlstore import SQLStore, schema_steps
 
-__all__ = ["SCHEMES", "PostgresCache", "PostgresStore", "is_postgres_url"]
+__all__ = ["SCHEMES", "PostgresStore", "is_postgres_url"]
 
 SCHEMES = ("postgresql://", "postgres://")
 
@@ -218,7 +218,10 @@ class PostgresStore(SQLStore):
 
     def judge_cache(self) -> PostgresCache:
         """The judge cache in this database (its own connection; close it when done)."""
-        return PostgresCache(self._url)
+        try:
+            return PostgresCache(self._url)
+        except ValueError as e:
+            raise RunStoreError(str(e)) from None
 
     @staticmethod
     def _sql(sql: str) -> str:
@@ -274,55 +277,3 @@ def _text(params: Sequence[Any]) -> list[Any]:
     return [
         p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params
     ]
-
-
-class PostgresCache(_Counters):
-    """A judge cache in a PostgreSQL run store's `refinekit_judge_cache` table.
-
-    Its own connection (psycopg's connections serve several threads, one statement at a
-    time), so a judge judging in worker threads uses it while the store writes cases. Shared
-    by every worker and machine on the store: a verdict one paid for, all read.
-
-    Args:
-        url: The store's URL.
-
-    Raises:
-        RunStoreError: The database cannot be reached.
-    """
-
-    def __init__(self, url: str) -> None:
-        super().__init__()
-        psycopg = _psycopg()
-        self._secrets = url_secrets(url)
-        self.where = safe_url(url)
-        self._errors = psycopg.Error
-        try:
-            self._db = psycopg.connect(url, autocommit=True)
-        except psycopg.Error as e:
-            raise RunStoreError(
-                f"cannot open the judge cache in {self.where}: "
-                f"{redact(str(e).strip(), self._secrets)}"
-            ) from None
-
-    def get(self, key: str) -> str | None:
-        """The value stored under `key`, or None."""
-        row = self._db.execute(
-            "SELECT value FROM refinekit_judge_cache WHERE key = %s", (key,)
-        ).fetchone()
-        return self._counted(None if row is None else str(row[0]))
-
-    def set(self, key: str, value: str) -> None:
-        """Store `value` under `key`, replacing any value there."""
-        self._db.execute(
-            "INSERT INTO refinekit_judge_cache (key, value, stored_at) VALUES (%s, %s, %s) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value, "
-            "stored_at = excluded.stored_at",
-            _text([key, value, time.time()]),
-        )
-
-    def close(self) -> None:
-        """Close the connection."""
-        self._db.close()
-
-    def __repr__(self) -> str:
-        return f"PostgresCache({self.where!r})"

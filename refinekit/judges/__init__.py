@@ -25,7 +25,14 @@ from __future__ import annotations
 
 from .._package import rehome
 from ._base import Judge, JudgeErrorPolicy
-from ._cache import JudgeCache, MemoryCache, SQLiteCache, cache_salt, use_cache
+from ._cache import (
+    JudgeCache,
+    MemoryCache,
+    PostgresCache,
+    SQLiteCache,
+    cache_salt,
+    use_cache,
+)
 from ._client import JudgeModel
 from ._criteria import Criterion, criteria
 from ._pairwise import Pairwise, Winner, pairwise
@@ -40,6 +47,7 @@ __all__ = [
     "JudgeModel",
     "MemoryCache",
     "Pairwise",
+    "PostgresCache",
     "SQLiteCache",
     "Winner",
     "cache_salt",

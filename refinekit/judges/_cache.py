@@ -49,6 +49,7 @@ __all__ = [
     "Cached",
     "JudgeCache",
     "MemoryCache",
+    "PostgresCache",
     "SQLiteCache",
     "cache_of",
     "cache_salt",
@@ -252,6 +253,94 @@ class SQLiteCache(_Counters):
 
     def __repr__(self) -> str:
         return f"SQLiteCache({str(self.path)!r})"
+
+
+class PostgresCache(_Counters):
+    """A judge cache in a PostgreSQL database: one table, shared by every process and machine.
+
+    The table is `refinekit_judge_cache` (key, value, the time stored), made if missing; a
+    refinekit run store on PostgreSQL has it already, and `refinekit eval --cache` keeps its
+    verdicts there, so an app and its evals can share one cache. Needs psycopg 3
+    (`pip install 'refinekit[postgres]'`). Its own connection, in autocommit: psycopg's
+    connections serve several threads, one statement at a time.
+
+    Attributes:
+        where: The database's URL without its credentials.
+        hits: Lookups through this object that found a stored reply.
+        misses: Lookups through this object that found none.
+
+    Args:
+        url: `postgresql://user:password@host:port/database` (libpq's URL). Its credentials
+            are used to connect and appear in no message.
+
+    Raises:
+        ValueError: psycopg is missing, or the database cannot be reached or used.
+    """
+
+    def __init__(self, url: str) -> None:
+        from .._redact import safe_url, url_secrets
+
+        super().__init__()
+        self.where = safe_url(url)
+        secrets = url_secrets(url)
+        try:
+            import psycopg
+        except ImportError:
+            raise ValueError(
+                "PostgresCache needs psycopg 3: pip install 'refinekit[postgres]'"
+            ) from None
+        try:
+            self._db = psycopg.connect(url, autocommit=True)
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS refinekit_judge_cache "
+                "(key TEXT PRIMARY KEY, value TEXT NOT NULL, stored_at DOUBLE PRECISION NOT NULL)"
+            )
+        except psycopg.Error as e:
+            raise ValueError(
+                f"PostgresCache cannot use {self.where}: {redact(str(e).strip(), secrets)}"
+            ) from None
+
+    def get(self, key: str) -> str | None:
+        """The value stored under `key`, or None."""
+        row = self._db.execute(
+            "SELECT value FROM refinekit_judge_cache WHERE key = %s", (key,)
+        ).fetchone()
+        return self._counted(None if row is None else str(row[0]))
+
+    def set(self, key: str, value: str) -> None:
+        """Store `value` under `key`, replacing any value there."""
+        self._db.execute(
+            "INSERT INTO refinekit_judge_cache (key, value, stored_at) VALUES (%s, %s, %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value, "
+            "stored_at = excluded.stored_at",
+            (key, value.replace("\x00", "\ufffd"), time.time()),
+        )
+
+    def clear(self) -> None:
+        """Delete every entry (for every process using the database)."""
+        self._db.execute("DELETE FROM refinekit_judge_cache")
+
+    def __len__(self) -> int:
+        row = self._db.execute("SELECT count(*) FROM refinekit_judge_cache").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def close(self) -> None:
+        """Close the connection. Closing twice is harmless."""
+        self._db.close()
+
+    def __enter__(self) -> PostgresCache:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresCache({self.where!r})"
 
 
 # --- the salt --------------------------------------------------------------------------------
