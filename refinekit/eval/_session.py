@@ -55,7 +55,7 @@ def store_location(db: str | os.PathLike[str] | None = None) -> Path | StoreURL:
 
     `db`, else `$REFINEKIT_DB`, else `.refinekit/runs.db`; a `postgresql://` (or
     `postgres://`) one is a PostgreSQL store, kept as a `StoreURL` (shown without its
-    credentials; `refinekit.eval.open_store` opens it).
+    credentials; the `db=` of every `refinekit.eval` function takes it as it is).
 
     Args:
         db: A path or URL, or None for the default.
