@@ -61,7 +61,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _machine import loadavg, machine  # noqa: E402
-from _pg import BenchPostgres, binaries  # noqa: E402
+from _pg import PostgresServer, binaries  # noqa: E402
 
 from refinekit.eval import CaseRecord, RunInfo  # noqa: E402
 from refinekit.eval._store import RunStore, open_store  # noqa: E402
@@ -284,12 +284,12 @@ def finish_times(db: str) -> list[float]:
 
 
 @contextlib.contextmanager
-def postgres(args: argparse.Namespace) -> Iterator[BenchPostgres | None]:
+def postgres(args: argparse.Namespace) -> Iterator[PostgresServer | None]:
     found = binaries()
     if found is None or args.no_postgres:
         yield None
         return
-    server = BenchPostgres(found, durable=not args.fast_postgres)
+    server = PostgresServer(found, durable=not args.fast_postgres)
     try:
         server.start()
         yield server

@@ -96,8 +96,9 @@ class PostgresServer:
 
     user = "refinekit"
 
-    def __init__(self, bin_dir: Path) -> None:
+    def __init__(self, bin_dir: Path, *, durable: bool = False) -> None:
         self.bin_dir = bin_dir
+        self.durable = durable  # PostgreSQL's own settings (fsync on): for benchmarks
         self.password = secrets.token_hex(12)
         self.port = 0
         self.folder: Path | None = None
@@ -145,13 +146,15 @@ class PostgresServer:
             "--auth=scram-sha-256",
             "--encoding=UTF8",
             "--locale=C",
-            "--no-sync",
+            *(() if self.durable else ("--no-sync",)),
         )
         pwfile.unlink()
         self.port = _free_port()
-        options = (
-            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder} -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50"
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder} " + (
+            "-c max_connections=100"  # PostgreSQL's defaults otherwise: fsync on, ...
+            if self.durable
+            else "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            "-c max_connections=50"
         )
         self._run(
             "pg_ctl",
