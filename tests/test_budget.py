@@ -587,3 +587,22 @@ async def test_a_job_with_a_limit_spent_in_full_makes_no_further_call(
             assert (raised.value.spent, raised.value.maximum) == (2, 2)
     assert len(server.requests) == 2
     assert raised.value.planned == "call of " + setup.asker().__qualname__
+
+
+def test_a_budget_stop_beside_a_judge_outage_is_not_let_through_by_fail_open(
+    server: ScriptedOpenAI,
+) -> None:
+    # two criteria asked at once: the short one is sent and the server is down (503); the long
+    # one does not fit the budget. fail_open lets an outage through unjudged, never a stop.
+    from refinekit.judges import Criterion, criteria
+
+    server.script("judge", Reply.error(503), times=None)
+    short = Criterion("short", "Right?")
+    long = Criterion("long", "Is every one of these points covered? " + "point " * 700)
+    with server.client() as client:
+        judge = criteria(JudgeModel(client, "judge"), [short, long], judge_error_policy="fail_open")
+        request = refinekit.EvaluationRequest(question="Where is Paris?", answer="France.")
+        with refinekit.job(budget=Budget(max_tokens=600)), pytest.raises(BudgetExceeded) as stop:
+            judge.evaluate(request)
+    assert stop.value.limit == "max_tokens"
+    assert len(server.requests_for("judge")) == 1  # the short one only; the long never sent

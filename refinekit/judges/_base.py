@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .._errors import JudgeError, JudgeMisconfigured, JudgeReplyError
+from .._errors import BudgetExceeded, JudgeError, JudgeMisconfigured, JudgeReplyError
 from .._evaluators import FlowEvaluator
 from .._flow import Flow
 from .._model import EvaluationRequest, Verdict
@@ -99,11 +99,17 @@ def _serialised_chars(request: EvaluationRequest) -> int:
 
 
 def first_error(results: Sequence[Any]) -> Exception | None:
-    """The failure that decides, among gathered results: a misconfiguration first."""
+    """The failure that decides, among gathered results.
+
+    A budget's stop first (it must reach the caller: a judge outage beside it would be let
+    through unjudged by `fail_open`, and the stop lost), then a misconfiguration, then the
+    first other failure.
+    """
     errors = [r for r in results if isinstance(r, BaseException)]
-    for error in errors:
-        if isinstance(error, JudgeMisconfigured):
-            return error
+    for kind in (BudgetExceeded, JudgeMisconfigured):
+        for error in errors:
+            if isinstance(error, kind):
+                return error
     for error in errors:
         if isinstance(error, Exception):
             return error
