@@ -127,6 +127,7 @@ class PostgresStore(SQLStore):
         self.where = safe_url(url)
         psycopg = _psycopg()
         self._errors = psycopg.Error
+        self._step_errors = (psycopg.Error,)
         try:
             from psycopg.rows import dict_row
 
@@ -156,7 +157,7 @@ class PostgresStore(SQLStore):
 
     def _open(self) -> None:
         try:
-            version = self._version()
+            version = self._schema_version()
             self._check_version(version)
             if version < len(_MIGRATIONS) or not self._versioned():
                 self._migrate()
@@ -177,7 +178,7 @@ class PostgresStore(SQLStore):
     def _versioned(self) -> bool:
         return "schema_version" in self._tables()
 
-    def _version(self) -> int:
+    def _schema_version(self) -> int:
         tables = self._tables()
         if "schema_version" in tables:
             row = self._one("SELECT max(version) AS v FROM schema_version")
@@ -185,32 +186,17 @@ class PostgresStore(SQLStore):
                 return int(row["v"])
         return 1 if "runs" in tables else 0
 
-    def _check_version(self, version: int) -> None:
-        if version > len(_MIGRATIONS):
-            raise RunStoreError(
-                f"the run store {self.where} was written by a newer refinekit (schema "
-                f"{version}, this one reads {len(_MIGRATIONS)}); upgrade refinekit or use "
-                "another --db"
-            )
+    def _migrations(self) -> tuple[tuple[str, ...], ...]:
+        return _MIGRATIONS
 
-    def _migrate(self) -> None:
-        """Apply the steps the store lacks, all or none, one process at a time."""
-        with self._transaction():
-            self._exec("SELECT pg_advisory_xact_lock(?)", (_LOCK,))
-            version = self._version()  # again, under the lock
-            self._check_version(version)
-            for number, step in enumerate(_MIGRATIONS[version:], start=version + 1):
-                try:
-                    for statement in step:
-                        self._db.execute(statement)  # its own error, said below
-                except self._errors as e:
-                    raise RunStoreError(
-                        f"cannot bring the run store {self.where} from schema {version} to "
-                        f"{number}: {self._redact(e)}; nothing was changed"
-                    ) from None
-            self._exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            self._exec("DELETE FROM schema_version")
-            self._exec("INSERT INTO schema_version VALUES (?)", (len(_MIGRATIONS),))
+    def _run_step(self, statement: str) -> None:
+        self._db.execute(statement)
+
+    def _step_error(self, error: Exception) -> str:
+        return self._redact(error)
+
+    def _lock_schema(self) -> None:
+        self._exec("SELECT pg_advisory_xact_lock(?)", (_LOCK,))
 
     def close(self) -> None:
         """Close the connection."""

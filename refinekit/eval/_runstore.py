@@ -131,8 +131,8 @@ class SQLiteStore(SQLStore):
             # (what resume needs) without an fsync per case
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
-            self._check_version(schema_version(self._db))
-            if schema_version(self._db) < len(_MIGRATIONS) or not _versioned(self._db):
+            self._check_version(self._schema_version())
+            if self._schema_version() < len(_MIGRATIONS) or not _versioned(self._db):
                 self._migrate()
         except RunStoreError:
             self._db.close()
@@ -143,32 +143,19 @@ class SQLiteStore(SQLStore):
                 f"{self.path} is not a refinekit run store ({e}); use another --db"
             ) from None
 
-    def _check_version(self, version: int) -> None:
-        if version > len(_MIGRATIONS):
-            raise RunStoreError(
-                f"the run store {self.path} was written by a newer refinekit (schema "
-                f"{version}, this one reads {len(_MIGRATIONS)}); upgrade refinekit or use "
-                "another --db"
-            )
+    _step_errors = (sqlite3.Error,)
 
-    def _migrate(self) -> None:
-        """Apply the steps the store lacks, all or none (another process may be at it too)."""
-        with self._transaction():
-            version = schema_version(self._db)  # again, under the write lock
-            self._check_version(version)
-            for number, step in enumerate(_MIGRATIONS[version:], start=version + 1):
-                try:
-                    for statement in step:
-                        self._db.execute(statement)
-                except sqlite3.Error as e:
-                    raise RunStoreError(
-                        f"cannot bring the run store {self.path} from schema {version} to "
-                        f"{number}: {e}; nothing was changed"
-                    ) from None
-            self._db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            self._db.execute("DELETE FROM schema_version")
-            self._db.execute("INSERT INTO schema_version VALUES (?)", (len(_MIGRATIONS),))
-            self._db.execute(f"PRAGMA user_version = {len(_MIGRATIONS)}")
+    def _migrations(self) -> tuple[tuple[str, ...], ...]:
+        return _MIGRATIONS
+
+    def _schema_version(self) -> int:
+        return schema_version(self._db)
+
+    def _run_step(self, statement: str) -> None:
+        self._db.execute(statement)
+
+    def _stamp(self, version: int) -> None:
+        self._db.execute(f"PRAGMA user_version = {version}")  # what refinekit 0.1 read
 
     def close(self) -> None:
         """Close the database."""

@@ -197,6 +197,62 @@ class SQLStore:
         """The judge cache kept in this store (see `_store.RunStore.judge_cache`)."""
         raise NotImplementedError
 
+    # the schema: a store's steps, and the hooks its migration needs
+
+    _step_errors: tuple[type[Exception], ...] = ()
+    """The driver's errors a schema step may raise."""
+
+    def _migrations(self) -> tuple[tuple[str, ...], ...]:
+        """The store's schema steps (its module's `_MIGRATIONS`, read when used)."""
+        raise NotImplementedError
+
+    def _schema_version(self) -> int:
+        """The version the store is at (0: an empty database)."""
+        raise NotImplementedError
+
+    def _run_step(self, statement: str) -> None:
+        """Run one statement of a schema step, raising the driver's own error."""
+        raise NotImplementedError
+
+    def _step_error(self, error: Exception) -> str:
+        """A failed step's error as a message may show it."""
+        return str(error)
+
+    def _lock_schema(self) -> None:
+        """Inside the migration's transaction: keep other processes from migrating at once."""
+
+    def _stamp(self, version: int) -> None:
+        """Inside the migration's transaction: any other record of the version reached."""
+
+    def _check_version(self, version: int) -> None:
+        newest = len(self._migrations())
+        if version > newest:
+            raise RunStoreError(
+                f"the run store {self.where} was written by a newer refinekit (schema "
+                f"{version}, this one reads {newest}); upgrade refinekit or use another --db"
+            )
+
+    def _migrate(self) -> None:
+        """Apply the steps the store lacks, all or none, one process at a time."""
+        steps = self._migrations()
+        with self._transaction():
+            self._lock_schema()
+            version = self._schema_version()  # again, under the lock
+            self._check_version(version)
+            for number, step in enumerate(steps[version:], start=version + 1):
+                try:
+                    for statement in step:
+                        self._run_step(statement)
+                except self._step_errors as e:
+                    raise RunStoreError(
+                        f"cannot bring the run store {self.where} from schema {version} to "
+                        f"{number}: {self._step_error(e)}; nothing was changed"
+                    ) from None
+            self._exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            self._exec("DELETE FROM schema_version")
+            self._exec("INSERT INTO schema_version VALUES (?)", (len(steps),))
+            self._stamp(len(steps))
+
     def _one(self, sql: str, params: Sequence[Any] = ()) -> Mapping[str, Any] | None:
         rows = self._all(sql, params)
         return rows[0] if rows else None
