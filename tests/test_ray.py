@@ -238,6 +238,8 @@ def test_the_ray_backend_refuses_what_it_cannot_run(ws: Workspace, server: Scrip
         refinekit.eval.run(
             "golden.csv", target=f"{target}:answer", backend="ray", ray_address="auto"
         )
+    with pytest.raises(refinekit.eval.UsageProblem, match="workers must be a whole number"):
+        refinekit.eval.run("golden.csv", target=f"{target}:answer", backend="ray", workers=0)
     with pytest.raises(refinekit.eval.UsageProblem, match="are for backend='ray'"):
         refinekit.eval.run("golden.csv", target=f"{target}:answer", workers=2)
     with pytest.raises(refinekit.eval.UsageProblem, match="backend must be 'local' or 'ray'"):
