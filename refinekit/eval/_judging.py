@@ -18,7 +18,8 @@ from .._hooks import Event
 from .._job import job
 from .._model import CriterionResult, EvaluationRequest, Usage, Verdict
 from .._redact import redact
-from ..judges._cache import JudgeCache, cache_salt, use_cache
+from ..judges._cache import cache_salt, use_cache
+from ..judges._cache_backends import JudgeCache
 from ._cases import Case
 from ._column_checks import column_checks
 from ._ratelimit import RateLimiter

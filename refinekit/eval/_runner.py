@@ -35,7 +35,7 @@ from .._job import enter_attempt, job, leave_attempt
 from .._model import AttemptInfo, ContextDocument, EvaluationRequest, Usage
 from .._redact import redact
 from .._replies import answer_text
-from ..judges._cache import JudgeCache
+from ..judges._cache_backends import JudgeCache
 from ._cases import Case, as_text, context_of, merged
 from ._golden import column_for
 from ._judging import Judgement, Judging, decide, error_text, probability_of, verdict_dump

@@ -23,7 +23,7 @@ from typing import Any
 
 from .._errors import RunStoreError
 from .._redact import redact
-from ..judges._cache import SQLiteCache
+from ..judges._cache_backends import SQLiteCache
 from ._sqlstore import SQLStore, schema_steps
 from ._store import CaseRecord, Outcome, RunInfo
 

@@ -25,14 +25,8 @@ from __future__ import annotations
 
 from .._package import rehome
 from ._base import Judge, JudgeErrorPolicy
-from ._cache import (
-    JudgeCache,
-    MemoryCache,
-    PostgresCache,
-    SQLiteCache,
-    cache_salt,
-    use_cache,
-)
+from ._cache import cache_salt, use_cache
+from ._cache_backends import JudgeCache, MemoryCache, PostgresCache, SQLiteCache
 from ._client import JudgeModel
 from ._criteria import Criterion, criteria
 from ._pairwise import Pairwise, Winner, pairwise

@@ -18,7 +18,7 @@ from .._anthropic import sync_counterpart as anthropic_sync_counterpart
 from .._openai import async_counterpart, sync_counterpart
 from .._prompts import sendable
 from .._redact import client_secrets, safe_url
-from ._cache import JudgeCache
+from ._cache_backends import JudgeCache
 
 if TYPE_CHECKING:
     import anthropic
