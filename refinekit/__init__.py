@@ -8,7 +8,6 @@ See https://github.com/refinekit/refinekit (docs/ in the repository) for the gui
 from __future__ import annotations
 
 from . import checks, evidence
-from ._budget import Budget, Prices
 from ._correct import self_correct
 from ._corrections import CorrectionRequest
 from ._diagnose import FailureKind, ReplyProblem
@@ -47,6 +46,7 @@ from ._model import (
 )
 from ._outcome import Outcome
 from ._package import rehome, version
+from ._prices import Budget, Prices
 from ._retry import retry_on_low_quality
 from ._retry_prompt import retry_prompt
 from ._review import reviewed

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
 from . import _budget
-from ._budget import Budget, check_budget_option, without_attempts
+from ._budget import check_budget_option, without_attempts
 from ._corrections import CHECK_MARKER, CorrectionRequest, default_correction
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._diagnose import diagnose
@@ -38,6 +38,7 @@ from ._model import Attempt, Verdict
 from ._outcome import Record
 from ._parse import CorrectionFailure, Parsed, Parser, parse_failure, python_json
 from ._policy import check_budget
+from ._prices import Budget
 from ._replies import SDKReply, finish_reason_of, reply_text
 from ._request import function_name
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from . import _budget
-from ._budget import Budget, check_budget_option, without_attempts
+from ._budget import check_budget_option, without_attempts
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._errors import JudgeError, LowQualityAnswer
 from ._evaluators import Adapted, EvaluatorLike, as_evaluator
@@ -18,6 +18,7 @@ from ._job import Job, current_attempt
 from ._model import Attempt, EvaluationRequest, Verdict
 from ._outcome import Record
 from ._policy import JudgeErrorPolicy, check_policy, judge_failure
+from ._prices import Budget
 from ._replies import answer_text
 from ._request import QuestionSelector, RequestMaker
 

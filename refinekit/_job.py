@@ -14,7 +14,7 @@ from ._model import AttemptInfo, ContextDocument, Cost, Usage
 from ._replies import model_of, usage_of
 
 if TYPE_CHECKING:
-    from ._budget import Budget
+    from ._prices import Budget
 
 __all__ = ["Job", "current_attempt", "current_job", "job", "record_context", "record_usage"]
 

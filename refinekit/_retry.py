@@ -12,7 +12,7 @@ import tenacity
 from tenacity.wait import wait_base
 
 from . import _budget, _config
-from ._budget import Budget, check_budget_option
+from ._budget import check_budget_option
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._errors import BudgetExceeded, JudgeError, LowQualityAnswer
 from ._errtext import utf8_text
@@ -30,6 +30,7 @@ from ._policy import (
     check_policy,
     judge_failure,
 )
+from ._prices import Budget
 from ._recorder import start_recording, stop_recording
 from ._request import QuestionSelector, RequestMaker
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeAlias, overload
 
 from . import _budget
-from ._budget import Budget, without_attempts
+from ._budget import without_attempts
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._errors import AnswerRejected, JudgeError, ReviserFailed, TimedOut
 from ._evaluators import Adapted, EvaluatorLike, as_evaluator
@@ -19,6 +19,7 @@ from ._job import Job, current_attempt, enter_attempt, leave_attempt
 from ._model import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from ._outcome import Record
 from ._policy import OnInconclusive, check_budget, check_on_inconclusive, judge_failure
+from ._prices import Budget
 from ._recorder import start_recording, stop_recording
 from ._replies import is_reply, message_of, message_text, tool_call_names
 from ._request import QuestionSelector, RequestMaker

@@ -35,6 +35,7 @@ LAYERS: dict[str, set[str]] = {
     "engine": {
         "_bridge",
         "_budget",
+        "_prices",
         "_decorate",
         "_flow",
         "_hooks",

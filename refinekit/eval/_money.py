@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._budget import Prices
 from .._errors import UsageProblem
 from .._model import Usage
+from .._prices import Prices
 from ._store import CaseRecord
 
 __all__ = ["ROLES", "case_cost", "check_max_cost", "load_prices", "money", "price_note"]

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .._budget import Prices
 from .._errors import UsageProblem
+from .._prices import Prices
 from ._cases import Case
 from ._golden import file_sha256
 from ._store import CaseRecord, RunInfo, RunStore

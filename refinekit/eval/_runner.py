@@ -21,7 +21,6 @@ from typing import Any
 import openai
 
 from .._bridge import in_thread, is_async_callable
-from .._budget import Prices
 from .._errors import (
     CostLimitReached,
     JudgeMisconfigured,
@@ -33,6 +32,7 @@ from .._errors import (
 from .._hooks import Event, subscribe
 from .._job import enter_attempt, job, leave_attempt
 from .._model import AttemptInfo, ContextDocument, EvaluationRequest, Usage
+from .._prices import Prices
 from .._redact import redact
 from .._replies import answer_text
 from ..judges._cache_backends import JudgeCache

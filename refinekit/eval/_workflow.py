@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._bridge import run_blocking
-from .._budget import Prices
 from .._errors import RunStoreError, UsageProblem
 from .._evaluators import EvaluatorLike
+from .._prices import Prices
 from ._plans import CalibratePlan, EvalPlan, PathLike, elsewhere
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._session import store_location
