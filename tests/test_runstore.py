@@ -24,9 +24,10 @@ from refinekit._redact import safe_url
 from refinekit.eval import UsageProblem
 from refinekit.eval import _pgstore as pgstore
 from refinekit.eval import _runstore as runstore
+from refinekit.eval._claims import HOST, LEASE_SECONDS
 from refinekit.eval._pgstore import PostgresStore
 from refinekit.eval._runstore import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
-from refinekit.eval._sqlstore import HOST, LEASE_SECONDS, SQLStore
+from refinekit.eval._sqlstore import SQLStore
 from refinekit.eval._store import open_store
 from refinekit.testing import ScriptedOpenAI
 

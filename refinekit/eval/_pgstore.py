@@ -22,7 +22,8 @@ from typing import Any
 from .._errors import RunStoreError
 from .._redact import redact, safe_url, url_secrets
 from ..judges._cache_backends import PostgresCache
-from ._sqlstore import SQLStore, schema_steps
+from ._sqlbase import schema_steps
+from ._sqlstore import SQLStore
 
 __all__ = ["SCHEMES", "PostgresStore", "is_postgres_url"]
 

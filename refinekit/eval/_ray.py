@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import RunAborted, UsageProblem
+from ._claims import LEASE_SECONDS
 from ._results import CaseFinished
-from ._sqlstore import LEASE_SECONDS
 from ._store import RunStore, StoreURL, open_store
 
 __all__ = ["RayBackend", "run_on_ray"]

@@ -37,12 +37,12 @@ from .._redact import redact
 from .._replies import answer_text
 from ..judges._cache_backends import JudgeCache
 from ._cases import Case, as_text, context_of, merged
+from ._claims import LEASE_SECONDS
 from ._golden import column_for
 from ._judging import Judgement, Judging, decide, error_text, probability_of, verdict_dump
 from ._money import added, case_cost, usd
 from ._ratelimit import RateLimiter
 from ._resume import RunPlan
-from ._sqlstore import LEASE_SECONDS
 from ._store import CaseRecord, RunInfo, RunStore
 from ._target import Target
 

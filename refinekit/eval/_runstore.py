@@ -24,7 +24,8 @@ from typing import Any
 from .._errors import RunStoreError
 from .._redact import redact
 from ..judges._cache_backends import SQLiteCache
-from ._sqlstore import SQLStore, schema_steps
+from ._sqlbase import schema_steps
+from ._sqlstore import SQLStore
 from ._store import CaseRecord, Outcome, RunInfo
 
 __all__ = [
@@ -96,7 +97,7 @@ CREATE TABLE IF NOT EXISTS calls (
 
 _MIGRATIONS = schema_steps(_V1, real="REAL", run_id="INTEGER")
 """The schema's steps: `_MIGRATIONS[n - 1]` takes a store from version n - 1 to n (version 0:
-an empty file). Steps after the first are the PostgreSQL store's too (`_sqlstore.schema_steps`):
+an empty file). Steps after the first are the PostgreSQL store's too (`_sqlbase.schema_steps`):
 a change to the schema is a step appended there, never an edit of an old step.
 
 Version 1: runs, cases, calls. Version 2: workers (who runs a run, with a lease) and claims

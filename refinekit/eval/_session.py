@@ -13,13 +13,13 @@ from typing import Any
 
 from .._errors import RunAborted, RunStoreError, UsageProblem
 from ._cases import Case
+from ._claims import new_worker
 from ._pgstore import is_postgres_url
 from ._ratelimit import RateLimiter
 from ._results import CaseFinished, RunEvent, RunStarted, RunStopped
 from ._resume import RunPlan, start
 from ._runner import Progress, renewing, run_cases
 from ._runstore import DEFAULT_DB
-from ._sqlstore import new_worker
 from ._store import CaseRecord, RunInfo, RunStore, StoreURL
 from ._target import Target
 
