@@ -12,8 +12,9 @@ completion request is; each `Reply` is rendered as Anthropic's Messages API answ
   that is not JSON, streaming): Anthropic's error body, `{"type": "error", "error":
   {"type", "message"}}`, with the same status;
 - `Reply.no_choices()`: a `Message` with no content blocks;
-- `Reply.delay`, `Reply.truncated`: the same, of the rendered reply; `Reply.hang`,
-  `Reply.disconnect`, `Reply.malformed` and `Reply.raw` are sent as they are.
+- `Reply.malformed`: the same body cut short as on the OpenAI side;
+- `Reply.delay`, `Reply.truncated`, `Reply.hang`, `Reply.disconnect` and `Reply.raw`: as on the
+  OpenAI side (`refinekit.testing._wire`).
 
 Every rendered `Message` carries `usage` (`input_tokens`, `output_tokens`), counted as the
 chat completions' usage is unless the reply gives `prompt_tokens` / `completion_tokens`.
@@ -22,29 +23,16 @@ chat completions' usage is unless the reply gives `prompt_tokens` / `completion_
 from __future__ import annotations
 
 import json
-import time
 from typing import TYPE_CHECKING, Any
 
-from ._server import (
-    _API_KEY,
-    RecordedRequest,
-    Reply,
-    _Delay,
-    _Error,
-    _Hold,
-    _Ids,
-    _NoChoices,
-    _Response,
-    _Text,
-    _ToolCall,
-    _Truncated,
-    _usage,
-)
+from . import _openai_wire
+from ._script import Error, Malformed, NoChoices, RecordedRequest, Reply, Text, ToolCall
+from ._wire import API_KEY, Ids, Response, usage
 
 if TYPE_CHECKING:
     import anthropic
 
-__all__ = ["MESSAGES_PATH", "anthropic_options", "is_messages", "render", "shaped"]
+__all__ = ["MESSAGES_PATH", "anthropic_options", "answer", "async_client", "client", "error"]
 
 MESSAGES_PATH = "/v1/messages"
 
@@ -65,20 +53,11 @@ _ERROR_TYPES = {
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 
-class _Rendered(_Response):
-    """A response already in Anthropic's shape (or sent as given): `shaped` leaves it be."""
-
-
-def is_messages(path: str) -> bool:
-    """Whether a request path is the Messages API's (`/v1/messages`, query aside)."""
-    return path.partition("?")[0] == MESSAGES_PATH
-
-
 def anthropic_options(base_url: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """An Anthropic client's options for the server at `base_url` (which ends in `/v1`)."""
     return {
         "base_url": base_url.removesuffix("/v1"),
-        "api_key": _API_KEY,
+        "api_key": API_KEY,
         "max_retries": 0,
         "timeout": 10.0,
         **kwargs,
@@ -99,52 +78,43 @@ def async_client(base_url: str, kwargs: dict[str, Any]) -> anthropic.AsyncAnthro
     return anthropic.AsyncAnthropic(**anthropic_options(base_url, kwargs))
 
 
-def _error_body(status: int, message: str, kind: str | None = None) -> bytes:
-    kind = kind or _ERROR_TYPES.get(status) or ("api_error" if status >= 500 else None)
+def error(
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    type: str | None = None,
+    retry_after: str | None = None,
+) -> Response:
+    """An error response in Anthropic's shape (`param` and `code` are OpenAI's: not sent)."""
+    kind = type or _ERROR_TYPES.get(status) or ("api_error" if status >= 500 else None)
     body = {"type": "error", "error": {"type": kind or "invalid_request_error", "message": message}}
-    return json.dumps(body).encode()
+    headers = (("retry-after", retry_after),) if retry_after is not None else ()
+    return Response(status, json.dumps(body).encode(), headers)
 
 
-def shaped(response: _Response | _Hold | None) -> _Response | _Hold | None:
-    """A response of the server's own (an OpenAI-shaped error) in Anthropic's shape.
-
-    A response `render` made is sent as it is.
-    """
-    if not isinstance(response, _Response) or isinstance(response, _Rendered):
-        return response
-    try:
-        body = json.loads(response.body)
-    except ValueError:
-        return response
-    error = body.get("error") if isinstance(body, dict) else None
-    if response.status < 400 or not isinstance(error, dict):
-        return response
-    message = str(error.get("message") or "")
-    return _Rendered(response.status, _error_body(response.status, message), response.headers)
-
-
-def _input_text(request: RecordedRequest) -> RecordedRequest:
-    """The request with its `system` prompt as a first message, to count its words."""
-    body = dict(request.body or {})
+def _input_messages(request: RecordedRequest) -> list[Any]:
+    """The request's messages with its `system` prompt first, to count their words."""
+    body = request.body or {}
     system = body.get("system")
     messages = body.get("messages")
     messages = list(messages) if isinstance(messages, list) else []
     if isinstance(system, (str, list)):  # text, or text blocks
         messages.insert(0, {"role": "system", "content": system})
-    body["messages"] = messages
-    return RecordedRequest(request.method, request.path, request.headers, body, request.model)
+    return messages
 
 
 def _message(
     request: RecordedRequest,
-    ids: _Ids,
+    ids: Ids,
     content: list[dict[str, Any]],
     stop_reason: str,
     output: str,
     prompt: int | None,
     completion: int | None,
-) -> _Rendered:
-    usage = _usage(_input_text(request), output, prompt, completion)
+) -> Response:
+    input_tokens, output_tokens = usage(_input_messages(request), output, prompt, completion)
     message = {
         "id": f"msg_scripted_{next(ids.completions)}",
         "type": "message",
@@ -153,35 +123,29 @@ def _message(
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": None,
-        "usage": {
-            "input_tokens": usage["prompt_tokens"],
-            "output_tokens": usage["completion_tokens"],
-        },
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
     }
-    return _Rendered(200, json.dumps(message).encode())
+    return Response(200, json.dumps(message).encode())
 
 
-def render(reply: Reply, request: RecordedRequest, ids: _Ids) -> _Response | _Hold | None:
-    """A scripted reply as the Messages API answers it (see the module's docstring)."""
-    if isinstance(reply, _Text):
+def answer(reply: Reply, request: RecordedRequest, ids: Ids) -> Response:
+    """A reply that carries an answer, as the Messages API sends it."""
+    if isinstance(reply, Text):
         stop = _STOP_REASONS.get(reply.finish_reason, reply.finish_reason)
         blocks = [{"type": "text", "text": reply.content, "citations": None}]
         return _message(
             request, ids, blocks, stop, reply.content, reply.prompt_tokens, reply.completion_tokens
         )
-    if isinstance(reply, _ToolCall):
+    if isinstance(reply, ToolCall):
         try:
             arguments = json.loads(reply.arguments)
         except ValueError:
             arguments = None
         if not isinstance(arguments, dict):  # Anthropic's `input` is always an object
-            return _Rendered(
+            return error(
                 500,
-                _error_body(
-                    500,
-                    "scripted server: a tool_use block's input is a JSON object; "
-                    f"Reply.tool_call({reply.name!r}) has {reply.arguments[:60]!r}",
-                ),
+                "scripted server: a tool_use block's input is a JSON object; "
+                f"Reply.tool_call({reply.name!r}) has {reply.arguments[:60]!r}",
             )
         block = {
             "type": "tool_use",
@@ -198,31 +162,10 @@ def render(reply: Reply, request: RecordedRequest, ids: _Ids) -> _Response | _Ho
             reply.prompt_tokens,
             reply.completion_tokens,
         )
-    if isinstance(reply, _Error):
-        given = None if reply.type == _openai_default(reply.status) else reply.type
-        headers = (("retry-after", reply.retry_after),) if reply.retry_after is not None else ()
-        return _Rendered(reply.status, _error_body(reply.status, reply.message, given), headers)
-    if isinstance(reply, _NoChoices):
+    if isinstance(reply, Error):
+        return error(reply.status, reply.message, type=reply.type, retry_after=reply.retry_after)
+    if isinstance(reply, NoChoices):
         return _message(request, ids, [], "end_turn", "", None, 0)
-    if isinstance(reply, _Delay):
-        time.sleep(reply.seconds)
-        return render(reply.then, request, ids)
-    if isinstance(reply, _Truncated):
-        response = render(reply.then, request, ids)
-        if not isinstance(response, _Response):
-            return response
-        cut = (len(response.body) if response.cut_at is None else response.cut_at) // 2
-        return _Rendered(response.status, response.body, response.headers, cut)
-    response = reply._respond(request, ids)  # hang, disconnect, malformed, raw: as they are
-    if isinstance(response, _Response):
-        return _Rendered(response.status, response.body, response.headers, response.cut_at)
-    return response
-
-
-def _openai_default(status: int) -> str:
-    """The error type `Reply.error` picks for a status when none is given (OpenAI's)."""
-    from ._server import _ERROR_TYPES as OPENAI_TYPES
-
-    if status >= 500:
-        return "server_error"
-    return OPENAI_TYPES.get(status, "invalid_request_error")
+    if isinstance(reply, Malformed):
+        return _openai_wire.answer(reply, request, ids)
+    raise TypeError(f"not a reply that carries an answer: {reply!r}")  # pragma: no cover

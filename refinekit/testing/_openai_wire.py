@@ -1,0 +1,157 @@
+"""The scripted server's OpenAI side: replies as Chat Completions (`POST /v1/chat/completions`).
+
+- `Text`: a `chat.completion` with one choice, its message's text, and OpenAI logprobs when the
+  request asks for them (the first token from the reply's candidates, the rest certain);
+- `ToolCall`: a message with one function call, `finish_reason` "tool_calls";
+- `Error` and the server's own errors: OpenAI's error body, `{"error": {"message", "type",
+  "param", "code"}}`, the type by status unless the reply gives one;
+- `Malformed`: a body cut short inside its JSON; `NoChoices`: `"choices": []`.
+
+Every completion carries `usage`, counted in words unless the reply gives the counts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ._script import Error, Malformed, NoChoices, RecordedRequest, Reply, Text, ToolCall
+from ._wire import Ids, Response, usage
+
+__all__ = ["CHAT_PATH", "answer", "error"]
+
+CHAT_PATH = "/v1/chat/completions"
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+_CHUNKS = re.compile(r"\s*\S+|\s+")  # whitespace-preserving tokens: "a b " -> "a", " b", " "
+
+
+def _usage(
+    request: RecordedRequest, output: str, prompt: int | None, completion: int | None
+) -> dict[str, int]:
+    prompt, completion = usage((request.body or {}).get("messages"), output, prompt, completion)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _token(token: str, logprob: float) -> dict[str, Any]:
+    return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+
+def _logprobs(
+    content: str, candidates: tuple[tuple[str, float], ...], body: Mapping[str, Any]
+) -> dict[str, Any]:
+    """OpenAI's `choice.logprobs`: the first token from the candidates, the rest certain."""
+    top_n = body.get("top_logprobs")
+    top_n = top_n if isinstance(top_n, int) and top_n > 0 else 0
+    first = next(((t, p) for t, p in candidates if content.startswith(t)), None)
+    tokens = []
+    if first is not None:
+        top = [_token(t, math.log(p)) for t, p in candidates[:top_n]]
+        tokens.append({**_token(first[0], math.log(first[1])), "top_logprobs": top})
+        content = content[len(first[0]) :]
+    for chunk in _CHUNKS.findall(content):
+        tokens.append({**_token(chunk, 0.0), "top_logprobs": [_token(chunk, 0.0)][:top_n]})
+    return {"content": tokens, "refusal": None}
+
+
+def _completion(
+    request: RecordedRequest,
+    ids: Ids,
+    choices: list[dict[str, Any]],
+    usage: dict[str, int],
+) -> Response:
+    completion = {
+        "id": f"chatcmpl-scripted-{next(ids.completions)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request.model,
+        "choices": choices,
+        "usage": usage,
+        "system_fingerprint": None,
+    }
+    return Response(200, json.dumps(completion).encode())
+
+
+def _choice(
+    message: dict[str, Any], logprobs: dict[str, Any] | None, finish_reason: str
+) -> dict[str, Any]:
+    return {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def error_type(status: int) -> str:
+    """The error type OpenAI sends with a status (what `Reply.error` defaults to)."""
+    if status >= 500:
+        return "server_error"
+    return _ERROR_TYPES.get(status, "invalid_request_error")
+
+
+def error(
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    type: str | None = None,
+    retry_after: str | None = None,
+) -> Response:
+    """An error response in OpenAI's shape."""
+    body = {
+        "error": {
+            "message": message,
+            "type": type or error_type(status),
+            "param": param,
+            "code": code,
+        }
+    }
+    headers = (("retry-after", retry_after),) if retry_after is not None else ()
+    return Response(status, json.dumps(body).encode(), headers)
+
+
+def answer(reply: Reply, request: RecordedRequest, ids: Ids) -> Response:
+    """A reply that carries an answer, as the Chat Completions API sends it."""
+    if isinstance(reply, Text):
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
+        body = request.body or {}
+        asked = bool(body.get("logprobs")) and reply.with_logprobs
+        logprobs = _logprobs(reply.content, reply.candidates, body) if asked else None
+        counted = _usage(request, reply.content, reply.prompt_tokens, reply.completion_tokens)
+        return _completion(request, ids, [_choice(message, logprobs, reply.finish_reason)], counted)
+    if isinstance(reply, ToolCall):
+        call_id = f"call_{next(ids.tool_calls)}"
+        function = {"name": reply.name, "arguments": reply.arguments}
+        message = {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+        }
+        counted = _usage(request, reply.arguments, reply.prompt_tokens, reply.completion_tokens)
+        return _completion(request, ids, [_choice(message, None, "tool_calls")], counted)
+    if isinstance(reply, Error):
+        return error(
+            reply.status,
+            reply.message,
+            type=reply.type,
+            code=reply.code,
+            retry_after=reply.retry_after,
+        )
+    if isinstance(reply, NoChoices):
+        return _completion(request, ids, [], _usage(request, "", None, 0))
+    if isinstance(reply, Malformed):
+        return Response(200, b'{"id": "chatcmpl-scripted", "choices": [{"message": ')
+    raise TypeError(f"not a reply that carries an answer: {reply!r}")  # pragma: no cover
