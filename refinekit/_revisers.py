@@ -179,7 +179,7 @@ class ModelReviser:
                 "reviser_error",
                 f"the reviser model {self.model!r} at {self.where} failed: {type(exc).__name__}",
             )
-        if isinstance(exc, json.JSONDecodeError):  # a 200 whose body is not JSON
+        if isinstance(exc, (json.JSONDecodeError, RecursionError)):  # a 200 whose body is not JSON
             return ReviserFailed(
                 "reviser_error",
                 f"the reviser model {self.model!r} at {self.where} sent a body that is not JSON",
