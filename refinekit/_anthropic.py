@@ -86,9 +86,9 @@ def api_error(
                 "temperature=None to JudgeModel)",
             )
         return error
-    if isinstance(exc, (anthropic.APIResponseValidationError, json.JSONDecodeError)) or (
-        type(exc) is ValueError and "integer string conversion" in str(exc)
-    ):
+    if isinstance(
+        exc, (anthropic.APIResponseValidationError, json.JSONDecodeError, RecursionError)
+    ) or (type(exc) is ValueError and "integer string conversion" in str(exc)):
         return JudgeUnavailable(f"{where}: the reply was not a Messages API reply", model=model)
     return None
 

@@ -73,10 +73,11 @@ def api_error(
         return JudgeUnavailable(f"{where}: could not connect", model=model)
     if isinstance(exc, openai.APIStatusError):
         return status_error(exc, exc.status_code, error_message(exc, secrets), model, where)
-    if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError)) or (
-        # a body whose JSON holds an integer longer than Python converts (4,300 digits)
-        type(exc) is ValueError and "integer string conversion" in str(exc)
-    ):
+    # a body that is not JSON, nested deeper than Python's json reads (a RecursionError), or
+    # holding an integer longer than Python converts (4,300 digits)
+    if isinstance(
+        exc, (openai.APIResponseValidationError, json.JSONDecodeError, RecursionError)
+    ) or (type(exc) is ValueError and "integer string conversion" in str(exc)):
         return JudgeUnavailable(f"{where}: the reply was not a chat completion", model=model)
     return None
 

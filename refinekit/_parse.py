@@ -156,6 +156,12 @@ def _json_invalid(error: ValidationError) -> bool:
     )
 
 
+def _nested_too_deeply(error: ValidationError) -> bool:
+    """Whether pydantic's parser refused the text for its depth (past 200 levels)."""
+    first = error.errors(include_url=False)[0]
+    return first["type"] == "json_invalid" and "recursion limit" in str(first["msg"])
+
+
 def _fenced_blocks(text: str) -> list[str]:
     """The contents of ``` fenced blocks, without a `json` tag.
 
@@ -214,7 +220,9 @@ def _prose_broken(text: str) -> list[str]:
         tried += 1
         try:
             decoder.raw_decode(text, start)
-        except (ValueError, RecursionError):
+        except RecursionError:  # nested past what any schema reads: no repair can help
+            continue
+        except ValueError:
             close = balanced_end(text, start)
             if close is not None:
                 found.append(text[start:close])
@@ -283,6 +291,7 @@ class Parser(Generic[T]):
         # errors reported are those of the longest JSON that failed validation (a "[1]"
         # citation in the prose is not the answer).
         rejected: tuple[int, ValidationError, str, bool] | None = None
+        too_deep = False  # a candidate (a fenced block, JSON in prose) nested too deeply
         for candidate, fixes, prose in _candidates(text):
             if not repair:
                 # Not repaired, but still read: it explains the failure best.
@@ -291,8 +300,9 @@ class Parser(Generic[T]):
                 except ValidationError as e:
                     if not _json_invalid(e) and (rejected is None or len(candidate) > rejected[0]):
                         rejected = (len(candidate), e, candidate, prose)
+                    too_deep = too_deep or _nested_too_deeply(e)
                 except RecursionError:
-                    pass
+                    too_deep = True
                 else:
                     return _unrepaired(text, candidate, fixes)
                 continue
@@ -300,6 +310,7 @@ class Parser(Generic[T]):
                 return validate(candidate), tuple(fixes)
             except ValidationError as e:
                 if _json_invalid(e):
+                    too_deep = too_deep or _nested_too_deeply(e)
                     continue
                 value_fixed = _value_fixes(candidate, e, validate)
                 if value_fixed is not None:
@@ -307,9 +318,13 @@ class Parser(Generic[T]):
                 if rejected is None or len(candidate) > rejected[0]:
                     rejected = (len(candidate), e, candidate, prose)
             except RecursionError:
+                too_deep = True
                 continue
         if rejected is not None:
             return _validation_failure(rejected[1], rejected[2], prose=rejected[3])
+        if too_deep and "recursion limit" not in invalid_json:
+            # what the model must fix is the JSON's depth, not the fence or prose around it
+            return parse_failure(text, "the JSON is nested too deeply")
         return parse_failure(text, invalid_json=invalid_json)
 
     def placeholders(self, value: Any, text: str) -> tuple[str, ...]:

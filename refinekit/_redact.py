@@ -15,9 +15,13 @@
   JSON Web Tokens.
 
 `client_secrets` collects what an `openai` client was configured with, for `redact` to
-replace literally; `safe_url` gives an endpoint as a message may show it; `redacted_logs`
-redacts what the libraries under a judge's request (instructor, openai, httpx) log while it
-is under way. This module imports nothing of refinekit's own.
+replace literally; `register_secrets` makes `redact` replace such secrets everywhere (every
+log line, exception, event, span, stored run and report) while the object that holds them
+lives (a `JudgeModel`, a reviser, a PostgreSQL store or cache); `safe_url` gives an endpoint
+as a message may show it, and `url_problem` says what makes a connection URL malformed, both
+without parsing its user info into the text; `redacted_logs` redacts what the libraries under
+a judge's request (instructor, openai, httpx) log while it is under way. This module imports
+nothing of refinekit's own.
 """
 
 from __future__ import annotations
@@ -26,10 +30,11 @@ import contextlib
 import logging
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote
 
 __all__ = [
     "MIN_SECRET_CHARS",
@@ -37,7 +42,10 @@ __all__ = [
     "client_secrets",
     "redact",
     "redacted_logs",
+    "register_secrets",
+    "registered_secrets",
     "safe_url",
+    "url_problem",
     "url_secrets",
 ]
 
@@ -154,6 +162,9 @@ def _once(text: str, literals: list[str]) -> str:
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` with every credential in it replaced by `[redacted]` (a key: `[redacted key]`).
 
+    The secrets registered with `register_secrets` (those of the clients and stores in play)
+    are replaced too, wherever this runs.
+
     Args:
         text: Any text: an error message, a reason, feedback, a log line.
         secrets: Secrets to replace wherever they appear, whatever their shape (a configured
@@ -162,7 +173,10 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     Returns:
         The text without credentials. Redacting it again changes nothing.
     """
-    literals = _literals(secrets)
+    given = list(secrets)
+    literals = _registry.literals()
+    if given:
+        literals = sorted(set(literals).union(_literals(given)), key=len, reverse=True)
     for _ in range(4):  # a replacement may complete another's match: until nothing changes
         redacted = _once(text, literals)
         if redacted == text:
@@ -171,30 +185,203 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     return text
 
 
+# --- the secrets of the clients in play --------------------------------------------------------
+
+
+class _Registry:
+    """Secrets `redact` replaces everywhere, each held by the live objects that registered it.
+
+    A count per secret (two judge models may share a key); an owner's secrets are released
+    when it is garbage-collected (a `weakref.finalize`), so nothing outlives its owner and
+    the owner itself is never kept alive or changed.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._literals: list[str] = []
+
+    def add(self, owner: object, secrets: Iterable[str]) -> None:
+        found = tuple(
+            dict.fromkeys(s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_CHARS)
+        )
+        if not found:
+            return
+        with self._lock:
+            for secret in found:
+                self._counts[secret] = self._counts.get(secret, 0) + 1
+            self._literals = _literals(self._counts)
+        weakref.finalize(owner, self._release, found)
+
+    def _release(self, found: tuple[str, ...]) -> None:
+        with self._lock:
+            for secret in found:
+                left = self._counts.get(secret, 0) - 1
+                if left > 0:
+                    self._counts[secret] = left
+                else:
+                    self._counts.pop(secret, None)
+            self._literals = _literals(self._counts)
+
+    def literals(self) -> list[str]:
+        return self._literals  # replaced whole on each change, never changed in place
+
+    def secrets(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._counts)
+
+
+_registry = _Registry()
+
+
+def register_secrets(owner: object, secrets: Iterable[str]) -> None:
+    """Make `redact` replace `secrets` (literally, whatever their shape) while `owner` lives.
+
+    What a `JudgeModel` does with its client's key, base URL credentials and credential
+    headers, and a PostgreSQL store or cache with its URL's password: any text refinekit
+    logs, raises, emits, traces, stores or reports is then without them, whichever code path
+    made it. Nothing is read from or written to `owner`; its secrets are released when it is
+    garbage-collected. Secrets shorter than `MIN_SECRET_CHARS` are ignored.
+
+    Args:
+        owner: The object whose lifetime the secrets share (weak-referenceable).
+        secrets: The literal secrets.
+    """
+    _registry.add(owner, secrets)
+
+
+def registered_secrets() -> tuple[str, ...]:
+    """The secrets registered by live owners (for tests and debugging)."""
+    return _registry.secrets()
+
+
+# --- URLs ------------------------------------------------------------------------------------
+
+ENCODE_HINT = (
+    "a user name or password holding '@', '/', '?', '#' or '%' must be percent-encoded "
+    "('@' as %40, '/' as %2F, '?' as %3F, '#' as %23, '%' as %25), as libpq and SQLAlchemy "
+    "require: urllib.parse.quote(password, safe='') gives it"
+)
+
+
+def _authority_end(rest: str) -> int:
+    """Where the host part of a URL's text after `scheme://` ends: its first `/`, `?` or `#`."""
+    found = [i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0]
+    return min(found) if found else len(rest)
+
+
+def _parts(url: str) -> tuple[str, str | None, str, str]:
+    """`(scheme, user info, host part, the rest)` of a URL, read so that no secret leaks.
+
+    The user info ends at the URL's *last* `@`, also when that `@` comes after a `/`, `?` or
+    `#` (a password holding one of those, not percent-encoded, would else be read as a port,
+    a path or a fragment, and shown). No `://`: no scheme, and the whole text as the rest.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "", None, "", url
+    at = rest.rfind("@")
+    end = _authority_end(rest)
+    userinfo: str | None = None
+    if at >= end:  # an '@' past the host part: the user info runs to it
+        userinfo, rest = rest[:at], rest[at + 1 :]
+        end = _authority_end(rest)
+    elif "@" in rest[:end]:
+        userinfo, _, host = rest[:end].rpartition("@")
+        rest = host + rest[end:]
+        end = len(host)
+    return scheme, userinfo, rest[:end], rest[end:]
+
+
 def url_secrets(url: str) -> list[str]:
-    """The credentials a URL carries: its user info and query values named like keys."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return []
+    """The credentials a URL carries: its user info and query values named like keys.
+
+    Read as `safe_url` reads the URL (the user info up to its last `@`), and as libpq reads
+    it (up to the first), so that a malformed URL's password is known too.
+    """
+    _, userinfo, _, rest = _parts(url)
     found: list[str] = []
-    if parts.password:
-        found.append(parts.password)
-    elif parts.username:  # https://<token>@host
-        found.append(parts.username)
-    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+    if userinfo:
+        user, colon, password = userinfo.partition(":")
+        found.append(password if colon else user)  # https://<token>@host: the user is the key
+        if "@" in userinfo:  # as libpq reads user:password@host, to the first '@'
+            first = userinfo.partition("@")[0]
+            found.append(first.partition(":")[2] or first)
+        found.append(userinfo)
+    query = rest.partition("?")[2].partition("#")[0]
+    for name, value in parse_qsl(query, keep_blank_values=False):
         if _QUERY_NAME.search(name):
             found += [value, value.rstrip("/")]
-    return found
+    return [s for s in dict.fromkeys(found) if s]
 
 
 def safe_url(url: str) -> str:
-    """A URL without user info and query (and no key-shaped path part): for messages and logs."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return redact(urlunsplit((parts.scheme, host, parts.path, "", "")))
+    """A URL without user info and query (and no key-shaped path part): for messages and logs.
+
+    Never raises, and never shows any part of the user info, also of a malformed URL (its
+    user info read up to the last `@`): what `url_problem` says is wrong is told apart.
+    """
+    scheme, _, host, rest = _parts(url)
+    path = re.split(r"[?#]", rest, maxsplit=1)[0]
+    if not scheme:
+        return redact(path)
+    return redact(f"{scheme}://{host.lower()}{path}")
+
+
+def _host_problem(host: str) -> str | None:
+    """What is wrong with one `host[:port]` of a URL, or None."""
+    port = ""
+    if host.startswith("["):
+        close = host.find("]")
+        if close < 0:
+            return "an IPv6 address's '[' is never closed (write [::1]:5432)"
+        after = host[close + 1 :]
+        if after and not after.startswith(":"):
+            return "after an IPv6 address's ']' only ':port' may follow"
+        name, port = host[: close + 1], after[1:]
+    else:
+        if "[" in host or "]" in host:
+            return "a '[' or ']' outside an IPv6 address (write [::1]:5432)"
+        if host.count(":") > 1:
+            return "a host with more than one ':' (an IPv6 address goes in brackets: [::1]:5432)"
+        name, _, port = host.partition(":")
+    if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return f"the port of host {name or 'localhost'!r} is not a number from 1 to 65535"
+    return None
+
+
+def url_problem(url: str) -> str | None:
+    """What makes `url` a malformed connection URL (a database's), or None when it is sound.
+
+    In words that quote no part of its user info. Checked: no `#` (a database URL has no
+    fragment), no `@` after the host part and none in the user info (where libpq and URL
+    parsers would read the password differently: each must be percent-encoded), `%` only as
+    a percent-encoding, and each host (libpq takes several, comma-separated) a name or a
+    bracketed IPv6 address with an optional port from 1 to 65535.
+
+    Args:
+        url: The URL as given, credentials and all.
+    """
+    _, sep, rest = url.partition("://")
+    if not sep:
+        return "it is not a URL (no '://' after its scheme)"
+    if "#" in rest:
+        return f"it holds a '#' (a database URL has no fragment); {ENCODE_HINT}"
+    end = _authority_end(rest)
+    if "@" in rest[end:]:
+        return (
+            f"it holds an '@' after its host part; {ENCODE_HINT} (an '@' in the database "
+            "name or a query value too)"
+        )
+    if rest[:end].count("@") > 1:
+        return f"its user info holds an '@'; {ENCODE_HINT}"
+    if re.search(r"%(?![0-9A-Fa-f]{2})", rest):
+        return "it holds a '%' that is not followed by two hex digits (write '%' as %25)"
+    for host in rest[:end].rpartition("@")[2].split(","):
+        problem = _host_problem(host)
+        if problem is not None:
+            return problem
+    return None
 
 
 def client_secrets(client: Any) -> tuple[str, ...]:

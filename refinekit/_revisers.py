@@ -20,7 +20,7 @@ from ._errors import ReviserFailed
 from ._errtext import utf8_text
 from ._model import EvaluationRequest, Verdict
 from ._prompts import delimit, evidence_text
-from ._redact import safe_url
+from ._redact import client_secrets, register_secrets, safe_url
 from ._replies import first_message, get, message_text, tool_call_names
 from ._request import function_name
 
@@ -154,12 +154,13 @@ class ModelReviser:
     closed after it), so no client is left open and no connection crosses event loops.
     """
 
-    __slots__ = ("client", "model", "where")
+    __slots__ = ("__weakref__", "client", "model", "where")
 
     def __init__(self, client: openai.OpenAI | openai.AsyncOpenAI, model: str) -> None:
         self.client = client
         self.model = model
         self.where = safe_url(str(client.base_url))
+        register_secrets(self, client_secrets(client))  # redacted wherever refinekit redacts
 
     def _kwargs(self, request: RevisionRequest, timeout: float) -> dict[str, Any]:
         # No `tools`, no `tool_choice`: the reviser edits text and nothing else.
@@ -179,7 +180,7 @@ class ModelReviser:
                 "reviser_error",
                 f"the reviser model {self.model!r} at {self.where} failed: {type(exc).__name__}",
             )
-        if isinstance(exc, json.JSONDecodeError):  # a 200 whose body is not JSON
+        if isinstance(exc, (json.JSONDecodeError, RecursionError)):  # a 200 whose body is not JSON
             return ReviserFailed(
                 "reviser_error",
                 f"the reviser model {self.model!r} at {self.where} sent a body that is not JSON",

@@ -423,13 +423,14 @@ def test_a_calibration_report_that_cannot_be_written_is_a_usage_error_before_the
 ) -> None:
     data = ws.jsonl("labelled.jsonl", AGREEMENT)
     module = ws.module(PLAIN_JUDGES)
+    (ws.path / "notes.txt").write_text("a file where the report's folder would be made")
 
-    result = cli("calibrate", data, "--judge", f"{module}:judge", "--report", "no/such/c.html")
+    result = cli("calibrate", data, "--judge", f"{module}:judge", "--report", "notes.txt/c.html")
 
     assert result.code == 2
     assert result.err == (
-        "refinekit calibrate: error: --report no/such/c.html: the folder no/such does not "
-        "exist; nothing was run\n"
+        "refinekit calibrate: error: --report notes.txt/c.html: notes.txt is a file, not a "
+        "folder; nothing was run\n"
     )
     assert result.out == ""
     assert not (ws.path / ".refinekit" / "runs.db").exists()

@@ -881,7 +881,11 @@ def test_store_is_db_option_else_env_else_default(
     target = ws.module("def answer(question):\n    return 'ok'\n")
     run = ("eval", golden, "--target", f"{target}:answer")
 
-    assert cli("runs").out == f"no run store at {Path('.refinekit') / 'runs.db'}\n"
+    nothing = cli("runs")
+    assert (nothing.code, nothing.out) == (2, "")
+    assert nothing.err.startswith(
+        f"refinekit runs: error: no run store at {Path('.refinekit') / 'runs.db'} "
+    )
     assert cli(*run).code == 0
     assert (ws.path / ".refinekit" / "runs.db").is_file()
 

@@ -49,6 +49,16 @@ def golden(ws: Workspace) -> Path:
     )
 
 
+def labelled(ws: Workspace) -> Path:
+    return ws.csv(
+        "labelled.csv",
+        [
+            {"question": "q", "answer": "ok", "label": "pass"},
+            {"question": "q", "answer": "bad", "label": "fail"},
+        ],
+    )
+
+
 # --- --version and "did you mean" ---------------------------------------------------------------
 
 
@@ -188,8 +198,8 @@ def unwritable(folder: Path) -> Path:
 @pytest.mark.parametrize(
     ("where", "said"),
     [
-        ("no/such/r.html", "--report no/such/r.html: the folder no/such does not exist"),
-        ("afile/r.html", "--report afile/r.html: the folder afile is not a folder"),
+        ("afile/r.html", "--report afile/r.html: afile is a file, not a folder"),
+        ("afile/new/r.html", "--report afile/new/r.html: afile is a file, not a folder"),
         (".", "--report .: is a folder; give a file name (e.g. report.html)"),
         ("adir", f"--report adir: is a folder; give a file name (e.g. {Path('adir/report.html')})"),
     ],
@@ -212,6 +222,46 @@ def test_a_report_path_that_cannot_be_written_is_a_usage_error_before_the_run(
     assert result.out == ""
     assert not (ws.path / "called").exists()
     assert not (ws.path / ".refinekit").exists()  # no run started, none to pay for
+
+
+@pytest.mark.parametrize("command", ["eval", "calibrate"])
+def test_report_and_db_make_their_missing_folders_alike(
+    ws: Workspace, cli: Cli, command: str
+) -> None:
+    # one rule for every output path, as pytest's --junitxml and coverage's reports have it
+    data = golden(ws) if command == "eval" else labelled(ws)
+    module = ws.module(
+        "def answer(question):\n    return 'ok'\n\njudge = lambda r: 'ok' in r.answer\n"
+    )
+    option = "--target" if command == "eval" else "--judge"
+    name = "answer" if command == "eval" else "judge"
+    report, db = ws.path / "new" / "reports" / "r.html", ws.path / "other" / "dir" / "runs.db"
+
+    result = cli(command, data, option, f"{module}:{name}", "--report", report, "--db", db)
+
+    assert result.code in (0, 1), result.err  # the gate's verdict, whatever it is
+    assert f"report: {report}" in result.out
+    assert "<html" in report.read_text(encoding="utf-8")
+    with SQLiteStore(db) as store:
+        assert len(store.runs()) == 1
+
+
+@pytest.mark.parametrize("command", ["eval", "calibrate"])
+def test_a_db_whose_folder_cannot_be_made_is_a_usage_error_before_the_run(
+    ws: Workspace, cli: Cli, command: str
+) -> None:
+    (ws.path / "afile").write_text("x")
+    data = golden(ws) if command == "eval" else labelled(ws)
+    module = ws.module(MARKING + "\njudge = answer\n")
+    option = "--target" if command == "eval" else "--judge"
+    name = "answer" if command == "eval" else "judge"
+
+    result = cli(command, data, option, f"{module}:{name}", "--db", "afile/new/runs.db")
+
+    assert result.code == 2
+    assert result.err.startswith(f"refinekit {command}: error: cannot open the run store ")
+    assert "afile" in result.err
+    assert not (ws.path / "called").exists()
 
 
 def not_writable(ws: Workspace) -> Path:
@@ -240,12 +290,33 @@ def test_a_report_in_a_folder_not_writable_is_a_usage_error_before_the_run(
     assert not (ws.path / "called").exists()
 
 
+def test_a_report_whose_missing_folder_cannot_be_made_is_a_usage_error_before_the_run(
+    ws: Workspace, cli: Cli
+) -> None:
+    target = ws.module(MARKING)
+    locked = not_writable(ws).parent
+    path = locked / "new" / "r.html"
+    try:
+        result = cli("eval", golden(ws), "--target", f"{target}:answer", "--report", path)
+    finally:
+        if locked.is_relative_to(ws.path):
+            locked.chmod(0o700)
+
+    assert result.code == 2
+    assert result.err == (
+        f"refinekit eval: error: --report {path}: cannot make its folder: the folder {locked} "
+        "is not writable; nothing was run\n"
+    )
+    assert not (ws.path / "called").exists()
+
+
 def test_a_report_that_fails_after_the_run_is_still_a_usage_error(ws: Workspace, cli: Cli) -> None:
-    # the folder is there when checked, and gone by the time the run is done
+    # the folder is there when checked, and a file in its place by the time the run is done
     (ws.path / "out").mkdir()
     target = ws.module(
-        "import shutil\n\ndef answer(question):\n"
-        "    shutil.rmtree('out', ignore_errors=True)\n    return 'ok'\n"
+        "import pathlib, shutil\n\ndef answer(question):\n"
+        "    shutil.rmtree('out', ignore_errors=True)\n"
+        "    pathlib.Path('out').write_text('in the way')\n    return 'ok'\n"
     )
     data = ws.csv("golden.csv", [{"question": "q", "must_mention": "ok"}])
 
@@ -253,7 +324,7 @@ def test_a_report_that_fails_after_the_run_is_still_a_usage_error(ws: Workspace,
 
     assert result.code == 2
     assert result.err == (
-        "refinekit eval: error: cannot write the report to out/r.html: No such file or directory\n"
+        "refinekit eval: error: cannot write the report to out/r.html: File exists\n"
     )
     assert "pass rate 1.000 (1/1)" in result.out  # the run itself was done and stored
     with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:

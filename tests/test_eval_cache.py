@@ -8,6 +8,8 @@ request and stores the replies; the same run again sends none; what changes miss
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,6 +96,42 @@ def test_the_same_eval_again_with_cache_makes_no_judge_call(
     # the same verdicts: the cached replies are read as the fresh ones were
     assert [r.summary["passed"] for r in results] == [2, 2]
     assert results[1].summary["usage"]["judge"]["model_calls"] == 0  # a hit costs nothing
+
+
+def test_a_stored_reply_the_judge_cannot_read_costs_one_call_not_one_a_run(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli
+) -> None:
+    assert cli(*command(ws, "--cache")).code == 0
+    store = sqlite3.connect(ws.path / ".refinekit" / "runs.db")
+    with store:
+        key, value = store.execute("SELECT key, value FROM refinekit_judge_cache").fetchone()
+        stored = json.loads(value)
+        stored["value"]["choices"][0]["message"]["content"] = "Maybe"  # no verdict in it
+        stored["value"]["choices"][0]["logprobs"] = None
+        store.execute(
+            "UPDATE refinekit_judge_cache SET value = ? WHERE key = ?", (json.dumps(stored), key)
+        )
+    store.close()
+
+    again = cli(*command(ws, "--cache", "--fresh"))
+    third = cli(*command(ws, "--cache", "--fresh"))
+
+    assert again.code == 0, again.err
+    assert "0 unavailable" in again.out  # the case was judged, from the model
+    assert "judge cache: 2 of 3 judge requests answered from the store (1 sent to the model)" in (
+        again.out
+    )
+    assert "judge cache: 3 of 3 judge requests answered from the store (0 sent to the model)" in (
+        third.out
+    )
+    assert judged(server) == 3 + 1
+    results = refinekit.eval.runs()
+    assert [r.summary["judge_cache"] for r in results] == [
+        {"hits": 0, "misses": 3},
+        {"hits": 2, "misses": 1},
+        {"hits": 3, "misses": 0},
+    ]
+    assert [r.summary["passed"] for r in results] == [2, 2, 2]
 
 
 def test_without_cache_every_judgement_is_paid_for_and_nothing_is_said(

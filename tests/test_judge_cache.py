@@ -608,6 +608,47 @@ async def test_a_value_that_cannot_be_read_counts_as_a_miss(
     assert len(server.requests) == 2
 
 
+def says_maybe(value: str) -> str:
+    """A stored completion made to say "Maybe" (as another version, or a hand, may store it)."""
+    stored = json.loads(value)
+    message = stored["value"]["choices"][0]
+    message["message"]["content"] = "Maybe"
+    message["logprobs"] = None
+    return json.dumps(stored)
+
+
+@pytest.mark.parametrize("name", ["relevancy", "criteria"])
+async def test_a_stored_reply_the_judge_cannot_read_is_a_miss_replaced_by_the_fresh_one(
+    kind: str,
+    server: ScriptedOpenAI,
+    make_jm: MakeJudgeModel,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+) -> None:
+    script_forever(server)
+    with SQLiteCache(tmp_path / "c.sqlite") as cache:
+        jm = make_jm(cache=cache)
+        fresh = await judge(kind, make_judge(name, jm))
+        asked = len(server.requests)
+        table = "refinekit_judge_cache"
+        for key, value in cache._db.execute(f"SELECT key, value FROM {table}").fetchall():
+            cache._db.execute(
+                f"UPDATE {table} SET value = ? WHERE key = ?", (says_maybe(value), key)
+            )
+        with caplog.at_level(logging.WARNING, logger="refinekit"):
+            again = await judge(kind, make_judge(name, jm))  # not a JudgeReplyError
+        assert again == fresh
+        assert len(server.requests) == 2 * asked  # each bad entry cost one call
+        assert (cache.hits, cache.misses) == (0, 2 * asked)
+        third = await judge(kind, make_judge(name, jm))  # the fresh replies replaced them
+        assert third == fresh
+        assert len(server.requests) == 2 * asked
+        assert (cache.hits, cache.misses) == (asked, 2 * asked)
+    warned = [r.getMessage() for r in caplog.records]
+    assert any("the stored reply gives no verdict; asking the model" in m for m in warned)
+
+
 # --- events -------------------------------------------------------------------------------------
 
 

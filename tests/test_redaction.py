@@ -7,6 +7,8 @@ error body; and `refinekit eval` with a target whose error quotes a URL's passwo
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import re
 import string
@@ -42,7 +44,7 @@ from refinekit import (
     judges,
     retry_on_low_quality,
 )
-from refinekit._redact import client_secrets, redact
+from refinekit._redact import client_secrets, redact, registered_secrets
 from refinekit.judges import JudgeModel
 from refinekit.testing import Reply, ScriptedOpenAI
 
@@ -410,6 +412,136 @@ def test_a_hooks_error_is_warned_about_without_the_credential_it_quotes() -> Non
     messages = [str(w.message) for w in warned]
     assert any("api_key=[redacted]" in m for m in messages)
     assert all(GATEWAY_KEY not in m for m in messages)
+
+
+# --- the clients' own secrets, literally, wherever refinekit redacts -------------------------
+
+UNSHAPED_KEY = "not-a-key-shape-123"  # the judge client's key, in no known key shape
+HEADER_SECRET = "hdr-value-no-shape-456"  # a credential header of the judge client
+
+
+class QuotingCache:
+    """A backend whose errors quote the judge client's own key and header (as a proxy or a
+    driver that echoes what it was handed may)."""
+
+    def get(self, key: str) -> str | None:
+        raise RuntimeError(f"cache proxy refused {UNSHAPED_KEY} (header {HEADER_SECRET})")
+
+    def set(self, key: str, value: str) -> None:
+        raise RuntimeError(f"cache proxy refused {UNSHAPED_KEY} on write")
+
+
+async def test_a_cache_backends_error_quoting_the_clients_key_reaches_no_log_event_or_verdict(
+    kind: str, server: ScriptedOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.script(JUDGE, ["Yes"])
+    options = {"api_key": UNSHAPED_KEY, "default_headers": {"X-Gateway-Token": HEADER_SECRET}}
+    client = server.client(**options) if kind == "sync" else server.async_client(**options)
+    events: list[Event] = []
+    try:
+        judge = judges.relevancy(JudgeModel(client, JUDGE, cache=QuotingCache()))
+        with refinekit.subscribe(events.append), caplog.at_level(logging.DEBUG):
+            verdict = await evaluate(kind, judge)
+    finally:
+        closed = client.close()
+        if asyncio.iscoroutine(closed):
+            await closed
+    assert verdict.passed  # a failing backend never fails the judgement
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(
+        "judge cache QuotingCache: get failed; asking the model as without a cache: "
+        "RuntimeError: cache proxy refused [redacted] (header [redacted])" in m
+        for m in logged
+    )
+    assert any("judge cache QuotingCache: set failed" in m for m in logged)
+    texts = [*logged, *map(repr, events), repr(verdict)]
+    for text in texts:
+        assert UNSHAPED_KEY not in text
+        assert HEADER_SECRET not in text
+    assert (client.api_key, client._custom_headers["X-Gateway-Token"]) == (
+        UNSHAPED_KEY,
+        HEADER_SECRET,
+    )  # the caller's client is left as it was
+
+
+def test_a_hooks_error_quoting_a_judge_clients_key_is_warned_about_without_it() -> None:
+    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key=UNSHAPED_KEY)
+    judge_model = JudgeModel(client, JUDGE)  # in play: its client's key is known
+
+    def broken_hook(event: Event) -> None:
+        raise RuntimeError(f"the collector refused {UNSHAPED_KEY}")
+
+    fn = retry_on_low_quality(max_retries=1)(lambda q: "fine")
+    with refinekit.subscribe(broken_hook), pytest.warns(RefinekitWarning) as warned:
+        assert fn("q") == "fine"
+    messages = [str(w.message) for w in warned]
+    assert any("the collector refused [redacted]" in m for m in messages)
+    assert all(UNSHAPED_KEY not in m for m in messages)
+    del judge_model
+    client.close()
+
+
+def test_a_clients_secrets_are_redacted_while_its_judge_model_lives_and_released_after() -> None:
+    key = "lives-with-its-model-789"
+    client = openai.OpenAI(
+        base_url="http://127.0.0.1:9/v1", api_key=key, default_headers={"api-key": key + "-h"}
+    )
+    settings = (client.api_key, dict(client._custom_headers), str(client.base_url))
+    first, second = JudgeModel(client, JUDGE), JudgeModel(client, "other")
+    assert redact(f"echo {key} and {key}-h") == "echo [redacted] and [redacted]"
+    del first
+    gc.collect()
+    assert redact(f"echo {key}") == "echo [redacted]"  # the other model still holds it
+    del second
+    gc.collect()
+    assert key not in registered_secrets()
+    assert redact(f"echo {key}") == f"echo {key}"  # nothing outlives its models
+    # many models made and dropped: nothing is kept of them
+    held = len(registered_secrets())
+    for n in range(500):  # (a copy of the client sharing its HTTP pool, with another key)
+        JudgeModel(client.with_options(api_key=f"short-lived-{n:04}"), JUDGE)
+    gc.collect()
+    assert len(registered_secrets()) == held
+    assert (client.api_key, dict(client._custom_headers), str(client.base_url)) == settings
+    client.close()
+
+
+UNSHAPED_TARGET = f"""
+def answer(question):
+    raise RuntimeError("the gateway refused {UNSHAPED_KEY}")
+"""
+
+UNSHAPED_JUDGE = """
+import os
+import openai
+from refinekit import judges
+from refinekit.judges import Criterion, JudgeModel
+
+client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="{key}", max_retries=0)
+judge = judges.criteria(JudgeModel(client, "judge"), [Criterion("correct", "Right?")])
+""".replace("{key}", UNSHAPED_KEY)
+
+
+def test_eval_keeps_the_judge_clients_unshaped_key_out_of_store_report_and_terminal(
+    ws: Workspace, scripted_openai: ScriptedOpenAI, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
+    golden = ws.csv("golden.csv", [{"question": "Refunds?"}])
+    report = ws.path / "report.html"
+
+    result = cli(
+        "eval", golden, "--target", f"{ws.module(UNSHAPED_TARGET)}:answer",
+        "--judge", f"{ws.module(UNSHAPED_JUDGE)}:judge", "--report", report,
+    )  # fmt: skip
+
+    assert result.code == 4, result.err  # no answer judged: the setup failed
+    assert "RuntimeError: the gateway refused [redacted]" in result.out
+    stored = b"".join(p.read_bytes() for p in (ws.path / ".refinekit").iterdir())
+    html = report.read_text(encoding="utf-8")
+    assert "the gateway refused [redacted]" in html
+    for text in (result.out, result.err, html):
+        assert UNSHAPED_KEY not in text
+    assert UNSHAPED_KEY.encode() not in stored
 
 
 # --- refinekit eval: nothing stored, printed or reported --------------------------------------

@@ -4,14 +4,17 @@ database surviving a real interrupted `python -m refinekit eval` (SIGKILL, SIGIN
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from helpers import SYNC_ANSWER, Cli, Workspace, answers, asked, cli_runner, table, workspace
@@ -29,6 +32,7 @@ from refinekit.eval._pgstore import PostgresStore
 from refinekit.eval._runstore import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
 from refinekit.eval._sqlstore import SQLStore
 from refinekit.eval._store import open_store
+from refinekit.judges import PostgresCache
 from refinekit.testing import ScriptedOpenAI
 
 
@@ -778,9 +782,9 @@ def test_postgresql_credentials_never_reach_an_error(
         PostgresStore(closed)
     assert "Hunter2-secret" not in str(unreachable.value)
 
-    # libpq quotes a password it cannot decode: the message keeps the reason, not the password
+    # libpq would quote a password it cannot decode: refused before, the reason kept
     garbled = f"postgresql://u:Hunter2%zzsecret@127.0.0.1:{free_port()}/db"
-    with pytest.raises(RunStoreError, match="invalid percent-encoded token") as bad:
+    with pytest.raises(RunStoreError, match="a '%' that is not followed by two hex") as bad:
         PostgresStore(garbled)
     assert "Hunter2" not in str(bad.value)
     assert "zzsecret" not in str(bad.value)
@@ -893,3 +897,166 @@ def test_cases_of_some_outcomes_only_with_their_calls(store: SQLStore) -> None:
     ]
     assert store.cases(run.id, outcomes=()) == []
     assert [c.key for c in store.cases(run.id)] == ["a", "b", "c"]
+
+
+# --- what a `db` argument may be: a path, a sound PostgreSQL URL; nothing else ----------------
+
+MARKS_A_RUN = (
+    "import pathlib\n\ndef answer(question):\n    pathlib.Path('called').touch()\n    return 'ok'\n"
+)
+
+# a password holding what a URL reserves, not percent-encoded; "Hunter" is the part that a
+# URL parser reads as a port, a path or a fragment, and must never be shown
+MALFORMED_URLS = [
+    ("postgresql://u:Hunter#2pw@127.0.0.1:5432/x", "it holds a '#'"),
+    ("postgresql://u:Hunter/2pw@127.0.0.1:5432/x", "it holds an '@' after its host part"),
+    ("postgresql://u:Hunter?2pw@127.0.0.1:5432/x", "it holds an '@' after its host part"),
+    ("postgresql://u:Hunter@2pw@127.0.0.1:5432/x", "its user info holds an '@'"),
+    ("postgres://u:Hunter%zz@127.0.0.1:5432/x", "a '%' that is not followed by two hex digits"),
+    ("postgresql://u:Hunter2pw@[::1/x", "an IPv6 address's '[' is never closed"),
+    ("postgresql://u:Hunter2pw@127.0.0.1:99999/x", "the port of host '127.0.0.1' is not a number"),
+    ("postgresql://u:Hunter2pw@127.0.0.1:5432x/x", "the port of host '127.0.0.1' is not a number"),
+]
+
+
+@pytest.mark.parametrize("command", ["eval", "runs"])
+@pytest.mark.parametrize(("url", "said"), MALFORMED_URLS)
+def test_a_malformed_postgresql_url_is_a_usage_error_that_shows_no_user_info(
+    ws: Workspace, cli: Cli, command: str, url: str, said: str
+) -> None:
+    target = ws.module(MARKS_A_RUN)
+    golden = ws.csv("golden.csv", [{"question": "q", "must_mention": "ok"}])
+    args = ("eval", golden, "--target", f"{target}:answer") if command == "eval" else ("runs",)
+
+    result = cli(*args, "--db", url)
+
+    assert result.code == 2
+    assert result.out == ""
+    [line] = result.err.splitlines()
+    assert line.startswith(f"refinekit {command}: error: the run store postgres")
+    assert "is not a valid PostgreSQL URL (user info not shown): " in line
+    assert said in line
+    assert "Hunter" not in line
+    assert not (ws.path / "called").exists()
+    assert not (ws.path / ".refinekit").exists()
+
+
+@pytest.mark.parametrize(("url", "said"), MALFORMED_URLS)
+def test_a_malformed_postgresql_url_raises_usage_problem_from_the_api_without_user_info(
+    ws: Workspace, url: str, said: str
+) -> None:
+    target = ws.module(MARKS_A_RUN)
+    golden = ws.csv("golden.csv", [{"question": "q", "must_mention": "ok"}])
+    calls = (
+        lambda: refinekit.eval.run(golden, target=f"{target}:answer", db=url),
+        lambda: refinekit.eval.runs(db=url),
+        lambda: refinekit.eval.store_location(url),
+    )
+    for call in calls:
+        with pytest.raises(UsageProblem, match=re.escape(said)) as info:
+            call()
+        assert "Hunter" not in str(info.value)
+    with pytest.raises(ValueError, match=re.escape(said)) as cache_error:
+        PostgresCache(url)
+    assert "Hunter" not in str(cache_error.value)
+    assert not (ws.path / "called").exists()
+
+
+@pytest.mark.parametrize("command", ["eval", "runs"])
+@pytest.mark.parametrize(
+    "url", ["mysql://x/y", "sqlite:///runs.db", "http://example.com/runs.db", "POSTGRESQL://h/db"]
+)
+def test_a_url_of_a_scheme_refinekit_does_not_store_in_is_a_usage_error(
+    ws: Workspace, cli: Cli, command: str, url: str
+) -> None:
+    target = ws.module(MARKS_A_RUN)
+    golden = ws.csv("golden.csv", [{"question": "q", "must_mention": "ok"}])
+    args = ("eval", golden, "--target", f"{target}:answer") if command == "eval" else ("runs",)
+    before = sorted(ws.path.iterdir())
+
+    result = cli(*args, "--db", url)
+
+    assert result.code == 2
+    scheme = url.partition("://")[0]
+    sqlite = " (a SQLite store is named by its file's path, not a sqlite:// URL)"
+    assert result.err == (
+        f"refinekit {command}: error: the run store {url}: refinekit keeps runs in SQLite files "
+        f"and PostgreSQL databases, not in {scheme}:// ones"
+        + (sqlite if scheme == "sqlite" else "")
+        + "; give a SQLite file's path (runs.db, /data/evals/runs.db) or a PostgreSQL URL "
+        "(postgresql://host:5432/database, or postgres://, with user:password@ before the host)\n"
+    )
+    assert sorted(ws.path.iterdir()) == before  # no file, no folder made of the URL
+    with pytest.raises(UsageProblem, match=f"not in {scheme}:// ones"):
+        refinekit.eval.run(golden, target=f"{target}:answer", db=url)
+
+
+def test_paths_that_look_a_little_like_urls_are_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REFINEKIT_DB", "mysql://x/y")
+    with pytest.raises(UsageProblem, match=r"the run store mysql://x/y \(\$REFINEKIT_DB\): "):
+        refinekit.eval.store_location(None)
+    for path in ("C://evals/runs.db", "C:\\evals\\runs.db", "C:/evals/runs.db", "runs:1.db"):
+        assert refinekit.eval.store_location(path) == Path(path)
+    url = "postgresql://u:p%23ss%2Fw0rd%3F%40@db.internal:5432/evals"
+    where = refinekit.eval.store_location(url)
+    assert isinstance(where, refinekit.eval.StoreURL)
+    assert (str(where), where._url) == ("postgresql://db.internal:5432/evals", url)
+    several = "postgresql://h1:5432,h2:5433/evals?target_session_attrs=read-write"  # libpq's
+    assert str(refinekit.eval.store_location(several)) == "postgresql://h1:5432,h2:5433/evals"
+
+
+def test_runs_of_a_store_that_does_not_exist_is_a_usage_error(ws: Workspace, cli: Cli) -> None:
+    missing = ws.path / "nonexistent" / "x.db"
+
+    result = cli("runs", "--db", missing)
+
+    assert result.code == 2
+    assert result.out == ""
+    assert result.err == (
+        f"refinekit runs: error: no run store at {missing} (refinekit eval and calibrate make "
+        "one; give --db the store they used)\n"
+    )
+    assert not (ws.path / "nonexistent").exists()  # reading makes nothing
+    assert refinekit.eval.runs(db=missing) == []  # the API: no store, no runs
+
+
+def test_a_password_with_url_characters_works_percent_encoded_and_is_shown_nowhere(
+    ws: Workspace, cli: Cli, postgres_server: PostgresServer
+) -> None:
+    import psycopg
+    from psycopg import sql
+
+    password = "Hunter#2pw/x?y@z%:"
+    name = f"r{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server.url(), autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(name), sql.Literal(password)
+            )
+        )
+        admin.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(
+                sql.Identifier(name), sql.Identifier(name)
+            )
+        )
+    encoded = quote(password, safe="")
+    url = f"postgresql://{name}:{encoded}@127.0.0.1:{postgres_server.port}/{name}"
+    target = ws.module("def answer(question):\n    return 'ok'\n")
+    golden = ws.csv("golden.csv", [{"question": "q", "must_mention": "ok"}])
+
+    ran = cli("eval", golden, "--target", f"{target}:answer", "--db", url, "--cache")
+    listed = cli("runs", "--db", url)
+    unencoded = cli("runs", "--db", url.replace(encoded, password))
+
+    assert ran.code == 0, ran.err
+    assert f"run 1 in postgresql://127.0.0.1:{postgres_server.port}/{name}" in ran.out
+    assert listed.code == 0, listed.err
+    assert len([line for line in listed.out.splitlines() if " eval " in line]) == 1
+    assert unencoded.code == 2
+    with PostgresCache(url) as cache:
+        cache.set("k" * 64, '{"v": 1}')
+        assert cache.get("k" * 64) == '{"v": 1}'
+        assert password not in repr(cache)
+    for text in (ran.out, ran.err, listed.out, listed.err, unencoded.out, unencoded.err):
+        assert "Hunter" not in text
+        assert encoded not in text

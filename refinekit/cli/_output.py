@@ -301,15 +301,18 @@ def report_problem(path: str | None) -> str | None:
     if path is None or path == REPORT_BESIDE_STORE:
         return None
     target = Path(path)
-    folder = target.parent
     if target.is_dir():
         example = target / "report.html"
         return f"--report {path}: is a folder; give a file name (e.g. {example}); nothing was run"
-    if not folder.is_dir():
-        what = "is not a folder" if folder.exists() else "does not exist"
-        return f"--report {path}: the folder {folder} {what}; nothing was run"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"--report {path}: the folder {folder} is not writable; nothing was run"
+    folder = target.parent
+    made = folder  # the nearest folder that exists: the missing ones are made in it
+    while not made.exists() and made != made.parent:
+        made = made.parent
+    if not made.is_dir():
+        return f"--report {path}: {made} is a file, not a folder; nothing was run"
+    if not os.access(made, os.W_OK | os.X_OK):
+        what = "the folder" if made == folder else "cannot make its folder: the folder"
+        return f"--report {path}: {what} {made} is not writable; nothing was run"
     if target.exists() and not os.access(target, os.W_OK):
         return f"--report {path}: the file exists and is not writable; nothing was run"
     return None
@@ -336,6 +339,7 @@ def write_report(io: Io, command: str, path: str, result: EvalResult | Calibrati
     """
     path = report_file(path, result)
     try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)  # as --db's folders are
         html_report(result, path)
     except OSError as e:
         io.error(command, f"cannot write the report to {path}: {e.strerror or e}")

@@ -159,8 +159,9 @@ def _store_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
         metavar="PATH|URL",
-        help="the run store: a SQLite file, or postgresql://user@host/db (refinekit[postgres]) "
-        "(default: $REFINEKIT_DB, else .refinekit/runs.db)",
+        help="the run store: a SQLite file (missing folders are made), or "
+        "postgresql://user:password@host/db (refinekit[postgres]; percent-encode '@ / ? # %%' "
+        "in the password) (default: $REFINEKIT_DB, else .refinekit/runs.db)",
     )
 
 
@@ -179,8 +180,8 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
         const=REPORT_BESIDE_STORE,
         metavar="FILE.html",
         help="write a self-contained HTML report to FILE.html; alone (or --report html), to "
-        "report-run-ID.html next to the run store. Its folder must exist and be writable: "
-        "this is checked before the run starts",
+        "report-run-ID.html next to the run store. Missing folders are made; that it can be "
+        "written is checked before the run starts",
     )
     parser.add_argument(
         "--fresh",

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..eval import RunStoreError, runs
+from ..eval import RunStoreError, UsageProblem, runs
 from ..eval._session import store_location
 from ._output import EXIT_USAGE, clean, streams
 
@@ -16,10 +16,18 @@ __all__ = ["runs_command"]
 def runs_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit runs`: the stored runs, oldest first."""
     io = streams(out, err)
-    path = store_location(args.db)
+    try:
+        path = store_location(args.db)
+    except UsageProblem as e:
+        io.error("runs", str(e))
+        return EXIT_USAGE
     if isinstance(path, Path) and not path.exists():
-        io.say(f"no run store at {path}")
-        return 0
+        io.error(
+            "runs",
+            f"no run store at {path} (refinekit eval and calibrate make one; give --db the "
+            "store they used)",
+        )
+        return EXIT_USAGE
     try:
         stored = runs(db=path, kind=args.kind)
     except RunStoreError as e:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import DataFileError
+from .._jsonload import MAX_DEPTH, TooDeep, loads
 
 __all__ = ["DataFileError", "column_for", "file_sha256", "read_rows", "row_key", "slug"]
 
@@ -25,8 +26,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     Raises:
         DataFileError: The file is missing or unreadable, is neither .csv nor .jsonl, a CSV
             row has more or fewer values than the header, a quote is never closed, a header
-            name is repeated (or missing over a value), or a JSONL line is not a JSON object.
-            The message names the line where the bad row starts.
+            name is repeated (or missing over a value), or a JSONL line is not a JSON object
+            (or nests one more than `_jsonload.MAX_DEPTH`, 200, levels deep). The message
+            names the line where the bad row starts.
     """
     if not path.is_file():
         raise DataFileError(f"file not found: {path}")
@@ -47,7 +49,12 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
                     if not line.strip():
                         continue
                     try:
-                        row = json.loads(line)
+                        row = loads(line)
+                    except TooDeep:
+                        raise DataFileError(
+                            f"{path}, line {number}: a value nested more than {MAX_DEPTH} "
+                            "levels deep (refinekit reads JSON up to that depth); flatten it"
+                        ) from None
                     except ValueError as e:  # JSONDecodeError, or an integer past 4300 digits
                         raise DataFileError(f"{path}, line {number}: not JSON ({e})") from None
                     row = _without_lone_surrogates(row)

@@ -9,7 +9,6 @@ its last session used.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import UsageProblem
+from .._jsonload import loads
 from .._model import Usage
 from .._prices import Prices
 from ._store import CaseRecord
@@ -74,7 +74,7 @@ def load_prices(spec: PricesLike | None) -> Prices | None:
 def _prices_file(path: Path) -> Prices:
     where = f"--prices {path}"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageProblem(
             f"{where}: no such file (give a JSON file of prices, or module:name of a "
@@ -82,7 +82,7 @@ def _prices_file(path: Path) -> Prices:
         ) from None
     except OSError as e:
         raise UsageProblem(f"{where}: cannot read it: {e.strerror or e}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # not UTF-8, not JSON, nested too deep, a number of 4300 digits
         raise UsageProblem(
             f'{where}: not JSON ({e}); write {{"gpt-4.1-mini": [0.40, 1.60], "default": '
             "[1.0, 4.0]} (input and output prices per million tokens)"

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .._errors import RunStoreError
-from .._redact import redact, safe_url, url_secrets
+from .._redact import redact, register_secrets, safe_url, url_problem, url_secrets
 from ..judges._cache_backends import PostgresCache
 from ._sqlbase import schema_steps
 from ._sqlstore import SQLStore
@@ -126,6 +126,10 @@ class PostgresStore(SQLStore):
         self._url = url
         self._secrets = url_secrets(url)
         self.where = safe_url(url)
+        problem = url_problem(url)
+        if problem is not None:
+            raise RunStoreError(f"the run store {self.where} is not a valid URL: {problem}")
+        register_secrets(self, self._secrets)
         psycopg = _psycopg()
         self._errors = psycopg.Error
         self._step_errors = (psycopg.Error,)

@@ -7,14 +7,16 @@ or incomplete (resumable) when it stops early.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from .._errors import RunAborted, RunStoreError, UsageProblem
+from .._redact import safe_url, url_problem
 from ._cases import Case
 from ._claims import new_worker
-from ._pgstore import is_postgres_url
+from ._pgstore import SCHEMES
 from ._ratelimit import RateLimiter
 from ._results import CaseFinished, RunEvent, RunStarted, RunStopped
 from ._resume import RunPlan, start
@@ -55,18 +57,61 @@ def store_location(db: str | os.PathLike[str] | None = None) -> Path | StoreURL:
 
     `db`, else `$REFINEKIT_DB`, else `.refinekit/runs.db`; a `postgresql://` (or
     `postgres://`) one is a PostgreSQL store, kept as a `StoreURL` (shown without its
-    credentials; the `db=` of every `refinekit.eval` function takes it as it is).
+    credentials; the `db=` of every `refinekit.eval` function takes it as it is). Any other
+    text is a file's path, unless it starts like a URL (`scheme://`, a scheme of two
+    characters or more: `C://` is a Windows path), which is refused.
 
     Args:
         db: A path or URL, or None for the default.
 
     Returns:
         The SQLite file (it may not exist yet), or the PostgreSQL store's URL.
+
+    Raises:
+        UsageProblem: `db` (or `$REFINEKIT_DB`) is a URL of another scheme, or a malformed
+            PostgreSQL URL (a password holding `#`, `/`, `?` or `@` must be percent-encoded);
+            the message shows no part of the URL's user info.
     """
-    value = db or os.environ.get("REFINEKIT_DB") or DEFAULT_DB
-    if isinstance(value, str) and is_postgres_url(value):
-        return value if isinstance(value, StoreURL) else StoreURL(value)
-    return Path(value)
+    given = db or os.environ.get("REFINEKIT_DB") or DEFAULT_DB
+    source = "" if db or not os.environ.get("REFINEKIT_DB") else " ($REFINEKIT_DB)"
+    if isinstance(given, StoreURL):
+        _check_url(given._url, source)
+        return given
+    if isinstance(given, str) and _URL.match(given):
+        _check_url(given, source)
+        return StoreURL(given)
+    return Path(given)
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]+://")
+"""Text that starts like a URL: a scheme of two characters or more (`C://x` is a path)."""
+
+STORE_FORMS = (
+    "give a SQLite file's path (runs.db, /data/evals/runs.db) or a PostgreSQL URL "
+    "(postgresql://host:5432/database, or postgres://, with user:password@ before the host)"
+)
+
+
+def _check_url(url: str, source: str) -> None:
+    """Raise the `UsageProblem` of a `db` URL refinekit cannot use (none for a sound one)."""
+    shown = safe_url(url)
+    if not url.startswith(SCHEMES):
+        scheme = url.partition("://")[0]
+        sqlite = (
+            " (a SQLite store is named by its file's path, not a sqlite:// URL)"
+            if scheme.lower() == "sqlite"
+            else ""
+        )
+        raise UsageProblem(
+            f"the run store {shown}{source}: refinekit keeps runs in SQLite files and "
+            f"PostgreSQL databases, not in {scheme}:// ones{sqlite}; {STORE_FORMS}"
+        )
+    problem = url_problem(url)
+    if problem is not None:
+        raise UsageProblem(
+            f"the run store {shown}{source} is not a valid PostgreSQL URL (user info not "
+            f"shown): {problem}"
+        )
 
 
 def _version() -> str:

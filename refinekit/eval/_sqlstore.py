@@ -122,7 +122,7 @@ class SQLStore(Claims):
             row = self._one(f"SELECT options FROM runs WHERE id = ?{self._FOR_UPDATE}", (run_id,))
             if row is None:
                 raise RunStoreError(f"no run {run_id} in {self.where}")
-            merged = json.loads(row["options"]) | dict(options)
+            merged = _json(row, "options", run_id) | dict(options)
             self._exec("UPDATE runs SET options = ? WHERE id = ?", (_dumps(merged), run_id))
 
     def finish_run(self, run_id: int, status: RunStatus, summary: Mapping[str, Any]) -> None:
@@ -183,12 +183,12 @@ class SQLStore(Claims):
             dataset_sha256=row["dataset_sha256"],
             target=row["target"],
             judge=row["judge"],
-            options=json.loads(row["options"]),
+            options=_json(row, "options", row["id"]),
             fingerprint=row["fingerprint"],
             version=row["version"],
             started_at=row["started_at"],
             finished_at=row["finished_at"],
-            summary=json.loads(row["summary"]),
+            summary=_json(row, "summary", row["id"]),
         )
 
     # cases
@@ -323,7 +323,7 @@ class SQLStore(Claims):
             key=key,
             position=r["position"],
             question=r["question"],
-            row=json.loads(r["row"]),
+            row=_json(r, "row", r["run_id"], r["position"]),
             outcome=r["outcome"],
             answer=r["answer"],
             error=r["error"],
@@ -331,7 +331,7 @@ class SQLStore(Claims):
             score=r["score"],
             probability=r["probability"],
             label=r["label"],
-            verdicts=json.loads(r["verdicts"]),
+            verdicts=_json(r, "verdicts", r["run_id"], r["position"]),
             passes=r["passes"],
             judgements=r["judgements"],
             flipped=bool(r["flipped"]),
@@ -342,6 +342,23 @@ class SQLStore(Claims):
             judge_usage=usage.get((key, "judge"), Usage()),
             answer_seconds=r["answer_seconds"],
             judge_seconds=r["judge_seconds"],
-            cost=json.loads(r["cost"]),
-            judge_cache=json.loads(r["judge_cache"]),
+            cost=_json(r, "cost", r["run_id"], r["position"]),
+            judge_cache=_json(r, "judge_cache", r["run_id"], r["position"]),
         )
+
+
+def _json(row: Mapping[str, Any], column: str, run_id: int, position: int | None = None) -> Any:
+    """A JSON column read back; one that is not readable JSON is a `RunStoreError`.
+
+    refinekit writes none such, but a store edited by hand (or nested past what Python's json
+    reads, a `RecursionError`) must fail as the store, not as a crash.
+    """
+    try:
+        return json.loads(row[column])
+    except (ValueError, TypeError, RecursionError) as e:
+        what = f"run {run_id}" + ("" if position is None else f", case {position}")
+        reason = "nested too deeply to read" if isinstance(e, RecursionError) else "not JSON"
+        raise RunStoreError(
+            f"the run store holds a {column} it cannot read ({what}: {reason}); it was not "
+            "written by refinekit as it is: restore the store, or give another --db"
+        ) from None

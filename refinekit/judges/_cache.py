@@ -8,7 +8,9 @@ logprobs...; not the time limit), for a structured reply its schema, instructor 
 retries, and the salt of `cache_salt`. What is stored is what the call returned (the
 completion, or the parsed reply), as JSON text, and only once the judge could read it: a hit
 gives the judge exactly what the call would have, and the judge's own reading (its thresholds,
-`strict`, `uncertain`...) makes the verdict from it as it would from a fresh reply.
+`strict`, `uncertain`...) makes the verdict from it as it would from a fresh reply. A stored
+value the judge cannot read (not JSON, not a completion, or a reply it reads no verdict from)
+is a miss: the model is asked, and its reply replaces the value once the judge could read it.
 
 A hit makes no request and adds nothing to the job's `judge_usage`. Backends are small: a
 `get` and a `set` of JSON text by key (`JudgeCache`); the built-in ones (`MemoryCache`,
@@ -31,6 +33,7 @@ from pydantic_core import to_jsonable_python
 
 from .._hooks import Event, emit, wants_debug_events
 from .._job import current_job
+from .._jsonload import loads
 from .._model import Usage
 from .._redact import redact
 from ._cache_backends import Counters, JudgeCache, MemoryCache
@@ -228,18 +231,34 @@ class Cached:
         )
 
     def _decode(self, text: str | None) -> Any:
-        """What a stored value stands for (a completion, a parsed reply), or None."""
+        """What a stored value stands for (a completion, a parsed reply), or None.
+
+        A value that cannot be read back, or a reply the judge cannot read (a completion
+        saying "Maybe" to a yes/no judge, stored by another version or edited by hand), is
+        dropped: None, a miss, so the model is asked and its readable reply replaces it. A
+        bad entry costs one call, not one on every later run.
+        """
         if text is None:
             return None
         try:
             if not isinstance(text, str):
                 raise TypeError(f"the backend returned {type(text).__name__}, not str")
-            return self.stored_type.model_validate(json.loads(text)["value"])
+            found = self.stored_type.model_validate(loads(text)["value"])
         except Exception as exc:
-            _warn(self.cache, "could not read the stored reply; asking the model", exc)
-            if isinstance(self.cache, Counters):
-                self.cache._unreadable()
+            self._drop("could not read the stored reply; asking the model", exc)
             return None
+        if self.accept is not None:
+            try:
+                self.accept(found)
+            except Exception as exc:  # the judge would raise it on every later run
+                self._drop("the stored reply gives no verdict; asking the model", exc)
+                return None
+        return found
+
+    def _drop(self, what: str, exc: Exception) -> None:
+        _warn(self.cache, what, exc)
+        if isinstance(self.cache, Counters):
+            self.cache._unreadable()
 
     # -- running -------------------------------------------------------------------------
 

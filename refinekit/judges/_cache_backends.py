@@ -229,18 +229,27 @@ class PostgresCache(Counters):
 
     Args:
         url: `postgresql://user:password@host:port/database` (libpq's URL). Its credentials
-            are used to connect and appear in no message.
+            are used to connect and appear in no message; a user name or password holding
+            `@`, `/`, `?`, `#` or `%` is percent-encoded (`#` as `%23`, ...), as libpq
+            requires.
 
     Raises:
-        ValueError: psycopg is missing, or the database cannot be reached or used.
+        ValueError: The URL is malformed (the message says how, without its user info),
+            psycopg is missing, or the database cannot be reached or used.
     """
 
     def __init__(self, url: str) -> None:
-        from .._redact import safe_url, url_secrets
+        from .._redact import register_secrets, safe_url, url_problem, url_secrets
 
         super().__init__()
+        if not isinstance(url, str):
+            raise TypeError(f"PostgresCache takes a postgresql:// URL, got {type(url).__name__}")
         self.where = safe_url(url)
+        problem = url_problem(url)
+        if problem is not None:
+            raise ValueError(f"PostgresCache: {self.where} is not a valid URL: {problem}")
         secrets = url_secrets(url)
+        register_secrets(self, secrets)
         try:
             import psycopg
         except ImportError:

@@ -17,7 +17,7 @@ from .._anthropic import request as anthropic_request
 from .._anthropic import sync_counterpart as anthropic_sync_counterpart
 from .._openai import async_counterpart, sync_counterpart
 from .._prompts import sendable
-from .._redact import client_secrets, safe_url
+from .._redact import client_secrets, register_secrets, safe_url
 from ._cache_backends import JudgeCache
 
 if TYPE_CHECKING:
@@ -121,6 +121,10 @@ class JudgeModel:
         self.timeout = timeout
         self.cache = cache
         self.cache_sampled = cache_sampled
+        # the client's key, base URL credentials and credential headers: redacted literally
+        # from whatever refinekit logs, raises, emits, traces, stores or reports while this
+        # model lives (read from the client, which is left as it is)
+        register_secrets(self, client_secrets(client))
 
     @property
     def where(self) -> str:
