@@ -8,19 +8,14 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import (
-    TYPE_CHECKING,
     Any,
     Generic,
     ParamSpec,
     Protocol,
-    TypeAlias,
     TypeVar,
     cast,
     overload,
 )
-
-if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
 from . import _budget
 from ._budget import check_budget_option, without_attempts
@@ -39,7 +34,7 @@ from ._outcome import Record
 from ._parse import CorrectionFailure, Parsed, Parser, parse_failure, python_json
 from ._policy import check_budget
 from ._prices import Budget
-from ._replies import SDKReply, finish_reason_of, reply_text
+from ._replies import Reply, finish_reason_of, reply_text
 from ._request import function_name
 
 __all__ = [
@@ -374,10 +369,6 @@ def _placeholder_failure(text: str, copied: tuple[str, ...]) -> CorrectionFailur
     return CorrectionFailure(
         summary, errors, text=text, parsed=True, value=value, placeholders=copied
     )
-
-
-Reply: TypeAlias = "str | ChatCompletion | ChatCompletionMessage | SDKReply | Mapping[str, Any]"
-"""What a function decorated with `@self_correct` returns: the model's reply."""
 
 
 class SelfCorrecting(Protocol[T_co]):

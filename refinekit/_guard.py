@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from . import _budget
@@ -19,10 +19,10 @@ from ._model import Attempt, EvaluationRequest, Verdict
 from ._outcome import Record
 from ._policy import JudgeErrorPolicy, check_policy, judge_failure
 from ._prices import Budget
-from ._replies import answer_text
+from ._replies import Reply, Returns, answer_text, check_returns, text_answer
 from ._request import QuestionSelector, RequestMaker
 
-__all__ = ["DEFAULT_REFUSAL", "Guarding", "guarded"]
+__all__ = ["DEFAULT_REFUSAL", "Guarding", "TextGuarding", "guarded"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -50,6 +50,20 @@ class Guarding(Protocol):
     def __call__(self, fn: Callable[P, T], /) -> DecoratedFunction[P, T | str]: ...
 
 
+class TextGuarding(Protocol):
+    """The decorator `guarded(returns="text", ...)` returns: the call returns `str`.
+
+    The function returns the model's reply (or its text); the caller gets the reply's text or
+    the refusal.
+    """
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[Reply]], /) -> AsyncDecoratedFunction[P, str]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, Reply], /) -> DecoratedFunction[P, str]: ...
+
+
 class _GuardConfig:
     __slots__ = (
         "function",
@@ -57,6 +71,7 @@ class _GuardConfig:
         "judge_error_policy",
         "refusal",
         "requests",
+        "returns_text",
         "screen",
         "screen_input",
     )
@@ -70,7 +85,9 @@ class _GuardConfig:
         screen_input: bool,
         input: InputSelector | None,
         judge_error_policy: JudgeErrorPolicy,
+        returns_text: bool = False,
     ) -> None:
+        self.returns_text = returns_text
         self.requests = RequestMaker(fn, question=input, option="input")
         self.function = self.requests.function
         if screen_input and input is None and not self.requests.names:
@@ -188,6 +205,10 @@ def _guard_flow(
     job._count_reply(value, counted)
     if rejection is not None and value is None:
         raise rejection
+    if cfg.returns_text:  # screened, published and carried as the reply's text
+        value = text_answer(value, cfg.function, "guarded")
+        if rejection is not None:
+            rejection.answer = value
     request = EvaluationRequest(
         question=question,
         answer=answer_text(value),
@@ -205,6 +226,32 @@ def _guard_flow(
     return published
 
 
+@overload
+def guarded(
+    *,
+    screen: EvaluatorLike,
+    refusal: str = ...,
+    screen_input: bool = ...,
+    input: InputSelector | None = ...,
+    judge_error_policy: JudgeErrorPolicy = ...,
+    budget: Budget | None = ...,
+    returns: Literal["text"],
+) -> TextGuarding: ...
+
+
+@overload
+def guarded(
+    *,
+    screen: EvaluatorLike,
+    refusal: str = ...,
+    screen_input: bool = ...,
+    input: InputSelector | None = ...,
+    judge_error_policy: JudgeErrorPolicy = ...,
+    budget: Budget | None = ...,
+    returns: Literal["value"] = ...,
+) -> Guarding: ...
+
+
 def guarded(
     *,
     screen: EvaluatorLike,
@@ -213,7 +260,8 @@ def guarded(
     input: InputSelector | None = None,
     judge_error_policy: JudgeErrorPolicy = "fail_closed",
     budget: Budget | None = None,
-) -> Guarding:
+    returns: Returns = "value",
+) -> Guarding | TextGuarding:
     """Screen every output of the decorated function; publish a refusal instead of unsafe text.
 
     `screen` judges each return value (a passing verdict means safe). An unsafe output is
@@ -252,6 +300,12 @@ def guarded(
             unscreened answer) as soon as a call has taken the job over it, or before a
             judge call it cannot cover. Inside another refinekit call it can only tighten that
             job's budget. See docs/budgets.md.
+        returns: What the caller gets. `"value"` (the default): what the function returned,
+            or the refusal. `"text"`: the reply's text, or the refusal, for a function that
+            returns the model's reply (an OpenAI `ChatCompletion`, an Anthropic `Message`,
+            ... or a `str`), so that its usage counts in the job and the call always returns
+            a `str`. A reply that asks for tool calls, or a value that is no reply, is then
+            a `TypeError`.
 
     Returns:
         A decorator keeping the function's signature; the decorated function has
@@ -261,8 +315,8 @@ def guarded(
         TypeError: `screen` is not an evaluator, `refusal` is not a `str`, `screen_input` is
             not a bool, `input` is neither a name nor a callable, or `budget` is not a
             `refinekit.Budget` (when decorating).
-        ValueError: `input` names no parameter of the function, or `judge_error_policy` is
-            unknown (when decorating).
+        ValueError: `input` names no parameter of the function, or `judge_error_policy` or
+            `returns` is unknown (when decorating).
     """
     adapted = as_evaluator(screen)
     if not isinstance(refusal, str):
@@ -276,6 +330,7 @@ def guarded(
         )
     check_policy(judge_error_policy)
     job_budget = check_budget_option(budget)
+    returns_text = check_returns(returns)
     options: dict[str, Any] = {
         "screen": screen,
         "refusal": refusal,
@@ -283,6 +338,7 @@ def guarded(
         "input": input,
         "judge_error_policy": judge_error_policy,
         "budget": budget,
+        "returns": returns,
     }
 
     def configure(fn: Callable[..., Any]) -> _GuardConfig:
@@ -293,6 +349,7 @@ def guarded(
             screen_input=screen_input or input is not None,
             input=input,
             judge_error_policy=judge_error_policy,
+            returns_text=returns_text,
         )
         cfg.job_budget = job_budget
         return cfg

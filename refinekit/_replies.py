@@ -19,6 +19,7 @@ They are told apart by their shape, never by importing their SDK: nothing here i
 - `message_text(message)`: its text (content, or its text parts or blocks);
 - `tool_call_names(message)`: the tools it asked to call;
 - `reply_text(reply)`: the text `@self_correct` parses (a single tool call's arguments too);
+- `final_text(reply)`: a final answer's text, handed to the caller (`returns="text"`);
 - `answer_text(value)`: any answer as text for an evaluator (a model as JSON);
 - `usage_of(reply)`: the token usage it carries;
 - `finish_reason_of(reply)`: why the model stopped (`"length"`: cut off at its limit).
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import pydantic_core
 from pydantic import BaseModel
@@ -36,8 +37,15 @@ from pydantic import BaseModel
 from ._errors import ReplyShapeError
 from ._model import Usage
 
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletion, ChatCompletionMessage
+
 __all__ = [
+    "Reply",
+    "Returns",
     "answer_text",
+    "check_returns",
+    "final_text",
     "finish_reason_of",
     "first_message",
     "get",
@@ -47,6 +55,7 @@ __all__ = [
     "message_text",
     "model_of",
     "reply_text",
+    "text_answer",
     "tool_call_names",
     "usage_of",
 ]
@@ -70,6 +79,12 @@ class HasContent(Protocol):
 
 SDKReply: TypeAlias = HasChoices | HasContent
 """A model reply of any SDK the reader reads, for type checkers (see the module's docstring)."""
+
+Reply: TypeAlias = "str | ChatCompletion | ChatCompletionMessage | SDKReply | Mapping[str, Any]"
+"""What a function returns when refinekit reads its text: the model's reply, or the text."""
+
+Returns = Literal["value", "text"]
+"""A decorator's `returns=`: the function's value as it is, or its reply's text."""
 
 Kind = Literal["completion", "anthropic", "langchain"]
 
@@ -264,6 +279,64 @@ def reply_text(reply: Any) -> str:
         "OpenAI ChatCompletion or message, a LiteLLM ModelResponse, an Anthropic Message or a "
         f"LangChain AIMessage; it returned {type(reply).__name__}"
     )
+
+
+def final_text(reply: Any) -> str:
+    """A final answer's text, as the caller gets it from a decorator's `returns="text"`.
+
+    A `str` is itself; a completion (OpenAI, LiteLLM) gives its first choice's message text, an
+    Anthropic `Message` its text blocks, a LangChain `AIMessage` its content, a bare message
+    its content: the text `answer_text` gives an evaluator, so the caller gets the very text
+    that was judged (a refusal's text when the message has no content).
+
+    Raises:
+        TypeError: The reply asks for tool calls (it is not a final answer), the completion
+            has no choice, or the value is none of these shapes; the message says which.
+    """
+    if isinstance(reply, str):
+        return reply
+    kind = _kind(reply)
+    if kind == "completion":
+        message = first_message(reply)
+        if message is None:
+            raise TypeError("the reply has no choices, so it has no text")
+    elif kind is not None or (
+        reply is not None
+        and not isinstance(reply, bytes)
+        and (get(reply, "content") is not None or get(reply, "role") == "assistant")
+    ):
+        message = reply
+    else:
+        raise TypeError(
+            "the function must return the model's reply (an OpenAI ChatCompletion or "
+            "message, a LiteLLM ModelResponse, an Anthropic Message, a LangChain AIMessage) "
+            f"or its text (a str); it returned {type(reply).__name__}"
+        )
+    names = tool_call_names(message)
+    if names:
+        raise TypeError(
+            f"the reply asks to call {', '.join(names)}: a tool call is not a final answer; "
+            "run the tools and return the model's final reply"
+        )
+    return message_text(message, refusal=True)
+
+
+def check_returns(returns: object) -> bool:
+    """Whether a decorator's `returns=` asks for the text; `ValueError` on an unknown value."""
+    if returns not in ("value", "text") or not isinstance(returns, str):
+        raise ValueError(
+            "returns must be 'value' (the function's return value, as it is) or 'text' (the "
+            f"reply's text, its usage still counted), got {returns!r}"
+        )
+    return returns == "text"
+
+
+def text_answer(value: Any, function: str, decorator: str) -> str:
+    """`final_text(value)`, its `TypeError` naming the decorated function and the option."""
+    try:
+        return final_text(value)
+    except TypeError as e:
+        raise TypeError(f"{function} is decorated with @{decorator}(returns='text'): {e}") from None
 
 
 def finish_reason_of(reply: Any) -> str | None:

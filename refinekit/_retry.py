@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 import tenacity
@@ -32,9 +32,10 @@ from ._policy import (
 )
 from ._prices import Budget
 from ._recorder import start_recording, stop_recording
+from ._replies import Reply, Returns, check_returns, text_answer
 from ._request import QuestionSelector, RequestMaker
 
-__all__ = ["DEFAULT_WAIT", "MAX_RETRIES_LIMIT", "Retrying", "retry_on_low_quality"]
+__all__ = ["DEFAULT_WAIT", "MAX_RETRIES_LIMIT", "Retrying", "TextRetrying", "retry_on_low_quality"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -71,6 +72,19 @@ class Retrying(Protocol):
 
     @overload
     def __call__(self, fn: Callable[P, R], /) -> DecoratedFunction[P, R]: ...
+
+
+class TextRetrying(Protocol):
+    """The decorator `retry_on_low_quality(returns="text", ...)` returns: the call returns `str`.
+
+    The function returns the model's reply (or its text); the caller gets the reply's text.
+    """
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[Reply]], /) -> AsyncDecoratedFunction[P, str]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, Reply], /) -> DecoratedFunction[P, str]: ...
 
 
 def _check_wait(wait: object) -> Callable[[tenacity.RetryCallState], float]:
@@ -118,6 +132,7 @@ class _RetryConfig:
         "on_exhausted",
         "on_inconclusive",
         "requests",
+        "returns_text",
         "skip",
         "stop",
         "wait",
@@ -141,8 +156,10 @@ class _RetryConfig:
         before_sleep: Callback | None,
         after: Callback | None,
         job_budget: Budget | None = None,
+        returns_text: bool = False,
     ) -> None:
         self.job_budget = job_budget
+        self.returns_text = returns_text
         self.requests = RequestMaker(fn, question=question, answer=answer, context=context)
         self.function = self.requests.function
         feedback = self.requests.signature.parameters.get("feedback")
@@ -280,6 +297,11 @@ def _retry_steps(
         # Count the reply's tokens before the event, so `attempt` events include this attempt;
         # a rejected reply (returned, or carried by a raised LowQualityAnswer) was paid for too.
         job._count_reply(value, counted)
+        if cfg.returns_text and (rejection is None or value is not None):
+            # From here on the answer is the reply's text: judged, kept, returned.
+            value = text_answer(value, cfg.function, "retry_on_low_quality")
+            if rejection is not None:
+                rejection.answer = value
         spent = (start, _budget.mark(job))
         if wants_debug_events():
             emit(_event(cfg, job, "attempt", number, duration=time.perf_counter() - started))
@@ -406,6 +428,48 @@ def _retry_steps(
     raise rejection
 
 
+@overload
+def retry_on_low_quality(
+    *,
+    evaluator: EvaluatorLike | None = ...,
+    max_retries: int = ...,
+    wait: Wait = ...,
+    on_exhausted: OnExhausted = ...,
+    question: QuestionSelector | None = ...,
+    answer: Callable[[Any], str] | None = ...,
+    context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = ...,
+    skip: Callable[[EvaluationRequest], bool] | None = ...,
+    judge_error_policy: JudgeErrorPolicy = ...,
+    on_inconclusive: OnInconclusive = ...,
+    stop: Stop | None = ...,
+    before_sleep: Callback | None = ...,
+    after: Callback | None = ...,
+    budget: Budget | None = ...,
+    returns: Literal["text"],
+) -> TextRetrying: ...
+
+
+@overload
+def retry_on_low_quality(
+    *,
+    evaluator: EvaluatorLike | None = ...,
+    max_retries: int = ...,
+    wait: Wait = ...,
+    on_exhausted: OnExhausted = ...,
+    question: QuestionSelector | None = ...,
+    answer: Callable[[Any], str] | None = ...,
+    context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = ...,
+    skip: Callable[[EvaluationRequest], bool] | None = ...,
+    judge_error_policy: JudgeErrorPolicy = ...,
+    on_inconclusive: OnInconclusive = ...,
+    stop: Stop | None = ...,
+    before_sleep: Callback | None = ...,
+    after: Callback | None = ...,
+    budget: Budget | None = ...,
+    returns: Literal["value"] = ...,
+) -> Retrying: ...
+
+
 def retry_on_low_quality(
     *,
     evaluator: EvaluatorLike | None = None,
@@ -422,7 +486,8 @@ def retry_on_low_quality(
     before_sleep: Callback | None = None,
     after: Callback | None = None,
     budget: Budget | None = None,
-) -> Retrying:
+    returns: Returns = "value",
+) -> Retrying | TextRetrying:
     """Judge every answer of the decorated function and retry a poor one with its feedback.
 
     An attempt fails when the function raises `LowQualityAnswer` itself or when `evaluator`
@@ -474,6 +539,13 @@ def retry_on_low_quality(
             as soon as a call has taken the job over it, or before another attempt or a judge
             call it cannot cover. Inside another refinekit call it can only tighten that
             job's budget. See docs/budgets.md.
+        returns: What the caller gets. `"value"` (the default): what the function returned,
+            as it is. `"text"`: the reply's text, for a function that returns the model's
+            reply (an OpenAI `ChatCompletion`, an Anthropic `Message`, ... or a `str`), so that
+            its usage counts in the job and the caller still gets a `str`: the text the
+            evaluator judged, also in `LowQualityAnswer.answer`, the attempts, the best
+            attempt and `current_attempt().previous_answer`. A reply that asks for tool calls,
+            or a value that is no reply, is then a `TypeError`.
 
     Returns:
         A decorator keeping the function's signature. The decorated function also has
@@ -481,8 +553,8 @@ def retry_on_low_quality(
         `.retry_with(**changes)` (the same function with options changed).
 
     Raises:
-        ValueError: `max_retries` is not an int from 0 to 100, `on_exhausted` or
-            `judge_error_policy` is unknown, or
+        ValueError: `max_retries` is not an int from 0 to 100, `on_exhausted`,
+            `judge_error_policy` or `returns` is unknown, or
             `question` names no parameter (raised when decorating, not when calling).
         TypeError: `evaluator`, `wait`, `stop`, `before_sleep`, `after` or `budget` cannot
             be used (also when decorating).
@@ -502,8 +574,10 @@ def retry_on_low_quality(
         "before_sleep": before_sleep,
         "after": after,
         "budget": budget,
+        "returns": returns,
     }
     check_budget("max_retries", max_retries, MAX_RETRIES_LIMIT)
+    returns_text = check_returns(returns)
     job_budget = check_budget_option(budget)
     if on_exhausted not in ("raise", "return_best"):
         raise ValueError(f"on_exhausted must be 'raise' or 'return_best', got {on_exhausted!r}")
@@ -544,6 +618,7 @@ def retry_on_low_quality(
             before_sleep=before_sleep,
             after=after,
             job_budget=job_budget,
+            returns_text=returns_text,
         )
 
     def decorate(fn: Any) -> Any:

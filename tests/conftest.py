@@ -72,8 +72,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+SLOW_MODULES = {
+    "test_benchmarks.py": "runs the benchmark scripts",
+    "test_demo.py": "runs `refinekit demo` end to end",
+    "test_docs.py": "runs every block of every page",
+    "test_examples.py": "runs every example in a process of its own",
+    "test_pg_fixture.py": "starts PostgreSQL servers",
+    "test_properties.py": "hypothesis: hundreds of generated replies (minutes)",
+    "test_ray.py": "starts a local Ray instance",
+    "test_shared_runs.py": "several workers on one PostgreSQL run store",
+}
+"""Test modules marked `slow`: they start processes or services (README, "Contributing")."""
+
+SLOW_FIXTURES = frozenset({"postgres_server", "postgres_url"})
+"""A test that takes one of these is `slow` too: it needs the throwaway PostgreSQL server."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the local_model tier unless --local-model is given (`.ci/run` gives it)."""
+    """Mark the `slow` tests; skip the local_model tier unless --local-model is given.
+
+    `.ci/run` gives --local-model; `-m "not slow"` is the contributors' quick pass.
+    """
+    slow = pytest.mark.slow
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if item.path.name in SLOW_MODULES or SLOW_FIXTURES.intersection(fixtures):
+            item.add_marker(slow)
     if config.getoption("--local-model"):
         return
     skip = pytest.mark.skip(

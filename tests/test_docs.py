@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib
 import inspect
+import io
 import logging
 import re
+import shlex
 import socket
 import sys
 import traceback
 import types
 from collections.abc import Iterator
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack, redirect_stderr, redirect_stdout, suppress
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,9 @@ HOW_TO_MARK = (
     "<!-- docs-test: needs=placeholders -->  (stubs: "
     + ", ".join(NEEDS)
     + '); a signature or a fragment says so: <!-- docs-test: skip reason="..." -->; '
-    "a test module: <!-- docs-test: pytest -->. See docs/architecture.md, 'Docs that run'."
+    "a test module: <!-- docs-test: pytest -->; a file the reader saves: "
+    "<!-- docs-test: file=NAME -->; refinekit commands: <!-- docs-test: cli -->. "
+    "See docs/architecture.md, 'Docs that run'."
 )
 DEAD_ENDPOINT = "http://127.0.0.1:9/v1"  # the discard port: nothing listens, nothing leaves
 DUMMY_KEY = "sk-docs-test"
@@ -105,6 +110,8 @@ class PageRun:
         self.stack = ExitStack()
         self.closed = False
         self.log_levels = _log_levels()  # docs/observability.md sets one: put back on close
+        self.importable = False  # the folder is on sys.path (the page wrote a file)
+        self.retired: list[types.ModuleType] = []  # its modules imported before a file grew
 
     def provide(self, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
         if name in self.provided:
@@ -128,20 +135,90 @@ class PageRun:
         self.provided.add(name)
 
     def execute(self, block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Run one block (its stubs, its hidden setup, its code); `BlockFailed` if it raises."""
+        """Run one block (its stubs, its hidden setup, its code); `BlockFailed` if it raises.
+
+        A `file=` block is written instead, and a `cli` block's commands are run.
+        """
         for name in block.needs:
             self.provide(name, monkeypatch)
         path = str(ROOT / block.page)
         try:
             if block.setup:
                 self._exec(numbered(block.setup, block.setup_line), path)
-            self._exec(numbered(block.code, block.line + 1), path)
+            if block.file is not None:
+                self.write(block)
+            elif block.cli:
+                self.commands(block)
+            else:
+                self._exec(numbered(block.code, block.line + 1), path)
         except Exception as error:
             self.failed = block
             raise BlockFailed(
                 f"{block.id}: the block raised {type(error).__name__}: {error}\n\n"
                 f"{_md_traceback(error)}\n{HOW_TO_MARK}"
             ) from error
+
+    def write(self, block: Block) -> None:
+        """A `file=` block: written (or added to), its folder importable, its module fresh."""
+        assert block.file is not None
+        target = self.folder / block.file
+        target.parent.mkdir(parents=True, exist_ok=True)
+        earlier = target.read_text(encoding="utf-8") if target.exists() else ""
+        target.write_text(_joined(earlier, block.code), encoding="utf-8")
+        if not self.importable:
+            sys.path.insert(0, str(self.folder))
+            self.importable = True
+        for name in self._modules():  # imported again from the file as it is now
+            if Path(getattr(sys.modules[name], "__file__", "") or "") == target:
+                self.retired.append(sys.modules.pop(name))  # earlier blocks may still use it
+        importlib.invalidate_caches()
+
+    def commands(self, block: Block) -> None:
+        """A `cli` block: each `$ refinekit ...` command in process, then its checks."""
+        from refinekit.cli import main
+
+        commands = block.commands
+        output = ""
+        for number, command in enumerate(commands, 1):
+            out, err = io.StringIO(), io.StringIO()
+            with redirect_stdout(out), redirect_stderr(err):
+                try:
+                    status = main(shlex.split(command)[1:])
+                except SystemExit as e:  # argparse's usage errors
+                    status = int(e.code or 0)
+            output = out.getvalue() + err.getvalue()
+            wanted = block.status if number == len(commands) else 0
+            if status != wanted:
+                raise AssertionError(
+                    f"$ {command}\nexited {status}, the page expects {wanted}; it printed:\n"
+                    f"{output}"
+                )
+        for text in block.expect:
+            if text not in output:
+                raise AssertionError(
+                    f"$ {commands[-1]}\nprinted no {text!r} (expect=); it printed:\n{output}"
+                )
+        for name in block.creates:
+            if not (self.folder / name).is_file():
+                raise AssertionError(f"$ {commands[-1]}\nmade no file {name} (creates=)")
+
+    def _modules(self) -> list[str]:
+        """The modules imported from files in the page's folder."""
+        folder = self.folder.resolve()
+        found = []
+        for name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None)
+            if isinstance(file, str) and Path(file).resolve().is_relative_to(folder):
+                found.append(name)
+        return found
+
+    @staticmethod
+    def _close_clients(module: Any) -> None:
+        for value in list(vars(module).values()):
+            if isinstance(value, openai.OpenAI):
+                value.close()  # the page's clients, as the program's exit would
+            elif isinstance(value, openai.AsyncOpenAI):
+                asyncio.run(value.close())
 
     def _exec(self, source: str, path: str) -> None:
         code = compile(source, path, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
@@ -153,11 +230,13 @@ class PageRun:
         if self.closed:
             return
         self.closed = True
-        for value in list(self.module.__dict__.values()):
-            if isinstance(value, openai.OpenAI):
-                value.close()  # the blocks' clients, as the program's exit would
-            elif isinstance(value, openai.AsyncOpenAI):
-                asyncio.run(value.close())
+        self._close_clients(self.module)  # the blocks' clients
+        for name in self._modules():  # what the blocks imported from the page's files
+            self.retired.append(sys.modules.pop(name))
+        for module in self.retired:
+            self._close_clients(module)
+        if self.importable:
+            sys.path.remove(str(self.folder))
         sys.modules.pop(self.module.__name__, None)
         self.module.__dict__.clear()
         self.stack.close()
@@ -245,16 +324,37 @@ def _run_exec_block(block: Block, runs: PageRuns, env: pytest.MonkeyPatch) -> No
         pytest.fail(failure, pytrace=False)
 
 
+def _joined(earlier: str, code: str) -> str:
+    """A file's text with a block's code added at its end (a blank line between)."""
+    return f"{earlier.rstrip()}\n\n\n{code}\n" if earlier.strip() else f"{code}\n"
+
+
 def _run_pytest_block(block: Block, page_blocks: list[Block], pytester: pytest.Pytester) -> None:
-    """The block as a test module, after the page's earlier `pytest` blocks: all must pass."""
+    """The block as a test module, after the page's earlier `pytest` blocks: all must pass.
+
+    The files the page's `file=` blocks wrote before it are in the test's folder, so the
+    module imports them as the reader's tests do.
+    """
     parts = []
+    files: dict[str, str] = {}
     for b in page_blocks:
         if b.pytest and b.line <= block.line and b.skip is None:
             parts += [b.setup, f"# {b.id}\n{b.code}"]
+        elif b.file is not None and b.line < block.line and b.skip is None:
+            files[b.file] = _joined(files.get(b.file, ""), b.code)
+    for name, text in files.items():
+        (pytester.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (pytester.path / name).write_text(text, encoding="utf-8")
     pytester.makeini(PYTESTER_INI)
     name = "test_" + re.sub(r"\W", "_", block.id)
     pytester.makepyfile(**{name: "\n\n".join(p for p in parts if p)})
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    # the page's own run may have imported a module of the same name from its folder
+    modules = [n.removesuffix(".py").replace("/", ".") for n in files if n.endswith(".py")]
+    hidden = {n: sys.modules.pop(n) for n in modules if n in sys.modules}
+    try:
+        result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    finally:
+        sys.modules.update(hidden)
     outcomes = result.parseoutcomes()
     output = "\n".join(result.outlines)
     defines_tests = re.search(r"^\s*(async\s+)?def test_", block.code, re.MULTILINE)
@@ -424,3 +524,144 @@ def test_a_pytest_block_whose_test_fails_fails(
     _run_pytest_block(fixture, [fixture, test], pytester)  # no test of its own: it imports
     with pytest.raises(pytest.fail.Exception, match=r"page\.md:12: .*'failed': 1"):
         _run_pytest_block(test, [fixture, test], pytester)
+
+
+def test_file_and_cli_markers_are_read_as_documented(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import docs_blocks
+
+    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- docs-test: file=app.py -->\n```python\nX = 1\n```\n\n"
+        "<!-- docs-test: file=data/golden.csv -->\n```text\nquestion\nq\n```\n\n"
+        "```console\n$ refinekit runs\n```\n\n"  # unmarked: shown, not run
+        '<!-- docs-test: cli status=1 creates=r.html,s.html expect="a b" expect=c -->\n'
+        "```console\n$ refinekit eval golden.csv \\\n    --target app:f\nprinted\n"
+        "$ refinekit runs\n```\n",
+        encoding="utf-8",
+    )
+    module, data, cli = blocks(page)
+    assert (module.file, module.lang, module.cli) == ("app.py", "python", False)
+    assert (data.file, data.lang, data.code) == ("data/golden.csv", "text", "question\nq")
+    assert cli.cli
+    assert cli.file is None
+    assert (cli.status, cli.creates, cli.expect) == (1, ("r.html", "s.html"), ("a b", "c"))
+    assert cli.commands == ["refinekit eval golden.csv --target app:f", "refinekit runs"]
+
+
+@pytest.mark.parametrize(
+    ("marker", "fence", "message"),
+    [
+        ("<!-- docs-test: cli -->", "python", "a cli marker goes before a ```console"),
+        ("<!-- docs-test: status=1 -->", "python", "status=, expect= and creates= go with cli"),
+        ("<!-- docs-test: file=../x.py -->", "python", "file= names a file inside the page"),
+        ("<!-- docs-test: pytest file=x.py -->", "python", "one of pytest, file= and cli"),
+        ("<!-- docs-test: cli status=x -->", "console", "status= is an exit status"),
+        ("<!-- docs-test: needs=placeholders -->", "console", "markers are for ```python"),
+    ],
+)
+def test_a_bad_file_or_cli_marker_says_what_to_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, fence: str, message: str
+) -> None:
+    import docs_blocks
+
+    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text(f"{marker}\n```{fence}\n$ refinekit runs\n```\n", encoding="utf-8")
+    with pytest.raises(MarkerError, match=re.escape(message)):
+        blocks(page)
+
+
+def test_a_cli_block_runs_only_refinekit_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import docs_blocks
+
+    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text("<!-- docs-test: cli -->\n```sh\n$ rm -rf build\n```\n", encoding="utf-8")
+    with pytest.raises(MarkerError, match=r"page\.md:1: a cli block runs `\$ refinekit"):
+        blocks(page)
+    page.write_text("<!-- docs-test: cli -->\n```sh\nrefinekit runs\n```\n", encoding="utf-8")
+    with pytest.raises(MarkerError, match=r"page\.md:1: a cli block with no \$ line"):
+        blocks(page)
+
+
+GOLDEN = "question,must_mention\nHow long?,30 days\n"
+APP = "def answer(question):\n    return 'Refunds within 30 days.'\n"
+
+
+@pytest.mark.parametrize(
+    ("options", "failure"),
+    [
+        ("status=1", "exited 0, the page expects 1"),
+        ('expect="(2/2)"', "printed no '(2/2)' (expect=)"),
+        ("creates=report.html", "made no file report.html (creates=)"),
+        ("", None),
+        ('expect="pass rate 1.000 (1/1)"', None),
+    ],
+)
+def test_a_cli_block_is_checked_by_its_exit_status_output_and_files(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    docs_env: pytest.MonkeyPatch,
+    options: str,
+    failure: str | None,
+) -> None:
+    import docs_blocks
+
+    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
+    module = f"docs_cli_app_{abs(hash(options))}"  # a name of its own: sys.modules is shared
+    page = tmp_path / "page.md"
+    page.write_text(
+        f"<!-- docs-test: file={module}.py -->\n```python\n{APP}```\n\n"
+        f"<!-- docs-test: file=golden.csv -->\n```text\n{GOLDEN}```\n\n"
+        f"<!-- docs-test: cli {options} -->\n"
+        f"```console\n$ refinekit eval golden.csv --target {module}:answer\n```\n",
+        encoding="utf-8",
+    )
+    app, golden, cli = blocks(page)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    docs_env.chdir(folder)
+    run = PageRun("page.md", folder, [app, golden, cli])
+    try:
+        run.execute(app, docs_env)
+        run.execute(golden, docs_env)
+        assert (folder / "golden.csv").read_text(encoding="utf-8") == GOLDEN
+        if failure is None:
+            run.execute(cli, docs_env)
+        else:
+            with pytest.raises(BlockFailed, match=re.escape(failure)):
+                run.execute(cli, docs_env)
+    finally:
+        run.close()
+    assert module not in sys.modules  # the page's modules go with the page
+    assert str(folder) not in sys.path
+
+
+def test_a_file_written_twice_grows_and_is_imported_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docs_env: pytest.MonkeyPatch
+) -> None:
+    import docs_blocks
+
+    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- docs-test: file=docs_grown_app.py -->\n```python\nA = 1\n```\n\n"
+        "```python\nfrom docs_grown_app import A\n```\n\n"
+        "<!-- docs-test: file=docs_grown_app.py -->\n```python\nB = A + 1\n```\n\n"
+        "```python\nfrom docs_grown_app import B\nassert B == 2\n```\n",
+        encoding="utf-8",
+    )
+    found = blocks(page)
+    run = PageRun("page.md", tmp_path, found)
+    try:
+        for block in found:
+            run.execute(block, docs_env)
+        assert (tmp_path / "docs_grown_app.py").read_text() == "A = 1\n\n\nB = A + 1\n"
+    finally:
+        run.close()
+    assert "docs_grown_app" not in sys.modules

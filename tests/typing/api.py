@@ -271,3 +271,59 @@ def spend() -> None:
             assert_type(stopped.limit, str)
         assert_type(job.cost, refinekit.Cost | None)
         assert_type(PRICED.cost("m", 1, 2), float)
+
+
+# `returns="text"`: the function returns the model's reply (its usage counts), the caller a str.
+async def text_answers() -> None:
+    import anthropic
+    from openai import AsyncOpenAI, OpenAI
+    from openai.types.chat import ChatCompletion
+
+    from refinekit import guarded
+
+    client = OpenAI(api_key="x")
+    aclient = AsyncOpenAI(api_key="x")
+
+    @retry_on_low_quality(evaluator=checks.cites_source(), returns="text")
+    def answer(question: str) -> ChatCompletion:
+        return client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": question}]
+        )
+
+    @retry_on_low_quality(evaluator=checks.not_empty(), max_retries=1, returns="text")
+    async def aanswer(question: str) -> ChatCompletion:
+        return await aclient.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": question}]
+        )
+
+    @retry_on_low_quality(returns="text")
+    def from_anthropic(question: str) -> anthropic.types.Message:
+        raise NotImplementedError
+
+    @retry_on_low_quality(evaluator=checks.not_empty(), returns="value")
+    def the_reply(question: str) -> ChatCompletion:
+        raise NotImplementedError
+
+    @guarded(screen=checks.max_length(100), returns="text")
+    def safe(question: str) -> ChatCompletion:
+        raise NotImplementedError
+
+    @guarded(screen=checks.max_length(100))
+    def safe_reply(question: str) -> ChatCompletion:
+        raise NotImplementedError
+
+    assert_type(answer("q"), str)
+    assert_type(answer.outcome("q").value, str)
+    assert_type(await aanswer("q"), str)
+    assert_type((await aanswer.outcome("q")).value, str)
+    assert_type(from_anthropic("q"), str)
+    assert_type(the_reply("q"), ChatCompletion)
+    assert_type(safe("q"), str)
+    assert_type(safe_reply("q"), ChatCompletion | str)
+    answer(1)  # type: ignore[arg-type]
+
+
+# Under returns="text", a function whose value is no model reply is refused.
+@retry_on_low_quality(returns="text")  # type: ignore[arg-type]
+def not_text(question: str) -> int:
+    return 1
