@@ -1708,6 +1708,90 @@ def test_a_rate_limited_try_leaves_no_recorded_documents_behind(
     assert __import__(module).seen == [["retrieved on try 2"]]
 
 
+NO_CONTEXT_APP = """
+from refinekit import checks, record_context, retry_on_low_quality
+
+judge = checks.cites_source()
+
+def unwired(question):
+    return f"See {question}.md."
+
+def wired(question):
+    record_context({"text": "the policy", "source": f"{question}.md"})
+    return f"See {question}.md."
+
+@retry_on_low_quality(evaluator=checks.cites_source(), max_retries=0)
+def checked_inside(question):
+    return f"See {question}.md."
+"""
+
+
+@pytest.mark.parametrize("function", ["unwired", "checked_inside"])
+def test_a_check_without_context_says_so_once_with_the_two_ways_out(
+    ws: Workspace, cli: Cli, function: str
+) -> None:
+    rows = [{"question": q, "expected_source": f"{q}.md"} for q in ("q1", "q2", "q3")]
+    golden = ws.csv("golden.csv", rows)
+    module = ws.module(NO_CONTEXT_APP)
+
+    result = cli("eval", golden, "--target", f"{module}:{function}", "--judge", f"{module}:judge")
+
+    # the cases did fail the check: they count as failed (inside the target: it raised), and
+    # the gate sees a rate of 0
+    mark = "FAIL" if function == "unwired" else "RAISED"
+    assert table(result.out) == {1: mark, 2: mark, 3: mark}
+    assert "pass rate 0.000 (0/3)" in result.out
+    notes = [line for line in result.out.splitlines() if line.startswith("context: ")]
+    assert len(notes) == 1, result.out  # once, not once per case
+    assert notes[0].startswith(
+        "context: every case failed cites_source because no context document with a source "
+        "reached it: the target recorded none and the golden file gave none."
+    )
+    assert "refinekit.record_context(docs) in the target" in notes[0]
+    assert "the golden file's context column" in notes[0]
+    # it comes before the figure it explains
+    assert result.out.index("context: ") < result.out.index("pass rate 0.000")
+
+
+def test_context_from_the_target_or_the_file_reaches_the_check_and_no_note(
+    ws: Workspace, cli: Cli
+) -> None:
+    module = ws.module(NO_CONTEXT_APP)
+    rows = [{"question": q, "expected_source": f"{q}.md"} for q in ("q1", "q2")]
+    wired = cli(
+        "eval", ws.csv("g.csv", rows), "--target", f"{module}:wired", "--judge", f"{module}:judge"
+    )
+    assert wired.code == 0, wired.err
+    assert table(wired.out) == {1: "pass", 2: "pass"}
+    assert "context: " not in wired.out
+
+    given = [r | {"context": {"text": "the policy", "source": r["expected_source"]}} for r in rows]
+    from_file = cli(
+        "eval",
+        ws.jsonl("g.jsonl", given),
+        "--target",
+        f"{module}:unwired",
+        "--judge",
+        f"{module}:judge",
+    )
+    assert from_file.code == 0, from_file.err
+    assert table(from_file.out) == {1: "pass", 2: "pass"}
+    assert "context: " not in from_file.out
+
+    # one case of two without context: said once, with the count
+    partial = [given[0], rows[1]]
+    some = cli(
+        "eval",
+        ws.jsonl("p.jsonl", partial),
+        "--target",
+        f"{module}:unwired",
+        "--judge",
+        f"{module}:judge",
+    )
+    assert table(some.out) == {1: "pass", 2: "FAIL"}
+    assert some.out.count("context: 1 of 2 cases failed cites_source") == 1
+
+
 # --- a misconfigured answer function stops the run; the fixed one resumes it ---------------------
 
 
