@@ -1225,7 +1225,7 @@ def test_a_judge_that_raises_a_bug_stops_the_run(ws: Workspace, cli: Cli) -> Non
         assert store.runs()[0].status == "incomplete"
 
 
-# --- the progress bar: on a terminal only --------------------------------------------------------
+# --- progress: a live bar on a terminal, a plain line now and then elsewhere; never on stdout -----
 
 
 class Terminal(io.StringIO):
@@ -1234,7 +1234,7 @@ class Terminal(io.StringIO):
 
 
 @pytest.mark.parametrize("term", ["xterm-256color", "dumb"])
-def test_progress_bar_on_a_terminal_only(
+def test_progress_is_live_on_a_terminal_only_and_never_on_stdout(
     ws: Workspace, cli: Cli, monkeypatch: pytest.MonkeyPatch, term: str
 ) -> None:
     monkeypatch.setenv("TERM", term)
@@ -1246,12 +1246,16 @@ def test_progress_bar_on_a_terminal_only(
         result = cli("eval", golden, "--target", f"{target}:answer")
 
     assert result.code == 0
-    if term == "dumb":
-        assert terminal.getvalue() == ""
+    shown = terminal.getvalue()
+    if term == "dumb":  # no terminal to redraw: plain lines, and none in a run this short
+        assert shown == ""
     else:
-        assert f"\r[{'#' * 30}] 3/3  passed 3\x1b[K" in terminal.getvalue()
-        assert terminal.getvalue().endswith("\r\x1b[K")  # cleared before the table
+        drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)
+        assert re.search(r"eval ━+ +3/3 0:00:\d\d .*passed 3", drawn), drawn
+        assert shown.endswith("\x1b[2K")  # the bar's line erased before the summary
     assert "\r" not in result.out
+    assert "\x1b" not in result.out
+    assert result.out.startswith(f"refinekit eval: {golden} (3 cases) -> run 1 in ")
 
 
 # --- how a row becomes the target's arguments ------------------------------------------------
@@ -1749,6 +1753,8 @@ def test_a_check_without_context_says_so_once_with_the_two_ways_out(
     )
     assert "refinekit.record_context(docs) in the target" in notes[0]
     assert "the golden file's context column" in notes[0]
+    # and on stderr, as soon as the first such case finished: once
+    assert result.err.count("failed cites_source with no context document to cite") == 1
     # it comes before the figure it explains
     assert result.out.index("context: ") < result.out.index("pass rate 0.000")
 
