@@ -37,9 +37,9 @@ def test_duration_and_the_figures() -> None:
     assert duration(72) == "0:01:12"
     assert duration(3723.9) == "1:02:03"
     assert figures(0, 300, 0, 0.0) == (None, None)  # nothing known yet
-    assert figures(121, 300, 0, 72.0) == ("1.7 cases/s", "about 0:01:46 left")
+    assert figures(121, 300, 0, 72.0) == ("1.7 cases/s", "0:01:46 left")
     # resumed cases are no speed: 100 were stored before the command started
-    assert figures(110, 300, 100, 20.0) == ("2.0 s/case", "about 0:06:20 left")
+    assert figures(110, 300, 100, 20.0) == ("2.0 s/case", "0:06:20 left")
     assert figures(300, 300, 0, 60.0) == ("5.0 cases/s", None)
 
 
@@ -64,12 +64,12 @@ def test_piped_progress_is_a_plain_line_every_n_seconds() -> None:
     display.update(60, 300, None, {"passed": 50})  # after the end: nothing more
 
     assert stream.getvalue().splitlines() == [
-        "refinekit eval: 24/300 cases (8%), 0:00:12 elapsed, 2.0 cases/s, about 0:02:18 left; "
+        "refinekit eval: 24/300 cases (8%), 0:00:12 elapsed, 2.0 cases/s, 0:02:18 left; "
         "passed 20, failed 4",
-        "refinekit eval: 50/300 cases (16%), 0:00:25 elapsed, 2.0 cases/s, about 0:02:05 left; "
+        "refinekit eval: 50/300 cases (16%), 0:00:25 elapsed, 2.0 cases/s, 0:02:05 left; "
         "passed 40, failed 10",
         # the last line, as the run ends: the time is the end's
-        "refinekit eval: 50/300 cases (16%), 0:00:30 elapsed, 1.7 cases/s, about 0:02:30 left; "
+        "refinekit eval: 50/300 cases (16%), 0:00:30 elapsed, 1.7 cases/s, 0:02:30 left; "
         "passed 40, failed 10",
     ]
 
@@ -82,7 +82,7 @@ def test_the_plain_line_shows_the_cost_so_far_with_prices_and_resumed_cases_as_d
     clock.now += 10
     display.update(220, 300, 0.0123456, {"failed": 20})
     assert stream.getvalue().splitlines() == [
-        "refinekit eval: 220/300 cases (73%), 0:00:10 elapsed, 2.0 cases/s, about 0:00:40 left, "
+        "refinekit eval: 220/300 cases (73%), 0:00:10 elapsed, 2.0 cases/s, 0:00:40 left, "
         "cost 0.0123456 so far; failed 20"
     ]
 
@@ -119,13 +119,29 @@ def test_on_a_terminal_a_live_bar_with_elapsed_rate_left_cost_and_outcomes() -> 
 
     last = frames(screen)[-1]
     assert re.fullmatch(
-        r"eval ━+\S* +121/300 0:01:12 1\.7 cases/s · about 0:01:46 left · cost 0\.42 · "
+        r"eval ━+\S* +121/300 0:01:12 1\.7 cases/s · 0:01:46 left · cost 0\.42 · "
         r"passed 100, failed 21",
         last,
     ), last
     display.close()
     # the bar is transient: its line is erased at the end (the summary follows on stdout)
     assert screen.getvalue().endswith("\x1b[2K")
+
+
+def test_on_a_narrow_terminal_the_figures_are_cut_not_the_count_or_the_time() -> None:
+    clock = Clock()
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=80, color_system=None)
+    display = ProgressDisplay(io.StringIO(), "eval", clock=clock, console=console)
+    display.start(0, 300)
+    clock.now += 72
+    display.update(121, 300, 0.42, {"passed": 100, "failed": 21})
+    last = frames(screen)[-1]
+    assert len(last) <= 80
+    assert re.fullmatch(
+        r"eval ━+ +121/300 0:01:12 1\.7 cases/s · 0:01:46 left · cost 0\.42 .*…", last
+    )
+    display.close()
 
 
 def test_a_note_goes_above_the_bar_as_plain_text() -> None:

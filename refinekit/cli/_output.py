@@ -132,7 +132,7 @@ class RunWatcher:
             self.display.start(event.resumed, event.cases)
         elif isinstance(event, CaseFinished):
             self.display.update(event.done, event.total, event.cost, event.counts)
-            if not self.no_context_told and lacks_context(event.record):
+            if self.command == "eval" and not self.no_context_told and lacks_context(event.record):
                 self.no_context_told = True
                 self.display.note(
                     f"refinekit {self.command}: case #{event.record.position} failed "

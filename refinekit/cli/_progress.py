@@ -3,13 +3,13 @@
 On a terminal (standard error is one, and `TERM` is not `dumb`) the progress is a `rich`
 live display, redrawn in place and gone when the run ends:
 
-    eval ━━━━━━━━╸━━━━━━━━━━━ 121/300 0:01:12 1.7 cases/s · about 0:01:45 left · cost 0.42 ·
+    eval ━━━━━━━━╸━━━━━━━━━━━ 121/300 0:01:12 1.7 cases/s · 0:01:45 left · cost 0.42 ·
     passed 100, failed 21   (one line, as wide as the terminal)
 
 Elsewhere (a pipe, a CI log) it is a plain line every `PLAIN_SECONDS` while cases finish,
 and one more when the run ends, when any was written:
 
-    refinekit eval: 121/300 cases (40%), 0:01:12 elapsed, 1.7 cases/s, about 0:01:45 left,
+    refinekit eval: 121/300 cases (40%), 0:01:12 elapsed, 1.7 cases/s, 0:01:45 left,
     cost 0.42 so far; passed 100, failed 21   (one line)
 
 The count is the run's stored cases, every worker's (other processes, Ray tasks) and the
@@ -49,14 +49,14 @@ def figures(
     """The rate and what is left, over the cases stored since the command started.
 
     The rate is `1.7 cases/s`, or `12.5 s/case` when slower than one a second; what is left
-    `about 0:01:45 left`. None for each while nothing is known yet.
+    `0:01:45 left` (if the rate holds). None for each while nothing is known yet.
     """
     here = done - started_done
     if here <= 0 or elapsed <= 0:
         return None, None
     rate = here / elapsed
     shown = f"{rate:.1f} cases/s" if rate >= 0.95 else f"{1 / rate:.1f} s/case"
-    left = f"about {duration((total - done) / rate)} left" if done < total else None
+    left = f"{duration((total - done) / rate)} left" if done < total else None
     return shown, left
 
 
@@ -204,14 +204,25 @@ class ProgressDisplay:
             TextColumn,
             TimeElapsedColumn,
         )
+        from rich.table import Column
 
         console = self.console or Console(file=self.stream, highlight=False)
+        # On a narrow terminal the figures are cut at their end (the outcomes first); the
+        # name, a bar, the count and the elapsed time keep their room.
+        total_width = 2 * len(str(self.total)) + 1
+        kept = len(self.command) + 10 + total_width + 7 + 4  # four spaces between five columns
         self.progress = Progress(
-            TextColumn(self.command, markup=False),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[figures]}", markup=False),
+            TextColumn(self.command, markup=False, table_column=Column(no_wrap=True)),
+            BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=10, max_width=40)),
+            MofNCompleteColumn(table_column=Column(no_wrap=True, min_width=total_width)),
+            TimeElapsedColumn(table_column=Column(no_wrap=True, min_width=7)),
+            TextColumn(
+                "{task.fields[figures]}",
+                markup=False,
+                table_column=Column(
+                    no_wrap=True, overflow="ellipsis", max_width=max(10, console.width - kept)
+                ),
+            ),
             console=console,
             get_time=self.clock,
             transient=True,  # gone when the run ends: the summary follows on stdout
