@@ -212,6 +212,25 @@ def test_the_cost_so_far_is_every_workers(tmp_path: Path) -> None:
     assert costs == [pytest.approx(2.0), pytest.approx(4.0)]
 
 
+def test_a_run_answered_here_alone_tells_no_run_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the store is looked at every turn of the loop, before, between and after the cases:
+    # nothing moved but through this process's own cases, told by their CaseFinished
+    monkeypatch.setattr(refinekit.eval._results, "PROGRESS_SECONDS", 0)
+    events: list[RunEvent] = []
+
+    async def answer(question: str) -> str:
+        for _ in range(5):
+            await asyncio.sleep(0)
+        return "ok"
+
+    refinekit.eval.run(
+        golden(tmp_path, 3), target=answer, db=tmp_path / "r.db", on_event=events.append
+    )
+    assert [type(e).__name__ for e in events] == ["RunStarted"] + ["CaseFinished"] * 3
+
+
 def test_run_progress_is_told_while_other_workers_answer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -134,6 +134,8 @@ class Session:
             self.on_event(event)
 
     def _done(self, progress: Progress, record: CaseRecord) -> None:
+        if self.on_event is None:  # nobody to tell: no need to count
+            return
         done, cost = self._told = self._position()
         self._tell(CaseFinished(record, done, progress.total, dict(progress.counts), cost))
 
@@ -149,6 +151,8 @@ class Session:
         if self.on_event is None:
             yield
             return
+        if self._told is None:  # where the run starts: nothing to tell until it moves
+            self._told = self._position()
 
         async def watch() -> None:
             while True:
