@@ -21,7 +21,7 @@ plugin costs nothing to a test run that does not use it (`tests/test_plugin.py` 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +51,8 @@ _MIN_PASS_RATE = "refinekit_min_pass_rate"
 _SESSION_SERVER = "scripted_openai_session"
 _session_server_key = pytest.StashKey["ScriptedOpenAI"]()
 _CONFIDENCE = 0.95
+# a failed gate's entry in the terminal reporter's tally: "19 passed, 1 refinekit gate failed"
+_GATE_STAT = "refinekit gate failed"
 
 
 @dataclass
@@ -67,6 +69,27 @@ class _Gate:
     @property
     def total(self) -> int:
         return self.passed + self.failed
+
+    @property
+    def failing(self) -> bool:
+        """Whether a threshold is set and the lower bound (once computed) is under it."""
+        return self.threshold is not None and self.lower is not None and self.lower < self.threshold
+
+    def failure(self) -> str:
+        """The failed gate in one line."""
+        return (
+            f"refinekit gate FAILED: lower bound {self.lower:.3f} < minimum pass rate "
+            f"{self.threshold:.3f}"
+        )
+
+
+def _write_last(reporter: Any, line: str) -> None:
+    """Write a failure as pytest writes its last line: red and bold, between `=` unless -q."""
+    if reporter.verbosity >= 0:
+        reporter.write_sep("=", line, red=True, bold=True)
+    else:
+        reporter.ensure_newline()
+        reporter.write_line(line, red=True, bold=True)
 
 
 # options and markers
@@ -268,9 +291,28 @@ class _GateHooks:
         from refinekit.eval._stats import wilson_interval
 
         gate.lower = wilson_interval(gate.passed, gate.total, _CONFIDENCE)[0]
-        failing = gate.threshold is not None and gate.lower < gate.threshold
-        if failing and session.exitstatus == pytest.ExitCode.OK:
+        if not gate.failing:
+            return
+        if session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        # pytest's own last line ("19 passed in 0.12s") counts the failed gate too, so it is
+        # not green; the terminal reporter writes it after this hook (see below).
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.stats.setdefault(_GATE_STAT, []).append(gate)
+
+    # tryfirst: the outermost wrapper, so its end runs after the terminal reporter's, which
+    # writes pytest's last line
+    @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_sessionfinish")
+    def pytest_sessionfinish_last_line(
+        self, session: pytest.Session
+    ) -> Generator[None, object, object]:
+        """After pytest's last line: a failed gate's own line, red, the last thing written."""
+        result = yield
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if self.gate.failing and reporter is not None:
+            _write_last(reporter, self.gate.failure())
+        return result
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """Print the golden cases' passes, total, rate and Wilson lower bound (and the gate)."""
@@ -288,12 +330,13 @@ class _GateHooks:
             f"95% Wilson lower bound {gate.lower:.3f}{skipped}"
         )
         if gate.threshold is not None:
-            verdict = "PASS" if gate.lower >= gate.threshold else "FAIL"
+            verdict = "FAIL" if gate.failing else "PASS"
             terminalreporter.write_line(
                 f"gate: lower bound {gate.lower:.3f} vs minimum pass rate "
                 f"{gate.threshold:.3f}: {verdict}",
-                red=verdict == "FAIL",
-                green=verdict == "PASS",
+                red=gate.failing,
+                bold=gate.failing,
+                green=not gate.failing,
             )
 
 

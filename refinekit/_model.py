@@ -35,10 +35,13 @@ VerdictStatus = Literal["judged", "unjudged", "inconclusive"]
 class ContextDocument(BaseModel):
     """One document the answer was supposed to be built from.
 
+    The text may be given first, positionally (or as `text=`); the other fields are
+    keyword-only: `ContextDocument("Refunds within 30 days.", source="policies/refunds.md")`.
+
     Attributes:
         text: The document's text.
         source: Where it came from (a path, a URL, an id); what `checks.cites_source()` looks for.
-        metadata: Anything else worth keeping with the document.
+        metadata: Anything else worth keeping with the document (None: none).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -46,6 +49,19 @@ class ContextDocument(BaseModel):
     text: str
     source: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def __init__(
+        self,
+        text: str,
+        *,
+        source: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> None:
+        # The text may be positional; extra keywords still reach pydantic, which refuses them.
+        super().__init__(
+            text=text, source=source, metadata={} if metadata is None else metadata, **extra
+        )
 
     @classmethod
     def coerce(cls, value: ContextDocument | str | Mapping[str, Any]) -> ContextDocument:

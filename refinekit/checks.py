@@ -107,6 +107,13 @@ def _partials(source: str) -> list[str]:
     return [t for t in tails if not t.startswith("/") and ("." in t or "/" in t)]
 
 
+_NO_SOURCE = (
+    "No context document with a source was available to cite; "
+    "the answer cannot be checked for citations."
+)
+"""`cites_source()`'s feedback when no document has a source (`refinekit eval` counts them)."""
+
+
 def cites_source() -> Check:
     """The answer cites the source of at least one context document.
 
@@ -130,12 +137,7 @@ def cites_source() -> Check:
     def rule(request: EvaluationRequest) -> Verdict:
         sources = list(dict.fromkeys(d.source for d in request.context if d.source))
         if not sources:
-            return _verdict(
-                False,
-                "No context document with a source was available to cite; "
-                "the answer cannot be checked for citations.",
-                cited=[],
-            )
+            return _verdict(False, _NO_SOURCE, cited=[])
         cited = [s for s in sources if _cited(s, request.answer)]
         if len(sources) == 1:
             feedback = f"Cite the source as {_bracketed(sources)}"

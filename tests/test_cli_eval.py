@@ -1229,7 +1229,7 @@ def test_a_judge_that_raises_a_bug_stops_the_run(ws: Workspace, cli: Cli) -> Non
         assert store.runs()[0].status == "incomplete"
 
 
-# --- the progress bar: on a terminal only --------------------------------------------------------
+# --- progress: a live bar on a terminal, a plain line now and then elsewhere; never on stdout -----
 
 
 class Terminal(io.StringIO):
@@ -1238,7 +1238,7 @@ class Terminal(io.StringIO):
 
 
 @pytest.mark.parametrize("term", ["xterm-256color", "dumb"])
-def test_progress_bar_on_a_terminal_only(
+def test_progress_is_live_on_a_terminal_only_and_never_on_stdout(
     ws: Workspace, cli: Cli, monkeypatch: pytest.MonkeyPatch, term: str
 ) -> None:
     monkeypatch.setenv("TERM", term)
@@ -1250,12 +1250,16 @@ def test_progress_bar_on_a_terminal_only(
         result = cli("eval", golden, "--target", f"{target}:answer")
 
     assert result.code == 0
-    if term == "dumb":
-        assert terminal.getvalue() == ""
+    shown = terminal.getvalue()
+    if term == "dumb":  # no terminal to redraw: plain lines, and none in a run this short
+        assert shown == ""
     else:
-        assert f"\r[{'#' * 30}] 3/3  passed 3\x1b[K" in terminal.getvalue()
-        assert terminal.getvalue().endswith("\r\x1b[K")  # cleared before the table
+        drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)
+        assert re.search(r"eval ━+ +3/3 0:00:\d\d .*passed 3", drawn), drawn
+        assert shown.endswith("\x1b[2K")  # the bar's line erased before the summary
     assert "\r" not in result.out
+    assert "\x1b" not in result.out
+    assert result.out.startswith(f"refinekit eval: {golden} (3 cases) -> run 1 in ")
 
 
 # --- how a row becomes the target's arguments ------------------------------------------------
@@ -1710,6 +1714,92 @@ def test_a_rate_limited_try_leaves_no_recorded_documents_behind(
 
     assert result.code == 0, result.err
     assert __import__(module).seen == [["retrieved on try 2"]]
+
+
+NO_CONTEXT_APP = """
+from refinekit import checks, record_context, retry_on_low_quality
+
+judge = checks.cites_source()
+
+def unwired(question):
+    return f"See {question}.md."
+
+def wired(question):
+    record_context({"text": "the policy", "source": f"{question}.md"})
+    return f"See {question}.md."
+
+@retry_on_low_quality(evaluator=checks.cites_source(), max_retries=0)
+def checked_inside(question):
+    return f"See {question}.md."
+"""
+
+
+@pytest.mark.parametrize("function", ["unwired", "checked_inside"])
+def test_a_check_without_context_says_so_once_with_the_two_ways_out(
+    ws: Workspace, cli: Cli, function: str
+) -> None:
+    rows = [{"question": q, "expected_source": f"{q}.md"} for q in ("q1", "q2", "q3")]
+    golden = ws.csv("golden.csv", rows)
+    module = ws.module(NO_CONTEXT_APP)
+
+    result = cli("eval", golden, "--target", f"{module}:{function}", "--judge", f"{module}:judge")
+
+    # the cases did fail the check: they count as failed (inside the target: it raised), and
+    # the gate sees a rate of 0
+    mark = "FAIL" if function == "unwired" else "RAISED"
+    assert table(result.out) == {1: mark, 2: mark, 3: mark}
+    assert "pass rate 0.000 (0/3)" in result.out
+    notes = [line for line in result.out.splitlines() if line.startswith("context: ")]
+    assert len(notes) == 1, result.out  # once, not once per case
+    assert notes[0].startswith(
+        "context: every case failed cites_source because no context document with a source "
+        "reached it: the target recorded none and the golden file gave none."
+    )
+    assert "refinekit.record_context(docs) in the target" in notes[0]
+    assert "the golden file's context column" in notes[0]
+    # and on stderr, as soon as the first such case finished: once
+    assert result.err.count("failed cites_source with no context document to cite") == 1
+    # it comes before the figure it explains
+    assert result.out.index("context: ") < result.out.index("pass rate 0.000")
+
+
+def test_context_from_the_target_or_the_file_reaches_the_check_and_no_note(
+    ws: Workspace, cli: Cli
+) -> None:
+    module = ws.module(NO_CONTEXT_APP)
+    rows = [{"question": q, "expected_source": f"{q}.md"} for q in ("q1", "q2")]
+    wired = cli(
+        "eval", ws.csv("g.csv", rows), "--target", f"{module}:wired", "--judge", f"{module}:judge"
+    )
+    assert wired.code == 0, wired.err
+    assert table(wired.out) == {1: "pass", 2: "pass"}
+    assert "context: " not in wired.out
+
+    given = [r | {"context": {"text": "the policy", "source": r["expected_source"]}} for r in rows]
+    from_file = cli(
+        "eval",
+        ws.jsonl("g.jsonl", given),
+        "--target",
+        f"{module}:unwired",
+        "--judge",
+        f"{module}:judge",
+    )
+    assert from_file.code == 0, from_file.err
+    assert table(from_file.out) == {1: "pass", 2: "pass"}
+    assert "context: " not in from_file.out
+
+    # one case of two without context: said once, with the count
+    partial = [given[0], rows[1]]
+    some = cli(
+        "eval",
+        ws.jsonl("p.jsonl", partial),
+        "--target",
+        f"{module}:unwired",
+        "--judge",
+        f"{module}:judge",
+    )
+    assert table(some.out) == {1: "pass", 2: "FAIL"}
+    assert some.out.count("context: 1 of 2 cases failed cites_source") == 1
 
 
 # --- a misconfigured answer function stops the run; the fixed one resumes it ---------------------

@@ -367,3 +367,21 @@ def test_a_setup_failure_is_no_measurement(golden: Path, db: Path) -> None:
     assert result.pass_rate_held is False
     assert result.comparison is None
     assert result.run.summary["setup_failed"] is True
+
+
+def test_cases_a_check_failed_for_want_of_context_are_counted_failed_and_apart(
+    golden: Path, db: Path
+) -> None:
+    from refinekit import checks, record_context
+
+    def sometimes(question: str) -> str:
+        if question == "Refund window?":
+            record_context({"text": "Within seven days.", "source": "refunds.md"})
+        return ANSWERS[question]
+
+    result = refinekit.eval.run(golden, target=sometimes, judge=checks.cites_source(), db=db)
+
+    assert [c.outcome for c in result.cases] == ["passed", "failed", "failed"]
+    assert result.summary.no_context == 2  # of the 3: counted failed, and counted apart
+    assert (result.summary.failed, result.summary.rate) == (2, 1 / 3)
+    assert result.run.summary["no_context"] == 2  # stored with the run's figures

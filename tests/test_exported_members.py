@@ -212,6 +212,7 @@ def test_eval_names() -> None:
         "RunAborted",
         "RunEvent",
         "RunInfo",
+        "RunProgress",
         "RunStarted",
         "RunStopped",
         "RunStoreError",

@@ -8,7 +8,7 @@ import typing
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 import refinekit
 import refinekit.eval
@@ -134,6 +134,30 @@ def test_errors_pickle_with_their_state(error: BaseException) -> None:
 )
 def test_models_pickle(value: Any) -> None:
     assert pickle.loads(pickle.dumps(value)) == value
+
+
+def test_a_context_document_takes_its_text_positionally() -> None:
+    # as people write it: ContextDocument("text", source=...)
+    document = ContextDocument("Refunds within 30 days.", source="policies/refunds.md")
+    assert document == ContextDocument(text="Refunds within 30 days.", source="policies/refunds.md")
+    assert (document.text, document.source, document.metadata) == (
+        "Refunds within 30 days.",
+        "policies/refunds.md",
+        {},
+    )
+    assert pickle.loads(pickle.dumps(document)) == document
+    metadata = {"page": 3}
+    with_metadata = ContextDocument("t", metadata=metadata)
+    assert with_metadata.metadata == {"page": 3}
+    with_metadata.metadata["page"] = 4
+    assert metadata == {"page": 3}  # the caller's dict is not the document's
+    # the other fields stay keyword-only, and the text is given once
+    with pytest.raises(TypeError):
+        ContextDocument("t", "a.md")
+    with pytest.raises(TypeError, match="multiple values for argument 'text'"):
+        ContextDocument("t", text="u")
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        ContextDocument("t", url="https://example.test")
 
 
 def test_public_types_work_inside_a_users_pydantic_model() -> None:

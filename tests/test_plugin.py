@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -233,6 +234,65 @@ def test_gate_19_of_20_fails_at_0_8(tester: pytest.Pytester) -> None:
     result = run(golden_tests(tester, 19, 1), "--refinekit-min-pass-rate=0.8")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["gate: lower bound 0.764 vs minimum pass rate 0.800: FAIL"])
+
+
+SGR = re.compile(r"\x1b\[(\d+)m")  # a colour or style code
+
+
+def last_lines(result: pytest.RunResult, n: int) -> list[str]:
+    """The last n non-empty lines of the output, colour codes kept."""
+    return [line for line in result.outlines if line.strip()][-n:]
+
+
+def styles(line: str) -> list[str]:
+    """The codes a line starts with: 31 red, 32 green, 33 yellow, 1 bold."""
+    start = re.match(r"(?:\x1b\[\d+m)*", line)
+    return SGR.findall(start.group(0)) if start else []
+
+
+def plain(line: str) -> str:
+    return SGR.sub("", line)
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["default", "quiet"])
+def test_a_failed_gate_is_the_last_line_and_red(tester: pytest.Pytester, quiet: bool) -> None:
+    # every test passed, the gate failed: the user must not end on pytest's green tally
+    tester = golden_tests(tester, 19, 0)  # 19/19: bound 0.832
+    args = ["--refinekit-min-pass-rate", "0.9", "--color=yes", *(["-q"] if quiet else [])]
+    result = run(tester, *args)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    tally, last = last_lines(result, 2)
+    expected = "refinekit gate FAILED: lower bound 0.832 < minimum pass rate 0.900"
+    if quiet:
+        assert plain(last) == expected
+    else:
+        assert re.fullmatch(rf"=+ {expected} =+", plain(last)), plain(last)
+    assert styles(last)[:2] == ["31", "1"]  # red, bold: as pytest writes a failed run's line
+    # pytest's own tally counts the gate, and is not green
+    tallied = r"(=+ )?19 passed, 1 refinekit gate failed in [\d.]+s( =+)?"
+    assert re.fullmatch(tallied, plain(tally)), plain(tally)
+    assert styles(tally)[0] != "32"
+    result.assert_outcomes(passed=19)
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["default", "quiet"])
+def test_a_passed_gate_leaves_pytests_green_last_line(tester: pytest.Pytester, quiet: bool) -> None:
+    tester = golden_tests(tester, 19, 0)
+    args = ["--refinekit-min-pass-rate", "0.8", "--color=yes", *(["-q"] if quiet else [])]
+    result = run(tester, *args)
+    assert result.ret == pytest.ExitCode.OK
+    gate, last = last_lines(result, 2)
+    assert plain(gate) == "gate: lower bound 0.832 vs minimum pass rate 0.800: PASS"
+    assert re.fullmatch(r"(=+ )?19 passed in [\d.]+s( =+)?", plain(last)), plain(last)
+    assert styles(last)[0] == "32"
+
+
+def test_a_failed_gate_is_last_after_failed_tests_too(tester: pytest.Pytester) -> None:
+    result = run(golden_tests(tester, 19, 1), "--refinekit-min-pass-rate=0.8", "-q")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    tally, last = last_lines(result, 2)
+    assert last == "refinekit gate FAILED: lower bound 0.764 < minimum pass rate 0.800"
+    assert re.fullmatch(r"1 failed, 19 passed, 1 refinekit gate failed in .*", tally), tally
 
 
 def test_gate_reads_the_ini_option_and_the_command_line_wins(tester: pytest.Pytester) -> None:

@@ -219,12 +219,25 @@ def test_eval_on_ray_workers_shares_the_cases_through_a_postgresql_store(
 
 @pytest.mark.usefixtures("ray_session")
 def test_eval_on_a_local_ray_with_a_sqlite_store_is_the_same_run_as_a_local_one(
-    ws: Workspace, server: ScriptedOpenAI
+    ws: Workspace, server: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = ray_golden(ws, server)
+    monkeypatch.setattr(refinekit.eval._results, "PROGRESS_SECONDS", 0.05)  # the driver looks
+    events: list[object] = []
     on_ray = refinekit.eval.run(
-        "golden.csv", target=f"{target}:answer", backend="ray", workers=2, db="runs.db"
+        "golden.csv",
+        target=f"{target}:answer",
+        backend="ray",
+        workers=2,
+        db="runs.db",
+        on_event=events.append,
     )
+    # the driver answers nothing: its progress is the tasks' cases, seen in the store
+    told = [e.done for e in events if isinstance(e, refinekit.eval.RunProgress)]
+    assert told, events
+    assert told == sorted(set(told))
+    assert 0 < told[-1] <= 24
+    assert not any(isinstance(e, refinekit.eval.CaseFinished) for e in events)
     here = refinekit.eval.run("golden.csv", target=f"{target}:answer", db="runs.db", resume=False)
     assert on_ray.run.status == here.run.status == "complete"
     assert on_ray.summary.rate == here.summary.rate == 1.0

@@ -8,7 +8,9 @@ told to resolve no host name and to use a proxy on a closed 127.0.0.1 port.
 
 from __future__ import annotations
 
+import dataclasses
 import html
+import json
 import os
 import re
 import shutil
@@ -352,7 +354,7 @@ def test_eval_report_per_criterion_rates_attempts_and_cost(eval_html: str) -> No
     assert "mean <b>1.364</b>, max <b>3</b>" in attempts_part  # (9 * 1 + 2 * 3) / 11
     assert '<td class="n">3</td><td class="n">2</td><td class="n">0.182</td>' in attempts_part
     assert "<b>2</b> in all, max <b>2</b> per answer" in attempts_part
-    cost_part = eval_html[eval_html.index('id="cost"') : eval_html.index('id="failing"')]
+    cost_part = eval_html[eval_html.index('id="cost"') : eval_html.index('id="failing-cases"')]
     # the answer model: 11 calls, 1,100 + 220 tokens; the run's judge: 8 judged cases
     assert '<td>answer model</td><td class="n">11</td><td class="n">1,100</td>' in cost_part
     assert '<td>the run\'s judge</td><td class="n">8</td><td class="n">2,400</td>' in cost_part
@@ -360,7 +362,7 @@ def test_eval_report_per_criterion_rates_attempts_and_cost(eval_html: str) -> No
 
 
 def test_eval_report_lists_failing_cases_with_their_feedback(eval_html: str) -> None:
-    failing = eval_html[eval_html.index('id="failing"') : eval_html.index('id="cases"')]
+    failing = eval_html[eval_html.index('id="failing-cases"') : eval_html.index('id="cases"')]
     assert failing.count("<article") == 4
     for word in ("failed", "raised", "unavailable", "inconclusive"):
         assert f'<article class="case {word}"' in failing
@@ -420,11 +422,88 @@ def test_a_lone_surrogate_cannot_break_the_file() -> None:
     assert esc("a \ud800 b") == "a ? b"
 
 
+def compared_report(store: SQLiteStore, golden: Path, eval_run: int, **gates: Any) -> str:
+    """The report of the eval run against a run where every one of its questions passed:
+    cases 8 (now failed) and 9 (now raised) regressed."""
+    before = store_run(
+        store, golden, [dataclasses.replace(c, outcome="passed") for c in current_cases()]
+    )
+    comparison = compare_runs(
+        store.run(before), store.cases(before), store.run(eval_run), store.cases(eval_run)
+    )
+    assert [c.position for _, c in comparison.regressed] == [8, 9]
+    return eval_report(store, eval_run, comparison, **gates)
+
+
+def test_eval_report_puts_what_a_reviewer_acts_on_first(
+    store: SQLiteStore, golden: Path, eval_run: int
+) -> None:
+    document = compared_report(store, golden, eval_run, min_pass_rate=0.8)
+    anchors = ["gates", "regressions", "failing", "pass-rate", "history", "criteria", "cost"]
+    anchors += ["comparison", "failing-cases", "cases"]
+    starts = [document.index(f'<section id="{anchor}">') for anchor in anchors]
+    assert starts == sorted(starts)  # the gates, the regressions, the failing cases; then figures
+    assert document.index("</header>") < starts[0]
+    # the regressions and the failing cases, a line each, linked to their cards below
+    regressions = section_of(document, "regressions")
+    assert ">Regressed since run 7 (2)</h2>" in regressions
+    assert regressions.count("<tr>") == 3  # a header and the two cases
+    assert (
+        '<span class="badge passed">passed</span> \u2192 <span class="badge failed">failed</span>'
+        in regressions
+    )
+    assert_escaped(regressions, "Failing question " + EVIL[:60])
+    failing = section_of(document, "failing")
+    assert ">Failing cases (4)</h2>" in failing
+    assert re.findall(r'<a href="#case-(\d+)">(\d+)</a>', failing) == [
+        ("7", "8"),
+        ("8", "9"),
+        ("9", "10"),
+        ("10", "11"),
+    ]
+    assert all(f'id="case-{i}"' in document for i in (7, 8, 9, 10))  # the cards they link to
+    assert "the judge split 1/2" in failing
+    assert "order 1?" not in failing
+    # the pass rate next to the gates, with what it left out
+    gates = gates_of(document)
+    assert "pass rate <b>0.778</b> (7/9)" in gates
+    assert "not counted: 1 unavailable, 1 inconclusive" in gates
+    # the definitions are behind disclosures, and so are the run's details
+    for definition in (
+        "passed / (passed + failed + raised) = 7 / 9",
+        "Every complete eval run of this data file in the store",
+        "From each case's first verdict.",
+        "One attempt is an answer accepted at once",
+        "<dt>SHA-256</dt>",
+    ):
+        at = document.index(definition)
+        assert document.rfind("<details", 0, at) > document.rfind("</details>", 0, at), definition
+    assert_nothing_live(document)
+
+
+def test_eval_report_shows_the_cost_and_the_missing_context_by_the_gates(
+    store: SQLiteStore, golden: Path
+) -> None:
+    from refinekit.checks import _NO_SOURCE
+
+    unwired = [
+        case(i, "failed", feedback=_NO_SOURCE, cost={"answer": 0.5, "judge": 0.25, "extra": 0.0})
+        for i in (1, 2)
+    ]
+    run_id = store_run(store, golden, unwired)
+    gates = gates_of(eval_report(store, run_id, min_pass_rate=0.5))
+    assert "Every case failed cites_source because no context document with a source" in gates
+    assert "refinekit.record_context(docs)" in gates
+    assert '<a href="#cost">cost <b>1.5</b></a> (0.75 per case)' in gates
+    wired = store_run(store, golden, [case(1, "failed")])
+    assert "no context" not in gates_of(eval_report(store, wired))
+
+
 def test_eval_report_with_a_comparison(store: SQLiteStore, eval_run: int) -> None:
     before = store.run(1)  # 3 passed, 1 failed
     comparison = compare_runs(before, store.cases(1), store.run(eval_run), store.cases(eval_run))
     document = eval_report(store, eval_run, comparison)
-    part = document[document.index('id="comparison"') : document.index('id="failing"')]
+    part = document[document.index('id="comparison"') : document.index('id="failing-cases"')]
     assert ">Compared with run 1</h2>" in part
     assert len(comparison.regressed) == 0
     assert [c.position for _, c in comparison.improved] == [1]
@@ -433,8 +512,13 @@ def test_eval_report_with_a_comparison(store: SQLiteStore, eval_run: int) -> Non
     assert "order 1?" in part
 
 
+def section_of(document: str, anchor: str) -> str:
+    start = document.index(f'<section id="{anchor}">')
+    return document[start : document.index("</section>", start)]
+
+
 def gates_of(document: str) -> str:
-    return document[document.index('<section id="gates">') : document.index('id="pass-rate"')]
+    return section_of(document, "gates")
 
 
 def header_of(document: str) -> str:
@@ -969,6 +1053,84 @@ def test_eval_report_renders_in_chromium(chromium: Path, eval_html: str, tmp_pat
     assert near(seen, (0x1A, 0x7F, 0x37))  # passed green: the outcome bar and the status badge
     assert near(seen, (0xCF, 0x22, 0x2E))  # failed red
     assert near(seen, (0x09, 0x69, 0xDA))  # the current run in the chart
+
+
+LAPTOP = (1280, 800)
+"""A typical laptop's browser window; the page gets what the window leaves of it (Chromium's
+headless window keeps about 140 pixels for itself: a viewport of 1280 x 657)."""
+
+FIRST_SCREEN = {
+    "the gates' verdict": "header .gate-verdict",
+    "the gates": "#gates table",
+    "the regressions' heading": "#regressions h2",
+    "the first regression": "#regressions tr:nth-of-type(2)",
+    "the failing cases' heading": "#failing h2",
+    "the first failing case": "#failing tr:nth-of-type(2)",
+    "the figures' first section": "#pass-rate h2",
+}
+
+PROBE = """<script>
+const found = {viewport: [innerWidth, innerHeight]};
+for (const [name, selector] of Object.entries(%s)) {
+  const element = document.querySelector(selector);
+  found[name] = element ? element.getBoundingClientRect().toJSON() : null;
+}
+const out = document.createElement("pre");
+out.id = "layout-probe";
+out.textContent = JSON.stringify(found);
+document.body.appendChild(out);
+</script>"""
+
+
+def layout(
+    browser: Path, document: str, tmp_path: Path, selectors: dict[str, str], size: tuple[int, int]
+) -> dict[str, Any]:
+    """Where Chromium lays out each selector's element at a window of `size` (None: none).
+
+    The report runs no script (its CSP allows none), so the page measured is a copy whose
+    CSP also allows the one inline script appended at its end, which measures and writes the
+    boxes into the DOM: the layout is the report's own.
+    """
+    probe_csp = CSP + "; script-src 'unsafe-inline'"
+    copy = document.replace(f'content="{CSP}"', f'content="{probe_csp}"', 1)
+    copy = copy.replace("</body>", PROBE % json.dumps(selectors) + "</body>", 1)
+    page = tmp_path / "layout.html"
+    page.write_text(copy, encoding="utf-8")
+    dom = run_chromium(browser, tmp_path, f"--window-size={size[0]},{size[1]}", "--dump-dom",
+                       page.as_uri())  # fmt: skip
+    found = re.search(r'<pre id="layout-probe">(.*?)</pre>', dom, re.DOTALL)
+    assert found, dom[-2000:]
+    boxes: dict[str, Any] = json.loads(html.unescape(found.group(1)))
+    return boxes
+
+
+def test_the_first_screen_of_the_eval_report_is_the_gates_regressions_and_failing_cases(
+    chromium: Path, store: SQLiteStore, golden: Path, eval_run: int, tmp_path: Path
+) -> None:
+    document = compared_report(store, golden, eval_run, min_pass_rate=0.8)
+    boxes = layout(chromium, document, tmp_path, FIRST_SCREEN, LAPTOP)
+    width, height = boxes.pop("viewport")  # the first screen: what the window shows of the page
+    assert width == LAPTOP[0]
+    assert 600 <= height <= LAPTOP[1]
+    figures = boxes.pop("the figures' first section")
+    for name, box in boxes.items():
+        assert box is not None, name
+        assert box["top"] >= 0, (name, box)
+        assert box["bottom"] <= height, (name, box, height)  # wholly on the first screen
+        assert box["right"] <= width, (name, box)  # and no sideways scrolling
+    assert figures["top"] > boxes["the first failing case"]["bottom"]  # the figures come after
+    # a screenshot of that screen: the failed gate, what regressed and what fails are on it
+    page = tmp_path / "first-screen.html"
+    page.write_text(document, encoding="utf-8")
+    shot = tmp_path / "first-screen.png"
+    run_chromium(chromium, tmp_path, f"--screenshot={shot}", f"--window-size={width},{height}",
+                 page.as_uri())  # fmt: skip
+    shown_width, shown_height, rows = png_rows(shot.read_bytes())
+    assert (shown_width, shown_height) == (width, height)
+    seen = colours(rows)
+    assert near(seen, (0xCF, 0x22, 0x2E))  # failed red: the gate, a regression, a failing case
+    assert near(seen, (0x1A, 0x7F, 0x37))  # passed green: what the regressed cases were
+    assert near(seen, (0xBC, 0x4C, 0x00))  # raised orange: a regressed and a failing case
 
 
 def test_calibration_report_renders_in_chromium(

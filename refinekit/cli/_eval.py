@@ -13,6 +13,7 @@ from ..eval import (
     run,
 )
 from ..eval._money import usd
+from ..eval._summary import no_context_advice
 from ._output import (
     EXIT_GATE,
     EXIT_SETUP,
@@ -115,6 +116,8 @@ def _print_cases(io: Io, records: Sequence[CaseRecord]) -> None:
 def _print_summary(io: Io, result: EvalResult, judge: str | None) -> int:
     s = result.summary
     io.say()
+    if s.no_context:  # once, before the figure it explains
+        io.say(f"context: {no_context_advice(s.no_context, s.cases)}")
     if s.rate is None:
         io.say(f"pass rate: n/a (none of the {s.cases} cases was judged)")
     else:

@@ -1,4 +1,4 @@
-"""What the workflow commands print with: streams, safe text, the progress bar, a run's story.
+"""What the workflow commands print with: streams, safe text, a run's story and its progress.
 
 Exit statuses: 0 done (and every gate held); 1 a gate failed (the pass rate's lower bound
 under `--min-pass-rate`, or a significant regression against `--compare`); 2 a usage error
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,13 +30,16 @@ from ..eval import (
     EvalResult,
     RunAborted,
     RunEvent,
+    RunProgress,
     RunStarted,
     RunStopped,
     RunStoreError,
     UsageProblem,
     html_report,
 )
+from ..eval._summary import lacks_context
 from ._pipe import PipeSafe
+from ._progress import ProgressDisplay
 
 __all__ = [
     "EXIT_ABORTED",
@@ -110,35 +112,6 @@ def streams(out: TextIO | None, err: TextIO | None) -> Io:
     return Io(cast(TextIO, PipeSafe(out or sys.stdout)), cast(TextIO, PipeSafe(err or sys.stderr)))
 
 
-class _Bar:
-    """A progress line on a terminal (stderr); nothing otherwise."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.on = stream.isatty() and os.environ.get("TERM") != "dumb"
-        self.last = 0.0
-
-    def show(self, event: CaseFinished) -> None:
-        if not self.on:
-            return
-        now = time.monotonic()
-        if event.done < event.total and now - self.last < 0.1:
-            return
-        self.last = now
-        width = 30
-        filled = width * event.done // max(1, event.total)
-        counts = "  ".join(f"{k} {v}" for k, v in sorted(event.counts.items()))
-        self.stream.write(
-            f"\r[{'#' * filled}{'-' * (width - filled)}] {event.done}/{event.total}  {counts}\x1b[K"
-        )
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.on:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-
-
 class RunWatcher:
     """A run's story as it goes, told by its events: what is resumed, progress, a stop.
 
@@ -146,24 +119,36 @@ class RunWatcher:
     `stopped_early` or `interrupted` print the end of the story and give the exit status.
     """
 
-    def __init__(self, io: Io, command: str) -> None:
+    def __init__(self, io: Io, command: str, display: ProgressDisplay | None = None) -> None:
         self.io = io
         self.command = command
-        self.bar = _Bar(io.err)
+        self.display = display or ProgressDisplay(io.err, command)
         self.stopped: RunStopped | None = None
+        self.no_context_told = False
 
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, RunStarted):
             self._started(event)
+            self.display.start(event.resumed, event.cases)
         elif isinstance(event, CaseFinished):
-            self.bar.show(event)
+            self.display.update(event.done, event.total, event.cost, event.counts)
+            if self.command == "eval" and not self.no_context_told and lacks_context(event.record):
+                self.no_context_told = True
+                self.display.note(
+                    f"refinekit {self.command}: case #{event.record.position} failed "
+                    "cites_source with no context document to cite: every case will, unless "
+                    "the target calls refinekit.record_context(docs) or the golden file has a "
+                    "context column (the summary says more)"
+                )
+        elif isinstance(event, RunProgress):
+            self.display.update(event.done, event.total, event.cost)
         else:
-            self.bar.close()
+            self.display.close()
             self.stopped = event
 
     def finished(self) -> None:
-        """The run ran its cases to the end: the progress line goes."""
-        self.bar.close()
+        """The run ended (or failed to start): the progress display goes."""
+        self.display.close()
 
     def _started(self, event: RunStarted) -> None:
         io, run = self.io, event.run
@@ -278,14 +263,20 @@ def watched_run(
     try:
         result = start(watcher)
     except (UsageProblem, RunStoreError) as e:
+        watcher.finished()
         io.error(command, str(e))
         return EXIT_USAGE
     except RunAborted as e:
+        watcher.finished()
         return watcher.stopped_early(e)
     except KeyboardInterrupt:
+        watcher.finished()
         if watcher.stopped is None:  # while loading, before a run exists to keep
             raise
         return watcher.interrupted()
+    except BaseException:
+        watcher.finished()
+        raise
     watcher.finished()
     return result
 

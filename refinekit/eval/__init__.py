@@ -30,6 +30,7 @@ from ._results import (
     CaseFinished,
     EvalResult,
     RunEvent,
+    RunProgress,
     RunStarted,
     RunStopped,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "RunAborted",
     "RunEvent",
     "RunInfo",
+    "RunProgress",
     "RunStarted",
     "RunStopped",
     "RunStoreError",

@@ -14,7 +14,9 @@ __all__ = [
     "CalibrationResult",
     "CaseFinished",
     "EvalResult",
+    "PROGRESS_SECONDS",
     "RunEvent",
+    "RunProgress",
     "RunStarted",
     "RunStopped",
 ]
@@ -56,15 +58,42 @@ class CaseFinished:
 
     Attributes:
         record: The case as stored.
-        done: The run's cases finished so far, those resumed included.
+        done: The run's cases stored so far, by every worker (other processes, Ray tasks),
+            those resumed included: the cases of the data file no longer to answer.
         total: The cases of the data file.
         counts: The outcomes of this session's finished cases, by outcome.
+        cost: With prices, what the run's stored cases cost so far, every worker's; None
+            without prices.
     """
 
     record: CaseRecord
     done: int
     total: int
     counts: Mapping[str, int]
+    cost: float | None = None
+
+
+PROGRESS_SECONDS = 2.0
+"""How often a run looks in its store for cases other workers stored (`RunProgress`)."""
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """The run went on elsewhere: other workers (processes, Ray tasks) stored cases.
+
+    Told every `PROGRESS_SECONDS` while the run goes, when its count or cost changed since
+    the last `CaseFinished` or `RunProgress` (so a run this process answers alone tells
+    none).
+
+    Attributes:
+        done: The run's cases stored so far, by every worker, those resumed included.
+        total: The cases of the data file.
+        cost: With prices, what the run's stored cases cost so far; None without prices.
+    """
+
+    done: int
+    total: int
+    cost: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +115,7 @@ class RunStopped:
     error: BaseException
 
 
-RunEvent = RunStarted | CaseFinished | RunStopped
+RunEvent = RunStarted | CaseFinished | RunProgress | RunStopped
 """What `on_event` is told while a run goes."""
 
 

@@ -6,19 +6,22 @@ or incomplete (resumable) when it stops early.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from .._errors import RunAborted, RunStoreError, UsageProblem
 from .._redact import safe_url, url_problem
+from . import _results
 from ._cases import Case
 from ._claims import new_worker
 from ._pgstore import SCHEMES
 from ._ratelimit import RateLimiter
-from ._results import CaseFinished, RunEvent, RunStarted, RunStopped
+from ._results import CaseFinished, RunEvent, RunProgress, RunStarted, RunStopped
 from ._resume import RunPlan, start
 from ._runner import Progress, renewing, run_cases
 from ._runstore import DEFAULT_DB
@@ -155,6 +158,7 @@ class Session:
         )
         self.run = self.started.run
         self.progress = Progress(total=len(cases), done=self.started.resumed, on_case=self._done)
+        self._told: tuple[int, float | None] | None = None  # the last position told
         self._tell(
             RunStarted(
                 run=self.run,
@@ -175,7 +179,46 @@ class Session:
             self.on_event(event)
 
     def _done(self, progress: Progress, record: CaseRecord) -> None:
-        self._tell(CaseFinished(record, progress.done, progress.total, dict(progress.counts)))
+        if self.on_event is None:  # nobody to tell: no need to count
+            return
+        done, cost = self._told = self._position()
+        self._tell(CaseFinished(record, done, progress.total, dict(progress.counts), cost))
+
+    def _position(self) -> tuple[int, float | None]:
+        """The run's cases stored by every worker, and their cost so far (with prices)."""
+        done = len(self.cases) - self.store.pending(self.run.id)
+        cost = self.store.spent(self.run.id)[1] if self.plan.prices is not None else None
+        return done, cost
+
+    @contextlib.asynccontextmanager
+    async def _watching(self) -> AsyncIterator[None]:
+        """While the block runs, tell `RunProgress` when other workers stored cases."""
+        if self.on_event is None:
+            yield
+            return
+        if self._told is None:  # where the run starts: nothing to tell until it moves
+            self._told = self._position()
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(_results.PROGRESS_SECONDS)
+                try:
+                    position = self._position()
+                except RunStoreError:
+                    return  # the run meets the store's failure itself; the watching stops
+                if position != self._told:
+                    self._told = position
+                    self._tell(RunProgress(position[0], len(self.cases), position[1]))
+
+        watching = asyncio.ensure_future(watch())
+        try:
+            yield
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+        error = None if watching.cancelled() else watching.exception()
+        if error is not None:
+            raise error  # on_event raised, as it may from a CaseFinished
 
     @property
     def retried(self) -> int:
@@ -221,11 +264,12 @@ class Session:
                 likewise.
         """
         try:
-            if elsewhere is None:
-                await self._cases()
-            else:
-                async with renewing(self.store, self.run.id, self.worker):
-                    await elsewhere()
+            async with self._watching():
+                if elsewhere is None:
+                    await self._cases()
+                else:
+                    async with renewing(self.store, self.run.id, self.worker):
+                        await elsewhere()
         except BaseException as e:
             self._stop(e)
             raise

@@ -7,11 +7,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._model import Usage
+from ..checks import _NO_SOURCE
 from ._money import money
 from ._stats import mcnemar_exact, wilson_interval
 from ._store import CaseRecord, RunInfo
 
-__all__ = ["CONFIDENCE", "Comparison", "Summary", "compare_runs", "measured", "summarise"]
+__all__ = [
+    "CONFIDENCE",
+    "Comparison",
+    "Summary",
+    "compare_runs",
+    "lacks_context",
+    "measured",
+    "no_context_advice",
+    "summarise",
+]
 
 CONFIDENCE = 0.95
 """The confidence level of every interval a run reports."""
@@ -42,6 +52,31 @@ def measured(record: CaseRecord) -> bool:
     if record.outcome == "raised":  # the stored error reads "TypeName: message"
         return (record.error or "").split(":", 1)[0].strip() in _REFUSALS
     return False
+
+
+def lacks_context(record: CaseRecord) -> bool:
+    """Whether a check of the case failed for want of a context document with a source.
+
+    `checks.cites_source()` says so in its feedback when no document has a source, whether it
+    is the run's judge (or part of it) or the answer function's own (its `LowQualityAnswer`).
+    """
+    texts: list[Any] = [record.feedback]
+    for verdict in record.verdicts:
+        texts.append(verdict.get("feedback"))
+        texts += [c.get("feedback") for c in verdict.get("criteria") or () if isinstance(c, dict)]
+    return any(isinstance(text, str) and _NO_SOURCE in text for text in texts)
+
+
+def no_context_advice(without: int, cases: int) -> str:
+    """What to do when `without` of a run's `cases` had no context document to cite."""
+    some = "every case" if without == cases else f"{without} of {cases} cases"
+    return (
+        f"{some} failed cites_source because no context document with a source reached it: "
+        "the target recorded none and the golden file gave none. Call "
+        "refinekit.record_context(docs) in the target with the documents it used (each with "
+        "its source), or give them in the golden file's context column (in JSONL an object "
+        '{"text": ..., "source": ...} or a list of them; a CSV cell is text without a source)'
+    )
 
 
 @dataclass(frozen=True)
@@ -80,6 +115,9 @@ class Summary:
             included), `judge` (the run's judge), `extra` (the answer calls after each case's
             first: retries and corrections; part of `answer`), `priced` and `unpriced` (cases
             stored by a session without prices). None when no case was priced.
+        no_context: Cases a check failed because no context document with a source reached
+            it (`lacks_context`): the target recorded none and the row gave none. They count
+            as failed (see `no_context_advice` for the way out).
     """
 
     cases: int
@@ -101,6 +139,7 @@ class Summary:
     usage: dict[str, dict[str, int]]
     seconds: float
     cost: dict[str, Any] | None = None
+    no_context: int = 0
 
     @property
     def counted(self) -> int:
@@ -160,6 +199,7 @@ def summarise(cases: Sequence[CaseRecord]) -> Summary:
         },
         seconds=sum(c.answer_seconds + c.judge_seconds for c in cases),
         cost=money(cases),
+        no_context=sum(lacks_context(c) for c in cases),
         **count,
     )
 

@@ -10,7 +10,7 @@ from .._money import total as total_cost
 from .._money import usd
 from .._stats import wilson_interval
 from .._store import CaseRecord, RunInfo, RunStore
-from .._summary import CONFIDENCE, Comparison, Summary, summarise
+from .._summary import CONFIDENCE, Comparison, Summary, no_context_advice, summarise
 from ._cases import case_article
 from ._charts import Point, history_svg
 from ._html import (
@@ -40,6 +40,7 @@ from ._html import (
 
 __all__ = ["eval_report"]
 
+_DOT = " \u00b7 "
 _ROLES = (
     ("answer", "answer model"),
     ("answer_judge", "judges inside the function"),
@@ -84,8 +85,20 @@ def eval_report(
     failing = [(i, c) for i, c in enumerate(cases) if c.outcome != "passed"]
     setup_failed = bool(run.summary.get("setup_failed"))
     verdict, gates = _gates(summary, setup_failed, min_pass_rate, comparison, alpha)
+    # What a reviewer acts on comes first, on the first screen: the gates, the regressions,
+    # the failing cases (each a line, linked to its card below); then the figures, each
+    # section's definitions behind a disclosure.
+    first = [("gates", "Gates", _no_context(summary) + gates + _glance(summary, setup_failed))]
+    if comparison is not None:
+        first.append(
+            (
+                "regressions",
+                f"Regressed since run {comparison.before.id} ({len(comparison.regressed)})",
+                _regressions(comparison),
+            )
+        )
+    first.append(("failing", f"Failing cases ({len(failing)})", _failing_list(failing)))
     sections = [
-        ("gates", "Gates", gates),
         ("pass-rate", "Pass rate", _pass_rate(summary, setup_failed)),
         ("history", "Pass rate over the stored runs", _eval_history(run, summary, history)),
     ]
@@ -100,29 +113,136 @@ def eval_report(
         title = f"Compared with run {comparison.before.id}"
         sections.append(("comparison", title, _comparison(comparison)))
     sections += [
-        ("failing", f"Failing cases ({len(failing)})", _failing(failing)),
+        ("failing-cases", f"Failing cases in full ({len(failing)})", _failing(failing)),
         ("cases", f"All cases ({len(cases)})", _all_cases(cases, failing)),
     ]
     cases_in_file = count(run.summary.get("cases_in_file"))
+    details = run_meta(
+        run,
+        [
+            (
+                "Cases",
+                f"{whole(len(cases))} stored"
+                + (f" ({whole(cases_in_file)} rows in the file)" if cases_in_file else ""),
+            )
+        ],
+    )
     heading = (
         f"<header><h1>refinekit eval \u2014 run {run.id}</h1>"
-        + run_meta(
-            run,
-            [
-                (
-                    "Cases",
-                    f"{whole(len(cases))} stored"
-                    + (f" ({whole(cases_in_file)} rows in the file)" if cases_in_file else ""),
-                )
-            ],
-        )
+        + _run_line(run, len(cases))
         + incomplete_note(run, len(cases))
         + verdict
-        + toc([(anchor, title) for anchor, title, _ in sections])
         + "</header>"
     )
-    body = "\n".join(section(anchor, title, content) for anchor, title, content in sections)
+    body = "\n".join(
+        [
+            *(section(anchor, title, content) for anchor, title, content in first),
+            toc([(anchor, title) for anchor, title, _ in first + sections]),
+            f'<details class="run"><summary>Run details</summary>{details}</details>',
+            *(section(anchor, title, content) for anchor, title, content in sections),
+        ]
+    )
     return page(f"refinekit eval, run {run.id}", heading, body)
+
+
+def _run_line(run: RunInfo, stored: int) -> str:
+    """The run in one line: its file, target, judge, status and cases (the rest in details)."""
+    name = run.dataset.replace("\\", "/").rsplit("/", 1)[-1]
+    parts = [
+        f'<code title="{esc(run.dataset)}">{esc(name)}</code>',
+        f"target <code>{esc(run.target or '')}</code>",
+        f"judge <code>{esc(run.judge or 'column checks')}</code>",
+        badge(run.status, ("complete", "incomplete", "running")),
+        f"{whole(stored)} cases",
+        esc(when(run.started_at)),
+    ]
+    return f'<p class="run-line">{_DOT.join(parts)}</p>'
+
+
+def _glance(s: Summary, setup_failed: bool) -> str:
+    """The figures behind the gates in one line: the pass rate, what was left out, the cost."""
+    if setup_failed or s.rate is None:
+        rate = "no pass rate"
+    else:
+        rate = (
+            f"pass rate <b>{s.rate:.3f}</b> ({whole(s.passed)}/{whole(s.counted)}), 95% "
+            f"{s.lower:.3f} to {s.upper:.3f}"
+        )
+    parts = [
+        f'<a href="#pass-rate">{rate}</a>',
+        f"not counted: {whole(s.unavailable)} unavailable, {whole(s.inconclusive)} inconclusive",
+    ]
+    if s.cost is not None:
+        parts.append(
+            f'<a href="#cost">cost <b>{usd(s.cost["total"])}</b></a> '
+            f"({usd(s.cost['per_case'])} per case)"
+        )
+    return f'<p class="glance">{_DOT.join(parts)}</p>'
+
+
+def _no_context(s: Summary) -> str:
+    """The note when cases failed `cites_source` for want of context (nothing otherwise)."""
+    if not s.no_context:
+        return ""
+    advice = no_context_advice(s.no_context, s.cases)
+    return f'<p class="warn">{esc(advice[0].upper() + advice[1:])}.</p>'
+
+
+_FIRST_LIMIT = 10  # rows of the regressions and failing cases on the first screen
+
+
+def _regressions(c: Comparison) -> str:
+    """The regressed questions, a line each (the comparison in full is further down)."""
+    if not c.regressed:
+        return (
+            f'<p class="muted">None: no question that passed in run {c.before.id} fails now. '
+            '<a href="#comparison">The comparison</a></p>'
+        )
+    rows = "".join(
+        f'<tr><td class="n">{now.position}</td><td>{badge(was.outcome, OUTCOMES)} \u2192 '
+        f'{badge(now.outcome, OUTCOMES)}</td><td class="text">'
+        f"{esc(one_line(now.question, CELL_LIMIT))}</td>"
+        f'<td class="text">{esc(one_line(now.error or now.feedback, CELL_LIMIT))}</td></tr>'
+        for was, now in c.regressed[:_FIRST_LIMIT]
+    )
+    more = len(c.regressed) - _FIRST_LIMIT
+    return (
+        '<table class="wide first"><tr><th class="n">#</th><th>then \u2192 now</th>'
+        f"<th>question</th><th>feedback / error now</th></tr>{rows}</table>"
+        + (
+            f'<p class="muted">{whole(more)} more in <a href="#comparison">the comparison</a>.</p>'
+            if more > 0
+            else ""
+        )
+    )
+
+
+def _failing_list(failing: Sequence[tuple[int, CaseRecord]]) -> str:
+    """The cases that did not pass, a line each, linked to their cards further down."""
+    if not failing:
+        return '<p class="muted">None: every case passed.</p>'
+    rows = []
+    for i, c in failing[:_FIRST_LIMIT]:
+        note = c.error if c.outcome in ("raised", "unavailable", "inconclusive") else c.feedback
+        link = f'<a href="#case-{i}">{c.position}</a>'  # the first ones all have a card
+        rows.append(
+            f'<tr><td class="n">{link}</td><td>{badge(c.outcome, OUTCOMES)}</td>'
+            f'<td class="text">{esc(one_line(c.question, CELL_LIMIT))}</td>'
+            f'<td class="text">{esc(one_line(note or "", CELL_LIMIT))}</td></tr>'
+        )
+    more = len(failing) - _FIRST_LIMIT
+    return (
+        '<table class="wide first"><tr><th class="n">#</th><th>outcome</th><th>question</th>'
+        f"<th>feedback / error</th></tr>{''.join(rows)}</table>"
+        + (f'<p class="muted">{whole(more)} more; each' if more > 0 else '<p class="muted">Each')
+        + ' with its answer, criteria and row in <a href="#failing-cases">'
+        "the failing cases in full</a>.</p>"
+    )
+
+
+def _how(summary: str, body: str) -> str:
+    """A section's definitions, behind a disclosure."""
+    return f'<details class="how"><summary>{summary}</summary>{body}</details>'
 
 
 def _gates(
@@ -185,7 +305,11 @@ def _gates(
             )
         )
     return gate_results(
-        rows, "eval", "--min-pass-rate</code>, <code>--compare", status=4 if setup_failed else 1
+        rows,
+        "eval",
+        "--min-pass-rate</code>, <code>--compare",
+        status=4 if setup_failed else 1,
+        intro=False,  # the verdict above the table says why the command exited as it did
     )
 
 
@@ -214,14 +338,15 @@ def _pass_rate(s: Summary, setup_failed: bool) -> str:
     how = (
         ""
         if setup_failed
-        else (
+        else _how(
+            "How the pass rate is computed",
             f"<p>Pass rate = passed / (passed + failed + raised) = {whole(s.passed)} / "
             f"{whole(s.counted)}. A case whose answer function raised counts as failed: the user "
             "got no answer. The interval is the 95% Wilson score interval; a gate "
             "(<code>--min-pass-rate</code>) is held against its lower bound.</p>"
             f"<p>Not counted: {whole(s.unavailable)} unavailable (the judge could not judge) and "
             f"{whole(s.inconclusive)} inconclusive (the evidence could not support a verdict, or "
-            "repeated verdicts split evenly): nothing was learnt about those answers.</p>"
+            "repeated verdicts split evenly): nothing was learnt about those answers.</p>",
         )
     )
     counts = {o: getattr(s, o) for o in OUTCOMES}
@@ -242,7 +367,7 @@ def _pass_rate(s: Summary, setup_failed: bool) -> str:
         f"<th>in the pass rate</th></tr>{rows}"
         f'<tr><th>all</th><th class="n">{whole(s.cases)}</th><th></th><th></th></tr></table>'
     )
-    return headline + how + f'<div class="stack">{stack}</div>' + table
+    return headline + f'<div class="stack">{stack}</div>' + table + how
 
 
 def _eval_history(run: RunInfo, summary: Summary, history: Sequence[RunInfo]) -> str:
@@ -290,11 +415,12 @@ def _eval_history(run: RunInfo, summary: Summary, history: Sequence[RunInfo]) ->
             f'<td class="n">{passed}/{counted}</td><td class="text"><code>{esc(r.target or "")}'
             f'</code></td><td class="text"><code>{esc(r.judge or "column checks")}</code></td></tr>'
         )
-    intro = (
+    intro = _how(
+        "What the chart shows",
         f"<p>Every complete eval run of this data file in the store ({whole(len(history))}"
         + (f", the last {len(shown)} shown" if len(shown) < len(history) else "")
         + "): the pass rate with its 95% interval; this run is marked in blue. Runs with "
-        "another target or judge measure something else; the table says which is which.</p>"
+        "another target or judge measure something else; the table says which is which.</p>",
     )
     chart = (
         history_svg(points, 0.0, 1.0, "pass rate")
@@ -306,7 +432,7 @@ def _eval_history(run: RunInfo, summary: Summary, history: Sequence[RunInfo]) ->
         '</th><th class="n">95% interval</th><th class="n">passed</th><th>target</th>'
         f"<th>judge</th></tr>{''.join(reversed(rows))}</table>"
     )
-    return intro + chart + table
+    return chart + intro + table
 
 
 def _consistency(s: Summary, cases: Sequence[CaseRecord]) -> str:
@@ -356,12 +482,15 @@ def _criteria(s: Summary) -> str:
             f"{fmt3(upper) if decided else 'n/a'}</td><td>{bar(rate or 0.0)}</td></tr>"
         )
     return (
-        "<p>From each case's first verdict. A criterion's pass rate counts the cases it was "
-        "decided on (pass, fail or uncertain); skipped ones (not run, e.g. after an earlier "
-        "failure) are left out.</p>"
         '<table><tr><th>criterion</th><th class="n">pass</th><th class="n">fail</th>'
         '<th class="n">uncertain</th><th class="n">skipped</th><th class="n">pass rate</th>'
         f'<th class="n">95% interval</th><th></th></tr>{"".join(rows)}</table>'
+        + _how(
+            "How these are counted",
+            "<p>From each case's first verdict. A criterion's pass rate counts the cases it was "
+            "decided on (pass, fail or uncertain); skipped ones (not run, e.g. after an earlier "
+            "failure) are left out.</p>",
+        )
     )
 
 
@@ -383,9 +512,12 @@ def _attempts(s: Summary, cases: Sequence[CaseRecord]) -> str:
     if not cases:
         return '<p class="muted">No case is stored.</p>'
     return (
-        f"<p>Attempts: mean <b>{s.attempts_mean:.3f}</b>, max <b>{s.attempts_max}</b>. "
-        "One attempt is an answer accepted at once (or a function without "
-        "<code>@retry_on_low_quality</code>).</p>"
+        f"<p>Attempts: mean <b>{s.attempts_mean:.3f}</b>, max <b>{s.attempts_max}</b>.</p>"
+        + _how(
+            "What an attempt is",
+            "<p>One attempt is an answer accepted at once (or a function without "
+            "<code>@retry_on_low_quality</code>); each retry it made is one more.</p>",
+        )
         + _distribution([c.attempts for c in cases], "attempts")
         + f"<p>Corrections (<code>@self_correct</code>): <b>{whole(s.corrections_total)}</b> in "
         f"all, max <b>{s.corrections_max}</b> per answer.</p>"
@@ -563,8 +695,10 @@ def _failing(failing: Sequence[tuple[int, CaseRecord]]) -> str:
         else ""
     )
     return (
-        "<p>Cases that failed, raised, or could not be judged (unavailable, inconclusive), "
-        f"with the answer (first {ANSWER_LIMIT:,} characters) and why.</p>" + shown + more
+        '<p class="muted">Cases that failed, raised, or could not be judged (unavailable, '
+        f"inconclusive), with the answer (first {ANSWER_LIMIT:,} characters) and why.</p>"
+        + shown
+        + more
     )
 
 

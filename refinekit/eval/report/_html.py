@@ -241,13 +241,19 @@ def recent(runs: Sequence[RunInfo], current: int) -> list[RunInfo]:
 
 
 def gate_results(
-    rows: Sequence[tuple[str, str, bool]], command: str, options: str, *, status: int = 1
+    rows: Sequence[tuple[str, str, bool]],
+    command: str,
+    options: str,
+    *,
+    status: int = 1,
+    intro: bool = True,
 ) -> tuple[str, str]:
     """The gates a run was held to, each `(gate, this run's figures, held)` (HTML already).
 
     Returns the one-line verdict for the page's header and the gates section's body: what a
     CI artifact's reader needs to see why the job failed. `status` is the command's exit
-    status when a gate failed (4 when the setup failed, not the answers).
+    status when a gate failed (4 when the setup failed, not the answers); `intro=False`
+    leaves out the sentence saying so above the table (the verdict says it already).
     """
     if not rows:
         return (
@@ -277,7 +283,12 @@ def gate_results(
         for gate, figures, ok in rows
     )
     return verdict, (
-        f"<p>What the run was held to; a gate that failed is why <code>refinekit {command}</code> "
-        f"exited {status}.</p>"
-        f"<table><tr><th>gate</th><th>this run</th><th>result</th></tr>{table}</table>"
+        (
+            f"<p>What the run was held to; a gate that failed is why "
+            f"<code>refinekit {command}</code> exited {status}.</p>"
+            if intro
+            else ""
+        )
+        + f'<table class="gates"><tr><th>gate</th><th>this run</th><th>result</th></tr>{table}'
+        "</table>"
     )
