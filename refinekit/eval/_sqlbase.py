@@ -49,6 +49,11 @@ CREATE TABLE refinekit_judge_cache (
 ALTER TABLE cases ADD COLUMN cost TEXT NOT NULL DEFAULT '{{}}';
 ALTER TABLE cases ADD COLUMN judge_cache TEXT NOT NULL DEFAULT '{{}}'
 """,
+    # 4: what a claimed case reserves of a `--max-cost` while it is in flight (NULL: nothing
+    # reserved, a claim made without a cap or before any case of the run was priced)
+    """
+ALTER TABLE claims ADD COLUMN reserved {real}
+""",
 )
 
 
@@ -89,6 +94,12 @@ class SQLBase:
 
     _FOR_UPDATE = ""
     """What makes a SELECT lock the rows it reads until the transaction ends."""
+
+    _FOR_CLAIM = ""
+    """What makes a SELECT of a run's row hold off every other claim under a spend cap until
+    the transaction ends, without holding off the writes that only refer to the run (a case
+    stored): PostgreSQL's `FOR NO KEY UPDATE`; SQLite's write transaction already holds the
+    whole database."""
 
     # the hooks
 

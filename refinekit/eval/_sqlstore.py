@@ -274,23 +274,13 @@ class SQLStore(Claims):
             for key in keys:
                 self._delete(run_id, key)
 
-    @staticmethod
-    def _cost_of(part: str) -> str:
-        """SQL for a number in a case's `cost` JSON (0 when it is absent)."""
-        return f"coalesce(json_extract(cost, '$.{part}'), 0)"
-
     def spent(self, run_id: int) -> tuple[int, float]:
         """How many of a run's stored cases have a cost, and what they cost in all.
 
-        Summed by the database: `--max-cost` asks before every case it starts.
+        Summed by the database.
         """
-        total = " + ".join(self._cost_of(part) for part in ("answer", "answer_judge", "judge"))
-        row = self._one(
-            f"SELECT count(*) AS priced, coalesce(sum({total}), 0) AS total FROM cases "
-            "WHERE run_id = ? AND cost <> '{}'",
-            (run_id,),
-        )
-        return (0, 0.0) if row is None else (int(row["priced"]), float(row["total"]))
+        priced, total, _ = self._costs(run_id)
+        return priced, total
 
     def case_keys(self, run_id: int) -> set[str]:
         """The keys of the cases a run has stored."""
