@@ -450,6 +450,131 @@ def test_workers_claiming_at_once_never_get_the_same_case(
     assert sorted(claimed) == sorted(f"k{i}" for i in range(1, 201))  # each once, none lost
 
 
+def priced_case(key: str, cost: float) -> CaseRecord:
+    """A finished case whose model calls cost `cost` in all (its answer's)."""
+    position = int(key.lstrip("k") or 0)
+    spent = {"answer": cost, "answer_judge": 0.0, "judge": 0.0, "extra": 0.0}
+    return CaseRecord(
+        key=key, position=position, question="Q?", row={}, outcome="passed", cost=spent
+    )
+
+
+def test_a_claim_under_a_cap_reserves_its_case_until_it_is_stored_or_released(
+    store: SQLStore,
+) -> None:
+    run_id = queued(store, 6)
+    add_worker(store, run_id, "other", host=HOST, pid=os.getpid(), expires_in=20)
+    # nothing priced yet: no estimate, so the first case runs alone
+    first = store.claim_within(run_id, "this-worker", 0.035)
+    assert (first.keys, first.fits, first.estimate, first.in_flight) == (["k1"], True, None, 0)
+    alone = store.claim_within(run_id, "other", 0.035)
+    assert (alone.keys, alone.fits, alone.in_flight) == ([], False, 1)
+    assert store.save_case(run_id, priced_case("k1", 0.01), worker="this-worker")
+
+    # each case now reserves 0.01, the most a stored case cost; every worker's count
+    second = store.claim_within(run_id, "this-worker", 0.035)
+    assert (second.keys, second.spent, second.estimate) == (["k2"], 0.01, 0.01)
+    third = store.claim_within(run_id, "other", 0.035)
+    assert (third.keys, third.reserved, third.in_flight) == (["k3"], 0.01, 1)
+    refused = store.claim_within(run_id, "this-worker", 0.035)  # 0.01 + 0.02 + 0.01 > 0.035
+    assert (refused.keys, refused.fits) == ([], False)
+    assert (refused.spent, refused.reserved, refused.in_flight) == (0.01, 0.02, 2)
+    assert store.pending(run_id) == 5  # a refused claim takes nothing
+
+    # a worker leaving releases its reservation with its claim
+    store.leave(run_id, "other")
+    again = store.claim_within(run_id, "this-worker", 0.035)
+    assert (again.keys, again.reserved) == (["k3"], 0.01)
+    # a case stored settles its reservation: its cost counts instead
+    assert store.save_case(run_id, priced_case("k2", 0.005), worker="this-worker")
+    settled = store.claim_within(run_id, "this-worker", 0.035)  # 0.015 + 0.01 + 0.01 fits
+    assert (settled.keys, settled.spent, settled.reserved) == (["k4"], 0.015, 0.01)
+    assert settled.estimate == 0.01  # the largest, not the mean
+    rows = store._all("SELECT key, reserved FROM claims WHERE worker IS NOT NULL ORDER BY key")
+    assert [(r["key"], r["reserved"]) for r in rows] == [("k3", 0.01), ("k4", 0.01)]
+
+
+def test_a_gone_workers_reservations_are_released_and_unreserved_claims_count(
+    store: SQLStore,
+) -> None:
+    run_id = queued(store, 6)
+    assert store.save_case(run_id, priced_case("k0", 0.01))
+    add_worker(store, run_id, "far", host="elsewhere", pid=1, expires_in=20)
+    assert store.claim_within(run_id, "far", 0.03).keys == ["k1"]
+    assert store.claim(run_id, "far", 1) == ["k2"]  # no cap: nothing reserved, counted at 0.01
+    full = store.claim_within(run_id, "this-worker", 0.03)
+    assert (full.fits, full.reserved, full.in_flight) == (False, 0.02, 2)
+    store._exec("UPDATE workers SET expires_at = ? WHERE worker = 'far'", (store._now() - 1,))
+    taken = store.claim_within(run_id, "this-worker", 0.03)  # its lease ran out
+    assert (taken.keys, taken.reserved, taken.in_flight) == (["k1"], 0.0, 0)
+
+
+def test_workers_claiming_under_a_cap_at_once_never_reserve_past_it(
+    store: SQLStore, request: pytest.FixtureRequest
+) -> None:
+    run_id = queued(store, 120)
+    assert store.save_case(run_id, priced_case("k0", 0.01))  # each case reserves 0.01
+    where = store.where if isinstance(store, PostgresStore) else store.path
+    url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
+    got: dict[str, list[str]] = {}
+    errors: list[BaseException] = []
+
+    def worker(name: str) -> None:
+        try:
+            with open_store(url or where) as own:  # a connection of its own, as a process has
+                own.join(run_id, name)
+                mine = got.setdefault(name, [])
+                while (claimed := own.claim_within(run_id, name, 0.5)).fits:
+                    mine.extend(claimed.keys)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    claimed = [key for keys in got.values() for key in keys]
+    # 0.01 spent and 49 cases reserving 0.01 each: 0.5; none claimed twice
+    assert len(claimed) == len(set(claimed)) == 49
+    [row] = store._all("SELECT sum(reserved) AS r FROM claims WHERE worker IS NOT NULL")
+    assert row["r"] == pytest.approx(0.49)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_store_at_schema_3_gets_reservations_and_keeps_its_claims(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = runstore if kind == "sqlite" else pgstore
+    where = (
+        str(tmp_path / "runs.db") if kind == "sqlite" else request.getfixturevalue("postgres_url")
+    )
+    monkeypatch.setattr(module, "_MIGRATIONS", module._MIGRATIONS[:3])  # as refinekit made it
+    with open_store(where) as old:
+        assert isinstance(old, SQLStore)
+        run_id = queued(old, 3)
+        # k1 claimed as refinekit did then (this one's claim writes the new column)
+        old._exec("UPDATE claims SET worker = 'this-worker' WHERE key = 'k1'")
+        assert [dict(r) for r in old._all("SELECT version FROM schema_version")] == [{"version": 3}]
+    monkeypatch.undo()
+    with open_store(where) as store:
+        assert isinstance(store, SQLStore)
+        assert [dict(r) for r in store._all("SELECT version FROM schema_version")] == [
+            {"version": 4}
+        ]
+        rows = store._all("SELECT key, worker, reserved FROM claims ORDER BY key")
+        assert [(r["key"], r["worker"], r["reserved"]) for r in rows] == [
+            ("k1", "this-worker", None),
+            ("k2", None, None),
+            ("k3", None, None),
+        ]
+        assert store.run(run_id).status == "running"
+        assert store.claim_within(run_id, "this-worker", 1.0).keys == []  # k1 runs alone
+        assert store.save_case(run_id, priced_case("k1", 0.25), worker="this-worker")
+        assert store.claim_within(run_id, "this-worker", 0.5).keys == ["k2"]
+
+
 def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: SQLStore) -> None:
     a = start(store)
     b = start(store, dataset="other.csv")
