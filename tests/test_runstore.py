@@ -494,6 +494,18 @@ def test_a_claim_under_a_cap_reserves_its_case_until_it_is_stored_or_released(
     assert [(r["key"], r["reserved"]) for r in rows] == [("k3", 0.01), ("k4", 0.01)]
 
 
+def test_until_a_case_has_cost_something_the_next_case_runs_alone(store: SQLStore) -> None:
+    run_id = queued(store, 3)
+    assert store.claim_within(run_id, "this-worker", 1.0).keys == ["k1"]
+    assert store.save_case(run_id, priced_case("k1", 0.0), worker="this-worker")  # it raised
+    free = store.claim_within(run_id, "this-worker", 1.0)
+    assert (free.keys, free.priced, free.estimate) == (["k2"], 1, None)
+    assert not store.claim_within(run_id, "this-worker", 1.0).fits  # k2 alone
+    assert store.save_case(run_id, priced_case("k2", 0.01), worker="this-worker")
+    known = store.claim_within(run_id, "this-worker", 1.0)
+    assert (known.keys, known.estimate) == (["k3"], 0.01)
+
+
 def test_a_gone_workers_reservations_are_released_and_unreserved_claims_count(
     store: SQLStore,
 ) -> None:

@@ -138,15 +138,16 @@ class Claims(SQLBase):
         cost of a stored case of the run (see `CappedClaim.estimate`); the claim is refused
         when the stored spend, plus what the cases in flight reserved (a case claimed without
         a reservation counts at the estimate), plus the estimate would pass `max_cost`.
-        Before any case of the run is priced the estimate is unknown: a case is claimed only
-        when none is in flight, so the run's first case runs alone. Gone workers are taken
+        Until a stored case of the run has cost something the estimate is unknown: a case is
+        claimed only when none is in flight, so the run's first case runs alone (and the
+        next, when it cost nothing: it raised before any model call). Gone workers are taken
         out first, as `claim` does, releasing their reservations.
         """
         with self._transaction():
             self._one(f"SELECT id FROM runs WHERE id = ?{self._FOR_CLAIM}", (run_id,))
             self._free_gone(run_id, worker)
             priced, spent, largest = self._costs(run_id)
-            estimate = largest if priced else None
+            estimate = largest if largest > 0 else None
             row = self._one(
                 "SELECT count(*) AS n, count(reserved) AS counted, "
                 "coalesce(sum(reserved), 0) AS reserved FROM claims "

@@ -164,8 +164,9 @@ class CappedClaim:
         priced: How many of the run's stored cases have a cost.
         estimate: What the case claimed reserves until it is stored: the largest cost of a
             stored case of the run (a case that costs more takes the run over the cap by
-            its difference at most); None while no case of the run is priced, when a case
-            is claimed only if none is in flight, so the first runs alone.
+            its difference at most); None while no stored case of the run has cost
+            anything, when a case is claimed only if none is in flight, so the first runs
+            alone.
         reserved: What the run's cases in flight reserve, every worker's (this claim's not
             included; one claimed without a reservation counts at the estimate).
         in_flight: How many of the run's cases are in flight (claimed by a live worker),
