@@ -504,7 +504,7 @@ def test_cases_in_flight_count_against_the_limit(ws: Workspace, server: Scripted
     # three slots, but nothing is known of a case's cost before one is stored: the first case
     # runs alone (0.0036); the next reserves 0.0036, the most a stored case cost (0.0072 in
     # all); a third would make 0.0108 > 0.01, so none starts, and once the second is stored
-    # nothing is in flight and the run stops
+    # nothing is in flight and the run stops (before the fix: 3 at once, 0.0108)
     with pytest.raises(CostLimitReached, match=r"spent 0\.0072 on 2 stored cases") as stopped:
         refinekit.eval.run(
             ws.csv("golden.csv", ROWS),

@@ -452,7 +452,7 @@ def test_workers_claiming_at_once_never_get_the_same_case(
 
 def priced_case(key: str, cost: float) -> CaseRecord:
     """A finished case whose model calls cost `cost` in all (its answer's)."""
-    position = int(key.lstrip("k") or 0)
+    position = int("".join(c for c in key if c.isdigit()) or 0)
     spent = {"answer": cost, "answer_judge": 0.0, "judge": 0.0, "extra": 0.0}
     return CaseRecord(
         key=key, position=position, question="Q?", row={}, outcome="passed", cost=spent
@@ -462,36 +462,46 @@ def priced_case(key: str, cost: float) -> CaseRecord:
 def test_a_claim_under_a_cap_reserves_its_case_until_it_is_stored_or_released(
     store: SQLStore,
 ) -> None:
-    run_id = queued(store, 6)
+    run_id = queued(store, 8)
     add_worker(store, run_id, "other", host=HOST, pid=os.getpid(), expires_in=20)
     # nothing priced yet: no estimate, so the first case runs alone
-    first = store.claim_within(run_id, "this-worker", 0.035)
+    first = store.claim_within(run_id, "this-worker", 0.055)
     assert (first.keys, first.fits, first.estimate, first.in_flight) == (["k1"], True, None, 0)
-    alone = store.claim_within(run_id, "other", 0.035)
+    alone = store.claim_within(run_id, "other", 0.055)
     assert (alone.keys, alone.fits, alone.in_flight) == ([], False, 1)
     assert store.save_case(run_id, priced_case("k1", 0.01), worker="this-worker")
 
-    # each case now reserves 0.01, the most a stored case cost; every worker's count
-    second = store.claim_within(run_id, "this-worker", 0.035)
+    # each case now reserves 0.01, the most a stored case cost; no more cases are in flight
+    # than there are priced cases stored
+    second = store.claim_within(run_id, "this-worker", 0.055)
     assert (second.keys, second.spent, second.estimate) == (["k2"], 0.01, 0.01)
-    third = store.claim_within(run_id, "other", 0.035)
-    assert (third.keys, third.reserved, third.in_flight) == (["k3"], 0.01, 1)
-    refused = store.claim_within(run_id, "this-worker", 0.035)  # 0.01 + 0.02 + 0.01 > 0.035
-    assert (refused.keys, refused.fits) == ([], False)
-    assert (refused.spent, refused.reserved, refused.in_flight) == (0.01, 0.02, 2)
+    assert not store.claim_within(run_id, "other", 0.055).fits  # 1 priced, 1 in flight
+    assert store.save_case(run_id, priced_case("k2", 0.01), worker="this-worker")
+    third = store.claim_within(run_id, "this-worker", 0.055)
+    assert (third.keys, third.reserved, third.in_flight) == (["k3"], 0.0, 0)
+    fourth = store.claim_within(run_id, "other", 0.055)  # every worker's reservations count
+    assert (fourth.keys, fourth.reserved, fourth.in_flight) == (["k4"], 0.01, 1)
+    refused = store.claim_within(run_id, "this-worker", 0.055)  # 0.02 + 0.02 + 0.01 fits,
+    assert (refused.keys, refused.fits, refused.in_flight) == ([], False, 2)  # but 2 priced
+    assert store.save_case(run_id, priced_case("k3", 0.01), worker="this-worker")
+    refused = store.claim_within(run_id, "this-worker", 0.055)  # 0.03 + 0.01 + 0.01 fits
+    assert (refused.keys, refused.reserved) == (["k5"], 0.01)
+    over = store.claim_within(run_id, "other", 0.055)  # 0.03 + 0.02 + 0.01 > 0.055
+    assert (over.keys, over.fits) == ([], False)
+    assert (over.spent, over.reserved, over.in_flight) == (pytest.approx(0.03), 0.02, 2)
     assert store.pending(run_id) == 5  # a refused claim takes nothing
 
     # a worker leaving releases its reservation with its claim
     store.leave(run_id, "other")
-    again = store.claim_within(run_id, "this-worker", 0.035)
-    assert (again.keys, again.reserved) == (["k3"], 0.01)
+    again = store.claim_within(run_id, "this-worker", 0.055)
+    assert (again.keys, again.reserved) == (["k4"], 0.01)
     # a case stored settles its reservation: its cost counts instead
-    assert store.save_case(run_id, priced_case("k2", 0.005), worker="this-worker")
-    settled = store.claim_within(run_id, "this-worker", 0.035)  # 0.015 + 0.01 + 0.01 fits
-    assert (settled.keys, settled.spent, settled.reserved) == (["k4"], 0.015, 0.01)
+    assert store.save_case(run_id, priced_case("k5", 0.005), worker="this-worker")
+    settled = store.claim_within(run_id, "this-worker", 0.055)  # 0.035 + 0.01 + 0.01 fits
+    assert (settled.keys, settled.spent, settled.reserved) == (["k6"], pytest.approx(0.035), 0.01)
     assert settled.estimate == 0.01  # the largest, not the mean
     rows = store._all("SELECT key, reserved FROM claims WHERE worker IS NOT NULL ORDER BY key")
-    assert [(r["key"], r["reserved"]) for r in rows] == [("k3", 0.01), ("k4", 0.01)]
+    assert [(r["key"], r["reserved"]) for r in rows] == [("k4", 0.01), ("k6", 0.01)]
 
 
 def test_until_a_case_has_cost_something_the_next_case_runs_alone(store: SQLStore) -> None:
@@ -525,7 +535,8 @@ def test_workers_claiming_under_a_cap_at_once_never_reserve_past_it(
     store: SQLStore, request: pytest.FixtureRequest
 ) -> None:
     run_id = queued(store, 120)
-    assert store.save_case(run_id, priced_case("k0", 0.01))  # each case reserves 0.01
+    for i in range(60):  # 0.6 spent; each case reserves 0.01
+        assert store.save_case(run_id, priced_case(f"s{i}", 0.01))
     where = store.where if isinstance(store, PostgresStore) else store.path
     url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
     got: dict[str, list[str]] = {}
@@ -536,7 +547,7 @@ def test_workers_claiming_under_a_cap_at_once_never_reserve_past_it(
             with open_store(url or where) as own:  # a connection of its own, as a process has
                 own.join(run_id, name)
                 mine = got.setdefault(name, [])
-                while (claimed := own.claim_within(run_id, name, 0.5)).fits:
+                while (claimed := own.claim_within(run_id, name, 1.1)).fits:
                     mine.extend(claimed.keys)
         except BaseException as e:
             errors.append(e)
@@ -548,10 +559,10 @@ def test_workers_claiming_under_a_cap_at_once_never_reserve_past_it(
         t.join()
     assert errors == []
     claimed = [key for keys in got.values() for key in keys]
-    # 0.01 spent and 49 cases reserving 0.01 each: 0.5; none claimed twice
-    assert len(claimed) == len(set(claimed)) == 49
+    # 0.6 spent and 50 cases reserving 0.01 each: 1.1, and no more; none claimed twice
+    assert len(claimed) == len(set(claimed)) == 50
     [row] = store._all("SELECT sum(reserved) AS r FROM claims WHERE worker IS NOT NULL")
-    assert row["r"] == pytest.approx(0.49)
+    assert row["r"] == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])

@@ -140,8 +140,10 @@ class Claims(SQLBase):
         a reservation counts at the estimate), plus the estimate would pass `max_cost`.
         Until a stored case of the run has cost something the estimate is unknown: a case is
         claimed only when none is in flight, so the run's first case runs alone (and the
-        next, when it cost nothing: it raised before any model call). Gone workers are taken
-        out first, as `claim` does, releasing their reservations.
+        next, when it cost nothing: it raised before any model call). After that, no more
+        cases are in flight than the run has priced cases stored (1, 2, 4, ... as they come
+        in): an estimate from few cases is likelier to be low, and fewer cases lean on it.
+        Gone workers are taken out first, as `claim` does, releasing their reservations.
         """
         with self._transaction():
             self._one(f"SELECT id FROM runs WHERE id = ?{self._FOR_CLAIM}", (run_id,))
@@ -162,7 +164,7 @@ class Claims(SQLBase):
             if estimate is None:
                 fits = in_flight == 0
             else:  # (a hair of tolerance: ten cases of 0.01 fit in 0.1, whatever the sum's bits)
-                fits = spent + reserved + estimate <= max_cost * (1 + 1e-9)
+                fits = in_flight < priced and spent + reserved + estimate <= max_cost * (1 + 1e-9)
             keys = self._take(run_id, worker, 1, estimate) if fits else []
         return CappedClaim(keys, fits, spent, priced, estimate, reserved, in_flight)
 

@@ -389,7 +389,8 @@ async def run_cases(
         RunAborted: The judge is misconfigured or raised a bug, or a model called has no
             price; finished cases are stored.
         CostLimitReached: With `plan.max_cost`, another case could take the run's cost over
-            it: no more cases were started, those in flight finished and are stored.
+            it (by the reservations in the store: every worker's cases in flight count), and
+            no case of the run was in flight: no more cases were started.
     """
     judging = Judging(judge, plan.judge, plan.repeat, limiter, cache)
     attempts = _Attempts()

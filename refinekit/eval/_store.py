@@ -159,7 +159,9 @@ class CappedClaim:
 
     Attributes:
         keys: The case claimed (its key), or none.
-        fits: Whether one more case fitted under the cap; when not, nothing was claimed.
+        fits: Whether one more case could start: its estimate fitted under the cap, and
+            fewer cases were in flight than the run has priced cases stored (or, with no
+            estimate, none); when not, nothing was claimed.
         spent: What the run's stored cases cost, every session's and worker's.
         priced: How many of the run's stored cases have a cost.
         estimate: What the case claimed reserves until it is stored: the largest cost of a
