@@ -565,6 +565,42 @@ def test_workers_claiming_under_a_cap_at_once_never_reserve_past_it(
     assert row["r"] == pytest.approx(0.5)
 
 
+def test_workers_claiming_and_storing_under_a_cap_at_once_never_spend_past_it(
+    store: SQLStore, request: pytest.FixtureRequest
+) -> None:
+    # each claim reads the stored spend and the reservations as of one moment: a case stored
+    # between the two (its reservation gone, its cost not yet seen) would be counted nowhere
+    run_id = queued(store, 200)
+    for i in range(20):  # 0.2 spent; each case costs 0.01 and reserves it
+        assert store.save_case(run_id, priced_case(f"s{i}", 0.01))
+    where = store.where if isinstance(store, PostgresStore) else store.path
+    url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
+    errors: list[BaseException] = []
+
+    def worker(name: str) -> None:
+        try:
+            with open_store(url or where) as own:
+                own.join(run_id, name)
+                while True:
+                    got = own.claim_within(run_id, name, 0.8)
+                    if not got.fits:
+                        if got.in_flight == 0:
+                            return
+                        continue
+                    if got.keys:
+                        own.save_case(run_id, priced_case(got.keys[0], 0.01), worker=name)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert store.spent(run_id) == (80, pytest.approx(0.8))  # 60 more cases, not one over
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_a_store_at_schema_3_gets_reservations_and_keeps_its_claims(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch

@@ -148,15 +148,20 @@ class Claims(SQLBase):
         with self._transaction():
             self._one(f"SELECT id FROM runs WHERE id = ?{self._FOR_CLAIM}", (run_id,))
             self._free_gone(run_id, worker)
-            priced, spent, largest = self._costs(run_id)
-            estimate = largest if largest > 0 else None
+            # the stored costs and the reservations in one statement, so as of one moment
+            # (PostgreSQL's READ COMMITTED gives each statement its own): a case stored in
+            # between would otherwise be counted in neither
             row = self._one(
-                "SELECT count(*) AS n, count(reserved) AS counted, "
+                f"SELECT c.priced, c.total, c.largest, f.n, f.counted, f.reserved FROM "
+                f"({self._costs_query()}) AS c, "
+                "(SELECT count(*) AS n, count(reserved) AS counted, "
                 "coalesce(sum(reserved), 0) AS reserved FROM claims "
-                "WHERE run_id = ? AND worker IS NOT NULL",
-                (run_id,),
+                "WHERE run_id = ? AND worker IS NOT NULL) AS f",
+                (run_id, run_id),
             )
             assert row is not None
+            priced, spent, largest = int(row["priced"]), float(row["total"]), row["largest"]
+            estimate = float(largest) if largest > 0 else None
             in_flight = int(row["n"])
             reserved = float(row["reserved"]) + (in_flight - int(row["counted"])) * (
                 estimate or 0.0
@@ -203,21 +208,25 @@ class Claims(SQLBase):
         """SQL for a number in a case's `cost` JSON (0 when it is absent)."""
         return f"coalesce(json_extract(cost, '$.{part}'), 0)"
 
-    def _costs(self, run_id: int) -> tuple[int, float, float]:
-        """A run's stored cases with a cost: how many, their sum, and the largest (or 0).
+    def _costs_query(self) -> str:
+        """SQL of a run's stored cases with a cost (one parameter: the run).
 
-        Summed by the database: a claim under `--max-cost` asks before every case it starts.
+        How many (`priced`), their sum (`total`) and the largest (`largest`); 0 without any.
         """
-        total = " + ".join(self._cost_of(part) for part in ("answer", "answer_judge", "judge"))
-        row = self._one(
-            f"SELECT count(*) AS priced, coalesce(sum({total}), 0) AS total, "
-            f"coalesce(max({total}), 0) AS largest FROM cases "
-            "WHERE run_id = ? AND cost <> '{}'",
-            (run_id,),
+        cost = " + ".join(self._cost_of(part) for part in ("answer", "answer_judge", "judge"))
+        return (
+            f"SELECT count(*) AS priced, coalesce(sum({cost}), 0) AS total, "
+            f"coalesce(max({cost}), 0) AS largest FROM cases "
+            "WHERE run_id = ? AND cost <> '{}'"
         )
-        if row is None:
-            return 0, 0.0, 0.0
-        return int(row["priced"]), float(row["total"]), float(row["largest"])
+
+    def _costs(self, run_id: int) -> tuple[int, float]:
+        """How many of a run's stored cases have a cost, and what they cost in all.
+
+        Summed by the database.
+        """
+        row = self._one(self._costs_query(), (run_id,))
+        return (0, 0.0) if row is None else (int(row["priced"]), float(row["total"]))
 
     def pending(self, run_id: int, *, besides: str | None = None) -> int:
         """How many of the run's cases are still to answer (claimed or not).

@@ -279,8 +279,7 @@ class SQLStore(Claims):
 
         Summed by the database.
         """
-        priced, total, _ = self._costs(run_id)
-        return priced, total
+        return self._costs(run_id)
 
     def case_keys(self, run_id: int) -> set[str]:
         """The keys of the cases a run has stored."""
