@@ -189,9 +189,8 @@ class CapRun:
             costs = [sum(r.cost.get(k, 0.0) for k in ("answer", "answer_judge", "judge"))
                      for r in records]  # fmt: skip
             status = run.status
-            left = store._all(  # type: ignore[attr-defined]
-                "SELECT key FROM claims WHERE worker IS NOT NULL OR reserved IS NOT NULL"
-            )
+            claims = [dict(r) for r in store._all("SELECT * FROM claims")]  # type: ignore[attr-defined]
+            left = [c for c in claims if c["worker"] is not None or c.get("reserved") is not None]
             workers = store._all("SELECT worker FROM workers")  # type: ignore[attr-defined]
         spent = sum(costs)
         result = CapResult(
