@@ -631,7 +631,12 @@ def test_a_store_at_schema_3_gets_reservations_and_keeps_its_claims(
         assert store.run(run_id).status == "running"
         assert store.claim_within(run_id, "this-worker", 1.0).keys == []  # k1 runs alone
         assert store.save_case(run_id, priced_case("k1", 0.25), worker="this-worker")
-        assert store.claim_within(run_id, "this-worker", 0.5).keys == ["k2"]
+        store._exec("UPDATE cases SET total_cost = NULL")  # as a case stored before 4 has it
+        assert store.spent(run_id) == (1, 0.25)  # read from its cost
+        got = store.claim_within(run_id, "this-worker", 0.5)
+        assert (got.keys, got.spent, got.estimate) == (["k2"], 0.25, 0.25)
+        assert store.save_case(run_id, priced_case("k2", 0.125), worker="this-worker")
+        assert store.spent(run_id) == (2, 0.375)  # old and new rows together
 
 
 def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: SQLStore) -> None:

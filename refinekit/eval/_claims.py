@@ -213,11 +213,14 @@ class Claims(SQLBase):
 
         How many (`priced`), their sum (`total`) and the largest (`largest`); 0 without any.
         """
-        cost = " + ".join(self._cost_of(part) for part in ("answer", "answer_judge", "judge"))
+        # a case stored before schema 4 has no total_cost: its cost JSON is read (COALESCE
+        # reads it only then)
+        parts = " + ".join(self._cost_of(part) for part in ("answer", "answer_judge", "judge"))
+        cost = f"coalesce(total_cost, {parts})"
         return (
             f"SELECT count(*) AS priced, coalesce(sum({cost}), 0) AS total, "
             f"coalesce(max({cost}), 0) AS largest FROM cases "
-            "WHERE run_id = ? AND cost <> '{}'"
+            "WHERE run_id = ? AND (total_cost IS NOT NULL OR cost <> '{}')"
         )
 
     def _costs(self, run_id: int) -> tuple[int, float]:

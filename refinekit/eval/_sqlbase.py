@@ -50,9 +50,12 @@ ALTER TABLE cases ADD COLUMN cost TEXT NOT NULL DEFAULT '{{}}';
 ALTER TABLE cases ADD COLUMN judge_cache TEXT NOT NULL DEFAULT '{{}}'
 """,
     # 4: what a claimed case reserves of a `--max-cost` while it is in flight (NULL: nothing
-    # reserved, a claim made without a cap or before any case of the run was priced)
+    # reserved, a claim made without a cap or before any case of the run cost anything); a
+    # case's cost in all, as a number the claims sum (NULL: unpriced, or stored before 4,
+    # when its `cost` JSON is read)
     """
-ALTER TABLE claims ADD COLUMN reserved {real}
+ALTER TABLE claims ADD COLUMN reserved {real};
+ALTER TABLE cases ADD COLUMN total_cost {real}
 """,
 )
 

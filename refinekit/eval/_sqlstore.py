@@ -33,7 +33,7 @@ _ROLES = ("answer", "answer_judge", "judge")
 _CASE_COLUMNS = (
     "run_id, key, position, question, row, outcome, answer, error, feedback, score, "
     "probability, label, verdicts, passes, judgements, flipped, attempts, corrections, "
-    "answer_seconds, judge_seconds, finished_at, cost, judge_cache"
+    "answer_seconds, judge_seconds, finished_at, cost, judge_cache, total_cost"
 )
 
 
@@ -222,7 +222,7 @@ class SQLStore(Claims):
             self._delete(run_id, case.key)
             self._exec(
                 f"INSERT INTO cases ({_CASE_COLUMNS}) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     case.key,
@@ -247,6 +247,7 @@ class SQLStore(Claims):
                     time.time(),
                     _dumps(case.cost),
                     _dumps(case.judge_cache),
+                    sum(float(case.cost.get(r, 0.0)) for r in _ROLES) if case.cost else None,
                 ),
             )
             for role, usage in usages:
