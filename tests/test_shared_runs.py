@@ -254,9 +254,15 @@ def test_a_worker_interrupted_leaves_its_case_to_the_others_at_once(
 
 PRICED_ANSWER = """
 import os
+import pathlib
+import time
 import openai
 
 def answer(question):
+    if question == os.environ.get("RK_BLOCK_ON"):
+        pathlib.Path("started").write_text(question)  # tell the test, then wait for a file
+        while not pathlib.Path("never").exists():     # that never appears
+            time.sleep(0.01)
     client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
     with client:  # the reply itself: the run counts its usage, and prices it
         return client.chat.completions.create(
@@ -319,3 +325,44 @@ def test_workers_under_max_cost_together_never_start_more_than_the_cap_allows(
         [run] = store.runs()
         assert run.status == "complete"
         assert store.spent(run.id) == (24, pytest.approx(0.24))
+
+
+def test_a_killed_workers_reservation_is_released_and_its_case_taken_over_under_max_cost(
+    ws: Workspace, server: ScriptedOpenAI
+) -> None:
+    db = str(ws.path / "shared.db")
+    ws.module(PRICED_ANSWER, stem="priced")
+    ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in PRICED[:12]])
+    (ws.path / "prices.json").write_text('{"answer": [10.0, 0.0]}', encoding="utf-8")
+    server.reset()
+    server.script("answer", Reply.text("ok", prompt_tokens=1000, completion_tokens=1), times=None)
+    capped = ("--prices", "prices.json", "--max-cost", "0.1")
+    first = worker(ws, server, db, *capped, "--concurrency", "1", block_on="p1")
+    second = None
+    try:
+        wait_for("the first worker started p1", (ws.path / "started").exists, first)
+        second = worker(ws, server, db, *capped, "--concurrency", "3")
+
+        def joined() -> bool:
+            with open_store(db) as store:
+                return len(store._all("SELECT * FROM workers")) == 2  # type: ignore[attr-defined]
+
+        wait_for("the second worker joined", joined, second)
+        # p1 is the run's first case, in flight with no cost known yet: nothing else starts
+        assert second.poll() is None
+        assert stored(db) == 0
+        first.kill()  # SIGKILL: its claim on p1 stays in the store, until the second sees it
+        first.communicate()
+        _, err = second.communicate(timeout=60)
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert second.returncode == 3, err
+    assert "--max-cost 0.1: the run has spent 0.1 on 10 stored cases" in err
+    assert sorted(asked(server)) == sorted(PRICED[:10])  # p1 by the second worker, once
+    with open_store(db) as store:
+        [run] = store.runs()
+        assert store.spent(run.id) == (10, pytest.approx(0.1))
+        assert store._all("SELECT * FROM claims WHERE worker IS NOT NULL") == []
