@@ -501,20 +501,23 @@ def test_cases_in_flight_count_against_the_limit(ws: Workspace, server: Scripted
     script_answers(server, 3)
     target = ws.module(ANSWER)
 
-    # two cases start at once (nothing stored: no estimate); when the first is stored
-    # (0.0036), the one still in flight and one more would make 0.0108 > 0.01: none starts
-    with pytest.raises(CostLimitReached, match=r"spent 0\.0036 on 1 stored cases") as stopped:
+    # three slots, but nothing is known of a case's cost before one is stored: the first case
+    # runs alone (0.0036); the next reserves 0.0036, the most a stored case cost (0.0072 in
+    # all); a third would make 0.0108 > 0.01, so none starts, and once the second is stored
+    # nothing is in flight and the run stops (before the fix: 3 at once, 0.0108)
+    with pytest.raises(CostLimitReached, match=r"spent 0\.0072 on 2 stored cases") as stopped:
         refinekit.eval.run(
             ws.csv("golden.csv", ROWS),
             target=f"{target}:answer",
             prices=PRICES,
             max_cost=0.01,
-            concurrency=2,
+            concurrency=3,
         )
 
-    assert stopped.value.stored == 2  # the case in flight finished and was stored
-    assert (stopped.value.max_cost, stopped.value.spent) == pytest.approx((0.01, 0.0036))
-    assert len(server.requests_for("answer")) == 2
+    assert "another case (reserving 0.0036, the most a stored case cost)" in str(stopped.value)
+    assert stopped.value.stored == 2
+    assert (stopped.value.max_cost, stopped.value.spent) == pytest.approx((0.01, 0.0072))
+    assert len(server.requests_for("answer")) == 2  # not 3: no case started at an estimate of 0
 
 
 def test_a_case_run_again_adds_its_new_cost_to_what_it_cost_before(

@@ -341,6 +341,10 @@ def test_eval_on_ray_prices_every_case_and_keeps_to_max_cost(
         )  # fmt: skip
     stopped = refinekit.eval.runs(db="runs.db")[-1]
     assert stopped.status == "incomplete"
-    # each of the 2 workers may have had up to its concurrency in flight at the limit
+    # every case costs the same, and every claim reserved it in the store, whichever Ray
+    # worker made it: the 2 workers x 4 slots together started 5 cases, spending no more
     with open_store("runs.db") as store:
-        assert 5 <= len(store.case_keys(stopped.id)) < 24
+        assert len(store.case_keys(stopped.id)) == 5
+        assert store.spent(stopped.id) == (5, pytest.approx(5 * per_case))
+        assert store.spent(stopped.id)[1] <= per_case * 5.5
+    assert len(server.requests_for("answer")) == 24 + 5

@@ -254,8 +254,8 @@ def versions(path: Path) -> tuple[list[int], int]:
 
 def test_a_new_store_is_at_the_current_schema_version(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "runs.db") as store:
-        assert runstore.schema_version(store._db) == len(runstore._MIGRATIONS) == 3
-    assert versions(tmp_path / "runs.db") == ([3], 3)
+        assert runstore.schema_version(store._db) == len(runstore._MIGRATIONS) == 4
+    assert versions(tmp_path / "runs.db") == ([4], 4)
 
 
 def test_a_store_from_before_the_version_table_is_version_1_and_keeps_its_runs(
@@ -272,7 +272,8 @@ def test_a_store_from_before_the_version_table_is_version_1_and_keeps_its_runs(
         assert [c.answer for c in store.cases(run.id)] == ["A"]
         assert store.pending(run.id) == 0  # version 2's claims table, empty
         assert store.cases(run.id)[0].cost == {}  # version 3's column, its default
-    assert versions(path) == ([3], 3)
+        assert store._all("SELECT reserved FROM claims") == []  # version 4's column
+    assert versions(path) == ([4], 4)
 
 
 def test_opening_an_older_store_applies_the_steps_it_lacks(
@@ -280,17 +281,17 @@ def test_opening_an_older_store_applies_the_steps_it_lacks(
 ) -> None:
     path = tmp_path / "old.db"
     old_store(path)
-    step_4 = ("ALTER TABLE runs ADD COLUMN host TEXT",)
-    step_5 = ("CREATE TABLE notes (run_id INTEGER, note TEXT)", "INSERT INTO notes VALUES (1, 'x')")
-    monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, step_4, step_5))
+    step_5 = ("ALTER TABLE runs ADD COLUMN host TEXT",)
+    step_6 = ("CREATE TABLE notes (run_id INTEGER, note TEXT)", "INSERT INTO notes VALUES (1, 'x')")
+    monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, step_5, step_6))
     with SQLiteStore(path) as store:
         assert [r.summary for r in store.runs()] == [{"rate": 1.0}]  # kept
-    assert versions(path) == ([5], 5)
+    assert versions(path) == ([6], 6)
     with sqlite3.connect(path) as db:
         assert list(db.execute("SELECT host FROM runs")) == [(None,)]
         assert list(db.execute("SELECT * FROM notes")) == [(1, "x")]
     db.close()
-    with SQLiteStore(path):  # at version 5: no step runs again (a second notes row, or
+    with SQLiteStore(path):  # at version 6: no step runs again (a second notes row, or
         pass  # "duplicate column", if it did)
     with sqlite3.connect(path) as db:
         assert list(db.execute("SELECT count(*) FROM notes")) == [(1,)]
@@ -304,7 +305,7 @@ def test_a_failing_step_leaves_the_store_as_it_was(
     old_store(path)
     steps = ("ALTER TABLE runs ADD COLUMN host TEXT", "ALTER TABLE nowhere ADD COLUMN x TEXT")
     monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, steps))
-    with pytest.raises(RunStoreError, match="from schema 1 to 4: no such table: nowhere"):
+    with pytest.raises(RunStoreError, match="from schema 1 to 5: no such table: nowhere"):
         SQLiteStore(path)
     with sqlite3.connect(path) as db:
         assert runstore.schema_version(db) == 1
@@ -312,7 +313,7 @@ def test_a_failing_step_leaves_the_store_as_it_was(
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     db.close()
     assert "host" not in columns
-    assert "claims" not in tables  # versions 2 and 3, applied in the same transaction, undone
+    assert "claims" not in tables  # versions 2 to 4, applied in the same transaction, undone
 
 
 def add_worker(
@@ -451,6 +452,195 @@ def test_workers_claiming_at_once_never_get_the_same_case(
     assert errors == []
     claimed = [key for keys in got.values() for key in keys]
     assert sorted(claimed) == sorted(f"k{i}" for i in range(1, 201))  # each once, none lost
+
+
+def priced_case(key: str, cost: float) -> CaseRecord:
+    """A finished case whose model calls cost `cost` in all (its answer's)."""
+    position = int("".join(c for c in key if c.isdigit()) or 0)
+    spent = {"answer": cost, "answer_judge": 0.0, "judge": 0.0, "extra": 0.0}
+    return CaseRecord(
+        key=key, position=position, question="Q?", row={}, outcome="passed", cost=spent
+    )
+
+
+def test_a_claim_under_a_cap_reserves_its_case_until_it_is_stored_or_released(
+    store: SQLStore,
+) -> None:
+    run_id = queued(store, 8)
+    add_worker(store, run_id, "other", host=HOST, pid=os.getpid(), expires_in=20)
+    # nothing priced yet: no estimate, so the first case runs alone
+    first = store.claim_within(run_id, "this-worker", 0.055)
+    assert (first.keys, first.fits, first.estimate, first.in_flight) == (["k1"], True, None, 0)
+    alone = store.claim_within(run_id, "other", 0.055)
+    assert (alone.keys, alone.fits, alone.in_flight) == ([], False, 1)
+    assert store.save_case(run_id, priced_case("k1", 0.01), worker="this-worker")
+
+    # each case now reserves 0.01, the most a stored case cost; no more cases are in flight
+    # than there are priced cases stored
+    second = store.claim_within(run_id, "this-worker", 0.055)
+    assert (second.keys, second.spent, second.estimate) == (["k2"], 0.01, 0.01)
+    assert not store.claim_within(run_id, "other", 0.055).fits  # 1 priced, 1 in flight
+    assert store.save_case(run_id, priced_case("k2", 0.01), worker="this-worker")
+    third = store.claim_within(run_id, "this-worker", 0.055)
+    assert (third.keys, third.reserved, third.in_flight) == (["k3"], 0.0, 0)
+    fourth = store.claim_within(run_id, "other", 0.055)  # every worker's reservations count
+    assert (fourth.keys, fourth.reserved, fourth.in_flight) == (["k4"], 0.01, 1)
+    refused = store.claim_within(run_id, "this-worker", 0.055)  # 0.02 + 0.02 + 0.01 fits,
+    assert (refused.keys, refused.fits, refused.in_flight) == ([], False, 2)  # but 2 priced
+    assert store.save_case(run_id, priced_case("k3", 0.01), worker="this-worker")
+    refused = store.claim_within(run_id, "this-worker", 0.055)  # 0.03 + 0.01 + 0.01 fits
+    assert (refused.keys, refused.reserved) == (["k5"], 0.01)
+    over = store.claim_within(run_id, "other", 0.055)  # 0.03 + 0.02 + 0.01 > 0.055
+    assert (over.keys, over.fits) == ([], False)
+    assert (over.spent, over.reserved, over.in_flight) == (pytest.approx(0.03), 0.02, 2)
+    assert store.pending(run_id) == 5  # a refused claim takes nothing
+
+    # a worker leaving releases its reservation with its claim
+    store.leave(run_id, "other")
+    again = store.claim_within(run_id, "this-worker", 0.055)
+    assert (again.keys, again.reserved) == (["k4"], 0.01)
+    # a case stored settles its reservation: its cost counts instead
+    assert store.save_case(run_id, priced_case("k5", 0.005), worker="this-worker")
+    settled = store.claim_within(run_id, "this-worker", 0.055)  # 0.035 + 0.01 + 0.01 fits
+    assert (settled.keys, settled.spent, settled.reserved) == (["k6"], pytest.approx(0.035), 0.01)
+    assert settled.estimate == 0.01  # the largest, not the mean
+    rows = store._all("SELECT key, reserved FROM claims WHERE worker IS NOT NULL ORDER BY key")
+    assert [(r["key"], r["reserved"]) for r in rows] == [("k4", 0.01), ("k6", 0.01)]
+
+
+def test_until_a_case_has_cost_something_the_next_case_runs_alone(store: SQLStore) -> None:
+    run_id = queued(store, 3)
+    assert store.claim_within(run_id, "this-worker", 1.0).keys == ["k1"]
+    assert store.save_case(run_id, priced_case("k1", 0.0), worker="this-worker")  # it raised
+    free = store.claim_within(run_id, "this-worker", 1.0)
+    assert (free.keys, free.priced, free.estimate) == (["k2"], 1, None)
+    assert not store.claim_within(run_id, "this-worker", 1.0).fits  # k2 alone
+    assert store.save_case(run_id, priced_case("k2", 0.01), worker="this-worker")
+    known = store.claim_within(run_id, "this-worker", 1.0)
+    assert (known.keys, known.estimate) == (["k3"], 0.01)
+
+
+def test_a_gone_workers_reservations_are_released_and_unreserved_claims_count(
+    store: SQLStore,
+) -> None:
+    run_id = queued(store, 6)
+    assert store.save_case(run_id, priced_case("k0", 0.01))
+    add_worker(store, run_id, "far", host="elsewhere", pid=1, expires_in=20)
+    assert store.claim_within(run_id, "far", 0.03).keys == ["k1"]
+    assert store.claim(run_id, "far", 1) == ["k2"]  # no cap: nothing reserved, counted at 0.01
+    full = store.claim_within(run_id, "this-worker", 0.03)
+    assert (full.fits, full.reserved, full.in_flight) == (False, 0.02, 2)
+    store._exec("UPDATE workers SET expires_at = ? WHERE worker = 'far'", (store._now() - 1,))
+    taken = store.claim_within(run_id, "this-worker", 0.03)  # its lease ran out
+    assert (taken.keys, taken.reserved, taken.in_flight) == (["k1"], 0.0, 0)
+
+
+def test_workers_claiming_under_a_cap_at_once_never_reserve_past_it(
+    store: SQLStore, request: pytest.FixtureRequest
+) -> None:
+    run_id = queued(store, 120)
+    for i in range(60):  # 0.6 spent; each case reserves 0.01
+        assert store.save_case(run_id, priced_case(f"s{i}", 0.01))
+    where = store.where if isinstance(store, PostgresStore) else store.path
+    url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
+    got: dict[str, list[str]] = {}
+    errors: list[BaseException] = []
+
+    def worker(name: str) -> None:
+        try:
+            with open_store(url or where) as own:  # a connection of its own, as a process has
+                own.join(run_id, name)
+                mine = got.setdefault(name, [])
+                while (claimed := own.claim_within(run_id, name, 1.1)).fits:
+                    mine.extend(claimed.keys)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    claimed = [key for keys in got.values() for key in keys]
+    # 0.6 spent and 50 cases reserving 0.01 each: 1.1, and no more; none claimed twice
+    assert len(claimed) == len(set(claimed)) == 50
+    [row] = store._all("SELECT sum(reserved) AS r FROM claims WHERE worker IS NOT NULL")
+    assert row["r"] == pytest.approx(0.5)
+
+
+def test_workers_claiming_and_storing_under_a_cap_at_once_never_spend_past_it(
+    store: SQLStore, request: pytest.FixtureRequest
+) -> None:
+    # each claim reads the stored spend and the reservations as of one moment: a case stored
+    # between the two (its reservation gone, its cost not yet seen) would be counted nowhere
+    run_id = queued(store, 200)
+    for i in range(20):  # 0.2 spent; each case costs 0.01 and reserves it
+        assert store.save_case(run_id, priced_case(f"s{i}", 0.01))
+    where = store.where if isinstance(store, PostgresStore) else store.path
+    url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
+    errors: list[BaseException] = []
+
+    def worker(name: str) -> None:
+        try:
+            with open_store(url or where) as own:
+                own.join(run_id, name)
+                while True:
+                    got = own.claim_within(run_id, name, 0.8)
+                    if not got.fits:
+                        if got.in_flight == 0:
+                            return
+                        continue
+                    if got.keys:
+                        own.save_case(run_id, priced_case(got.keys[0], 0.01), worker=name)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert store.spent(run_id) == (80, pytest.approx(0.8))  # 60 more cases, not one over
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_store_at_schema_3_gets_reservations_and_keeps_its_claims(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = runstore if kind == "sqlite" else pgstore
+    where = (
+        str(tmp_path / "runs.db") if kind == "sqlite" else request.getfixturevalue("postgres_url")
+    )
+    monkeypatch.setattr(module, "_MIGRATIONS", module._MIGRATIONS[:3])  # as refinekit made it
+    with open_store(where) as old:
+        assert isinstance(old, SQLStore)
+        run_id = queued(old, 3)
+        # k1 claimed as refinekit did then (this one's claim writes the new column)
+        old._exec("UPDATE claims SET worker = 'this-worker' WHERE key = 'k1'")
+        assert [dict(r) for r in old._all("SELECT version FROM schema_version")] == [{"version": 3}]
+    monkeypatch.undo()
+    with open_store(where) as store:
+        assert isinstance(store, SQLStore)
+        assert [dict(r) for r in store._all("SELECT version FROM schema_version")] == [
+            {"version": 4}
+        ]
+        rows = store._all("SELECT key, worker, reserved FROM claims ORDER BY key")
+        assert [(r["key"], r["worker"], r["reserved"]) for r in rows] == [
+            ("k1", "this-worker", None),
+            ("k2", None, None),
+            ("k3", None, None),
+        ]
+        assert store.run(run_id).status == "running"
+        assert store.claim_within(run_id, "this-worker", 1.0).keys == []  # k1 runs alone
+        assert store.save_case(run_id, priced_case("k1", 0.25), worker="this-worker")
+        store._exec("UPDATE cases SET total_cost = NULL")  # as a case stored before 4 has it
+        assert store.spent(run_id) == (1, 0.25)  # read from its cost
+        got = store.claim_within(run_id, "this-worker", 0.5)
+        assert (got.keys, got.spent, got.estimate) == (["k2"], 0.25, 0.25)
+        assert store.save_case(run_id, priced_case("k2", 0.125), worker="this-worker")
+        assert store.spent(run_id) == (2, 0.375)  # old and new rows together
 
 
 def test_previous_is_the_newest_complete_run_of_the_same_file_before(store: SQLStore) -> None:
@@ -793,7 +983,7 @@ def test_postgresql_credentials_never_reach_an_error(
 def test_a_postgresql_store_of_a_newer_refinekit_is_refused(postgres_url: str) -> None:
     with PostgresStore(postgres_url) as store:
         store._exec("UPDATE schema_version SET version = 99")
-    with pytest.raises(RunStoreError, match=r"newer refinekit \(schema 99, this one reads 3\)"):
+    with pytest.raises(RunStoreError, match=r"newer refinekit \(schema 99, this one reads 4\)"):
         PostgresStore(postgres_url)
 
 
@@ -802,17 +992,17 @@ def test_a_postgresql_store_applies_the_steps_it_lacks_all_or_none(
 ) -> None:
     with PostgresStore(postgres_url) as store:
         run = start(store)
-        assert store._all("SELECT version FROM schema_version") == [{"version": 3}]
+        assert store._all("SELECT version FROM schema_version") == [{"version": 4}]
     bad = ("ALTER TABLE runs ADD COLUMN host TEXT", "ALTER TABLE nowhere ADD COLUMN x TEXT")
     monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS, bad))
-    with pytest.raises(RunStoreError, match=r"from schema 3 to 4: .*nowhere"):
+    with pytest.raises(RunStoreError, match=r"from schema 4 to 5: .*nowhere"):
         PostgresStore(postgres_url)
     good = ("ALTER TABLE runs ADD COLUMN host TEXT",)
-    monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS[:3], good))
+    monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS[:4], good))
     with PostgresStore(postgres_url) as store:  # the failed step left nothing: host is new
         assert store.run(run.id).id == run.id
         assert store._all("SELECT host FROM runs") == [{"host": None}]
-        assert store._all("SELECT version FROM schema_version") == [{"version": 4}]
+        assert store._all("SELECT version FROM schema_version") == [{"version": 5}]
 
 
 def test_postgresql_stores_opened_at_once_on_a_new_database_make_it_once(
@@ -833,7 +1023,7 @@ def test_postgresql_stores_opened_at_once_on_a_new_database_make_it_once(
         t.join()
     assert errors == []
     with PostgresStore(postgres_url) as store:
-        assert store._all("SELECT version FROM schema_version") == [{"version": 3}]
+        assert store._all("SELECT version FROM schema_version") == [{"version": 4}]
 
 
 def test_store_location_names_a_file_or_a_url_shown_without_credentials(

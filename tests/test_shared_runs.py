@@ -69,7 +69,9 @@ def worker(
     [target] = ws.modules
     """A `refinekit eval` process on golden.csv; `block_on` a question it never finishes."""
     env = {k: v for k, v in os.environ.items() if k != "REFINEKIT_DB"}
-    env |= {"PYTHONPATH": str(ws.path), "RK_BASE_URL": server.base_url}
+    # the workspace's modules, then whatever the tests run with (the refinekit under test)
+    path = os.pathsep.join(p for p in (str(ws.path), os.environ.get("PYTHONPATH", "")) if p)
+    env |= {"PYTHONPATH": path, "RK_BASE_URL": server.base_url}
     if block_on is not None:
         env["RK_BLOCK_ON"] = block_on
     command = [sys.executable, "-m", "refinekit", "eval", "golden.csv", "--target"]
@@ -246,3 +248,121 @@ def test_a_worker_interrupted_leaves_its_case_to_the_others_at_once(
     with open_store(db) as store:
         [run] = store.runs()
         assert run.status == "complete"
+
+
+# --- --max-cost over several workers ------------------------------------------------------------
+
+PRICED_ANSWER = """
+import os
+import pathlib
+import time
+import openai
+
+def answer(question):
+    if question == os.environ.get("RK_BLOCK_ON"):
+        pathlib.Path("started").write_text(question)  # tell the test, then wait for a file
+        while not pathlib.Path("never").exists():     # that never appears
+            time.sleep(0.01)
+    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
+    with client:  # the reply itself: the run counts its usage, and prices it
+        return client.chat.completions.create(
+            model="answer", messages=[{"role": "user", "content": question}]
+        )
+"""
+
+PRICED = [f"p{i}" for i in range(1, 25)]
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "sqlite"])
+def test_workers_under_max_cost_together_never_start_more_than_the_cap_allows(
+    kind: str, ws: Workspace, server: ScriptedOpenAI, request: pytest.FixtureRequest
+) -> None:
+    db = store_of(kind, ws, request)
+    ws.module(PRICED_ANSWER, stem="priced")
+    ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in PRICED])
+    (ws.path / "prices.json").write_text('{"answer": [10.0, 0.0]}', encoding="utf-8")
+    # every case costs 1000 prompt tokens at 10 per million: 0.01; each reply takes a moment,
+    # so that the workers' cases overlap
+    server.reset()
+    reply = Reply.text("ok", prompt_tokens=1000, completion_tokens=1)
+    server.script("answer", Reply.delay(0.1, reply), times=None)
+    capped = ("--prices", "prices.json", "--max-cost", "0.1", "--concurrency", "3")
+    workers = [worker(ws, server, db, *capped) for _ in range(3)]
+    try:
+        results = [p.communicate(timeout=120) for p in workers]
+    finally:
+        for p in workers:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+    # every case costs the same: the estimate is never too low, and the run spends at most
+    # the cap (the documented bound's excess is 0): 10 cases, not 16
+    for p, (_, err) in zip(workers, results, strict=True):
+        assert p.returncode == 3, err
+        assert "--max-cost 0.1: the run has spent 0.1 on 10 stored cases" in err
+        assert "higher --max-cost" in err
+    assert len(asked(server)) == len(set(asked(server))) == 10
+    with open_store(db) as store:
+        [run] = store.runs()
+        assert run.status == "incomplete"
+        priced, spent = store.spent(run.id)
+        assert priced == 10
+        assert spent == pytest.approx(0.1)
+        assert spent <= 0.1 + 1e-12
+        assert store.pending(run.id) == 14
+        assert store._all("SELECT * FROM workers") == []  # every worker left
+        assert store._all("SELECT * FROM claims WHERE reserved IS NOT NULL") == []
+
+    # the cases not started are resumable: a higher --max-cost answers them, once each
+    more = worker(ws, server, db, "--prices", "prices.json", "--max-cost", "1")
+    out, err = more.communicate(timeout=120)
+    assert more.returncode == 0, err
+    assert "resuming run 1: 10 of 24 cases already stored" in out
+    assert "pass rate 1.000 (24/24)" in out
+    assert sorted(asked(server)) == sorted(PRICED)  # the 10 stored were not asked again
+    with open_store(db) as store:
+        [run] = store.runs()
+        assert run.status == "complete"
+        assert store.spent(run.id) == (24, pytest.approx(0.24))
+
+
+def test_a_killed_workers_reservation_is_released_and_its_case_taken_over_under_max_cost(
+    ws: Workspace, server: ScriptedOpenAI
+) -> None:
+    db = str(ws.path / "shared.db")
+    ws.module(PRICED_ANSWER, stem="priced")
+    ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in PRICED[:12]])
+    (ws.path / "prices.json").write_text('{"answer": [10.0, 0.0]}', encoding="utf-8")
+    server.reset()
+    server.script("answer", Reply.text("ok", prompt_tokens=1000, completion_tokens=1), times=None)
+    capped = ("--prices", "prices.json", "--max-cost", "0.1")
+    first = worker(ws, server, db, *capped, "--concurrency", "1", block_on="p1")
+    second = None
+    try:
+        wait_for("the first worker started p1", (ws.path / "started").exists, first)
+        second = worker(ws, server, db, *capped, "--concurrency", "3")
+
+        def joined() -> bool:
+            with open_store(db) as store:
+                return len(store._all("SELECT * FROM workers")) == 2  # type: ignore[attr-defined]
+
+        wait_for("the second worker joined", joined, second)
+        # p1 is the run's first case, in flight with no cost known yet: nothing else starts
+        assert second.poll() is None
+        assert stored(db) == 0
+        first.kill()  # SIGKILL: its claim on p1 stays in the store, until the second sees it
+        first.communicate()
+        _, err = second.communicate(timeout=60)
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert second.returncode == 3, err
+    assert "--max-cost 0.1: the run has spent 0.1 on 10 stored cases" in err
+    assert sorted(asked(server)) == sorted(PRICED[:10])  # p1 by the second worker, once
+    with open_store(db) as store:
+        [run] = store.runs()
+        assert store.spent(run.id) == (10, pytest.approx(0.1))
+        assert store._all("SELECT * FROM claims WHERE worker IS NOT NULL") == []

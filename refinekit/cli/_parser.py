@@ -296,8 +296,9 @@ def _add_workflow_commands(commands: Any) -> None:
         type=_bounded(float, 0.0, float("inf"), "a number above 0", open_low=True),
         metavar="USD",
         help="with --prices: start no case that could take the run's cost over USD (the "
-        "stored cases' cost plus one more case at their mean); the cases in flight finish and "
-        "the run stops incomplete (exit 3), resumable with a higher --max-cost",
+        "stored cases' cost, what every worker's cases in flight reserved, and one more case "
+        "at the most a stored case cost); the cases in flight finish and the run stops "
+        "incomplete (exit 3), resumable with a higher --max-cost",
     )
     _run_options(evaluate, "cases in flight at once")
 

@@ -2,7 +2,8 @@
 
 `refinekit eval --prices` / `run(prices=...)` price each case's model calls (answer, judges
 inside the answer function, the run's judge) from their usage per model; `--max-cost` stops
-claiming cases before the run's spend would go over it. Prices are not part of a run's
+claiming cases before the run's spend would go over it (each claim reserves its case's
+expected cost in the store: `_claims.Claims.claim_within`). Prices are not part of a run's
 fingerprint: a resumed run may be priced differently, and the run's options say which prices
 its last session used.
 """

@@ -121,6 +121,7 @@ class PostgresStore(SQLStore):
     _IS_NOT = "IS DISTINCT FROM"
     _SKIP_LOCKED = " FOR UPDATE SKIP LOCKED"
     _FOR_UPDATE = " FOR UPDATE"
+    _FOR_CLAIM = " FOR NO KEY UPDATE"  # a case's row refers to its run: FOR KEY SHARE passes
 
     def __init__(self, url: str) -> None:
         self._url = url

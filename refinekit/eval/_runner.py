@@ -43,7 +43,7 @@ from ._judging import Judgement, Judging, decide, error_text, probability_of, ve
 from ._money import added, case_cost, usd
 from ._ratelimit import RateLimiter
 from ._resume import RunPlan
-from ._store import CaseRecord, RunInfo, RunStore
+from ._store import CappedClaim, CaseRecord, RunInfo, RunStore
 from ._target import Target
 
 __all__ = ["Progress", "renewing", "run_cases"]
@@ -254,7 +254,8 @@ async def _calibrate_case(
 
 _WAIT_SECONDS = 0.5
 """How often a worker with nothing left to claim looks again while other workers still hold
-cases (one of them may die and its cases come free)."""
+cases (one of them may die and its cases come free); and, under `--max-cost`, how often a
+worker whose next case does not fit looks again while other workers' cases are in flight."""
 
 
 async def _run_all(
@@ -270,21 +271,32 @@ async def _run_all(
     """Claim the run's cases one at a time in `concurrency` slots, answer and store each.
 
     Ends when no case of the run is left to answer, or held by a worker other than this one;
-    or, with `max_cost`, when starting another case could take the run's spend over it (see
-    `_over_budget`): the cases in flight finish, and why it stopped is returned.
+    or, with `max_cost`, when no case is in flight in any worker of the run and the next one
+    does not fit (`RunStore.claim_within`: each claim reserves its case's expected cost in
+    the store, so every worker's cases in flight count): why it stopped is returned. A slot
+    whose case does not fit while cases are in flight waits for them to be stored (they may
+    cost less than they reserved), then asks again.
     """
     stopping = False
-    in_flight = 0
     over: tuple[str, float] | None = None
+    settled = asyncio.Event()  # set (and replaced) when one of this worker's cases ends
 
     async def slot() -> None:
-        nonlocal stopping, in_flight, over
-        while not stopping:
-            if max_cost is not None and over is None:
-                over = _over_budget(store, run_id, max_cost, in_flight)
-            if over is not None:
-                return  # no case starts; those in flight finish
-            claimed = store.claim(run_id, worker)
+        nonlocal stopping, over, settled
+        while not stopping and over is None:
+            if max_cost is None:
+                claimed = store.claim(run_id, worker)
+            else:
+                got = store.claim_within(run_id, worker, max_cost)
+                if not got.fits:
+                    if got.in_flight == 0:
+                        over = _over_budget(got, max_cost)
+                        return  # no case starts; nothing is in flight anywhere
+                    # this worker's case ends, or (another worker's) a while passes
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(settled.wait(), _WAIT_SECONDS)
+                    continue
+                claimed = got.keys
             if not claimed:
                 if store.pending(run_id, besides=worker) == 0:
                     return  # what is left is this worker's own, in its other slots
@@ -296,18 +308,18 @@ async def _run_all(
                     f"run {run_id} has a case this worker's data file lacks (key "
                     f"{claimed[0]}): give every worker the same file"
                 )
-            in_flight += 1
             try:
                 record = await work(case)
             except BaseException:
                 # A case that failed the run stops the other slots claiming: no case must
-                # start (and pay for a model call) in that moment.
+                # start (and pay for a model call) in that moment. Its claim, and what it
+                # reserved, go when the worker leaves the run.
                 stopping = True
                 raise
-            finally:
-                in_flight -= 1
             if store.save_case(run_id, record, worker=worker):
                 progress.add(record)
+            settled.set()
+            settled = asyncio.Event()
 
     async with renewing(store, run_id, worker):
         tasks = [asyncio.ensure_future(slot()) for _ in range(concurrency)]
@@ -321,24 +333,13 @@ async def _run_all(
     return over
 
 
-def _over_budget(
-    store: RunStore, run_id: int, max_cost: float, in_flight: int
-) -> tuple[str, float] | None:
-    """Why another case could take the run over `max_cost`, and its spend; None if one fits.
-
-    The run's spend is its stored cases' cost (every session and worker of the run); a case
-    is estimated at their mean cost, and this worker's cases in flight are counted as one
-    each. Before any case is stored the estimate is 0: the first cases start.
-    """
-    priced, spent = store.spent(run_id)
-    mean = spent / priced if priced else 0.0
-    if spent + mean * (in_flight + 1) <= max_cost:
-        return None
+def _over_budget(got: CappedClaim, max_cost: float) -> tuple[str, float]:
+    """Why no more cases start under `max_cost`, and the run's spend then."""
     return (
-        f"--max-cost {usd(max_cost)}: the run has spent {usd(spent)} on {priced} stored cases "
-        f"(mean {usd(mean)} per case), and another case would take it over, so no more cases "
-        "were started",
-        spent,
+        f"--max-cost {usd(max_cost)}: the run has spent {usd(got.spent)} on {got.priced} "
+        f"stored cases, and another case (reserving {usd(got.estimate or 0.0)}, the most a "
+        "stored case cost) would take it over, so no more cases were started",
+        got.spent,
     )
 
 
@@ -388,7 +389,8 @@ async def run_cases(
         RunAborted: The judge is misconfigured or raised a bug, or a model called has no
             price; finished cases are stored.
         CostLimitReached: With `plan.max_cost`, another case could take the run's cost over
-            it: no more cases were started, those in flight finished and are stored.
+            it (by the reservations in the store: every worker's cases in flight count), and
+            no case of the run was in flight: no more cases were started.
     """
     judging = Judging(judge, plan.judge, plan.repeat, limiter, cache)
     attempts = _Attempts()

@@ -49,6 +49,14 @@ CREATE TABLE refinekit_judge_cache (
 ALTER TABLE cases ADD COLUMN cost TEXT NOT NULL DEFAULT '{{}}';
 ALTER TABLE cases ADD COLUMN judge_cache TEXT NOT NULL DEFAULT '{{}}'
 """,
+    # 4: what a claimed case reserves of a `--max-cost` while it is in flight (NULL: nothing
+    # reserved, a claim made without a cap or before any case of the run cost anything); a
+    # case's cost in all, as a number the claims sum (NULL: unpriced, or stored before 4,
+    # when its `cost` JSON is read)
+    """
+ALTER TABLE claims ADD COLUMN reserved {real};
+ALTER TABLE cases ADD COLUMN total_cost {real}
+""",
 )
 
 
@@ -89,6 +97,12 @@ class SQLBase:
 
     _FOR_UPDATE = ""
     """What makes a SELECT lock the rows it reads until the transaction ends."""
+
+    _FOR_CLAIM = ""
+    """What makes a SELECT of a run's row hold off every other claim under a spend cap until
+    the transaction ends, without holding off the writes that only refer to the run (a case
+    stored): PostgreSQL's `FOR NO KEY UPDATE`; SQLite's write transaction already holds the
+    whole database."""
 
     # the hooks
 

@@ -33,7 +33,7 @@ _ROLES = ("answer", "answer_judge", "judge")
 _CASE_COLUMNS = (
     "run_id, key, position, question, row, outcome, answer, error, feedback, score, "
     "probability, label, verdicts, passes, judgements, flipped, attempts, corrections, "
-    "answer_seconds, judge_seconds, finished_at, cost, judge_cache"
+    "answer_seconds, judge_seconds, finished_at, cost, judge_cache, total_cost"
 )
 
 
@@ -222,7 +222,7 @@ class SQLStore(Claims):
             self._delete(run_id, case.key)
             self._exec(
                 f"INSERT INTO cases ({_CASE_COLUMNS}) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     case.key,
@@ -247,6 +247,7 @@ class SQLStore(Claims):
                     time.time(),
                     _dumps(case.cost),
                     _dumps(case.judge_cache),
+                    sum(float(case.cost.get(r, 0.0)) for r in _ROLES) if case.cost else None,
                 ),
             )
             for role, usage in usages:
@@ -274,23 +275,12 @@ class SQLStore(Claims):
             for key in keys:
                 self._delete(run_id, key)
 
-    @staticmethod
-    def _cost_of(part: str) -> str:
-        """SQL for a number in a case's `cost` JSON (0 when it is absent)."""
-        return f"coalesce(json_extract(cost, '$.{part}'), 0)"
-
     def spent(self, run_id: int) -> tuple[int, float]:
         """How many of a run's stored cases have a cost, and what they cost in all.
 
-        Summed by the database: `--max-cost` asks before every case it starts.
+        Summed by the database.
         """
-        total = " + ".join(self._cost_of(part) for part in ("answer", "answer_judge", "judge"))
-        row = self._one(
-            f"SELECT count(*) AS priced, coalesce(sum({total}), 0) AS total FROM cases "
-            "WHERE run_id = ? AND cost <> '{}'",
-            (run_id,),
-        )
-        return (0, 0.0) if row is None else (int(row["priced"]), float(row["total"]))
+        return self._costs(run_id)
 
     def case_keys(self, run_id: int) -> set[str]:
         """The keys of the cases a run has stored."""

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 from .._model import Usage
 
 __all__ = [
+    "CappedClaim",
     "CaseRecord",
     "StoreURL",
     "Outcome",
@@ -152,6 +153,37 @@ class CaseRecord:
         return [c for c in criteria if isinstance(c, dict)]
 
 
+@dataclass(frozen=True)
+class CappedClaim:
+    """What a claim under a spend cap (`--max-cost`) found, and the case it got.
+
+    Attributes:
+        keys: The case claimed (its key), or none.
+        fits: Whether one more case could start: its estimate fitted under the cap, and
+            fewer cases were in flight than the run has priced cases stored (or, with no
+            estimate, none); when not, nothing was claimed.
+        spent: What the run's stored cases cost, every session's and worker's.
+        priced: How many of the run's stored cases have a cost.
+        estimate: What the case claimed reserves until it is stored: the largest cost of a
+            stored case of the run (a case that costs more takes the run over the cap by
+            its difference at most); None while no stored case of the run has cost
+            anything, when a case is claimed only if none is in flight, so the first runs
+            alone.
+        reserved: What the run's cases in flight reserve, every worker's (this claim's not
+            included; one claimed without a reservation counts at the estimate).
+        in_flight: How many of the run's cases are in flight (claimed by a live worker),
+            this claim's not included.
+    """
+
+    keys: list[str]
+    fits: bool
+    spent: float
+    priced: int
+    estimate: float | None
+    reserved: float
+    in_flight: int
+
+
 class RunStore(Protocol):
     """A run store: where runs, their cases and their calls are kept; a context manager.
 
@@ -248,6 +280,14 @@ class RunStore(Protocol):
 
     def claim(self, run_id: int, worker: str, limit: int = 1) -> list[str]:
         """Claim up to `limit` free cases still to answer (each goes to one worker only)."""
+        ...
+
+    def claim_within(self, run_id: int, worker: str, max_cost: float) -> CappedClaim:
+        """Claim the next free case if its expected cost fits under `max_cost`, reserving it.
+
+        Atomically across workers: the stored spend, what every case in flight reserved and
+        this case's estimate must fit; the reservation lasts as long as the claim.
+        """
         ...
 
     def pending(self, run_id: int, *, besides: str | None = None) -> int:

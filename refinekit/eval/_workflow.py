@@ -114,10 +114,11 @@ def run(
             JSON file of that mapping, or `module:name` of a `Prices`. Each case's `cost` and
             the summary's `cost` are filled in; a model without a price stops the run
             (`RunAborted`). Not part of what a resume must match.
-        max_cost: Stop starting cases when the run's spend (its stored cases, every session
-            and worker) plus one more case at their mean cost would go over it; the cases in
-            flight finish and the run stops incomplete (`CostLimitReached`), resumable with
-            a higher `max_cost`. Needs `prices`.
+        max_cost: Start a case only if the run's spend (its stored cases, every session
+            and worker), what every worker's cases in flight reserved and its own estimate
+            (the largest cost of a stored case) fit under it; once none fits and none is in
+            flight, the run stops incomplete (`CostLimitReached`), resumable with a higher
+            `max_cost`. Needs `prices`. The bound: docs/budgets.md, "In refinekit eval".
 
     Returns:
         The complete run: its id, its cases, its figures, its comparison and gates.

@@ -1,13 +1,18 @@
 """`refinekit eval` under seeded faults, in process and as a child killed with SIGKILL and
 resumed: every row stored once with a predicted outcome, within its call budget, no outage
-counted as a pass, no secret and no unescaped answer markup in any output."""
+counted as a pass, no secret and no unescaped answer markup in any output; and several
+workers on one PostgreSQL run under `--max-cost`, within the cap and its documented bound."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from capmix import cap_figures, run_cap_mix
 from evalmix import EvalResult, eval_figures, run_eval_mix
+from pg import PostgresServer
+
+from refinekit.testing import ScriptedOpenAI
 
 
 def explain(results: list[EvalResult], seed: int) -> str:
@@ -48,3 +53,23 @@ def test_eval_fast_slice(tmp_path: Path, fault_seed: int) -> None:
 
     if any(r.violations for r in results):
         pytest.fail(explain(results, fault_seed + 1))
+
+
+@pytest.mark.reliability
+def test_eval_workers_under_max_cost_keep_to_the_cap_and_its_bound(
+    tmp_path: Path, fault_seed: int, postgres_server: PostgresServer
+) -> None:
+    with ScriptedOpenAI() as server:
+        results = run_cap_mix(fault_seed, 4, tmp_path, server, postgres_server.new_database)
+
+    lines = [f"- {r.name}: {v}" for r in results for v in r.violations]
+    if lines:
+        pytest.fail(
+            f"{len(lines)} violation(s) in the --max-cost mix of seed {fault_seed}; replay with "
+            f"RK_FAULT_SEED={fault_seed} python -m pytest -m reliability tests/reliability -k "
+            "max_cost\n" + "\n".join(lines[:40]) + f"\n\n{cap_figures(results)}"
+        )
+    # every case the same cost, or the first the dearest: never a cent over the cap
+    for r in results:
+        if r.scheme in ("equal", "first_largest"):
+            assert r.spent <= r.cap + 1e-9, cap_figures(results)
