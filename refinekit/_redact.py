@@ -26,6 +26,7 @@ nothing of refinekit's own.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import re
@@ -200,6 +201,10 @@ class _Registry:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
         self._literals: list[str] = []
+        # Released owners' secrets, waiting to be taken out. A finalizer runs whenever the
+        # garbage collector does, on whichever thread, even inside `add` while it holds the
+        # lock: it only appends here (atomic), and never takes the lock itself.
+        self._released: collections.deque[tuple[str, ...]] = collections.deque()
 
     def add(self, owner: object, secrets: Iterable[str]) -> None:
         found = tuple(
@@ -210,24 +215,33 @@ class _Registry:
         with self._lock:
             for secret in found:
                 self._counts[secret] = self._counts.get(secret, 0) + 1
-            self._literals = _literals(self._counts)
-        weakref.finalize(owner, self._release, found)
+            self._settle()
+        weakref.finalize(owner, self._released.append, found)
 
-    def _release(self, found: tuple[str, ...]) -> None:
-        with self._lock:
-            for secret in found:
-                left = self._counts.get(secret, 0) - 1
-                if left > 0:
-                    self._counts[secret] = left
-                else:
-                    self._counts.pop(secret, None)
-            self._literals = _literals(self._counts)
+    def _settle(self) -> None:
+        """Take released secrets out and recompute the literals (with the lock held)."""
+        while True:
+            while self._released:
+                for secret in self._released.popleft():
+                    left = self._counts.get(secret, 0) - 1
+                    if left > 0:
+                        self._counts[secret] = left
+                    else:
+                        self._counts.pop(secret, None)
+            literals = _literals(self._counts)
+            if not self._released:  # a collection during `_literals` may have released more
+                self._literals = literals
+                return
 
     def literals(self) -> list[str]:
+        if self._released:
+            with self._lock:
+                self._settle()
         return self._literals  # replaced whole on each change, never changed in place
 
     def secrets(self) -> tuple[str, ...]:
         with self._lock:
+            self._settle()
             return tuple(self._counts)
 
 

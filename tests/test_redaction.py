@@ -506,6 +506,33 @@ def test_a_clients_secrets_are_redacted_while_its_judge_model_lives_and_released
     client.close()
 
 
+def test_an_owner_collected_while_secrets_are_registered_does_not_deadlock() -> None:
+    # The garbage collector runs finalizers on whichever thread allocates, so an owner's
+    # release can run inside another registration, with the registry busy (the full suite
+    # once hung so, in PostgresCache's constructor). Played here deterministically: the
+    # owner is dropped while the registry's lock is held, in a thread the test can give up on.
+    import threading
+
+    from refinekit import _redact
+
+    class Owner:
+        pass
+
+    def register_then_drop() -> None:
+        owner = Owner()
+        _redact.register_secrets(owner, ["released-inside-a-busy-registry"])
+        with _redact._registry._lock:
+            del owner  # its finalizer runs now, on this thread, with the lock held
+            gc.collect()
+
+    worker = threading.Thread(target=register_then_drop, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "the release deadlocked on the registry's lock"
+    assert "released-inside-a-busy-registry" not in registered_secrets()
+    assert redact("released-inside-a-busy-registry") == "released-inside-a-busy-registry"
+
+
 UNSHAPED_TARGET = f"""
 def answer(question):
     raise RuntimeError("the gateway refused {UNSHAPED_KEY}")
