@@ -21,6 +21,7 @@ from ._flow import Call, Evaluate, Flow, Sleep
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import Job, current_attempt, enter_attempt, leave_attempt
 from ._model import Attempt, AttemptInfo, EvaluationRequest, Verdict
+from ._numbers import is_real, shown
 from ._outcome import Record
 from ._policy import (
     JudgeErrorPolicy,
@@ -77,8 +78,11 @@ def _check_wait(wait: object) -> Callable[[tenacity.RetryCallState], float]:
     if isinstance(wait, bool):
         raise TypeError("wait must be a tenacity wait strategy or a number of seconds, not a bool")
     if isinstance(wait, (int, float)):
-        if wait < 0:
-            raise ValueError(f"wait must not be negative, got {wait!r}")
+        if not is_real(wait) or wait < 0:  # NaN, infinite, or too large for a float
+            raise ValueError(
+                f"wait must be a finite number of seconds >= 0 (or a tenacity wait strategy), "
+                f"got {shown(wait)}"
+            )
         return tenacity.wait_fixed(wait)
     if callable(wait):
         return wait

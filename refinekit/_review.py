@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeAlias, overload
@@ -17,6 +16,7 @@ from ._flow import Call, Evaluate, Flow, Timed
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import Job, current_attempt, enter_attempt, leave_attempt
 from ._model import Attempt, AttemptInfo, EvaluationRequest, Verdict
+from ._numbers import is_number, is_real, shown
 from ._outcome import Record
 from ._policy import OnInconclusive, check_budget, check_on_inconclusive, judge_failure
 from ._prices import Budget
@@ -360,10 +360,10 @@ def _off_flow(
 
 
 def _seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not 0 < value < math.inf:  # also rejects NaN
-        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    if not is_real(value) or value <= 0:  # also rejects NaN and 10**400
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {shown(value)}")
     return float(value)
 
 

@@ -20,7 +20,7 @@ PLUGIN = ROOT / "_refinekit_pytest_plugin.py"
 
 # lowest first; a module may import its own layer and those below it
 LAYERS: dict[str, set[str]] = {
-    "base": {"_config", "_errtext", "_otel_names", "_package", "_redact", "_schema"},
+    "base": {"_config", "_errtext", "_numbers", "_otel_names", "_package", "_redact", "_schema"},
     "data": {"_model", "_errors"},
     # structured replies: templates, repairs, what a failed reply did wrong, server formats
     "structure": {

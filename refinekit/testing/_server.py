@@ -20,6 +20,8 @@ from socketserver import TCPServer
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .._numbers import is_number, is_real, shown
+
 if TYPE_CHECKING:
     import anthropic
     import openai
@@ -196,15 +198,10 @@ class Reply(abc.ABC):
             header = "0" if status == 429 else None
         elif isinstance(retry_after, str):
             header = retry_after
-        elif (
-            isinstance(retry_after, (int, float))
-            and not isinstance(retry_after, bool)
-            and math.isfinite(retry_after)
-            and retry_after >= 0
-        ):
+        elif is_number(retry_after) and is_real(retry_after) and retry_after >= 0:
             header = f"{retry_after:g}"
         else:
-            raise ValueError(f"retry_after is seconds >= 0 or a str, not {retry_after!r}")
+            raise ValueError(f"retry_after is seconds >= 0 or a str, not {shown(retry_after)}")
         default = "server_error" if status >= 500 else _ERROR_TYPES.get(status)
         return _Error(status, message, type or default or "invalid_request_error", code, header)
 
@@ -223,10 +220,10 @@ class Reply(abc.ABC):
             The reply.
 
         Raises:
-            ValueError: `seconds` is negative.
+            ValueError: `seconds` is negative, infinite, NaN or too large for a float.
         """
-        if not seconds >= 0:
-            raise ValueError(f"a delay is >= 0 seconds, not {seconds}")
+        if not is_number(seconds) or not is_real(seconds) or seconds < 0:
+            raise ValueError(f"a delay is >= 0 seconds (a finite number), not {shown(seconds)}")
         return _Delay(float(seconds), _as_reply(then))
 
     @classmethod
