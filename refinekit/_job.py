@@ -9,7 +9,7 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from . import _budget
+from . import _budget, _reserve
 from ._model import AttemptInfo, ContextDocument, Cost, Usage
 from ._replies import model_of, usage_of
 
@@ -43,6 +43,7 @@ class Job:
         "_judge_usage",
         "_lock",
         "_models",
+        "_reserved",
         "_token",
         "_usage",
         "id",
@@ -57,7 +58,13 @@ class Job:
         self._budget = _budget.check_budget_option(budget)
         self._counted: list[object] = []
         self._first: tuple[str | None, Usage] | None = None
-        self._lock = threading.Lock()
+        # One lock per job, whatever shares it (threads with a copy of its context, asyncio
+        # tasks): counting a reply, and reserving a call's share before it is sent
+        # (`refinekit._reserve.Reservation`), each happen whole under it. Reentrant: a
+        # reservation prices what is spent (`_per_model`) while it holds the lock.
+        self._lock = threading.RLock()
+        # What the calls in flight hold of the budget, not yet counted: [calls, tokens, cost]
+        self._reserved = _reserve.Held()
         self._token: Token[Job | None] | None = None
 
     @property
@@ -106,10 +113,17 @@ class Job:
         """Token usage and calls of model judges in this job so far, apart from `usage`."""
         return self._judge_usage
 
-    def _add_judge_usage(self, usage: Usage, model: str | None = None) -> None:
+    def _add_judge_usage(
+        self,
+        usage: Usage,
+        model: str | None = None,
+        reservation: _reserve.Reservation | None = None,
+    ) -> None:
+        """Count a judge's reply; it settles `reservation` (default: the current one)."""
         with self._lock:
             self._judge_usage = self._judge_usage + usage
             self._split(True, model, usage)
+            _reserve.settle(self, usage, model, reservation)
 
     def _take_correction(self, limit: int) -> bool:
         with self._lock:
@@ -132,7 +146,8 @@ class Job:
         """Add a reply's usage, unless a nested refinekit call counted that reply after `since`.
 
         An outer decorated function often returns the very reply an inner decorated call got;
-        it was paid for once, so it is counted once.
+        it was paid for once, so it is counted once. What is counted settles the current
+        reservation (`refinekit._reserve.settle`): it turns from reserved into spent.
         """
         with self._lock:
             if reply is not None:
@@ -143,6 +158,7 @@ class Job:
                 self._first = (model, usage)
             self._usage = self._usage + usage
             self._split(False, model, usage)
+            _reserve.settle(self, usage, model, None)
 
     def _count_reply(self, reply: object, since: int | None = None) -> None:
         """Count the token usage a reply carries, once (see `_add_usage`).

@@ -36,6 +36,7 @@ LAYERS: dict[str, set[str]] = {
         "_bridge",
         "_budget",
         "_prices",
+        "_reserve",
         "_decorate",
         "_flow",
         "_hooks",
