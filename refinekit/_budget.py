@@ -26,7 +26,7 @@ from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._errors import BudgetExceeded
-from ._model import Attempt, Cost
+from ._model import Attempt, Cost, Usage
 from ._prices import Budget, Prices
 
 if TYPE_CHECKING:
@@ -109,8 +109,15 @@ def leave(token: Token[Any] | None) -> None:
         _SCOPE.reset(token)
 
 
-def cost_of(job: Job, prices: Prices | None = None) -> Cost | None:
+def cost_of(
+    job: Job,
+    prices: Prices | None = None,
+    *,
+    per_model: dict[tuple[bool, str | None], Usage] | None = None,
+) -> Cost | None:
     """The job's cost so far with `prices` (default: the effective budget's); None without.
+
+    `per_model`: the job's usage per model when the caller holds the job's lock.
 
     Raises:
         MissingPrice: A model the job called has no price.
@@ -123,7 +130,8 @@ def cost_of(job: Job, prices: Prices | None = None) -> Cost | None:
         if prices is None:
             return None
     answer = judge = 0.0
-    for (is_judge, model), usage in job._per_model().items():
+    models = job._per_model() if per_model is None else per_model
+    for (is_judge, model), usage in models.items():
         value = prices.cost(model, usage.prompt_tokens, usage.completion_tokens)
         if is_judge:
             judge += value
@@ -137,9 +145,14 @@ def estimate_tokens(text_chars: int) -> int:
     return -(-text_chars // 4)
 
 
-def spent_of(job: Job, budget: Budget) -> tuple[int, int, Cost | None]:
+def spent_of(job: Job, budget: Budget, *, locked: bool = False) -> tuple[int, int, Cost | None]:
+    """What `job` has spent: tokens and calls (answer and judge together), and its cost.
+
+    `locked`: the caller holds the job's lock (a reservation being made).
+    """
     usage, judge = job.usage, job.judge_usage
-    cost = cost_of(job, budget.prices) if budget.prices is not None else None
+    per_model = dict(job._models) if locked else None
+    cost = cost_of(job, budget.prices, per_model=per_model) if budget.prices is not None else None
     return (
         usage.total_tokens + judge.total_tokens,
         usage.model_calls + judge.model_calls,

@@ -60,11 +60,11 @@ class Job:
         self._first: tuple[str | None, Usage] | None = None
         # One lock per job, whatever shares it (threads with a copy of its context, asyncio
         # tasks): counting a reply, and reserving a call's share before it is sent
-        # (`refinekit._reserve.Reservation`), each happen whole under it. Reentrant: a
-        # reservation prices what is spent (`_per_model`) while it holds the lock.
-        self._lock = threading.RLock()
-        # What the calls in flight hold of the budget, not yet counted: [calls, tokens, cost]
-        self._reserved = _reserve.Held()
+        # (`refinekit._reserve.Reservation`), each happen whole under it.
+        self._lock = threading.Lock()
+        # What the calls in flight hold of the budget and is not counted yet (calls, tokens,
+        # cost); made by the first reservation, so a job without a budget never has one.
+        self._reserved: _reserve.Held | None = None
         self._token: Token[Job | None] | None = None
 
     @property
@@ -123,7 +123,8 @@ class Job:
         with self._lock:
             self._judge_usage = self._judge_usage + usage
             self._split(True, model, usage)
-            _reserve.settle(self, usage, model, reservation)
+            if _budget._in_use:  # without any budget, nothing is ever reserved
+                _reserve.settle(self, usage, model, reservation)
 
     def _take_correction(self, limit: int) -> bool:
         with self._lock:
@@ -158,7 +159,8 @@ class Job:
                 self._first = (model, usage)
             self._usage = self._usage + usage
             self._split(False, model, usage)
-            _reserve.settle(self, usage, model, None)
+            if _budget._in_use:  # without any budget, nothing is ever reserved
+                _reserve.settle(self, usage, model, None)
 
     def _count_reply(self, reply: object, since: int | None = None) -> None:
         """Count the token usage a reply carries, once (see `_add_usage`).

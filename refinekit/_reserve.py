@@ -104,8 +104,9 @@ class Reservation:
     def __enter__(self) -> Reservation:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self.open or self._token is not None:  # NOT_HELD: nothing to do, at no cost
+            self.release()
 
     def release(self) -> None:
         """Give back what is held and not counted; no-op when released already."""
@@ -115,7 +116,7 @@ class Reservation:
                 if self.open:
                     self.open = False
                     parent = self.parent if self.parent is not None and self.parent.open else None
-                    _give_back(job._reserved, self.held, self.taken, parent)
+                    _give_back(_reserved_of(job), self.held, self.taken, parent)
         token = self._token
         if token is not None:
             self._token = None
@@ -146,7 +147,7 @@ class Reservation:
             refused = _refusal(job, budget, planned, need, held)
             if refused is not None:
                 raise refused
-            reserved = job._reserved
+            reserved = _reserved_of(job)
             reserved.calls += max(0, need.calls - held.calls)
             reserved.tokens += max(0, need.tokens - held.tokens)
             reserved.cost += max(0.0, need.cost - held.cost)
@@ -192,8 +193,8 @@ def _refusal(
     `lendable`, is within it, and something is left for it at all (a limit spent in full,
     or held in full by calls in flight, leaves nothing, whatever the estimate).
     """
-    spent_tokens, spent_calls, spent_cost = spent_of(job, budget)
-    reserved = job._reserved
+    spent_tokens, spent_calls, spent_cost = spent_of(job, budget, locked=True)
+    reserved = _reserved_of(job)
     checks: list[tuple[str, float | None, float, float, float, float]] = [
         ("max_calls", budget.max_calls, spent_calls, reserved.calls, lendable.calls, need.calls),
         (
@@ -226,28 +227,41 @@ def _current_parent(job: Job) -> Reservation | None:
     return parent
 
 
+def _reserved_of(job: Job) -> Held:
+    """What `job`'s calls in flight hold, made at its first reservation (the lock is held)."""
+    reserved = job._reserved
+    if reserved is None:
+        reserved = job._reserved = Held()
+    return reserved
+
+
 def _grant(job: Job, budget: Budget, planned: str, need: Held) -> Reservation:
-    """Reserve `need` for a call (under the job's lock), or raise why it cannot be made."""
+    """Reserve `need` for a call, or raise why it cannot be made."""
     with job._lock:
-        parent = _current_parent(job)
-        lendable = parent.held if parent is not None else _NOTHING
-        refused = _refusal(job, budget, planned, need, lendable)
-        if refused is not None:
-            raise refused
-        held = Reservation(job, parent, budget.prices)
-        taken, reserved = held.taken, job._reserved
-        taken.calls = min(need.calls, lendable.calls)
-        taken.tokens = min(need.tokens, lendable.tokens)
-        taken.cost = min(need.cost, lendable.cost)
-        if parent is not None:
-            parent.held.calls -= taken.calls
-            parent.held.tokens -= taken.tokens
-            parent.held.cost -= taken.cost
-        reserved.calls += need.calls - taken.calls
-        reserved.tokens += need.tokens - taken.tokens
-        reserved.cost += need.cost - taken.cost
-        held.held = Held(need.calls, need.tokens, need.cost)
-        return held
+        return _grant_locked(job, budget, planned, need)
+
+
+def _grant_locked(job: Job, budget: Budget, planned: str, need: Held) -> Reservation:
+    """`_grant`, the job's lock held."""
+    parent = _current_parent(job)
+    lendable = parent.held if parent is not None else _NOTHING
+    refused = _refusal(job, budget, planned, need, lendable)
+    if refused is not None:
+        raise refused
+    held = Reservation(job, parent, budget.prices)
+    taken, reserved = held.taken, _reserved_of(job)
+    taken.calls = min(need.calls, lendable.calls)
+    taken.tokens = min(need.tokens, lendable.tokens)
+    taken.cost = min(need.cost, lendable.cost)
+    if parent is not None:
+        parent.held.calls -= taken.calls
+        parent.held.tokens -= taken.tokens
+        parent.held.cost -= taken.cost
+    reserved.calls += need.calls - taken.calls
+    reserved.tokens += need.tokens - taken.tokens
+    reserved.cost += need.cost - taken.cost
+    held.held = Held(need.calls, need.tokens, need.cost)
+    return held
 
 
 def _price_of(budget: Budget, model: str | None, tokens: int) -> float:
@@ -278,7 +292,7 @@ def settle(job: Job, usage: Usage, model: str | None, reservation: Reservation |
     calls, tokens = usage.model_calls, usage.total_tokens
     cost = _usage_cost(node.prices, model, usage)  # None: not priced (or no price)
     left = math.inf if cost is None else cost
-    reserved = job._reserved
+    reserved = _reserved_of(job)
     while node is not None:
         if node.job is job and node.open:
             held, used = node.held, node.used
@@ -443,7 +457,7 @@ def judge_calls(model: str, requests: Sequence[Mapping[str, Any]]) -> list[Reser
     with job._lock:  # one step: no other call takes a share between two of them
         for need in needs:
             try:
-                tickets.append(_grant(job, budget, planned, need))
+                tickets.append(_grant_locked(job, budget, planned, need))
             except BudgetExceeded:
                 tickets.append(None)
     return tickets
