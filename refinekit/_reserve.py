@@ -213,8 +213,8 @@ def _refusal(
     for limit, maximum, spent, held, lent, needed in checks:
         if maximum is None:
             continue
-        others = max(0.0, held - lent)  # held by other calls in flight
-        fresh = max(0.0, needed - lent)
+        others = max(0, held - lent)  # held by other calls in flight
+        fresh = max(0, needed - lent)
         if spent + others >= maximum or spent + held + fresh > maximum:
             return exceeded(job, limit, maximum, spent, spent_cost, needed, planned, others)
     return None
