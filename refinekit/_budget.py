@@ -1,21 +1,21 @@
 """Budgets per job: a job held to its limits on tokens, cost and model calls.
 
-What a budget and prices are is `_prices`'s; how a job is held to them lives here, and the
+What a budget and prices are is `_prices`'s; what a call reserves of a budget before it is
+sent is `_reserve`'s. Here is what a job has spent and how it is held to its limits; the
 rest of refinekit calls a few hooks:
 
 - `join(job, budget, opened)` / `leave(token)`: a decorated call brings its `budget=` to the
   job it opens (the job's budget) or joins (tightening the job's budget for that call only);
 - `check()`: before every command a flow yields (`refinekit._flow`'s drivers), a job already
   over a limit stops there with `BudgetExceeded`;
-- `before_attempt(...)`: before another attempt of the wrapped function, the previous
-  attempt's own usage (plus its feedback, characters / 4) must fit in what is left;
-- `before_judge_call(model, request)`: before a judge model's request, its prompt (characters
-  / 4) must fit in what is left, and a call must be left;
+- `spent_of`, `exceeded`, `cost_of`: what a job has spent against its limits, the error that
+  stops it, its cost; `estimate_tokens` / `request_tokens`: the characters / 4 estimate;
 - `surface(error, attempts, best)`: the decorator the caller called puts its attempts on the
   error.
 
 The answer and judge usage are counted by the job (`refinekit._job`), per model, so that a
-cost can be computed with the prices given.
+cost can be computed with the prices given; the job owns the counters (what is spent, what
+its calls in flight hold) and the lock.
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 __all__ = [
-    "before_attempt",
-    "before_call",
-    "before_judge_call",
     "check",
     "cost_of",
+    "effective",
     "estimate_tokens",
+    "exceeded",
     "join",
     "leave",
-    "mark",
+    "request_tokens",
+    "spent_of",
     "surface",
     "without_attempts",
 ]
@@ -109,8 +109,15 @@ def leave(token: Token[Any] | None) -> None:
         _SCOPE.reset(token)
 
 
-def cost_of(job: Job, prices: Prices | None = None) -> Cost | None:
+def cost_of(
+    job: Job,
+    prices: Prices | None = None,
+    *,
+    per_model: dict[tuple[bool, str | None], Usage] | None = None,
+) -> Cost | None:
     """The job's cost so far with `prices` (default: the effective budget's); None without.
+
+    `per_model`: the job's usage per model when the caller holds the job's lock.
 
     Raises:
         MissingPrice: A model the job called has no price.
@@ -123,7 +130,8 @@ def cost_of(job: Job, prices: Prices | None = None) -> Cost | None:
         if prices is None:
             return None
     answer = judge = 0.0
-    for (is_judge, model), usage in job._per_model().items():
+    models = job._per_model() if per_model is None else per_model
+    for (is_judge, model), usage in models.items():
         value = prices.cost(model, usage.prompt_tokens, usage.completion_tokens)
         if is_judge:
             judge += value
@@ -137,9 +145,14 @@ def estimate_tokens(text_chars: int) -> int:
     return -(-text_chars // 4)
 
 
-def _spent(job: Job, budget: Budget) -> tuple[int, int, Cost | None]:
+def spent_of(job: Job, budget: Budget, *, locked: bool = False) -> tuple[int, int, Cost | None]:
+    """What `job` has spent: tokens and calls (answer and judge together), and its cost.
+
+    `locked`: the caller holds the job's lock (a reservation being made).
+    """
     usage, judge = job.usage, job.judge_usage
-    cost = cost_of(job, budget.prices) if budget.prices is not None else None
+    per_model = dict(job._models) if locked else None
+    cost = cost_of(job, budget.prices, per_model=per_model) if budget.prices is not None else None
     return (
         usage.total_tokens + judge.total_tokens,
         usage.model_calls + judge.model_calls,
@@ -151,7 +164,7 @@ def _fmt(limit: str, value: float) -> str:
     return f"{value:.6g}" if limit == "max_cost" else str(int(value))
 
 
-def _error(
+def exceeded(
     job: Job,
     limit: str,
     maximum: float,
@@ -159,6 +172,7 @@ def _error(
     cost: Cost | None,
     needed: float | None = None,
     planned: str | None = None,
+    reserved: float = 0,
 ) -> BudgetExceeded:
     what = {"max_tokens": "tokens", "max_cost": "cost", "max_calls": "model calls"}[limit]
     usage, judge = job.usage, job.judge_usage
@@ -173,10 +187,13 @@ def _error(
             f"({counts})"
         )
     else:
+        in_flight = (
+            f", with {_fmt(limit, reserved)} held by calls in flight" if reserved > 0 else ""
+        )
         message = (
             f"budget exceeded: the {planned} was not made: it needs about "
             f"{_fmt(limit, needed)} {what} and {limit}={_fmt(limit, maximum)} leaves "
-            f"{_fmt(limit, max(0.0, maximum - spent))} ({counts})"
+            f"{_fmt(limit, max(0.0, maximum - spent - reserved))}{in_flight} ({counts})"
         )
     return BudgetExceeded(
         message,
@@ -185,48 +202,12 @@ def _error(
         spent=spent,
         needed=needed,
         planned=planned,
+        reserved=reserved,
         usage=usage,
         judge_usage=judge,
         cost=cost,
         job_id=job.id,
     )
-
-
-def _first_short(
-    job: Job,
-    budget: Budget,
-    tokens: int = 0,
-    calls: int = 0,
-    cost: float = 0.0,
-    planned: str | None = None,
-) -> BudgetExceeded | None:
-    """The first limit that what is spent plus the need goes over; None when all fit.
-
-    With `planned` (a call not made yet), a limit already spent in full leaves nothing for
-    any call, whatever its estimate.
-    """
-    spent_tokens, spent_calls, spent_cost = _spent(job, budget)
-    need = planned is not None
-    checks: list[tuple[str, float | None, float, float]] = [
-        ("max_calls", budget.max_calls, spent_calls, calls),
-        ("max_tokens", budget.max_tokens, spent_tokens, tokens),
-    ]
-    if spent_cost is not None:
-        checks.append(("max_cost", budget.max_cost, spent_cost.total, cost))
-    for limit, maximum, spent, needed in checks:
-        if maximum is None:
-            continue
-        if spent > maximum or (need and (spent >= maximum or spent + needed > maximum)):
-            return _error(
-                job,
-                limit,
-                maximum,
-                spent,
-                spent_cost,
-                needed if need else None,
-                planned,
-            )
-    return None
 
 
 def check() -> None:
@@ -244,72 +225,16 @@ def check() -> None:
     budget = effective(job)
     if budget is None:
         return
-    error = _first_short(job, budget)
-    if error is not None:
-        raise error
-
-
-Mark = tuple[Usage, float]
-"""What a job had spent at a point: its usage (answer and judge together) and cost (0 unpriced)."""
-
-
-def mark(job: Job) -> Mark | None:
-    """What `job` has spent so far, to measure one attempt by; None when it has no budget."""
-    if not _in_use:
-        return None
-    budget = effective(job)
-    if budget is None:
-        return None
-    cost = cost_of(job, budget.prices) if budget.prices is not None else None
-    return job.usage + job.judge_usage, 0.0 if cost is None else cost.total
-
-
-def before_attempt(
-    job: Job,
-    planned: str,
-    start: Mark | None,
-    end: Mark | None,
-    extra_chars: int,
-) -> None:
-    """Before a call of the wrapped function (`planned`): its estimate must fit.
-
-    The first call has no estimate: it is only refused when a limit is already spent in full.
-    Another one's estimate is the previous attempt's own usage (from `start` to `end`: its calls,
-    tokens and cost, the calls of decorators inside it too) plus what the new attempt adds
-    to the prompt (`extra_chars`, the feedback or the correction turn: characters / 4) as
-    prompt tokens (priced, with a cost limit, at the previous attempt's cost per token).
-
-    Raises:
-        BudgetExceeded: The estimate does not fit.
-    """
-    if not _in_use:
-        return
-    budget = effective(job)
-    if budget is None:
-        return
-    if start is None or end is None:  # the first call: nothing known of it
-        start = end = (Usage(), 0.0)
-    previous = Usage(
-        end[0].model_calls - start[0].model_calls,
-        end[0].prompt_tokens - start[0].prompt_tokens,
-        end[0].completion_tokens - start[0].completion_tokens,
-    )
-    previous_cost = end[1] - start[1]
-    extra = estimate_tokens(extra_chars)
-    tokens = previous.total_tokens + extra
-    cost = previous_cost
-    if previous.total_tokens and extra:
-        cost += previous_cost * extra / previous.total_tokens
-    error = _first_short(
-        job,
-        budget,
-        tokens=tokens,
-        calls=previous.model_calls,
-        cost=cost,
-        planned=planned,
-    )
-    if error is not None:
-        raise error
+    spent_tokens, spent_calls, spent_cost = spent_of(job, budget)
+    checks: list[tuple[str, float | None, float]] = [
+        ("max_calls", budget.max_calls, spent_calls),
+        ("max_tokens", budget.max_tokens, spent_tokens),
+    ]
+    if spent_cost is not None:
+        checks.append(("max_cost", budget.max_cost, spent_cost.total))
+    for limit, maximum, spent in checks:
+        if maximum is not None and spent > maximum:
+            raise exceeded(job, limit, maximum, spent, spent_cost)
 
 
 def _request_chars(request: Mapping[str, Any]) -> int:
@@ -334,40 +259,9 @@ def _request_chars(request: Mapping[str, Any]) -> int:
     return total
 
 
-def before_call(job: Job | None, planned: str, model: str | None, tokens: int) -> None:
-    """Before a model call refinekit makes: one call of `tokens` prompt tokens must fit.
-
-    With a cost limit the estimate is priced as prompt tokens of `model` (a model that is not
-    known, as a custom reviser's, is estimated at no cost; its reply is counted afterwards).
-
-    Raises:
-        BudgetExceeded: The job is over a limit, or the call does not fit in what is left.
-        MissingPrice: A cost limit, and `model` has no price.
-    """
-    if job is None or not _in_use:
-        return
-    budget = effective(job)
-    if budget is None:
-        return
-    cost = 0.0
-    if budget.max_cost is not None and budget.prices is not None and model is not None:
-        cost = budget.prices.cost(model, tokens, 0)
-    error = _first_short(job, budget, tokens=tokens, calls=1, cost=cost, planned=planned)
-    if error is not None:
-        raise error
-
-
-def before_judge_call(model: str, request: Mapping[str, Any]) -> None:
-    """Before a judge model's request: one call, and its prompt (characters / 4), must fit.
-
-    Raises:
-        BudgetExceeded: The job is over a limit, or the call does not fit in what is left.
-        MissingPrice: A cost limit, and `model` has no price.
-    """
-    if not _in_use:
-        return
-    tokens = estimate_tokens(_request_chars(request))
-    before_call(_current_job(), f"judge call to model {model!r}", model, tokens)
+def request_tokens(request: Mapping[str, Any]) -> int:
+    """The estimate of a chat request's prompt: its text's characters / 4, rounded up."""
+    return estimate_tokens(_request_chars(request))
 
 
 def without_attempts(

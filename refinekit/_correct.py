@@ -17,7 +17,7 @@ from typing import (
     overload,
 )
 
-from . import _budget
+from . import _reserve
 from ._budget import check_budget_option, without_attempts
 from ._corrections import CHECK_MARKER, CorrectionRequest, default_correction
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
@@ -36,6 +36,7 @@ from ._policy import check_budget
 from ._prices import Budget
 from ._replies import Reply, finish_reason_of, reply_text
 from ._request import function_name
+from ._reserve import Reservation
 
 __all__ = [
     "CHECK_MARKER",
@@ -225,7 +226,7 @@ def _correct_flow(
     added: list[dict[str, Any]] = []  # the latest correction turn: never compounds
     replies: list[str] = []
     call = 0
-    spent: tuple[_budget.Mark | None, _budget.Mark | None] = (None, None)
+    previous: Reservation | None = None  # what the last call held and used
     while True:
         call += 1
         # Each call must fit in the budget: a correction as the last call's usage plus its turn.
@@ -235,16 +236,15 @@ def _correct_flow(
             if call > 1
             else f"call of {cfg.function}"
         )
-        _budget.before_attempt(job, planned, *spent, turn)
-        # Fresh copies each call: edits the function makes to its messages never compound.
-        sent = [dict(m) for m in conversation]
-        sent.extend(dict(m) for m in added)
-        counted = job._replies_counted()
-        started = time.perf_counter()
-        start = _budget.mark(job)
-        reply = yield Call(fn, (sent, *rest), rest_kwargs)
-        job._count_reply(reply, counted)
-        spent = (start, _budget.mark(job))
+        # reserved until its reply is counted
+        with _reserve.before_attempt(job, planned, previous, turn) as previous:
+            # Fresh copies each call: edits the function makes to its messages never compound.
+            sent = [dict(m) for m in conversation]
+            sent.extend(dict(m) for m in added)
+            counted = job._replies_counted()
+            started = time.perf_counter()
+            reply = yield Call(fn, (sent, *rest), rest_kwargs)
+            job._count_reply(reply, counted)
         result: Parsed | CorrectionFailure
         try:
             text = reply_text(reply)

@@ -264,6 +264,9 @@ class BudgetExceeded(RefinekitError):
             that limit; None when a call already made took the job over.
         planned: The call that was not made (e.g. `"judge call to model 'gpt-4.1-mini'"`),
             or None.
+        reserved: For a call refinekit did not make: what other calls in flight held
+            against that limit when it was refused, reserved and not yet counted (0 with one
+            call at a time).
         usage: Token usage of the answering model in the job when it stopped.
         judge_usage: Token usage of model judges in the job when it stopped.
         cost: What the job's calls cost when it stopped; None without prices.
@@ -287,6 +290,7 @@ class BudgetExceeded(RefinekitError):
         judge_usage: Usage | None = None,
         cost: Cost | None = None,
         job_id: str | None = None,
+        reserved: float = 0,
     ) -> None:
         super().__init__(message)
         self.limit = limit
@@ -294,6 +298,7 @@ class BudgetExceeded(RefinekitError):
         self.spent = spent
         self.needed = needed
         self.planned = planned
+        self.reserved = reserved
         self.usage = usage if usage is not None else Usage()
         self.judge_usage = judge_usage if judge_usage is not None else Usage()
         self.cost = cost

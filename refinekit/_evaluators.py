@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from ._bridge import in_thread, is_async_callable, run_blocking
 from ._flow import Evaluate, Flow, run_async, run_sync
 from ._model import CriterionResult, EvaluationRequest, Verdict
+from ._numbers import is_real, shown
 
 __all__ = [
     "AsyncEvaluator",
@@ -280,11 +280,12 @@ class _Weighted(FlowEvaluator):
             if (
                 isinstance(weight, bool)
                 or not isinstance(weight, (int, float))
-                or not 0 < weight < math.inf  # also rejects NaN
+                or not is_real(weight)  # NaN, infinite, or too large for a float
+                or weight <= 0
             ):
                 raise ValueError(
                     f"weight of {evaluator_name(evaluator)} must be a finite number > 0, "
-                    f"got {weight!r}"
+                    f"got {shown(weight)}"
                 )
             children.append(as_evaluator(evaluator))
             weights.append(float(weight))

@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
-from . import _budget
+from . import _reserve
 from ._budget import check_budget_option, without_attempts
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._errors import JudgeError, LowQualityAnswer
@@ -192,17 +192,18 @@ def _guard_flow(
         )
         if (yield from _screen(cfg, job, "input", request, record)):
             return cfg.refusal
-    _budget.before_attempt(job, f"call of {cfg.function}", None, None, 0)  # nothing left: stop
-    started = time.perf_counter()
-    counted = job._replies_counted()
-    rejection: LowQualityAnswer | None = None
-    try:
-        value = yield Call(fn, args, kwargs)
-    except LowQualityAnswer as raised:
-        # A draft carried by the signal can still be returned (an outer retry's "return_best"),
-        # so it is screened too.
-        rejection, value = raised, raised.answer
-    job._count_reply(value, counted)
+    # The one call: one model call reserved until its reply is counted (none left: stop).
+    with _reserve.before_attempt(job, f"call of {cfg.function}", None, 0):
+        started = time.perf_counter()
+        counted = job._replies_counted()
+        rejection: LowQualityAnswer | None = None
+        try:
+            value = yield Call(fn, args, kwargs)
+        except LowQualityAnswer as raised:
+            # A draft carried by the signal can still be returned (an outer retry's
+            # "return_best"), so it is screened too.
+            rejection, value = raised, raised.answer
+        job._count_reply(value, counted)
     if rejection is not None and value is None:
         raise rejection
     if cfg.returns_text:  # screened, published and carried as the reply's text

@@ -9,7 +9,7 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from . import _budget
+from . import _budget, _reserve
 from ._model import AttemptInfo, ContextDocument, Cost, Usage
 from ._replies import model_of, usage_of
 
@@ -43,6 +43,7 @@ class Job:
         "_judge_usage",
         "_lock",
         "_models",
+        "_reserved",
         "_token",
         "_usage",
         "id",
@@ -57,7 +58,13 @@ class Job:
         self._budget = _budget.check_budget_option(budget)
         self._counted: list[object] = []
         self._first: tuple[str | None, Usage] | None = None
+        # One lock per job, whatever shares it (threads with a copy of its context, asyncio
+        # tasks): counting a reply, and reserving a call's share before it is sent
+        # (`refinekit._reserve.Reservation`), each happen whole under it.
         self._lock = threading.Lock()
+        # What the calls in flight hold of the budget and is not counted yet (calls, tokens,
+        # cost); made by the first reservation, so a job without a budget never has one.
+        self._reserved: _reserve.Held | None = None
         self._token: Token[Job | None] | None = None
 
     @property
@@ -106,10 +113,18 @@ class Job:
         """Token usage and calls of model judges in this job so far, apart from `usage`."""
         return self._judge_usage
 
-    def _add_judge_usage(self, usage: Usage, model: str | None = None) -> None:
+    def _add_judge_usage(
+        self,
+        usage: Usage,
+        model: str | None = None,
+        reservation: _reserve.Reservation | None = None,
+    ) -> None:
+        """Count a judge's reply; it settles `reservation` (default: the current one)."""
         with self._lock:
             self._judge_usage = self._judge_usage + usage
             self._split(True, model, usage)
+            if _budget._in_use:  # without any budget, nothing is ever reserved
+                _reserve.settle(self, usage, model, reservation)
 
     def _take_correction(self, limit: int) -> bool:
         with self._lock:
@@ -132,7 +147,8 @@ class Job:
         """Add a reply's usage, unless a nested refinekit call counted that reply after `since`.
 
         An outer decorated function often returns the very reply an inner decorated call got;
-        it was paid for once, so it is counted once.
+        it was paid for once, so it is counted once. What is counted settles the current
+        reservation (`refinekit._reserve.settle`): it turns from reserved into spent.
         """
         with self._lock:
             if reply is not None:
@@ -143,6 +159,8 @@ class Job:
                 self._first = (model, usage)
             self._usage = self._usage + usage
             self._split(False, model, usage)
+            if _budget._in_use:  # without any budget, nothing is ever reserved
+                _reserve.settle(self, usage, model, None)
 
     def _count_reply(self, reply: object, since: int | None = None) -> None:
         """Count the token usage a reply carries, once (see `_add_usage`).

@@ -5,13 +5,13 @@ Values only, checked when made; how a job is held to them is `_budget`'s.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ._errors import MissingPrice
+from ._numbers import FLOAT_MAX, is_number, is_real, shown
 
 __all__ = ["Budget", "PriceFunction", "Prices"]
 
@@ -24,12 +24,15 @@ _DATED = re.compile(r"[-@](\d{4}-\d{2}-\d{2}|\d{8})$")
 
 
 def _per_million(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise TypeError(
             f"Prices: the {name} must be a number (per million tokens), not {type(value).__name__}"
         )
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"Prices: the {name} must be a finite number >= 0, got {value!r}")
+    if not is_real(value) or value < 0:
+        raise ValueError(
+            f"Prices: the {name} must be a finite number >= 0 (at most {FLOAT_MAX:.3g}) per "
+            f"million tokens, e.g. 0.40; got {shown(value)}"
+        )
     return float(value)
 
 
@@ -124,15 +127,15 @@ class Prices:
         """
         if self._function is not None:
             value = self._function(model, prompt_tokens, completion_tokens)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if not is_number(value):
                 raise TypeError(
                     f"Prices: the price callable returned {type(value).__name__} for model "
                     f"{model!r}; it must return a number"
                 )
-            if not math.isfinite(value) or value < 0:
+            if not is_real(value) or value < 0:
                 raise ValueError(
-                    f"Prices: the price callable returned {value!r} for model {model!r}; it "
-                    "must return a finite number >= 0"
+                    f"Prices: the price callable returned {shown(value)} for model {model!r}; "
+                    f"it must return a finite number >= 0 (at most {FLOAT_MAX:.3g})"
                 )
             return float(value)
         pair = self.price_of(model)
@@ -197,11 +200,15 @@ class Prices:
 def _limit(name: str, value: object, *, integer: bool) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+    if not is_number(value) or (integer and not isinstance(value, int)):
         kind = "an int" if integer else "a number"
         raise TypeError(f"Budget: {name} must be {kind} or None, not {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"Budget: {name} must be above 0 (or None for no limit), got {value!r}")
+    assert isinstance(value, (int, float))
+    if not is_real(value) or value <= 0:
+        raise ValueError(
+            f"Budget: {name} must be above 0 and at most {FLOAT_MAX:.3g} (or None for no "
+            f"limit), got {shown(value)}"
+        )
 
 
 @dataclass(frozen=True)

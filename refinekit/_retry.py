@@ -11,7 +11,7 @@ from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 import tenacity
 from tenacity.wait import wait_base
 
-from . import _budget, _config
+from . import _budget, _config, _reserve
 from ._budget import check_budget_option
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._errors import BudgetExceeded, JudgeError, LowQualityAnswer
@@ -21,6 +21,7 @@ from ._flow import Call, Evaluate, Flow, Sleep
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import Job, current_attempt, enter_attempt, leave_attempt
 from ._model import Attempt, AttemptInfo, EvaluationRequest, Verdict
+from ._numbers import is_real, shown
 from ._outcome import Record
 from ._policy import (
     JudgeErrorPolicy,
@@ -34,6 +35,7 @@ from ._prices import Budget
 from ._recorder import start_recording, stop_recording
 from ._replies import Reply, Returns, check_returns, text_answer
 from ._request import QuestionSelector, RequestMaker
+from ._reserve import Reservation
 
 __all__ = ["DEFAULT_WAIT", "MAX_RETRIES_LIMIT", "Retrying", "TextRetrying", "retry_on_low_quality"]
 
@@ -91,8 +93,11 @@ def _check_wait(wait: object) -> Callable[[tenacity.RetryCallState], float]:
     if isinstance(wait, bool):
         raise TypeError("wait must be a tenacity wait strategy or a number of seconds, not a bool")
     if isinstance(wait, (int, float)):
-        if wait < 0:
-            raise ValueError(f"wait must not be negative, got {wait!r}")
+        if not is_real(wait) or wait < 0:  # NaN, infinite, or too large for a float
+            raise ValueError(
+                f"wait must be a finite number of seconds >= 0 (or a tenacity wait strategy), "
+                f"got {shown(wait)}"
+            )
         return tenacity.wait_fixed(wait)
     if callable(wait):
         return wait
@@ -264,7 +269,7 @@ def _retry_steps(
     attempts: list[Attempt],
 ) -> Flow[Any]:
     max_attempts = cfg.max_retries + 1
-    spent: tuple[_budget.Mark | None, _budget.Mark | None] = (None, None)
+    previous_attempt: Reservation | None = None  # what the last attempt held and used
     arguments: dict[str, Any] | None = None
     state: tenacity.RetryCallState | None = None
     feedback: str | None = None
@@ -274,35 +279,36 @@ def _retry_steps(
     infos: list[AttemptInfo] = []
     began = time.monotonic()  # tenacity's `start_time`: what `stop_after_delay` counts from
     for number in range(1, max_attempts + 1):
-        # Each attempt must fit in what the budget has left (estimated from the previous one).
+        # Each attempt reserves its share of the budget (estimated from the previous one)
+        # before it is made, until its reply is counted; it stops here when that does not fit.
         extra = len(feedback) if feedback else 0
-        _budget.before_attempt(job, f"attempt {number} of {cfg.function}", *spent, extra)
-        info = AttemptInfo(number, max_attempts, feedback, previous)
-        infos.append(info)
-        started = time.perf_counter()
-        start = _budget.mark(job)
-        token = enter_attempt(info)
-        recorder = start_recording()  # this attempt's tool calls, for the judge
-        counted = job._replies_counted()
-        try:
-            value = yield Call(fn, call_args, call_kwargs)
-        except LowQualityAnswer as raised:
-            rejection: LowQualityAnswer | None = raised
-            value = raised.answer
-        else:
-            rejection = None
-        finally:
-            stop_recording(recorder)
-            leave_attempt(token)
-        # Count the reply's tokens before the event, so `attempt` events include this attempt;
-        # a rejected reply (returned, or carried by a raised LowQualityAnswer) was paid for too.
-        job._count_reply(value, counted)
+        planned = f"attempt {number} of {cfg.function}"
+        with _reserve.before_attempt(job, planned, previous_attempt, extra) as previous_attempt:
+            info = AttemptInfo(number, max_attempts, feedback, previous)
+            infos.append(info)
+            started = time.perf_counter()
+            token = enter_attempt(info)
+            recorder = start_recording()  # this attempt's tool calls, for the judge
+            counted = job._replies_counted()
+            try:
+                value = yield Call(fn, call_args, call_kwargs)
+            except LowQualityAnswer as raised:
+                rejection: LowQualityAnswer | None = raised
+                value = raised.answer
+            else:
+                rejection = None
+            finally:
+                stop_recording(recorder)
+                leave_attempt(token)
+            # Count the reply's tokens before the event, so `attempt` events include this
+            # attempt; a rejected reply (returned, or carried by a raised LowQualityAnswer)
+            # was paid for too.
+            job._count_reply(value, counted)
         if cfg.returns_text and (rejection is None or value is not None):
             # From here on the answer is the reply's text: judged, kept, returned.
             value = text_answer(value, cfg.function, "retry_on_low_quality")
             if rejection is not None:
                 rejection.answer = value
-        spent = (start, _budget.mark(job))
         if wants_debug_events():
             emit(_event(cfg, job, "attempt", number, duration=time.perf_counter() - started))
         if rejection is None:

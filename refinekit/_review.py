@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeAlias, overload
 
-from . import _budget
+from . import _budget, _reserve
 from ._budget import without_attempts
 from ._decorate import AsyncDecoratedFunction, DecoratedFunction, wrap
 from ._errors import AnswerRejected, JudgeError, ReviserFailed, TimedOut
@@ -17,6 +16,7 @@ from ._flow import Call, Evaluate, Flow, Timed
 from ._hooks import Event, EventKind, emit, make_event, wants_debug_events
 from ._job import Job, current_attempt, enter_attempt, leave_attempt
 from ._model import Attempt, AttemptInfo, EvaluationRequest, Verdict
+from ._numbers import is_number, is_real, shown
 from ._outcome import Record
 from ._policy import OnInconclusive, check_budget, check_on_inconclusive, judge_failure
 from ._prices import Budget
@@ -213,21 +213,22 @@ def _review_flow(
     record: Record | None,
 ) -> Flow[str]:
     # The one call of the function: its tool calls and recorded context are the evidence.
-    _budget.before_attempt(job, f"call of {cfg.function}", None, None, 0)  # nothing left: stop
-    started = time.perf_counter()
-    outer = current_attempt()  # inside @retry_on_low_quality: record_context goes to both
-    info = outer if outer is not None else AttemptInfo(1, 1)
-    mark = len(info._context)
-    token = enter_attempt(info) if outer is None else None
-    recorder = start_recording()
-    counted = job._replies_counted()
-    try:
-        value = yield Call(fn, args, kwargs)
-    finally:
-        stop_recording(recorder)
-        if token is not None:
-            leave_attempt(token)
-    job._count_reply(value, counted)
+    # One model call reserved until its reply is counted (none left: stop).
+    with _reserve.before_attempt(job, f"call of {cfg.function}", None, 0):
+        started = time.perf_counter()
+        outer = current_attempt()  # inside @retry_on_low_quality: record_context goes to both
+        info = outer if outer is not None else AttemptInfo(1, 1)
+        mark = len(info._context)
+        token = enter_attempt(info) if outer is None else None
+        recorder = start_recording()
+        counted = job._replies_counted()
+        try:
+            value = yield Call(fn, args, kwargs)
+        finally:
+            stop_recording(recorder)
+            if token is not None:
+                leave_attempt(token)
+        job._count_reply(value, counted)
     draft = answer_of(cfg.function, value)
     drafts_max = 1 if cfg.mode == "shadow" else cfg.max_revisions + 1  # shadow never revises
     if wants_debug_events():
@@ -309,22 +310,24 @@ def _review_flow(
             max_revisions=cfg.max_revisions,
         )
         # The revision must fit in the job's budget: its prompt (the draft, the feedback and
-        # the question: characters / 4) and one call.
-        _budget.before_call(
-            job,
-            f"revision {number} of {cfg.function}",
-            getattr(cfg.reviser, "model", None),
-            _budget.estimate_tokens(len(current) + len(feedback) + len(request.question or "")),
+        # the question: characters / 4) and one call, reserved by `Revise` before it is
+        # asked; its reply is counted there.
+        ask = Revise(
+            cfg.reviser,
+            revision,
+            left,
+            planned=f"revision {number} of {cfg.function}",
+            tokens=_budget.estimate_tokens(
+                len(current) + len(feedback) + len(request.question or "")
+            ),
         )
         draft_started = time.perf_counter()
         try:
-            revised: Revised = yield Timed(Revise(cfg.reviser, revision, left), left)
+            revised: Revised = yield Timed(ask, left)
         except TimedOut:
             raise _rejected(cfg, job, "budget", verdicts, drafts) from None
         except ReviserFailed as e:
             raise _rejected(cfg, job, e.reason, verdicts, drafts, str(e)) from e.__cause__
-        if revised.reply is not None:
-            job._count_reply(revised.reply)
         if revised.tools:
             raise _rejected(
                 cfg,
@@ -360,10 +363,10 @@ def _off_flow(
 
 
 def _seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not 0 < value < math.inf:  # also rejects NaN
-        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    if not is_real(value) or value <= 0:  # also rejects NaN and 10**400
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {shown(value)}")
     return float(value)
 
 

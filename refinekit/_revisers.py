@@ -18,11 +18,13 @@ from pydantic import BaseModel, ConfigDict
 from ._bridge import in_thread, is_async_callable, run_blocking
 from ._errors import ReviserFailed
 from ._errtext import utf8_text
+from ._job import current_job
 from ._model import EvaluationRequest, Verdict
 from ._prompts import delimit, evidence_text
 from ._redact import client_secrets, register_secrets, safe_url
 from ._replies import first_message, get, message_text, tool_call_names
 from ._request import function_name
+from ._reserve import Reservation, before_call
 
 if TYPE_CHECKING:
     import openai
@@ -241,20 +243,51 @@ AnyReviser: TypeAlias = "CustomReviser | ModelReviser"
 
 
 class Revise:
-    """A flow command: ask the reviser for a revision; the flow receives a `Revised`."""
+    """A flow command: ask the reviser for a revision; the flow receives a `Revised`.
 
-    __slots__ = ("request", "reviser", "timeout")
+    The revision reserves its share of the job's budget before it is asked (one call, and
+    `tokens`: its prompt's estimate, priced as the reviser's model), and holds it until its
+    reply is counted or the reviser failed, also when a time limit stopped waiting for it:
+    a revision still running counts as a call in flight (`BudgetExceeded` if it does not
+    fit, naming `planned`).
+    """
 
-    def __init__(self, reviser: AnyReviser, request: RevisionRequest, timeout: float) -> None:
+    __slots__ = ("planned", "request", "reviser", "timeout", "tokens")
+
+    def __init__(
+        self,
+        reviser: AnyReviser,
+        request: RevisionRequest,
+        timeout: float,
+        *,
+        planned: str = "revision",
+        tokens: int = 0,
+    ) -> None:
         self.reviser = reviser
         self.request = request
         self.timeout = timeout
+        self.planned = planned
+        self.tokens = tokens
+
+    def _reserve(self) -> Reservation:
+        model = getattr(self.reviser, "model", None)
+        return before_call(current_job(), self.planned, model, self.tokens, current=True)
 
     def run_sync(self) -> Revised:
-        return self.reviser.revise_sync(self.request, self.timeout)
+        with self._reserve():
+            return _counted(self.reviser.revise_sync(self.request, self.timeout))
 
     async def run_async(self) -> Revised:
-        return await self.reviser.revise_async(self.request, self.timeout)
+        with self._reserve():
+            return _counted(await self.reviser.revise_async(self.request, self.timeout))
+
+
+def _counted(revised: Revised) -> Revised:
+    """Count the revision's reply in the job (settling its reservation), when it has one."""
+    job = current_job()
+    if job is not None and revised.reply is not None:
+        job._count_reply(revised.reply)
+    return revised
 
 
 def model_reviser(client: object, model: object) -> ModelReviser:

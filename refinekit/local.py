@@ -54,6 +54,7 @@ import openai
 
 from ._bridge import in_thread
 from ._errors import LocalModelError
+from ._numbers import is_number, is_real, shown
 from ._package import rehome
 
 __all__ = ["DEFAULT_MODEL", "LocalModel", "LocalModelError", "default_model_path"]
@@ -186,8 +187,15 @@ class LocalModel:
     ) -> None:
         if not isinstance(n_ctx, int) or isinstance(n_ctx, bool) or n_ctx < 256:
             raise ValueError(f"n_ctx must be an int of at least 256, got {n_ctx!r}")
-        if not startup_timeout > 0:
-            raise ValueError(f"startup_timeout must be positive, got {startup_timeout!r}")
+        if not is_number(startup_timeout):
+            raise TypeError(
+                f"startup_timeout must be a number of seconds, not {type(startup_timeout).__name__}"
+            )
+        if not is_real(startup_timeout) or startup_timeout <= 0:  # NaN, inf, 10**400
+            raise ValueError(
+                "startup_timeout must be positive and finite (seconds), got "
+                f"{shown(startup_timeout)}"
+            )
         self._model_path = None if model_path is None else Path(model_path)
         self.model = model
         self.n_ctx = n_ctx

@@ -6,9 +6,13 @@ sync and on the async side.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import pickle
 import re
+import threading
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
@@ -18,7 +22,7 @@ from helpers import acall
 import refinekit
 from refinekit import Budget, BudgetExceeded, Cost, MissingPrice, Prices, Usage
 from refinekit.judges import JudgeModel, relevancy
-from refinekit.testing import Reply, ScriptedOpenAI
+from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 SECRET = "sk-budget-secret-0123456789"
 
@@ -583,7 +587,9 @@ async def test_a_job_with_a_limit_spent_in_full_makes_no_further_call(
         for fn in (plain, screened):
             with pytest.raises(BudgetExceeded) as raised:
                 await acall(fn, "Where is Paris?")
-            assert raised.value.needed == 0
+            # a first call reserves one model call (it used to be estimated at none, which let
+            # concurrent first calls pass max_calls)
+            assert raised.value.needed == 1
             assert (raised.value.spent, raised.value.maximum) == (2, 2)
     assert len(server.requests) == 2
     assert raised.value.planned == "call of " + setup.asker().__qualname__
@@ -606,3 +612,271 @@ def test_a_budget_stop_beside_a_judge_outage_is_not_let_through_by_fail_open(
             judge.evaluate(request)
     assert stop.value.limit == "max_tokens"
     assert len(server.requests_for("judge")) == 1  # the short one only; the long never sent
+
+
+# --- concurrent calls sharing one budget: every call reserves its share before it is sent ---------
+
+
+class Gate:
+    """A scripted reply that holds each request until every caller has asked.
+
+    Each of `expected` callers either sends its request (it arrives here) or is refused
+    (`refused()`); no reply leaves before all of them have done one or the other, so no
+    reply is counted before the last caller was let through or stopped. With `quiet`, the
+    gate also opens when nothing arrives for that long (for callers whose refusals the test
+    cannot see, as a judge's concurrent requests).
+    """
+
+    def __init__(self, expected: int, reply: Any, quiet: float | None = None) -> None:
+        self.expected = expected
+        self.reply = reply
+        self.quiet = quiet
+        self.arrived = 0
+        self.refusals = 0
+        self._cond = threading.Condition()
+
+    def refused(self) -> None:
+        with self._cond:
+            self.refusals += 1
+            self._cond.notify_all()
+
+    def _open(self) -> bool:
+        return self.arrived + self.refusals >= self.expected
+
+    def __call__(self, request: RecordedRequest) -> Any:
+        with self._cond:
+            self.arrived += 1
+            self._cond.notify_all()
+            while not self._open():
+                # 10 s only so that a broken test fails instead of hanging
+                if not self._cond.wait(timeout=self.quiet or 10.0):
+                    break
+        return self.reply(request) if callable(self.reply) else self.reply
+
+
+REQUEST = refinekit.EvaluationRequest(question="Where is Paris?", answer="In France.")
+
+
+async def evaluate(kind: str, judge: Any, *args: Any) -> Any:
+    """`judge.evaluate` on the sync side (`compare` for pairwise), awaited on the async one."""
+    if hasattr(judge, "compare"):
+        return judge.compare(*args) if kind == "sync" else await judge.acompare(*args)
+    return judge.evaluate(*args) if kind == "sync" else await judge.aevaluate(*args)
+
+
+async def test_12_asyncio_tasks_in_one_job_send_no_more_judge_requests_than_max_calls(
+    server: ScriptedOpenAI,
+) -> None:
+    gate = Gate(12, Reply.text("Yes.", prompt_tokens=50, completion_tokens=1))
+    server.script("judge", gate, times=None)
+
+    async def one(judge: Any) -> Any:
+        try:
+            return await judge.aevaluate(REQUEST)
+        except BudgetExceeded as stopped:
+            gate.refused()
+            return stopped
+
+    async with server.async_client() as client:
+        judge = relevancy(JudgeModel(client, "judge"))
+        async with refinekit.job(budget=Budget(max_calls=3)) as job:
+            results = await asyncio.gather(*(one(judge) for _ in range(12)))
+    assert len(server.requests_for("judge")) == 3
+    assert [r.passed for r in results if isinstance(r, refinekit.Verdict)] == [True] * 3
+    stops = [r for r in results if isinstance(r, BudgetExceeded)]
+    assert len(stops) == 9
+    for stop in stops:
+        assert (stop.limit, stop.planned, stop.needed) == (
+            "max_calls",
+            "judge call to model 'judge'",
+            1,
+        )
+        assert stop.spent + stop.reserved == 3  # counted, or held by the requests in flight
+    assert "held by calls in flight" in str(stops[0])
+    assert job.judge_usage.model_calls == 3
+
+
+def test_12_threads_sharing_one_jobs_context_send_no_more_than_max_calls(
+    server: ScriptedOpenAI,
+) -> None:
+    gate = Gate(12, Reply.text("Yes.", prompt_tokens=50, completion_tokens=1))
+    server.script("judge", gate, times=None)
+    with server.client() as client:
+        judge = relevancy(JudgeModel(client, "judge"))
+
+        def one() -> Any:
+            try:
+                return judge.evaluate(REQUEST)
+            except BudgetExceeded as stopped:
+                gate.refused()
+                return stopped
+
+        with refinekit.job(budget=Budget(max_calls=3)) as job, ThreadPoolExecutor(12) as pool:
+            # each thread runs in a copy of the job's context: one job, shared by 12 threads
+            futures = [pool.submit(contextvars.copy_context().run, one) for _ in range(12)]
+            results = [f.result() for f in futures]
+    assert len(server.requests_for("judge")) == 3
+    assert sum(isinstance(r, refinekit.Verdict) for r in results) == 3
+    assert sum(isinstance(r, BudgetExceeded) for r in results) == 9
+    assert job.judge_usage.model_calls == 3
+
+
+def judge_at_its_estimate(request: RecordedRequest) -> Reply:
+    """A judge reply whose prompt tokens are what refinekit estimates: characters / 4."""
+    chars = sum(len(m["content"]) for m in (request.body or {})["messages"])
+    return Reply.text("No.", prompt_tokens=-(-chars // 4), completion_tokens=1)
+
+
+async def test_a_gather_of_decorated_calls_in_one_job_keeps_to_max_cost(
+    server: ScriptedOpenAI,
+) -> None:
+    """12 decorated calls at once under max_cost=0.2: over it by at most their first answers.
+
+    Each answer costs 0.001 (20 in, 10 out at 25 / 50 per million); a judge call costs its
+    prompt at 200 per million (about 0.03), and its prompt is exactly what refinekit
+    estimates. The judge never passes, so each call would spend about 0.13 unbounded. A first
+    answer's cost is not known before its reply (its estimate is nothing: 12 at once may
+    pass the limit by their own cost, 0.012 here); every later call is reserved at its
+    estimate before it is sent, so none may take the job over.
+    """
+    first = Gate(12, Reply.text("Paris is in France.", prompt_tokens=20, completion_tokens=10))
+    server.script("answer", [first] * 12)  # the 12 first answers all in flight at once
+    server.script("answer", answer_reply(), times=None)
+    server.script("judge", judge_at_its_estimate, times=None)
+    prices = Prices({"answer": (25.0, 50.0), "judge": (200.0, 0.0)})
+    async with server.async_client() as client:
+        setup = Setup("async", client)
+        fn = refinekit.retry_on_low_quality(evaluator=relevancy(setup.judge_model), max_retries=3)(
+            setup.asker()
+        )
+        async with refinekit.job(budget=Budget(max_cost=0.2, prices=prices)) as job:
+            results = await asyncio.gather(
+                *(fn("Where is Paris?") for _ in range(12)), return_exceptions=True
+            )
+    cost = job.cost
+    assert cost is not None
+    assert all(isinstance(r, BudgetExceeded) for r in results), results
+    assert cost.total <= 0.2 + 12 * 0.001 + 1e-9
+    assert cost.total > 0.2 - 0.04  # and the budget was used, not refused early
+    answers, judged = len(server.requests_for("answer")), len(server.requests_for("judge"))
+    assert (answers, judged) == (job.usage.model_calls, job.judge_usage.model_calls)
+    assert answers >= 12
+
+
+async def test_a_criteria_judge_sends_no_more_requests_than_max_calls(
+    kind: str, server: ScriptedOpenAI
+) -> None:
+    """8 criteria asked at once under max_calls=2: 2 are reserved and sent, 6 are not."""
+    from refinekit.judges import Criterion, criteria
+
+    # held until all 8 arrived (so none is counted before the others were asked), or 0.3 s
+    # without a new one: the requests refinekit did not send never arrive
+    server.script(
+        "judge", Gate(8, Reply.text("Yes", {"Yes": 0.9, "No": 0.1}), quiet=0.3), times=None
+    )
+    client: Any = server.client() if kind == "sync" else server.async_client()
+    judge = criteria(
+        JudgeModel(client, "judge"), [Criterion(f"c{i}", f"Is {i} right?") for i in range(8)]
+    )
+    async with refinekit.job(budget=Budget(max_calls=2)) as job:
+        with pytest.raises(BudgetExceeded) as stop:
+            await evaluate(kind, judge, REQUEST)
+    assert len(server.requests_for("judge")) == 2
+    assert job.judge_usage.model_calls == 2
+    assert stop.value.limit == "max_calls"
+    assert stop.value.planned == "judge call to model 'judge'"
+    # the two sent were the first two criteria: reserved together, in order
+    sent = [str(r.body["messages"][-1]["content"]) for r in server.requests_for("judge")]  # type: ignore[index]
+    assert sorted("Is 0 right?" in t or "Is 1 right?" in t for t in sent) == [True, True]
+    if kind == "sync":
+        client.close()
+    else:
+        await client.close()
+
+
+async def test_a_pairwise_judge_sends_neither_order_it_cannot_afford(
+    kind: str, server: ScriptedOpenAI
+) -> None:
+    from refinekit.judges import pairwise
+
+    server.script("judge", Gate(2, "A", quiet=0.3), times=None)
+    client: Any = server.client() if kind == "sync" else server.async_client()
+    judge = pairwise(JudgeModel(client, "judge"))
+    async with refinekit.job(budget=Budget(max_calls=1)):
+        with pytest.raises(BudgetExceeded):
+            await evaluate(kind, judge, "Where is Paris?", "France", "Spain")
+    assert len(server.requests_for("judge")) == 1
+    if kind == "sync":
+        client.close()
+    else:
+        await client.close()
+
+
+async def test_a_rating_judges_retries_reserve_a_call_each(
+    kind: str, server: ScriptedOpenAI
+) -> None:
+    """instructor's retries after an invalid reply are calls: one that does not fit is not sent."""
+    from refinekit.judges import rating
+
+    server.script("judge", "not a rating", times=None)
+    client: Any = server.client() if kind == "sync" else server.async_client()
+    judge = rating(JudgeModel(client, "judge"), max_retries=3)
+    async with refinekit.job(budget=Budget(max_calls=2)) as job:
+        with pytest.raises(BudgetExceeded) as stop:
+            await evaluate(kind, judge, REQUEST)
+    assert len(server.requests_for("judge")) == 2  # the first and one retry; the 2nd retry not
+    assert job.judge_usage.model_calls == 2
+    assert stop.value.planned == "judge call to model 'judge'"
+    if kind == "sync":
+        client.close()
+    else:
+        await client.close()
+
+
+async def test_a_failed_or_cancelled_call_gives_its_share_back(server: ScriptedOpenAI) -> None:
+    arrived = threading.Event()
+
+    def hang(request: RecordedRequest) -> Reply:
+        arrived.set()
+        return Reply.hang()
+
+    server.script("judge", [Reply.error(503), hang, "Yes.", "Yes."])
+    async with server.async_client() as client:
+        judge = relevancy(JudgeModel(client, "judge"), judge_error_policy="fail_open")
+        async with refinekit.job(budget=Budget(max_calls=1)) as job:
+            assert (await judge.aevaluate(REQUEST)).status == "unjudged"  # 503: not a call
+            task = asyncio.ensure_future(judge.aevaluate(REQUEST))
+            assert await asyncio.to_thread(arrived.wait, 5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # neither the outage nor the cancelled request holds the one call any more
+            assert (await judge.aevaluate(REQUEST)).passed
+            with pytest.raises(BudgetExceeded):
+                await judge.aevaluate(REQUEST)
+    assert job.judge_usage.model_calls == 1
+    assert len(server.requests_for("judge")) == 3
+
+
+async def test_calls_inside_an_attempt_take_their_share_from_the_attempt(
+    kind: str, server: ScriptedOpenAI
+) -> None:
+    """An attempt's reservation covers the calls made inside it: they are not reserved twice."""
+    server.script("answer", answer_reply(), times=None)
+    server.script("judge", Reply.text("Yes.", prompt_tokens=5, completion_tokens=1), times=None)
+    client: Any = server.client() if kind == "sync" else server.async_client()
+    setup = Setup(kind, client)
+    inner = refinekit.retry_on_low_quality(evaluator=relevancy(setup.judge_model))(setup.asker())
+    outer = refinekit.retry_on_low_quality(evaluator=too_short, max_retries=3)(inner)
+    async with refinekit.job(budget=Budget(max_calls=4)):
+        with pytest.raises(BudgetExceeded) as stop:
+            await acall(outer, "Where is Paris?")
+    # outer attempt 1 holds one call; inner's answer takes it, its judge call one more: 2.
+    # outer attempt 2 is estimated at 2 calls: 2 + 2 fit; attempt 3 does not.
+    assert len(server.requests_for("answer")) == 2
+    assert len(server.requests_for("judge")) == 2
+    assert stop.value.planned == "attempt 3 of " + setup.asker().__qualname__
+    if kind == "sync":
+        client.close()
+    else:
+        await client.close()

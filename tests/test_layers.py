@@ -20,7 +20,16 @@ PLUGIN = ROOT / "_refinekit_pytest_plugin.py"
 
 # lowest first; a module may import its own layer and those below it
 LAYERS: dict[str, set[str]] = {
-    "base": {"_config", "_errtext", "_jsonload", "_otel_names", "_package", "_redact", "_schema"},
+    "base": {
+        "_config",
+        "_errtext",
+        "_jsonload",
+        "_numbers",
+        "_otel_names",
+        "_package",
+        "_redact",
+        "_schema",
+    },
     "data": {"_model", "_errors"},
     # structured replies: templates, repairs, what a failed reply did wrong, server formats
     "structure": {
@@ -36,6 +45,7 @@ LAYERS: dict[str, set[str]] = {
         "_bridge",
         "_budget",
         "_prices",
+        "_reserve",
         "_decorate",
         "_flow",
         "_hooks",

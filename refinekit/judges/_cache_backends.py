@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
+from .._numbers import is_number, is_real, shown
 from .._redact import redact
 
 __all__ = ["Counters", "JudgeCache", "MemoryCache", "PostgresCache", "SQLiteCache"]
@@ -140,8 +141,10 @@ class SQLiteCache(Counters):
     _TABLE = "refinekit_judge_cache"
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        if not is_number(timeout) or not is_real(timeout) or timeout < 0:
+            raise ValueError(
+                f"timeout must be a finite number of seconds >= 0, got {shown(timeout)}"
+            )
         super().__init__()
         self.path = Path(path)
         self._lock = threading.Lock()

@@ -3,27 +3,31 @@
 Each call runs sync or async (the judge model's client for that side), is bounded by the
 time limit around it, redacts what the libraries log, maps a failure to refinekit's
 `JudgeError` tree and counts the reply's tokens in the job's `judge_usage` (under the model
-the reply names, for pricing). A request the job's budget cannot cover is not sent
-(`refinekit._budget.before_judge_call`). A judge model
+the reply names, for pricing). Each request reserves its share of the job's budget before
+it is sent and holds it until its reply is counted (`refinekit._reserve.judge_call`; a
+judge's concurrent requests are reserved together by the judge, `judge_calls`, and each
+command gets its `ticket`): a request the budget cannot cover is not sent. A judge model
 with an `anthropic` client sends Messages API requests and gets Anthropic `Message`s back;
 the reply reader (`_replies`) reads both.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from .._anthropic import api_error as anthropic_api_error
 from .._anthropic import bounded as anthropic_bounded
-from .._budget import before_judge_call
-from .._errors import JudgeError, JudgeReplyError
+from .._budget import request_tokens
+from .._errors import BudgetExceeded, JudgeError, JudgeReplyError
 from .._job import current_job
 from .._model import Usage
 from .._openai import api_error, bounded
 from .._redact import redacted_logs
 from .._replies import get, is_completion, message_of, message_text, model_of, usage_of
+from .._reserve import Reservation, judge_call
 from ._client import JudgeModel, secrets_of
 
 if TYPE_CHECKING:
@@ -59,53 +63,64 @@ def reply_text_of(judge: JudgeModel, completion: ChatCompletion | Any) -> str:
     return message_text(message_of(completion))
 
 
-def _record(completion: Any) -> None:
-    """Count a judge's reply in the current job's `judge_usage` (one call, its tokens)."""
+def _record(completion: Any, reservation: Reservation | None = None) -> None:
+    """Count a judge's reply in the current job's `judge_usage` (one call, its tokens).
+
+    It settles `reservation`, the share the request held of the budget.
+    """
     job = current_job()
     if job is not None:
-        job._add_judge_usage(usage_of(completion) or Usage(model_calls=1), model_of(completion))
+        usage = usage_of(completion) or Usage(model_calls=1)
+        job._add_judge_usage(usage, model_of(completion), reservation)
 
 
 class Complete:
-    """A flow command: one chat completion from the judge model; returns the `ChatCompletion`."""
+    """A flow command: one chat completion from the judge model; returns the `ChatCompletion`.
 
-    __slots__ = ("judge", "kwargs")
+    `ticket`: the share of the budget the judge reserved for it with its other concurrent
+    requests (`refinekit._reserve.judge_calls`); without one it reserves its own when sent.
+    """
 
-    def __init__(self, judge: JudgeModel, kwargs: dict[str, Any]) -> None:
+    __slots__ = ("judge", "kwargs", "ticket")
+
+    def __init__(
+        self, judge: JudgeModel, kwargs: dict[str, Any], ticket: Reservation | None = None
+    ) -> None:
         self.judge = judge
         self.kwargs = kwargs
+        self.ticket = ticket
 
     def run_sync(self) -> ChatCompletion:
-        before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
-        try:
-            with redacted_logs(secrets_of(self.judge)):
-                if self.judge.provider == "anthropic":
-                    client = anthropic_bounded(self.judge.sync_client())
-                    completion: ChatCompletion = client.messages.create(**self.kwargs)
-                else:
-                    completion = bounded(self.judge.sync_client()).chat.completions.create(
-                        **self.kwargs
-                    )
-        except Exception as exc:
-            raise (judge_error(self.judge, exc) or exc) from None
-        _record(completion)
-        return completion
+        with judge_call(self.judge.model, self.kwargs, self.ticket) as held:  # it must fit
+            try:
+                with redacted_logs(secrets_of(self.judge)):
+                    if self.judge.provider == "anthropic":
+                        client = anthropic_bounded(self.judge.sync_client())
+                        completion: ChatCompletion = client.messages.create(**self.kwargs)
+                    else:
+                        completion = bounded(self.judge.sync_client()).chat.completions.create(
+                            **self.kwargs
+                        )
+            except Exception as exc:
+                raise (judge_error(self.judge, exc) or exc) from None
+            _record(completion, held)
+            return completion
 
     async def run_async(self) -> ChatCompletion:
-        before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
-        try:
-            with redacted_logs(secrets_of(self.judge)):
-                if self.judge.provider == "anthropic":
-                    client = anthropic_bounded(self.judge.async_client())
-                    completion: ChatCompletion = await client.messages.create(**self.kwargs)
-                else:
-                    completion = await bounded(self.judge.async_client()).chat.completions.create(
-                        **self.kwargs
-                    )
-        except Exception as exc:
-            raise (judge_error(self.judge, exc) or exc) from None
-        _record(completion)
-        return completion
+        with judge_call(self.judge.model, self.kwargs, self.ticket) as held:  # it must fit
+            try:
+                with redacted_logs(secrets_of(self.judge)):
+                    if self.judge.provider == "anthropic":
+                        client = anthropic_bounded(self.judge.async_client())
+                        completion: ChatCompletion = await client.messages.create(**self.kwargs)
+                    else:
+                        completion = await bounded(
+                            self.judge.async_client()
+                        ).chat.completions.create(**self.kwargs)
+            except Exception as exc:
+                raise (judge_error(self.judge, exc) or exc) from None
+            _record(completion, held)
+            return completion
 
 
 class Structured:
@@ -127,21 +142,60 @@ class Structured:
         self.mode = mode
         self.max_retries = max_retries
 
-    def _instructor(self, client: Any) -> Any:
+    def _instructor(self, base: Any, held: Reservation, *, is_async: bool) -> Any:
         import instructor
 
+        client = self._reserving(base, self._bounded(base), held, is_async=is_async)
         if self.judge.provider == "anthropic":
             patched = instructor.from_anthropic(client, mode=_anthropic_mode(self.mode))
         else:
             patched = instructor.from_openai(client, mode=instructor.Mode[self.mode])
         # Every reply that arrives is a judge call, including those instructor retries after.
-        patched.on("completion:response", _record_reply)
+        patched.on("completion:response", functools.partial(_record, reservation=held))
         return patched
+
+    def _reserving(self, base: Any, client: Any, held: Reservation, *, is_async: bool) -> Any:
+        """`client` whose requests each fit the budget: instructor's retries reserve too.
+
+        Before each request instructor sends (its prompt as sent, the schema instruction in
+        it; a retry after a reply that did not validate), `held` must hold one call and that
+        prompt, or get what it lacks (`Reservation.ensure`), else the request is not sent and
+        the judge raises `BudgetExceeded`. Without a budget: `client` itself.
+        """
+        if held.job is None:
+            return client
+        if client is base:  # not a copy made for a time limit: make one, ours to change
+            client = client.with_options()
+        anthropic = self.judge.provider == "anthropic"
+        resource = client.messages if anthropic else client.chat.completions
+        create = resource.create
+        planned = f"judge call to model {self.judge.model!r}"
+
+        def before(kwargs: dict[str, Any]) -> None:
+            held.ensure(planned, self.judge.model, request_tokens(kwargs))
+
+        if is_async:
+
+            async def acreate(**kwargs: Any) -> Any:
+                before(kwargs)
+                return await create(**kwargs)
+
+            setattr(resource, "create", acreate)  # noqa: B010 - on our own copy only
+        else:
+
+            def screate(**kwargs: Any) -> Any:
+                before(kwargs)
+                return create(**kwargs)
+
+            setattr(resource, "create", screate)  # noqa: B010 - on our own copy only
+        return client
 
     def _fail(self, exc: Exception) -> Exception:
         retry_error, incomplete_error = _instructor_errors()
         if isinstance(exc, (retry_error, incomplete_error)):
             cause = exc.__cause__
+            if isinstance(cause, BudgetExceeded):  # a retry the budget could not cover
+                return cause
             if isinstance(exc, retry_error) and isinstance(cause, Exception):
                 mapped = judge_error(self.judge, cause)
                 if mapped is not None:
@@ -165,28 +219,32 @@ class Structured:
         return anthropic_bounded(client) if self.judge.provider == "anthropic" else bounded(client)
 
     def run_sync(self) -> BaseModel:
-        before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
-        client = self._instructor(self._bounded(self.judge.sync_client()))
-        try:
-            with redacted_logs(secrets_of(self.judge)):  # instructor logs the error text
-                parsed, _ = client.chat.completions.create_with_completion(
-                    response_model=self.response_model, max_retries=self.max_retries, **self.kwargs
-                )
-        except Exception as exc:
-            raise self._fail(exc) from None
-        return parsed  # type: ignore[no-any-return]
+        with judge_call(self.judge.model, self.kwargs) as held:  # it must fit the budget
+            client = self._instructor(self.judge.sync_client(), held, is_async=False)
+            try:
+                with redacted_logs(secrets_of(self.judge)):  # instructor logs the error text
+                    parsed, _ = client.chat.completions.create_with_completion(
+                        response_model=self.response_model,
+                        max_retries=self.max_retries,
+                        **self.kwargs,
+                    )
+            except Exception as exc:
+                raise self._fail(exc) from None
+            return parsed  # type: ignore[no-any-return]
 
     async def run_async(self) -> BaseModel:
-        before_judge_call(self.judge.model, self.kwargs)  # it must fit the budget
-        client = self._instructor(self._bounded(self.judge.async_client()))
-        try:
-            with redacted_logs(secrets_of(self.judge)):  # instructor logs the error text
-                parsed, _ = await client.chat.completions.create_with_completion(
-                    response_model=self.response_model, max_retries=self.max_retries, **self.kwargs
-                )
-        except Exception as exc:
-            raise self._fail(exc) from None
-        return parsed  # type: ignore[no-any-return]
+        with judge_call(self.judge.model, self.kwargs) as held:  # it must fit the budget
+            client = self._instructor(self.judge.async_client(), held, is_async=True)
+            try:
+                with redacted_logs(secrets_of(self.judge)):  # instructor logs the error text
+                    parsed, _ = await client.chat.completions.create_with_completion(
+                        response_model=self.response_model,
+                        max_retries=self.max_retries,
+                        **self.kwargs,
+                    )
+            except Exception as exc:
+                raise self._fail(exc) from None
+            return parsed  # type: ignore[no-any-return]
 
 
 def _anthropic_mode(mode: str) -> Any:
@@ -202,10 +260,6 @@ def _anthropic_mode(mode: str) -> Any:
     if hasattr(instructor.Mode, "warn_deprecated_mode"):
         return instructor.Mode.TOOLS if tools else instructor.Mode.JSON
     return instructor.Mode.ANTHROPIC_TOOLS if tools else instructor.Mode.ANTHROPIC_JSON
-
-
-def _record_reply(completion: Any) -> None:
-    _record(completion)
 
 
 def _instructor_errors() -> tuple[type[Exception], type[Exception]]:

@@ -15,6 +15,7 @@ from .._anthropic import async_counterpart as anthropic_async_counterpart
 from .._anthropic import client_kind
 from .._anthropic import request as anthropic_request
 from .._anthropic import sync_counterpart as anthropic_sync_counterpart
+from .._numbers import is_number, is_real, shown
 from .._openai import async_counterpart, sync_counterpart
 from .._prompts import sendable
 from .._redact import client_secrets, register_secrets, safe_url
@@ -61,7 +62,8 @@ class JudgeModel:
             any other: give them None.
         seed: Sent as `seed` where the server supports it; None to leave it out.
         max_tokens: The most tokens a judge reply may use; None for each judge's own default.
-        timeout: Seconds per judge request; None for the client's timeout.
+        timeout: Seconds per judge request, a finite number above 0; None for the client's
+            timeout.
         cache: A judge cache (`MemoryCache`, `SQLiteCache`, or any `JudgeCache`) for every
             judge using this model: a request asked before (the same judge kind, endpoint,
             model, messages and parameters) is answered from it, with no model call and no
@@ -93,6 +95,11 @@ class JudgeModel:
             raise ValueError("JudgeModel needs the judge model's name, a non-empty str")
         if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
             raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
+        if timeout is not None and (not is_number(timeout) or not is_real(timeout) or timeout <= 0):
+            raise ValueError(
+                "timeout must be a finite number of seconds > 0, or None for the client's "
+                f"timeout; got {shown(timeout)}"
+            )
         if cache is not None and not isinstance(cache, JudgeCache):
             raise TypeError(
                 "cache must be a judge cache (refinekit.judges.MemoryCache, SQLiteCache, or an "

@@ -15,6 +15,7 @@ from .._model import CriterionResult, EvaluationRequest, Outcome, Verdict
 from .._policy import JudgeErrorPolicy
 from .._prompts import DATA_RULE, context_text, delimit, tool_calls_block
 from .._replies import get
+from .._reserve import Tickets, judge_calls
 from ._base import Judge, first_error, yes_no
 from ._cache import cached
 from ._calls import Complete, reply_text_of
@@ -214,19 +215,24 @@ class _Criteria(Judge):
             extra: dict[str, Any] = {}
             if self.probabilities != "answer" and self.judge_model.provider != "anthropic":
                 extra = {"logprobs": True, "top_logprobs": _TOP_LOGPROBS}
-            completions = yield Gather(
-                [
-                    cached(
-                        self.name,
-                        Complete(
-                            self.judge_model,
-                            self.judge_model.request(self._messages(c, request), 4, **extra),
-                        ),
-                        functools.partial(self._read, c),
-                    )
-                    for c in model_criteria
-                ]
-            )
+            asks = [
+                self.judge_model.request(self._messages(c, request), 4, **extra)
+                for c in model_criteria
+            ]
+            # Reserved together, in order: a criterion whose request does not fit is not
+            # sent, and the budget's stop decides the verdict (no policy lets it through).
+            tickets = Tickets(judge_calls(self.judge_model.model, asks))
+            with tickets:
+                completions = yield Gather(
+                    [
+                        cached(
+                            self.name,
+                            Complete(self.judge_model, ask, ticket),
+                            functools.partial(self._read, c),
+                        )
+                        for c, ask, ticket in zip(model_criteria, asks, tickets.held, strict=True)
+                    ]
+                )
             error = first_error(completions)
             if error is not None:
                 raise error

@@ -9,6 +9,7 @@ from .._errors import JudgeReplyError
 from .._flow import Flow, Gather, run_async, run_sync
 from .._model import ContextDocument, EvaluationRequest
 from .._prompts import DATA_RULE, context_text, delimit
+from .._reserve import Tickets, judge_calls
 from ._base import first_error, first_word
 from ._cache import cached
 from ._calls import Complete, reply_text_of
@@ -66,19 +67,21 @@ class Pairwise:
             answer="",
             context=tuple(ContextDocument.coerce(d) for d in _documents(context)),
         )
-        completions = yield Gather(
-            [
-                cached(
-                    "pairwise",
-                    Complete(self.judge_model, self.judge_model.request(messages, 4)),
-                    self._vote,
-                )
-                for messages in (
-                    self._messages(request, answer_a, answer_b),
-                    self._messages(request, answer_b, answer_a),
-                )
-            ]
-        )
+        asks = [
+            self.judge_model.request(messages, 4)
+            for messages in (
+                self._messages(request, answer_a, answer_b),
+                self._messages(request, answer_b, answer_a),
+            )
+        ]
+        # Both orders reserved together: one that does not fit is not sent.
+        with Tickets(judge_calls(self.judge_model.model, asks)) as tickets:
+            completions = yield Gather(
+                [
+                    cached("pairwise", Complete(self.judge_model, ask, ticket), self._vote)
+                    for ask, ticket in zip(asks, tickets.held, strict=True)
+                ]
+            )
         error = first_error(completions)
         if error is not None:
             raise error

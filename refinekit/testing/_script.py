@@ -9,11 +9,12 @@ dropped connections). `Scripts` keeps each model's replies and serves them in or
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .._numbers import is_number, is_real, shown
 
 __all__ = [
     "Delay",
@@ -168,15 +169,10 @@ class Reply:
             header = "0" if status == 429 else None
         elif isinstance(retry_after, str):
             header = retry_after
-        elif (
-            isinstance(retry_after, (int, float))
-            and not isinstance(retry_after, bool)
-            and math.isfinite(retry_after)
-            and retry_after >= 0
-        ):
+        elif is_number(retry_after) and is_real(retry_after) and retry_after >= 0:
             header = f"{retry_after:g}"
         else:
-            raise ValueError(f"retry_after is seconds >= 0 or a str, not {retry_after!r}")
+            raise ValueError(f"retry_after is seconds >= 0 or a str, not {shown(retry_after)}")
         return Error(status, message, type, code, header)
 
     @classmethod
@@ -194,10 +190,10 @@ class Reply:
             The reply.
 
         Raises:
-            ValueError: `seconds` is negative.
+            ValueError: `seconds` is negative, infinite, NaN or too large for a float.
         """
-        if not seconds >= 0:
-            raise ValueError(f"a delay is >= 0 seconds, not {seconds}")
+        if not is_number(seconds) or not is_real(seconds) or seconds < 0:
+            raise ValueError(f"a delay is >= 0 seconds (a finite number), not {shown(seconds)}")
         return Delay(float(seconds), as_reply(then))
 
     @classmethod

@@ -1,0 +1,136 @@
+"""Number options no float can hold (`10**400`), infinite or NaN: the option's documented error.
+
+`math.isfinite`, `math.isnan` and `float()` raise `OverflowError` on an int that large; every
+numeric option refinekit checks gives the `ValueError` its docs name instead, with a message
+that names the option and says what to give, and never prints the 401 digits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import refinekit
+from refinekit import Budget, Prices, checks, judges, weighted
+from refinekit._numbers import is_real, shown
+from refinekit.local import LocalModel
+from refinekit.testing import Reply
+
+HUGE = 10**400
+
+
+def client() -> openai.OpenAI:
+    return openai.OpenAI(api_key="sk-test", base_url="http://127.0.0.1:9/v1")
+
+
+def decorate(**options: Any) -> Callable[[], Any]:
+    return lambda: refinekit.retry_on_low_quality(**options)(lambda q: q)
+
+
+OPTIONS: dict[str, tuple[Callable[[Any], object], str]] = {
+    # what is made with the number, and what the message must say
+    "Budget(max_calls=)": (lambda n: Budget(max_calls=n), "max_calls must be above 0"),
+    "Budget(max_tokens=)": (lambda n: Budget(max_tokens=n), "max_tokens must be above 0"),
+    "Budget(max_cost=)": (
+        lambda n: Budget(max_cost=n, prices=Prices({"m": (1, 1)})),
+        "max_cost must be above 0",
+    ),
+    "Prices input price": (
+        lambda n: Prices({"m": (n, 1)}),
+        "input price of 'm' must be a finite number >= 0",
+    ),
+    "Prices output price": (
+        lambda n: Prices({"m": (1, n)}),
+        "output price of 'm' must be a finite number >= 0",
+    ),
+    "Prices default": (
+        lambda n: Prices({}, default=(n, 0)),
+        "input price of 'default' must be a finite number >= 0",
+    ),
+    "a price callable's cost": (
+        lambda n: Prices(lambda model, prompt, completion: n).cost("m", 1, 1),
+        "price callable returned .* for model 'm'; it must return a finite number >= 0",
+    ),
+    "reviewed(budget=)": (
+        lambda n: refinekit.reviewed(judge=lambda r: True, budget=n),
+        "budget must be a finite number of seconds > 0",
+    ),
+    "reviewed(judge_timeout=)": (
+        lambda n: refinekit.reviewed(judge=lambda r: True, judge_timeout=n),
+        "judge_timeout must be a finite number of seconds > 0",
+    ),
+    "retry_on_low_quality(wait=)": (
+        lambda n: decorate(wait=n)(),
+        "wait must be a finite number of seconds >= 0",
+    ),
+    "weighted() weight": (
+        lambda n: weighted((checks.not_empty(), n)),
+        "weight of not_empty must be a finite number > 0",
+    ),
+    "JudgeModel(timeout=)": (
+        lambda n: judges.JudgeModel(client(), "judge", timeout=n),
+        "timeout must be a finite number of seconds > 0",
+    ),
+    "LocalModel(startup_timeout=)": (
+        lambda n: LocalModel(startup_timeout=n),
+        "startup_timeout must be positive and finite",
+    ),
+    "Reply.delay()": (
+        lambda n: Reply.delay(n, "late"),
+        r"a delay is >= 0 seconds \(a finite number\)",
+    ),
+    "Reply.error(retry_after=)": (
+        lambda n: Reply.error(429, retry_after=n),
+        "retry_after is seconds >= 0 or a str",
+    ),
+}
+
+
+INT_OPTIONS = {"Budget(max_calls=)", "Budget(max_tokens=)"}
+"""Options that take an int only: a float (infinite or NaN too) is their TypeError."""
+
+
+@pytest.mark.parametrize(
+    "value", [HUGE, -HUGE, float("inf"), float("nan")], ids=["huge", "-huge", "inf", "nan"]
+)
+@pytest.mark.parametrize("option", list(OPTIONS))
+def test_a_number_no_float_can_hold_is_a_value_error(option: str, value: float) -> None:
+    make, says = OPTIONS[option]
+    if option in INT_OPTIONS and isinstance(value, float):
+        error: type[Exception] = TypeError
+        says = "must be an int or None, not float"
+    else:
+        error = ValueError
+    with pytest.raises(error, match=says) as raised:
+        make(value)
+    assert not isinstance(raised.value, OverflowError)
+    assert str(HUGE) not in str(raised.value)  # shown by its size, not its 401 digits
+    if isinstance(value, int):
+        assert "an int of 401 digits" in str(raised.value), str(raised.value)
+
+
+def test_sqlite_cache_timeout(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="timeout must be a finite number of seconds >= 0"):
+        judges.SQLiteCache(tmp_path / "cache.sqlite", timeout=HUGE)
+    assert not (tmp_path / "cache.sqlite").exists()
+
+
+def test_large_numbers_a_float_holds_still_work() -> None:
+    assert Budget(max_calls=10**300).max_calls == 10**300
+    assert Prices({"m": (10**300, 0)}).cost("m", 1, 0) == pytest.approx(1e294)
+    assert Prices(lambda m, p, c: 10**300).cost("m", 1, 1) == 1e300
+    assert judges.JudgeModel(client(), "judge", timeout=10**6).timeout == 10**6
+
+
+def test_shown_and_is_real() -> None:
+    assert shown(10**400) == "an int of 401 digits"
+    assert shown(-(10**5000)) == "an int of 5001 digits"  # repr would raise past 4300 digits
+    assert shown(12) == "12"
+    assert shown(float("nan")) == "nan"
+    assert is_real(10**308)
+    assert not is_real(10**309)
+    assert not is_real(float("-inf"))
