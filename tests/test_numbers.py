@@ -15,6 +15,7 @@ import openai
 import pytest
 
 import refinekit
+import refinekit.eval
 from refinekit import Budget, Prices, checks, judges, weighted
 from refinekit._numbers import is_real, shown
 from refinekit.local import LocalModel
@@ -134,3 +135,26 @@ def test_shown_and_is_real() -> None:
     assert is_real(10**308)
     assert not is_real(10**309)
     assert not is_real(float("-inf"))
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        ("max_cost", "max_cost must be a number above 0"),
+        ("min_pass_rate", "min_pass_rate must be a number from 0 to 1"),
+        ("alpha", "alpha must be a number"),
+    ],
+)
+@pytest.mark.parametrize("value", [HUGE, -HUGE], ids=["huge", "-huge"])
+def test_an_eval_option_no_float_can_hold_is_a_usage_problem(
+    tmp_path: Path, option: str, says: str, value: int
+) -> None:
+    golden = tmp_path / "golden.csv"
+    golden.write_text("question\nWhat is 2+2?\n", encoding="utf-8")
+    extra: dict[str, Any] = {option: value}
+    if option == "max_cost":
+        extra["prices"] = {"m": (1, 1)}
+    with pytest.raises(refinekit.eval.UsageProblem, match=says) as raised:
+        refinekit.eval.run(golden, target=lambda question: "4", db=tmp_path / "runs.db", **extra)
+    assert "an int of 401 digits" in str(raised.value)
+    assert not (tmp_path / "runs.db").exists()

@@ -10,7 +10,6 @@ its last session used.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 from .._errors import UsageProblem
 from .._jsonload import loads
 from .._model import Usage
+from .._numbers import is_number, is_real, shown
 from .._prices import Prices
 from ._store import CaseRecord
 
@@ -116,13 +116,8 @@ def check_max_cost(max_cost: float | None, prices: Prices | None) -> float | Non
     """
     if max_cost is None:
         return None
-    if (
-        isinstance(max_cost, bool)
-        or not isinstance(max_cost, (int, float))
-        or not math.isfinite(max_cost)
-        or max_cost <= 0
-    ):
-        raise UsageProblem(f"max_cost must be a number above 0, got {max_cost!r}")
+    if not is_number(max_cost) or not is_real(max_cost) or max_cost <= 0:
+        raise UsageProblem(f"max_cost must be a number above 0, got {shown(max_cost)}")
     if prices is None:
         raise UsageProblem(
             "--max-cost needs --prices (prices=) to compute what the cases cost: a JSON file "

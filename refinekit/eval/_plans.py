@@ -5,7 +5,6 @@ Every usage problem (a file, a target, a judge, an option) raises here, before a
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 from .._errors import UsageProblem
 from .._evaluators import EvaluatorLike
+from .._numbers import is_number, is_real, shown
 from ._calibration import calibrate as calibration_of
 from ._cases import Case, labels_of, load_cases
 from ._column_checks import has_column_checks
@@ -35,7 +35,9 @@ PathLike = str | os.PathLike[str]
 
 def _whole(name: str, value: int, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise UsageProblem(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+        raise UsageProblem(
+            f"{name} must be a whole number from {low} to {high}, got {shown(value)}"
+        )
     return value
 
 
@@ -45,14 +47,15 @@ def _fraction(
     if value is None:
         return None
     if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or math.isnan(value)
+        not is_number(value)
+        or not is_real(value)
         or not low <= value <= high
         or (open_low and value == low)
     ):
         side = "above" if open_low else "from"
-        raise UsageProblem(f"{name} must be a number {side} {low:g} to {high:g}, got {value!r}")
+        raise UsageProblem(
+            f"{name} must be a number {side} {low:g} to {high:g}, got {shown(value)}"
+        )
     return float(value)
 
 
