@@ -156,7 +156,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    from refinekit._errors import GoldenFileError
+    from refinekit._core.errors import GoldenFileError
     from refinekit.eval._golden import DataFileError, read_rows
 
     try:
@@ -169,7 +169,7 @@ def _golden_cases(
     test: str, path: Path, rows: list[dict[str, Any]], wanted: list[str]
 ) -> tuple[list[tuple[Any, ...]], list[str]]:
     """Each row's values for the wanted arguments, and its id: the row number and a slug."""
-    from refinekit._errors import GoldenFileError
+    from refinekit._core.errors import GoldenFileError
     from refinekit.eval._golden import column_for
     from refinekit.eval._golden import slug as make_slug
 
@@ -216,7 +216,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
     }
     fixtures: Any = getattr(metafunc, "_arg2fixturedefs", {})
-    from refinekit._errors import GoldenFileError
+    from refinekit._core.errors import GoldenFileError
     from refinekit.eval._golden import column_for
 
     try:

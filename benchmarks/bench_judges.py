@@ -66,7 +66,7 @@ from refinekit import (
     record_context,
     retry_on_low_quality,
 )
-from refinekit._prompts import DATA_RULE
+from refinekit._engine.prompts import DATA_RULE
 from refinekit.judges._yesno import RELEVANCY_TASK
 from refinekit.testing import Reply, ScriptedOpenAI
 

@@ -105,7 +105,7 @@ from refinekit import (
     self_correct,
     subscribe,
 )
-from refinekit._prompts import DATA_RULE, delimit
+from refinekit._engine.prompts import DATA_RULE, delimit
 from refinekit.eval._stats import cohen_kappa, mcnemar_exact, wilson_interval
 from refinekit.judges._criteria import _probability_from_logprobs
 from refinekit.local import LocalModel, LocalModelError, default_model_path
@@ -531,7 +531,7 @@ def _quartiles(values: Sequence[float]) -> str:
 
 def judging_extra(db: Path, items: Sequence[JudgingItem]) -> list[str]:
     """What calibrate does not print: P(yes) by label, its AUC, agreement by kind of item."""
-    from refinekit.eval._runstore import SQLiteStore
+    from refinekit.eval.store._sqlite import SQLiteStore
 
     with SQLiteStore(db) as store:
         run = store.runs(kind="calibrate")[-1]
@@ -601,7 +601,7 @@ def run_judging(local: LocalModel, items: Sequence[JudgingItem], folder: Path) -
 
 def calibrated_probabilities(db: Path, n: int) -> list[float | None]:
     """The judge's P(yes) for each item of the last calibrate run, in the file's order."""
-    from refinekit.eval._runstore import SQLiteStore
+    from refinekit.eval.store._sqlite import SQLiteStore
 
     with SQLiteStore(db) as store:
         run = store.runs(kind="calibrate")[-1]

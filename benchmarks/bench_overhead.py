@@ -40,13 +40,13 @@ import refinekit.testing
 from refinekit import (
     ContextDocument,
     Verdict,
-    _hooks,
     checks,
     record_context,
     retry_on_low_quality,
     self_correct,
 )
-from refinekit._parse import Parser
+from refinekit._engine import events as _hooks
+from refinekit._structure.parse import Parser
 
 RETRY_TARGET_US = 50.0
 """The issue's target: under 50 us added per attempt for `retry_on_low_quality` + a rule check."""
@@ -149,7 +149,7 @@ def traced(fn: Callable[[], Any]) -> Callable[[], Any] | None:
     try:
         from opentelemetry.sdk.trace import TracerProvider
 
-        from refinekit._otel import OtelTracing
+        from refinekit.otel._tracer import OtelTracing
     except ImportError:
         return None
     tracing = OtelTracing(TracerProvider())

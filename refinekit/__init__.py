@@ -8,10 +8,7 @@ See https://github.com/refinekit/refinekit (docs/ in the repository) for the gui
 from __future__ import annotations
 
 from . import checks, evidence
-from ._correct import self_correct
-from ._corrections import CorrectionRequest
-from ._diagnose import FailureKind, ReplyProblem
-from ._errors import (
+from ._core.errors import (
     AnswerRejected,
     BudgetExceeded,
     CorrectionExhausted,
@@ -26,13 +23,8 @@ from ._errors import (
     RefinekitWarning,
     ResponseValidationError,
 )
-from ._evaluators import AsyncEvaluator, Evaluator, EvaluatorLike, all_of, any_of, weighted
-from ._formats import Dialect, response_format
-from ._grounding import InSource, in_source
-from ._guard import guarded
-from ._hooks import Event, EventKind, Subscription, subscribe
-from ._job import Job, current_attempt, current_job, job, record_context, record_usage
-from ._model import (
+from ._core.package import rehome, version
+from ._core.types import (
     Attempt,
     AttemptInfo,
     ContextDocument,
@@ -44,15 +36,23 @@ from ._model import (
     Verdict,
     VerdictStatus,
 )
-from ._outcome import Outcome
-from ._package import rehome, version
-from ._prices import Budget, Prices
-from ._retry import retry_on_low_quality
-from ._retry_prompt import retry_prompt
-from ._review import reviewed
-from ._revisers import RevisionRequest
-from ._template import schema_prompt
-from ._tools import tool
+from ._decorators.correct import self_correct
+from ._decorators.guard import guarded
+from ._decorators.retry import retry_on_low_quality
+from ._decorators.retry_prompt import retry_prompt
+from ._decorators.review import reviewed
+from ._decorators.revisers import RevisionRequest
+from ._decorators.tools import tool
+from ._engine.evaluators import AsyncEvaluator, Evaluator, EvaluatorLike, all_of, any_of, weighted
+from ._engine.events import Event, EventKind, Subscription, subscribe
+from ._engine.job import Job, current_attempt, current_job, job, record_context, record_usage
+from ._engine.outcome import Outcome
+from ._engine.prices import Budget, Prices
+from ._structure.corrections import CorrectionRequest
+from ._structure.diagnose import FailureKind, ReplyProblem
+from ._structure.formats import Dialect, response_format
+from ._structure.grounding import InSource, in_source
+from ._structure.template import schema_prompt
 
 __all__ = [
     "AnswerRejected",
@@ -119,5 +119,5 @@ __all__ = [
 __version__ = version()
 """refinekit's version (from the installed package's metadata)."""
 
-rehome(globals(), __all__, __name__)  # `refinekit.Verdict`, not `refinekit._model.Verdict`
+rehome(globals(), __all__, __name__)  # `refinekit.Verdict`, not `refinekit._core.types.Verdict`
 del rehome, version

@@ -20,10 +20,10 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from ._errtext import error_lines
-from ._evaluators import all_of, any_of, weighted
-from ._model import EvaluationRequest, Verdict
-from ._schema import require_type
+from ._core.errtext import error_lines
+from ._core.schema import require_type
+from ._core.types import EvaluationRequest, Verdict
+from ._engine.evaluators import all_of, any_of, weighted
 
 __all__ = [
     "Check",

@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import field_validator
 
-from ._model import ContextDocument, EvaluationRequest, ToolCall, Verdict
+from ._core.types import ContextDocument, EvaluationRequest, ToolCall, Verdict
 
 __all__ = ["JudgingState", "called", "from_messages"]
 

@@ -52,10 +52,10 @@ from typing import Any
 
 import openai
 
-from ._bridge import in_thread
-from ._errors import LocalModelError
-from ._numbers import is_number, is_real, shown
-from ._package import rehome
+from ._core.errors import LocalModelError
+from ._core.numbers import is_number, is_real, shown
+from ._core.package import rehome
+from ._engine.bridge import in_thread
 
 __all__ = ["DEFAULT_MODEL", "LocalModel", "LocalModelError", "default_model_path"]
 

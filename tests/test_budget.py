@@ -542,7 +542,7 @@ def test_budget_is_frozen_and_budget_options_are_checked_when_decorating() -> No
 
 
 def test_model_of_every_reply_kind() -> None:
-    from refinekit._replies import model_of
+    from refinekit._providers.replies import model_of
 
     anthropic = {"type": "message", "role": "assistant", "content": [], "model": "claude-x"}
     langchain = {"type": "ai", "content": "hi", "response_metadata": {"model_name": "gpt-y"}}

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refinekit.eval._calibration import calibrate, recommend_thresholds
-from refinekit.eval._runstore import CaseRecord, Outcome
 from refinekit.eval._stats import ReliabilityBin, wilson_interval
+from refinekit.eval.store._sqlite import CaseRecord, Outcome
 from refinekit.judges import Criterion
 
 T, F = True, False  # the people's label: pass, fail

@@ -18,8 +18,8 @@ import pytest
 from helpers import Cli, Workspace, cli_runner, workspace
 
 import refinekit
-from refinekit.eval._runstore import SQLiteStore
 from refinekit.eval._stats import wilson_interval
+from refinekit.eval.store._sqlite import SQLiteStore
 
 
 @pytest.fixture

@@ -33,8 +33,8 @@ from refinekit import (
     schema_prompt,
     self_correct,
 )
-from refinekit._corrections import CHECK_MARKER
-from refinekit._template import Template
+from refinekit._structure.corrections import CHECK_MARKER
+from refinekit._structure.template import Template
 from refinekit.testing import Reply, ScriptedOpenAI
 
 LEAD = "Reply with only a JSON object like this one, with the <...> placeholders filled in:"

@@ -26,7 +26,7 @@ from helpers import (
 )
 
 import refinekit.eval
-from refinekit.eval._pgstore import PostgresStore
+from refinekit.eval.store._postgres import PostgresStore
 from refinekit.testing import ScriptedOpenAI
 
 REPLIES = {"Refund window?": "Seven days.", "Shipping cost?": "Free.", "Gift cards?": "No."}

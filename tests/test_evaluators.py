@@ -21,7 +21,7 @@ from refinekit import (
     retry_on_low_quality,
     weighted,
 )
-from refinekit._evaluators import as_evaluator
+from refinekit._engine.evaluators import as_evaluator
 
 REQUEST = EvaluationRequest(question="Q?", answer="An answer citing a.md.")
 

@@ -32,7 +32,7 @@ from refinekit import (
     judges,
     retry_on_low_quality,
 )
-from refinekit._prompts import DATA_RULE
+from refinekit._engine.prompts import DATA_RULE
 from refinekit.evidence import JudgingState, called, from_messages
 from refinekit.judges import Criterion, JudgeModel
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI

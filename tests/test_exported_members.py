@@ -275,7 +275,7 @@ PUBLIC_MODULES += [refinekit.local, refinekit.otel, refinekit.testing, refinekit
 
 @pytest.mark.parametrize("module", PUBLIC_MODULES, ids=lambda m: m.__name__)
 def test_public_names_show_their_public_module(module: Any) -> None:
-    # as httpx does: `refinekit.Verdict`, not `refinekit._model.Verdict`, in reprs, tracebacks,
+    # as httpx does: `refinekit.Verdict`, not `refinekit._core.types.Verdict`, in reprs, tracebacks,
     # pickles and docs; a name re-exported from the top-level package shows that one
     for name in module.__all__:
         obj = getattr(module, name)

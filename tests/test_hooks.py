@@ -197,7 +197,7 @@ def test_corrections_are_events(kind: str, events: list[Event]) -> None:
     ]
     assert all(e.decorator == "self_correct" for e in corrections)
     assert "qty" in str(corrections[0].error)
-    assert refinekit._correct.CHECK_MARKER in str(corrections[0].detail)
+    assert refinekit._decorators.correct.CHECK_MARKER in str(corrections[0].detail)
     assert len({e.job_id for e in events}) == 1
 
 
@@ -351,7 +351,7 @@ def test_correction_lines_keep_the_prompt_and_message_at_debug(
     )
     with pytest.raises(ResponseValidationError):
         call(extract, [{"role": "user", "content": LONG_PROMPT}])
-    marker = refinekit._correct.CHECK_MARKER
+    marker = refinekit._decorators.correct.CHECK_MARKER
     infos = [r.getMessage() for r in refinekit_records(caplog, logging.INFO)]
     assert len(infos) == 1
     assert "correction 1/1" in infos[0]

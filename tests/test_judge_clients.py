@@ -21,8 +21,8 @@ import openai
 import pytest
 
 from refinekit import AnswerRejected, EvaluationRequest, JudgeUnavailable, reviewed
-from refinekit._errors import TimedOut
-from refinekit._flow import Evaluate, Timed, current_deadline
+from refinekit._core.errors import TimedOut
+from refinekit._engine.flow import Evaluate, Timed, current_deadline
 from refinekit.judges import JudgeModel, rating, relevancy
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 

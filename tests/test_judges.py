@@ -39,7 +39,7 @@ from refinekit import (
     judges,
     retry_on_low_quality,
 )
-from refinekit._redact import safe_url
+from refinekit._core.redact import safe_url
 from refinekit.judges import Criterion, JudgeModel
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 

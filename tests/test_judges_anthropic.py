@@ -23,8 +23,8 @@ from refinekit import (
     Usage,
     Verdict,
 )
-from refinekit._errors import TimedOut
-from refinekit._flow import Evaluate, Timed
+from refinekit._core.errors import TimedOut
+from refinekit._engine.flow import Evaluate, Timed
 from refinekit.judges import Criterion, JudgeModel, criteria, pairwise, rating, relevancy
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 

@@ -224,7 +224,9 @@ def test_decorators_know_evaluators_only_through_the_protocol() -> None:
 
 def test_the_data_model_imports_nothing_of_refinekit() -> None:
     assert refinekit_imports(PACKAGE / "_model.py") == []
-    assert {name for name, _ in refinekit_imports(PACKAGE / "_errors.py")} == {"refinekit._model"}
+    assert {name for name, _ in refinekit_imports(PACKAGE / "_errors.py")} == {
+        "refinekit._core.types"
+    }
 
 
 @pytest.mark.parametrize("path", sources(), ids=lambda p: module_name(p))
@@ -241,12 +243,12 @@ def test_the_engine_and_the_decorators_import_no_model_sdk(path: Path) -> None:
 
 @pytest.mark.parametrize("path", sources(), ids=lambda p: module_name(p))
 def test_only_the_tracer_imports_opentelemetry(path: Path) -> None:
-    # refinekit.otel's switch imports the tracer (refinekit._otel) only inside instrument()
+    # refinekit.otel's switch imports the tracer (refinekit.otel._tracer) only inside instrument()
     for imported, line, at_import in imports_of(path):
-        if imported.split(".")[0] == "opentelemetry" or imported == "refinekit._otel":
+        if imported.split(".")[0] == "opentelemetry" or imported == "refinekit.otel._tracer":
             where = f"{path.relative_to(ROOT)}:{line}: imports {imported}"
-            assert module_name(path) in ("refinekit._otel", "refinekit.otel"), where
-            assert module_name(path) == "refinekit._otel" or not at_import, where
+            assert module_name(path) in ("refinekit.otel._tracer", "refinekit.otel"), where
+            assert module_name(path) == "refinekit.otel._tracer" or not at_import, where
 
 
 @pytest.mark.parametrize("path", sources(), ids=lambda p: module_name(p))
@@ -275,7 +277,7 @@ def test_importing_refinekit_imports_no_model_sdk_and_no_test_server() -> None:
     code = (
         "import sys, refinekit, refinekit.checks, refinekit.evidence, refinekit.otel\n"
         "heavy = {'openai', 'instructor', 'anthropic', 'litellm', 'langchain_core', 'http',\n"
-        "         'refinekit.testing', 'refinekit.judges', 'opentelemetry', 'refinekit._otel'}\n"
+        "         'refinekit.testing', 'refinekit.judges', 'opentelemetry', 'refinekit.otel._tracer'}\n"
         "print(sorted(m for m in sys.modules if m in heavy or m.split('.')[0] in heavy))\n"
     )
     out = subprocess.run(

@@ -39,7 +39,7 @@ from refinekit import (
     retry_on_low_quality,
     self_correct,
 )
-from refinekit._correct import CHECK_MARKER
+from refinekit._decorators.correct import CHECK_MARKER
 from refinekit.judges import Criterion, JudgeModel, criteria, rating
 from refinekit.local import LocalModel, LocalModelError
 

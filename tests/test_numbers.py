@@ -17,7 +17,7 @@ import pytest
 import refinekit
 import refinekit.eval
 from refinekit import Budget, Prices, checks, judges, weighted
-from refinekit._numbers import is_real, shown
+from refinekit._core.numbers import is_real, shown
 from refinekit.local import LocalModel
 from refinekit.testing import Reply
 

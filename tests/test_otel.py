@@ -37,7 +37,7 @@ from refinekit import (
     reviewed,
     self_correct,
 )
-from refinekit import _otel_names as names
+from refinekit._core import otel_names as names
 from refinekit.judges import Criterion, JudgeModel, criteria, rating, relevancy
 from refinekit.testing import Reply, ScriptedOpenAI
 
@@ -640,7 +640,7 @@ def test_tracing_off_imports_no_opentelemetry() -> None:
     # installed here (the dev extra), but never imported unless instrument() is called
     out = run_python(
         "import sys\n" + CALL + "print(sorted(m for m in sys.modules\n"
-        "             if m.split('.')[0] == 'opentelemetry' or m == 'refinekit._otel'))\n"
+        "             if m.split('.')[0] == 'opentelemetry' or m == 'refinekit.otel._tracer'))\n"
     )
     assert out == "[]"
 

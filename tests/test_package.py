@@ -42,7 +42,7 @@ def test_the_version_is_the_installed_distributions() -> None:
 def test_a_source_checkout_reads_its_version_from_pyproject(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from refinekit._package import version
+    from refinekit._core.package import version
 
     installed = importlib.metadata.version("refinekit")  # the same pyproject.toml's
 

@@ -22,8 +22,9 @@ from helpers import as_kind, call
 from pydantic import BaseModel
 
 import refinekit
-from refinekit import EvaluationRequest, Verdict, _decorate, guarded, retry_on_low_quality, reviewed
+from refinekit import EvaluationRequest, Verdict, guarded, retry_on_low_quality, reviewed
 from refinekit import self_correct as self_correct_
+from refinekit._engine import wrapper as _decorate
 
 DECORATORS = ["retry_on_low_quality", "self_correct", "reviewed", "guarded"]
 PICKLERS = {"pickle": pickle, "cloudpickle": cloudpickle}

@@ -20,7 +20,7 @@ from refinekit.cli._progress import PLAIN_SECONDS, ProgressDisplay, duration, fi
 from refinekit.eval import CaseFinished, CaseRecord, RunEvent, RunProgress
 from refinekit.eval._cases import load_cases
 from refinekit.eval._plans import EvalPlan
-from refinekit.eval._runstore import SQLiteStore
+from refinekit.eval.store._sqlite import SQLiteStore
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

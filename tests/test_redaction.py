@@ -44,7 +44,7 @@ from refinekit import (
     judges,
     retry_on_low_quality,
 )
-from refinekit._redact import client_secrets, redact, registered_secrets
+from refinekit._core.redact import client_secrets, redact, registered_secrets
 from refinekit.judges import JudgeModel
 from refinekit.testing import Reply, ScriptedOpenAI
 
@@ -513,7 +513,7 @@ def test_an_owner_collected_while_secrets_are_registered_does_not_deadlock() -> 
     # owner is dropped while the registry's lock is held, in a thread the test can give up on.
     import threading
 
-    from refinekit import _redact
+    from refinekit._core import redact as _redact
 
     class Owner:
         pass

@@ -26,14 +26,14 @@ from typing import Any
 
 import pytest
 
-from refinekit._model import Usage
+from refinekit._core.types import Usage
 from refinekit.cli import main
 from refinekit.eval._calibration import Calibration, calibrate
-from refinekit.eval._runstore import CaseRecord, SQLiteStore
 from refinekit.eval._stats import wilson_interval
 from refinekit.eval._summary import compare_runs, summarise
 from refinekit.eval.report import calibration_report, eval_report
 from refinekit.eval.report._html import ANSWER_LIMIT, CSP, DETAILED_LIMIT, esc
+from refinekit.eval.store._sqlite import CaseRecord, SQLiteStore
 
 CHROMIUM = Path("/usr/bin/chromium")
 

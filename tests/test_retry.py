@@ -16,7 +16,7 @@ from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
 import refinekit
-import refinekit._flow
+import refinekit._engine.flow
 from refinekit import (
     Attempt,
     ContextDocument,
@@ -844,8 +844,8 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[float]]:
         calls["asyncio"].append(seconds)
         return result
 
-    monkeypatch.setattr(refinekit._flow.time, "sleep", fake_sleep)
-    monkeypatch.setattr(refinekit._flow.asyncio, "sleep", fake_asleep)
+    monkeypatch.setattr(refinekit._engine.flow.time, "sleep", fake_sleep)
+    monkeypatch.setattr(refinekit._engine.flow.asyncio, "sleep", fake_asleep)
     return calls
 
 

@@ -1050,8 +1050,8 @@ class _Blocked:
 
 
 async def test_timed_tells_its_own_timeout_from_the_commands() -> None:
-    from refinekit._errors import TimedOut
-    from refinekit._flow import Timed
+    from refinekit._core.errors import TimedOut
+    from refinekit._engine.flow import Timed
 
     with pytest.raises(TimeoutError, match="the command's own") as own:
         Timed(_Raises(), 1.0).run_sync()

@@ -23,15 +23,15 @@ from pg import _free_port as free_port
 
 import refinekit.eval
 from refinekit import Usage
-from refinekit._redact import safe_url
+from refinekit._core.redact import safe_url
 from refinekit.eval import UsageProblem
-from refinekit.eval import _pgstore as pgstore
-from refinekit.eval import _runstore as runstore
-from refinekit.eval._claims import HOST, LEASE_SECONDS
-from refinekit.eval._pgstore import PostgresStore
-from refinekit.eval._runstore import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
-from refinekit.eval._sqlstore import SQLStore
-from refinekit.eval._store import open_store
+from refinekit.eval.store import _postgres as pgstore
+from refinekit.eval.store import _sqlite as runstore
+from refinekit.eval.store._claims import HOST, LEASE_SECONDS
+from refinekit.eval.store._postgres import PostgresStore
+from refinekit.eval.store._records import open_store
+from refinekit.eval.store._sql import SQLStore
+from refinekit.eval.store._sqlite import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
 from refinekit.judges import PostgresCache
 from refinekit.testing import ScriptedOpenAI
 

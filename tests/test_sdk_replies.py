@@ -28,7 +28,7 @@ from refinekit import (
     reviewed,
     self_correct,
 )
-from refinekit._correct import CHECK_MARKER
+from refinekit._decorators.correct import CHECK_MARKER
 from refinekit.testing import Reply, ScriptedOpenAI
 
 anthropic = pytest.importorskip("anthropic")

@@ -29,7 +29,7 @@ from refinekit import (
     Usage,
     self_correct,
 )
-from refinekit._correct import CHECK_MARKER
+from refinekit._decorators.correct import CHECK_MARKER
 from refinekit.testing import ScriptedOpenAI
 
 # --- schemas and replies -------------------------------------------------------------------------

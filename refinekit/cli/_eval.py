@@ -5,13 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from .._config import is_testing
-from ..eval import (
-    CaseRecord,
-    Comparison,
-    EvalResult,
-    run,
-)
+from .._core.config import is_testing
+from ..eval import CaseRecord, Comparison, EvalResult, run
 from ..eval._money import usd
 from ..eval._summary import no_context_advice
 from ._output import (

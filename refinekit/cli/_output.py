@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO, TypeVar, cast
 
-from .._redact import redact
+from .._core.redact import redact
 from ..eval import (
     CalibrationResult,
     CaseFinished,

@@ -363,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from .._package import version
+    from .._core.package import version
 
     parser = _Parser(
         prog="refinekit", description="Make LLM answer functions trustworthy by decoration."
@@ -413,8 +413,8 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"refinekit {args.command}: interrupted", file=sys.stderr)
             return 130
     if args.command == "demo":
-        from .._errors import DemoConfigError
-        from .._redact import redact
+        from .._core.errors import DemoConfigError
+        from .._core.redact import redact
         from ._demo import endpoint_from_options, run_demo
 
         if args.local:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
-from .._errors import ReaderGone
+from .._core.errors import ReaderGone
 
 __all__ = ["PipeSafe", "ReaderGone", "discard", "flush_quietly"]
 

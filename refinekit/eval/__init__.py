@@ -22,8 +22,8 @@ functions with their results printed (docs/workflow.md, "From Python").
 In a notebook or other async code, `await refinekit.eval.arun(...)` (and `acalibrate`).
 """
 
-from .._errors import CostLimitReached, DataFileError, RunAborted, RunStoreError, UsageProblem
-from .._package import rehome
+from .._core.errors import CostLimitReached, DataFileError, RunAborted, RunStoreError, UsageProblem
+from .._core.package import rehome
 from ._calibration import Calibration, Thresholds
 from ._results import (
     CalibrationResult,
@@ -36,9 +36,9 @@ from ._results import (
 )
 from ._session import store_location, store_path
 from ._stats import ReliabilityBin
-from ._store import CaseRecord, Outcome, RunInfo, StoreURL
 from ._summary import Comparison, Summary
 from ._workflow import acalibrate, arun, calibrate, compare, html_report, run, runs
+from .store._records import CaseRecord, Outcome, RunInfo, StoreURL
 
 __all__ = [
     "Calibration",

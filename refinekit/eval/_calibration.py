@@ -12,7 +12,7 @@ from ._stats import (
     reliability_table,
     wilson_interval,
 )
-from ._store import CaseRecord
+from .store._records import CaseRecord
 
 __all__ = ["Calibration", "Thresholds", "calibrate", "recommend_thresholds"]
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import DataFileError, UsageProblem
-from .._model import ContextDocument
+from .._core.errors import DataFileError, UsageProblem
+from .._core.types import ContextDocument
 from ._golden import column_for, read_rows, row_key
 
 __all__ = ["LABELS", "Case", "as_text", "context_of", "labels_of", "load_cases", "merged"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._model import CriterionResult
+from .._core.types import CriterionResult
 from ..checks import _cited
 from ._cases import Case
 from ._golden import column_for

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .._errors import DataFileError
-from .._jsonload import MAX_DEPTH, TooDeep, loads
+from .._core.errors import DataFileError
+from .._core.jsonload import MAX_DEPTH, TooDeep, loads
 
 __all__ = ["DataFileError", "column_for", "file_sha256", "read_rows", "row_key", "slug"]
 

@@ -12,18 +12,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._errors import JudgeError, JudgeMisconfigured, RunAborted
-from .._evaluators import as_evaluator
-from .._hooks import Event
-from .._job import job
-from .._model import CriterionResult, EvaluationRequest, Usage, Verdict
-from .._redact import redact
+from .._core.errors import JudgeError, JudgeMisconfigured, RunAborted
+from .._core.redact import redact
+from .._core.types import CriterionResult, EvaluationRequest, Usage, Verdict
+from .._engine.evaluators import as_evaluator
+from .._engine.events import Event
+from .._engine.job import job
 from ..judges._cache import cache_salt, use_cache
 from ..judges._cache_backends import JudgeCache
 from ._cases import Case
 from ._column_checks import column_checks
 from ._ratelimit import RateLimiter
-from ._store import Outcome
+from .store._records import Outcome
 
 __all__ = [
     "CacheCounts",

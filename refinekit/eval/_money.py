@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._errors import UsageProblem
-from .._jsonload import loads
-from .._model import Usage
-from .._numbers import is_number, is_real, shown
-from .._prices import Prices
-from ._store import CaseRecord
+from .._core.errors import UsageProblem
+from .._core.jsonload import loads
+from .._core.numbers import is_number, is_real, shown
+from .._core.types import Usage
+from .._engine.prices import Prices
+from .store._records import CaseRecord
 
 __all__ = ["ROLES", "case_cost", "check_max_cost", "load_prices", "money", "price_note"]
 

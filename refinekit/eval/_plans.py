@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .._errors import UsageProblem
-from .._evaluators import EvaluatorLike
-from .._numbers import is_number, is_real, shown
+from .._core.errors import UsageProblem
+from .._core.numbers import is_number, is_real, shown
+from .._engine.evaluators import EvaluatorLike
 from ._calibration import calibrate as calibration_of
 from ._cases import Case, labels_of, load_cases
 from ._column_checks import has_column_checks
@@ -21,9 +21,9 @@ from ._ray import check_backend, run_on_ray
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._resume import RETRYABLE, RunPlan
 from ._session import Session, store_location
-from ._store import CaseRecord, RunInfo, RunStore, StoreURL
 from ._summary import compare_runs, measured, summarise
 from ._target import Target, check_judge, load_judge, name_of
+from .store._records import CaseRecord, RunInfo, RunStore, StoreURL
 
 __all__ = ["CalibratePlan", "EvalPlan", "PathLike", "elsewhere"]
 

@@ -17,9 +17,9 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from .._config import is_testing
-from .._errors import JudgeError
-from .._openai import retry_after_of
+from .._core.config import is_testing
+from .._core.errors import JudgeError
+from .._providers.openai import retry_after_of
 
 __all__ = ["RATE_LIMIT_MAX_WAIT", "RATE_LIMIT_TRIES", "RateLimiter"]
 

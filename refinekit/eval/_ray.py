@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import RunAborted, UsageProblem
-from ._claims import LEASE_SECONDS
+from .._core.errors import RunAborted, UsageProblem
 from ._results import CaseFinished
-from ._store import RunStore, StoreURL, open_store
+from .store._claims import LEASE_SECONDS
+from .store._records import RunStore, StoreURL, open_store
 
 __all__ = ["RayBackend", "run_on_ray"]
 
@@ -87,7 +87,7 @@ def _work(task: dict[str, Any]) -> int:
     It joins the run (the driver's lease keeps it running) and leaves it when done; the
     driver, not the task, stores the run complete.
     """
-    from .._bridge import run_blocking
+    from .._engine.bridge import run_blocking
     from ._plans import CalibratePlan, EvalPlan
 
     for folder in reversed(task["path"]):  # the driver's folder, for module:name targets

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._calibration import Calibration
-from ._store import CaseRecord, RunInfo, StoreURL
 from ._summary import Comparison, Summary
+from .store._records import CaseRecord, RunInfo, StoreURL
 
 __all__ = [
     "CalibrationResult",

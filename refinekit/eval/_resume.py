@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .._errors import UsageProblem
-from .._prices import Prices
+from .._core.errors import UsageProblem
+from .._engine.prices import Prices
 from ._cases import Case
 from ._golden import file_sha256
-from ._store import CaseRecord, RunInfo, RunStore
+from .store._records import CaseRecord, RunInfo, RunStore
 
 __all__ = ["RETRYABLE", "RunPlan", "Started", "fingerprint", "start"]
 

@@ -20,8 +20,7 @@ from typing import Any
 
 import openai
 
-from .._bridge import in_thread, is_async_callable
-from .._errors import (
+from .._core.errors import (
     CostLimitReached,
     JudgeMisconfigured,
     LowQualityAnswer,
@@ -29,22 +28,23 @@ from .._errors import (
     RunAborted,
     RunStoreError,
 )
-from .._hooks import Event, subscribe
-from .._job import enter_attempt, job, leave_attempt
-from .._model import AttemptInfo, ContextDocument, EvaluationRequest, Usage
-from .._prices import Prices
-from .._redact import redact
-from .._replies import answer_text
+from .._core.redact import redact
+from .._core.types import AttemptInfo, ContextDocument, EvaluationRequest, Usage
+from .._engine.bridge import in_thread, is_async_callable
+from .._engine.events import Event, subscribe
+from .._engine.job import enter_attempt, job, leave_attempt
+from .._engine.prices import Prices
+from .._providers.replies import answer_text
 from ..judges._cache_backends import JudgeCache
 from ._cases import Case, as_text, context_of, merged
-from ._claims import LEASE_SECONDS
 from ._golden import column_for
 from ._judging import Judgement, Judging, decide, error_text, probability_of, verdict_dump
 from ._money import added, case_cost, usd
 from ._ratelimit import RateLimiter
 from ._resume import RunPlan
-from ._store import CappedClaim, CaseRecord, RunInfo, RunStore
 from ._target import Target
+from .store._claims import LEASE_SECONDS
+from .store._records import CappedClaim, CaseRecord, RunInfo, RunStore
 
 __all__ = ["Progress", "renewing", "run_cases"]
 

@@ -14,19 +14,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .._errors import RunAborted, RunStoreError, UsageProblem
-from .._redact import safe_url, url_problem
+from .._core.errors import RunAborted, RunStoreError, UsageProblem
+from .._core.redact import safe_url, url_problem
 from . import _results
 from ._cases import Case
-from ._claims import new_worker
-from ._pgstore import SCHEMES
 from ._ratelimit import RateLimiter
 from ._results import CaseFinished, RunEvent, RunProgress, RunStarted, RunStopped
 from ._resume import RunPlan, start
 from ._runner import Progress, renewing, run_cases
-from ._runstore import DEFAULT_DB
-from ._store import CaseRecord, RunInfo, RunStore, StoreURL
 from ._target import Target
+from .store._claims import new_worker
+from .store._postgres import SCHEMES
+from .store._records import CaseRecord, RunInfo, RunStore, StoreURL
+from .store._sqlite import DEFAULT_DB
 
 __all__ = ["Session", "store_location", "store_path"]
 

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._model import Usage
+from .._core.types import Usage
 from ..checks import _NO_SOURCE
 from ._money import money
 from ._stats import mcnemar_exact, wilson_interval
-from ._store import CaseRecord, RunInfo
+from .store._records import CaseRecord, RunInfo
 
 __all__ = [
     "CONFIDENCE",

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import UsageProblem
-from .._evaluators import as_evaluator, evaluator_name
+from .._core.errors import UsageProblem
+from .._engine.evaluators import as_evaluator, evaluator_name
 from ._cases import Case
 from ._golden import column_for
 

@@ -13,15 +13,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from .._bridge import run_blocking
-from .._errors import RunStoreError, UsageProblem
-from .._evaluators import EvaluatorLike
-from .._prices import Prices
+from .._core.errors import RunStoreError, UsageProblem
+from .._engine.bridge import run_blocking
+from .._engine.evaluators import EvaluatorLike
+from .._engine.prices import Prices
 from ._plans import CalibratePlan, EvalPlan, PathLike, elsewhere
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._session import store_location
-from ._store import RunInfo, StoreURL, open_store
 from ._summary import Comparison, compare_runs
+from .store._records import RunInfo, StoreURL, open_store
 
 __all__ = [
     "acalibrate",

@@ -23,7 +23,7 @@ before from the cache, with no model call: see docs/judge_cache.md.
 
 from __future__ import annotations
 
-from .._package import rehome
+from .._core.package import rehome
 from ._base import Judge, JudgeErrorPolicy
 from ._cache import cache_salt, use_cache
 from ._cache_backends import JudgeCache, MemoryCache, PostgresCache, SQLiteCache

@@ -1,7 +1,7 @@
 """The base of the model judges: its error policy, and reading its replies.
 
 A judge's call and its prompt pieces live apart: `_client` (the judge model), `_calls` (its
-requests as flow commands), `refinekit._prompts` (delimiters, evidence text).
+requests as flow commands), `refinekit._engine.prompts` (delimiters, evidence text).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .._errors import BudgetExceeded, JudgeError, JudgeMisconfigured, JudgeReplyError
-from .._evaluators import FlowEvaluator
-from .._flow import Flow
-from .._model import EvaluationRequest, Verdict
-from .._policy import JudgeErrorPolicy, check_policy, judge_failure
+from .._core.errors import BudgetExceeded, JudgeError, JudgeMisconfigured, JudgeReplyError
+from .._core.types import EvaluationRequest, Verdict
+from .._engine.evaluators import FlowEvaluator
+from .._engine.flow import Flow
+from .._engine.policy import JudgeErrorPolicy, check_policy, judge_failure
 from ._calls import REPLY_CHARS
 from ._client import JudgeModel
 
@@ -117,8 +117,3 @@ def first_error(results: Sequence[Any]) -> Exception | None:
         raise errors[0]
     return None
 
-
-# Kept importable here only until refinekit/_evaluation.py and refinekit/_demo.py import them
-# from their homes (refinekit._openai and refinekit._redact); then delete these two lines.
-from .._openai import retry_after_of as retry_after_of  # noqa: E402
-from .._redact import safe_url as safe_url  # noqa: E402

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from .._hooks import Event, emit, wants_debug_events
-from .._job import current_job
-from .._jsonload import loads
-from .._model import Usage
-from .._redact import redact
+from .._core.jsonload import loads
+from .._core.redact import redact
+from .._core.types import Usage
+from .._engine.events import Event, emit, wants_debug_events
+from .._engine.job import current_job
 from ._cache_backends import Counters, JudgeCache, MemoryCache
 
 if TYPE_CHECKING:

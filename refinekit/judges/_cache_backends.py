@@ -16,8 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
-from .._numbers import is_number, is_real, shown
-from .._redact import redact
+from .._core.numbers import is_number, is_real, shown
+from .._core.redact import redact
 
 __all__ = ["Counters", "JudgeCache", "MemoryCache", "PostgresCache", "SQLiteCache"]
 
@@ -242,7 +242,7 @@ class PostgresCache(Counters):
     """
 
     def __init__(self, url: str) -> None:
-        from .._redact import register_secrets, safe_url, url_problem, url_secrets
+        from .._core.redact import register_secrets, safe_url, url_problem, url_secrets
 
         super().__init__()
         if not isinstance(url, str):

@@ -4,7 +4,7 @@ Each call runs sync or async (the judge model's client for that side), is bounde
 time limit around it, redacts what the libraries log, maps a failure to refinekit's
 `JudgeError` tree and counts the reply's tokens in the job's `judge_usage` (under the model
 the reply names, for pricing). Each request reserves its share of the job's budget before
-it is sent and holds it until its reply is counted (`refinekit._reserve.judge_call`; a
+it is sent and holds it until its reply is counted (`refinekit._engine.reserve.judge_call`; a
 judge's concurrent requests are reserved together by the judge, `judge_calls`, and each
 command gets its `ticket`): a request the budget cannot cover is not sent. A judge model
 with an `anthropic` client sends Messages API requests and gets Anthropic `Message`s back;
@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .._anthropic import api_error as anthropic_api_error
-from .._anthropic import bounded as anthropic_bounded
-from .._budget import request_tokens
-from .._errors import BudgetExceeded, JudgeError, JudgeReplyError
-from .._job import current_job
-from .._model import Usage
-from .._openai import api_error, bounded
-from .._redact import redacted_logs
-from .._replies import get, is_completion, message_of, message_text, model_of, usage_of
-from .._reserve import Reservation, judge_call
+from .._core.errors import BudgetExceeded, JudgeError, JudgeReplyError
+from .._core.redact import redacted_logs
+from .._core.types import Usage
+from .._engine.budget import request_tokens
+from .._engine.job import current_job
+from .._engine.reserve import Reservation, judge_call
+from .._providers.anthropic import api_error as anthropic_api_error
+from .._providers.anthropic import bounded as anthropic_bounded
+from .._providers.openai import api_error, bounded
+from .._providers.replies import get, is_completion, message_of, message_text, model_of, usage_of
 from ._client import JudgeModel, secrets_of
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ REPLY_CHARS = 200
 def judge_error(judge: JudgeModel, exc: BaseException) -> JudgeError | None:
     """The refinekit error for a failed judge request, or None when `exc` is not one.
 
-    Its message never holds a credential (see `refinekit._openai.api_error`).
+    Its message never holds a credential (see `refinekit._providers.openai.api_error`).
     """
     mapping = anthropic_api_error if judge.provider == "anthropic" else api_error
     return mapping(
@@ -78,7 +78,7 @@ class Complete:
     """A flow command: one chat completion from the judge model; returns the `ChatCompletion`.
 
     `ticket`: the share of the budget the judge reserved for it with its other concurrent
-    requests (`refinekit._reserve.judge_calls`); without one it reserves its own when sent.
+    requests (`refinekit._engine.reserve.judge_calls`); without one it reserves its own when sent.
     """
 
     __slots__ = ("judge", "kwargs", "ticket")

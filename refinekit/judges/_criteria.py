@@ -8,14 +8,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._errors import JudgeMisconfigured, JudgeReplyError
-from .._evaluators import to_verdict
-from .._flow import Flow, Gather
-from .._model import CriterionResult, EvaluationRequest, Outcome, Verdict
-from .._policy import JudgeErrorPolicy
-from .._prompts import DATA_RULE, context_text, delimit, tool_calls_block
-from .._replies import get
-from .._reserve import Tickets, judge_calls
+from .._core.errors import JudgeMisconfigured, JudgeReplyError
+from .._core.types import CriterionResult, EvaluationRequest, Outcome, Verdict
+from .._engine.evaluators import to_verdict
+from .._engine.flow import Flow, Gather
+from .._engine.policy import JudgeErrorPolicy
+from .._engine.prompts import DATA_RULE, context_text, delimit, tool_calls_block
+from .._engine.reserve import Tickets, judge_calls
+from .._providers.replies import get
 from ._base import Judge, first_error, yes_no
 from ._cache import cached
 from ._calls import Complete, reply_text_of

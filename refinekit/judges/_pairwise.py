@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from .._errors import JudgeReplyError
-from .._flow import Flow, Gather, run_async, run_sync
-from .._model import ContextDocument, EvaluationRequest
-from .._prompts import DATA_RULE, context_text, delimit
-from .._reserve import Tickets, judge_calls
+from .._core.errors import JudgeReplyError
+from .._core.types import ContextDocument, EvaluationRequest
+from .._engine.flow import Flow, Gather, run_async, run_sync
+from .._engine.prompts import DATA_RULE, context_text, delimit
+from .._engine.reserve import Tickets, judge_calls
 from ._base import first_error, first_word
 from ._cache import cached
 from ._calls import Complete, reply_text_of

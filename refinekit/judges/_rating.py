@@ -6,11 +6,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field, create_model
 
-from .._errors import JudgeMisconfigured
-from .._flow import Flow
-from .._model import EvaluationRequest, Verdict
-from .._policy import JudgeErrorPolicy
-from .._prompts import DATA_RULE, context_text, delimit, tool_calls_block
+from .._core.errors import JudgeMisconfigured
+from .._core.types import EvaluationRequest, Verdict
+from .._engine.flow import Flow
+from .._engine.policy import JudgeErrorPolicy
+from .._engine.prompts import DATA_RULE, context_text, delimit, tool_calls_block
 from ._base import Judge
 from ._cache import cached
 from ._calls import Structured

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .._flow import Flow
-from .._model import EvaluationRequest, Verdict
-from .._policy import JudgeErrorPolicy
-from .._prompts import DATA_RULE, context_text, delimit, tool_calls_block
+from .._core.types import EvaluationRequest, Verdict
+from .._engine.flow import Flow
+from .._engine.policy import JudgeErrorPolicy
+from .._engine.prompts import DATA_RULE, context_text, delimit, tool_calls_block
 from ._base import Judge, yes_no
 from ._cache import cached
 from ._calls import Complete, reply_text_of

@@ -30,8 +30,8 @@ markers and a pass-rate gate): see docs/testing.md.
 
 from __future__ import annotations
 
-from .._config import is_testing, set_testing
-from .._package import rehome
+from .._core.config import is_testing, set_testing
+from .._core.package import rehome
 from ._fakes import FakeJudge
 from ._server import RecordedRequest, Reply, ScriptedOpenAI
 

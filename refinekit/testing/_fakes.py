@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from .._model import EvaluationRequest, Verdict
+from .._core.types import EvaluationRequest, Verdict
 
 __all__ = ["FakeJudge"]
 

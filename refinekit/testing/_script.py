@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._numbers import is_number, is_real, shown
+from .._core.numbers import is_number, is_real, shown
 
 __all__ = [
     "Delay",

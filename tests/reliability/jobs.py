@@ -69,7 +69,7 @@ from refinekit import (
     reviewed,
     self_correct,
 )
-from refinekit._corrections import CHECK_MARKER
+from refinekit._structure.corrections import CHECK_MARKER
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 # --- capturing what refinekit says ---------------------------------------------------------------

@@ -38,9 +38,9 @@ from refinekit import (
     reviewed,
     self_correct,
 )
-from refinekit._redact import safe_url, url_problem
+from refinekit._core.redact import safe_url, url_problem
 from refinekit.eval import RunStoreError, StoreURL, UsageProblem
-from refinekit.eval._runstore import SQLiteStore
+from refinekit.eval.store._sqlite import SQLiteStore
 from refinekit.judges import PostgresCache, SQLiteCache
 from refinekit.testing import Reply, ScriptedOpenAI, set_testing
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..._errors import DemoConfigError
-from ..._redact import safe_url
+from ..._core.errors import DemoConfigError
+from ..._core.redact import safe_url
 
 __all__ = ["Endpoint", "endpoint_from_options"]
 

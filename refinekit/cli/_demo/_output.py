@@ -6,9 +6,9 @@ import os
 import textwrap
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from ..._model import Usage
-from ..._redact import safe_url
-from ..._replies import first_message, message_text
+from ..._core.redact import safe_url
+from ..._core.types import Usage
+from ..._providers.replies import first_message, message_text
 from ...testing import ScriptedOpenAI
 from .._pipe import PipeSafe
 from ._config import Endpoint

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 import openai
 
 from ... import judges
-from ..._errors import CorrectionExhausted, LowQualityAnswer, RefinekitError
-from ..._hooks import Event, subscribe
-from ..._job import Job, current_attempt, job
-from ..._model import Usage, Verdict
+from ..._core.errors import CorrectionExhausted, LowQualityAnswer, RefinekitError
+from ..._core.types import Usage, Verdict
+from ..._engine.events import Event, subscribe
+from ..._engine.job import Job, current_attempt, job
 from ._output import Output, text_of, usage_line
 from ._scenarios import (
     EXPECTED_INVOICE,

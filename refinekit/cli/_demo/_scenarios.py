@@ -15,12 +15,12 @@ import openai
 from pydantic import BaseModel, Field
 
 from ... import checks, judges
-from ..._correct import self_correct
-from ..._job import record_context
-from ..._model import ContextDocument
-from ..._retry import retry_on_low_quality
-from ..._retry_prompt import retry_prompt
-from ..._template import schema_prompt
+from ..._core.types import ContextDocument
+from ..._decorators.correct import self_correct
+from ..._decorators.retry import retry_on_low_quality
+from ..._decorators.retry_prompt import retry_prompt
+from ..._engine.job import record_context
+from ..._structure.template import schema_prompt
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessageParam

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..._correct import CHECK_MARKER
+from ..._decorators.correct import CHECK_MARKER
 from ...testing import RecordedRequest, Reply, ScriptedOpenAI
 from ._scenarios import CRITERIA, SCRIPTED_JUDGE, SCRIPTED_MODEL
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
-from .._store import RunInfo
+from ..store._records import RunInfo
 
 __all__ = [
     "ANSWER_LIMIT",

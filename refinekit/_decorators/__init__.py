@@ -1,0 +1,1 @@
+"""The decorators: each imports the engine, never another decorator."""

@@ -1,0 +1,492 @@
+"""`@self_correct`: parse and validate a reply; a failure becomes a correction turn."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import (
+    Any,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    cast,
+    overload,
+)
+
+from .._core.errors import ReplyShapeError
+from .._core.errtext import utf8_text
+from .._core.types import Attempt, Verdict
+from .._engine import reserve as _reserve
+from .._engine.budget import check_budget_option, without_attempts
+from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
+from .._engine.flow import Call, Flow
+from .._engine.job import Job
+from .._engine.outcome import Record
+from .._engine.policy import check_budget
+from .._engine.prices import Budget
+from .._engine.request import function_name
+from .._engine.reserve import Reservation
+from .._engine.wrapper import AsyncDecoratedFunction, DecoratedFunction, wrap
+from .._providers.replies import Reply, finish_reason_of, reply_text
+from .._structure.corrections import CHECK_MARKER, CorrectionRequest, default_correction
+from .._structure.diagnose import diagnose
+from .._structure.parse import CorrectionFailure, Parsed, Parser, parse_failure, python_json
+
+__all__ = [
+    "CHECK_MARKER",
+    "MAX_CORRECTIONS_LIMIT",
+    "CorrectionBuilder",
+    "self_correct",
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+MAX_CORRECTIONS_LIMIT = 10
+"""The largest correction budget accepted per job."""
+
+
+def _conversation(messages: object, function: str) -> list[dict[str, Any]]:
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise TypeError(
+            f"{function} is decorated with @self_correct, so its first argument must be the "
+            "conversation: a list of message dicts such as {'role': 'user', 'content': '...'}; "
+            f"got {type(messages).__name__}"
+        )
+    copied: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or "role" not in m:
+            raise TypeError(
+                f"{function}: message {i} of the conversation must be a dict with a 'role', "
+                f"got {type(m).__name__}"
+            )
+        copied.append(dict(m))
+    return copied
+
+
+CorrectionBuilder = Callable[[CorrectionRequest], "str | Sequence[Mapping[str, Any]]"]
+"""A `correction=` hook: the turn to send for a failed reply, as text or as messages."""
+
+ValidationContext = (
+    "Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None"
+)
+
+
+class _CorrectConfig(Generic[T]):
+    __slots__ = (
+        "context",
+        "correction",
+        "function",
+        "job_budget",
+        "max_corrections",
+        "messages_name",
+        "parser",
+        "repair",
+        "signature",
+    )
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        parser: Parser[T],
+        max_corrections: int,
+        *,
+        repair: bool,
+        correction: CorrectionBuilder | None,
+        context: Any,
+    ) -> None:
+        self.function = function_name(fn)
+        self.signature = inspect.signature(fn)
+        params = list(self.signature.parameters.values())
+        if not params or params[0].kind in (
+            inspect.Parameter.VAR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        ):
+            raise TypeError(
+                f"@self_correct needs {self.function} to take the conversation (a list of "
+                "message dicts) as its first argument"
+            )
+        self.messages_name = (
+            None if params[0].kind is inspect.Parameter.VAR_POSITIONAL else params[0].name
+        )
+        self.parser = parser
+        self.max_corrections = max_corrections
+        self.repair = repair
+        self.correction = correction
+        self.context = context
+        self.job_budget: Budget | None = None
+
+    def split(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[object, tuple[Any, ...], dict[str, Any]]:
+        if args:
+            return args[0], args[1:], kwargs
+        if self.messages_name is not None and self.messages_name in kwargs:
+            rest = dict(kwargs)
+            return rest.pop(self.messages_name), (), rest
+        raise TypeError(f"{self.function}() is missing the conversation, its first argument")
+
+    def validation_context(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Mapping[str, Any] | None:
+        """The `context=` to validate with: `validation_context`, or what it returns."""
+        given = self.context
+        if given is None or isinstance(given, Mapping):
+            return given
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError:
+            arguments: dict[str, Any] = {}
+        else:
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
+        made = given(arguments)
+        if made is not None and not isinstance(made, Mapping):
+            raise TypeError(
+                f"validation_context of {self.function} must return a dict (or None), "
+                f"got {type(made).__name__}"
+            )
+        return made
+
+    def turn(self, request: CorrectionRequest) -> list[dict[str, Any]]:
+        """The messages a correction adds after the original conversation."""
+        if self.correction is None:
+            return [{"role": "user", "content": utf8_text(default_correction(request))}]
+        made = self.correction(request)
+        if isinstance(made, str):
+            return [{"role": "user", "content": utf8_text(made)}]
+        if isinstance(made, Sequence):
+            turn = [_sendable(m) for m in made if isinstance(m, Mapping) and "role" in m]
+            if len(turn) == len(made):
+                return turn
+        raise TypeError(
+            f"the correction= builder of {self.function} must return the correction's text (a "
+            "str) or the messages to add (a list of dicts with a 'role'), got "
+            f"{type(made).__name__}"
+        )
+
+
+def _sendable(message: Mapping[str, Any]) -> dict[str, Any]:
+    copied = dict(message)
+    content = copied.get("content")
+    if isinstance(content, str):
+        copied["content"] = utf8_text(content)
+    return copied
+
+
+def _event(
+    cfg: _CorrectConfig[Any], job: Job, kind: EventKind, number: int, maximum: int, **fields: Any
+) -> Event:
+    return make_event(kind, "self_correct", cfg.function, job, number, maximum, **fields)
+
+
+def _diagnosis(
+    cfg: _CorrectConfig[Any],
+    failure: CorrectionFailure,
+    finish: str | None,
+    context: Mapping[str, Any] | None,
+) -> Any:
+    parser = cfg.parser
+    unrepaired = not failure.parsed and failure.value is not None
+    return diagnose(
+        failure.text,
+        template=parser.template,
+        adapter=parser.adapter,
+        value=failure.value,
+        parsed=failure.parsed or unrepaired,
+        errors=failure.detailed if failure.parsed else (),
+        prose=failure.prose,
+        finish_reason=finish,
+        placeholders=failure.placeholders,
+        shape_error=failure.shape_error,
+        unrepaired=failure.summary if unrepaired else None,
+        detail=None if failure.parsed else failure.summary,
+        context=context,
+    )
+
+
+def _correct_flow(
+    cfg: _CorrectConfig[T],
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    job: Job,
+    record: Record | None,
+) -> Flow[T]:
+    messages, rest, rest_kwargs = cfg.split(args, kwargs)
+    conversation = _conversation(messages, cfg.function)
+    context = cfg.validation_context(args, kwargs) if cfg.context is not None else None
+    added: list[dict[str, Any]] = []  # the latest correction turn: never compounds
+    replies: list[str] = []
+    call = 0
+    previous: Reservation | None = None  # what the last call held and used
+    while True:
+        call += 1
+        # Each call must fit in the budget: a correction as the last call's usage plus its turn.
+        turn = sum(len(str(m.get("content") or "")) for m in added)
+        planned = (
+            f"correction {job.corrections_used} of {cfg.function}"
+            if call > 1
+            else f"call of {cfg.function}"
+        )
+        # reserved until its reply is counted
+        with _reserve.before_attempt(job, planned, previous, turn) as previous:
+            # Fresh copies each call: edits the function makes to its messages never compound.
+            sent = [dict(m) for m in conversation]
+            sent.extend(dict(m) for m in added)
+            counted = job._replies_counted()
+            started = time.perf_counter()
+            reply = yield Call(fn, (sent, *rest), rest_kwargs)
+            job._count_reply(reply, counted)
+        result: Parsed | CorrectionFailure
+        try:
+            text = reply_text(reply)
+        except ReplyShapeError as e:
+            text, result = e.text, parse_failure(e.text, str(e))
+            result.shape_error = str(e)
+        else:
+            result = cfg.parser.parse(text, repair=cfg.repair, context=context)
+            if not isinstance(result, CorrectionFailure) and added:
+                copied = cfg.parser.placeholders(result[0], text)
+                if copied:
+                    result = _placeholder_failure(text, copied)
+        possible = call + max(0, cfg.max_corrections - job.corrections_used)
+        if not isinstance(result, CorrectionFailure):
+            if wants_debug_events():
+                emit(_event(cfg, job, "attempt", call, possible, repairs=result[1]))
+            if record is not None:
+                verdict = Verdict(passed=True, metadata={"repairs": list(result[1])})
+                _add(record, call, result[0], verdict, started, added)
+            return cast(T, result[0])
+        if wants_debug_events():
+            emit(_event(cfg, job, "attempt", call, possible))
+        failure = result
+        finish = finish_reason_of(reply)
+        replies.append(text)
+        # As it can be sent: a lone surrogate in the reply would make the next request fail.
+        last = [*sent, {"role": "assistant", "content": utf8_text(text)}]
+        diagnosis = _diagnosis(cfg, failure, finish, context)
+        if record is not None:
+            verdict = Verdict(
+                passed=False, feedback=failure.summary, metadata={"failure": diagnosis.kind}
+            )
+            _add(record, call, text, verdict, started, added)
+        if not job._take_correction(cfg.max_corrections):
+            error = failure.error_type(
+                failure.summary,
+                raw_reply=text,
+                errors=failure.errors,
+                conversation=last,
+                corrections_used=job.corrections_used,
+                usage=job.usage,
+                replies=replies,
+                failure=diagnosis.kind,
+                judge_usage=job.judge_usage,
+                job_id=job.id,
+            )
+            emit(
+                _event(
+                    cfg,
+                    job,
+                    "exhausted",
+                    call,
+                    call,
+                    error=f"{type(error).__name__}: {failure.summary}",
+                    failure=diagnosis.kind,
+                )
+            )
+            raise error
+        parser = cfg.parser
+        template = None
+        if parser.template is not None:
+            keep = diagnosis.kept is not None and diagnosis.kind not in (
+                "schema_echo",
+                "placeholder",
+            )
+            template = (
+                parser.template.render(diagnosis.kept, diagnosis.bad, diagnosis.suggested)
+                if keep
+                else parser.template.render()
+            )
+        request = CorrectionRequest(
+            number=job.corrections_used,
+            max_corrections=cfg.max_corrections,
+            kind=diagnosis.kind,
+            problems=diagnosis.problems,
+            errors=tuple(failure.errors),
+            reply=utf8_text(text),
+            finish_reason=finish,
+            schema=parser.schema,
+            json_schema=parser.json_schema,
+            template=None if template is None else utf8_text(template),
+            messages=tuple(dict(m) for m in conversation),
+        )
+        added = cfg.turn(request)
+        emit(
+            _event(
+                cfg,
+                job,
+                "correction",
+                job.corrections_used,
+                cfg.max_corrections,
+                error=failure.summary,
+                detail="\n\n".join(str(m.get("content", "")) for m in added),
+                failure=diagnosis.kind,
+            )
+        )
+
+
+def _add(
+    record: Record,
+    number: int,
+    answer: Any,
+    verdict: Verdict,
+    started: float,
+    added: list[dict[str, Any]],
+) -> None:
+    """A reply in the outcome: its verdict says whether it parsed and validated."""
+    correction = "\n\n".join(str(m.get("content", "")) for m in added) or None
+    duration = time.perf_counter() - started
+    record.attempts.append(Attempt(number, answer, verdict, duration, correction))
+    record.verdicts.append(verdict)
+
+
+def _placeholder_failure(text: str, copied: tuple[str, ...]) -> CorrectionFailure:
+    shown = ", ".join(json.dumps(p) for p in copied)
+    summary = f"the reply copied the template's placeholder(s) {shown} instead of values"
+    errors: list[dict[str, Any]] = [
+        {"type": "placeholder", "loc": (), "msg": "a placeholder, not a value", "input": p}
+        for p in copied
+    ]
+    _, value = python_json(text)
+    return CorrectionFailure(
+        summary, errors, text=text, parsed=True, value=value, placeholders=copied
+    )
+
+
+class SelfCorrecting(Protocol[T_co]):
+    """The decorator `self_correct(schema=...)` returns; the call returns the schema's type."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[Reply]], /) -> AsyncDecoratedFunction[P, T_co]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, Reply], /) -> DecoratedFunction[P, T_co]: ...
+
+
+def self_correct(
+    *,
+    schema: type[T],
+    max_corrections: int = 2,
+    repair: bool = True,
+    correction: CorrectionBuilder | None = None,
+    validation_context: Mapping[str, Any]
+    | Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
+    | None = None,
+    budget: Budget | None = None,
+) -> SelfCorrecting[T]:
+    """Parse and validate the decorated function's reply; correct a bad one in conversation.
+
+    The function takes the conversation (a list of OpenAI-style message dicts) as its first
+    argument (the first after `self` or `cls` on a method or classmethod) and returns the
+    model's reply: a `str`, an OpenAI `ChatCompletion` or LiteLLM `ModelResponse`, an
+    Anthropic `Message`, a LangChain `AIMessage`, or a message (its text, or the arguments of
+    its single tool call, is parsed; docs/sdks.md). The decorated call
+    returns the validated value.
+
+    A reply that is not strict JSON is first repaired locally when that loses nothing (JSON in
+    a code fence or in prose, comments, trailing commas, Python literals, one wrapper object,
+    a number where a string is expected): no call is spent. A reply that still does not parse
+    or validate, while the job's budget lasts, costs a correction: the function is called
+    again with the original conversation plus one correction turn, a user message marked as an
+    automated check that says what was wrong field by field and shows the expected reply as a
+    JSON instance to fill in, keeping the values the reply got right. Earlier failed replies
+    and corrections are not resent, and the JSON schema is never repeated. The caller's list is
+    never mutated. Exceptions the function raises (timeouts, HTTP errors) propagate and cost no
+    correction.
+
+    Args:
+        schema: The type of the value: a pydantic model, or any class or typing form
+            `pydantic.TypeAdapter` accepts (`list[Item]`, a dataclass, a TypedDict,
+            `Item | None`, ...). Not a function, a method or an instance.
+        max_corrections: The job's correction budget, 0 to 10. The budget belongs to the job
+            (the outermost refinekit call, or a `refinekit.job()` block): retries of an outer
+            `@retry_on_low_quality` share it rather than reset it.
+        repair: Whether lossless local repairs are tried before a correction is spent. With
+            False, only strict JSON is accepted.
+        correction: A builder replacing the default correction turn: it gets a
+            `CorrectionRequest` and returns the turn's text (sent as a user message after the
+            original conversation) or the list of messages to add there instead.
+        validation_context: Passed to pydantic as `context=` when validating, so validators
+            can check values against the call (`refinekit.InSource` checks that a string
+            appears in `context["source"]`): a dict, or a callable of the call's bound
+            arguments (a dict by parameter name) returning one.
+        budget: A `refinekit.Budget` for the job (tokens, cost, model calls, corrections and
+            judge calls included): the call raises `refinekit.BudgetExceeded` as soon as a
+            reply has taken the job over it. Inside another refinekit call it can only
+            tighten that job's budget. See docs/budgets.md.
+
+    Returns:
+        A decorator; the decorated function returns the schema's type (awaitable for
+        `async def`), and has `.outcome(...)` and `.retry_with(**changes)`.
+
+    Raises:
+        ValueError: `max_corrections` is not an int from 0 to 10 (when decorating).
+        TypeError: `schema` is not a type (a function, a method, an instance), pydantic
+            cannot validate it, the function takes no argument for the conversation,
+            `correction`/`validation_context` is neither None nor usable, or `budget` is not
+            a `refinekit.Budget` (when decorating).
+    """
+    check_budget("max_corrections", max_corrections, MAX_CORRECTIONS_LIMIT)
+    job_budget = check_budget_option(budget)
+    if not isinstance(repair, bool):
+        raise TypeError(f"repair must be True or False, got {type(repair).__name__}")
+    if correction is not None and not callable(correction):
+        raise TypeError(
+            "correction= must be a callable taking a refinekit.CorrectionRequest, got "
+            f"{type(correction).__name__}"
+        )
+    if validation_context is not None and not (
+        isinstance(validation_context, Mapping) or callable(validation_context)
+    ):
+        raise TypeError(
+            "validation_context= must be a dict or a callable of the call's arguments, got "
+            f"{type(validation_context).__name__}"
+        )
+    parser: Parser[T] = Parser(schema)
+    options: dict[str, Any] = {
+        "schema": schema,
+        "max_corrections": max_corrections,
+        "repair": repair,
+        "correction": correction,
+        "validation_context": validation_context,
+        "budget": budget,
+    }
+
+    def configure(fn: Callable[..., Any]) -> _CorrectConfig[T]:
+        cfg = _CorrectConfig(
+            fn,
+            parser,
+            max_corrections,
+            repair=repair,
+            correction=correction,
+            context=validation_context,
+        )
+        cfg.job_budget = job_budget
+        return cfg
+
+    def decorate(fn: Any) -> Any:
+        return wrap(
+            fn,
+            without_attempts(_correct_flow, "self_correct"),
+            configure,
+            decorator="self_correct",
+            remake=functools.partial(self_correct, **options),
+        )
+
+    return decorate

@@ -1,0 +1,367 @@
+"""`@guarded`: screen every output (and optionally the input); publish a refusal instead."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
+
+from .._core.errors import JudgeError, LowQualityAnswer
+from .._core.types import Attempt, EvaluationRequest, Verdict
+from .._engine import reserve as _reserve
+from .._engine.budget import check_budget_option, without_attempts
+from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
+from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
+from .._engine.flow import Call, Evaluate, Flow
+from .._engine.job import Job, current_attempt
+from .._engine.outcome import Record
+from .._engine.policy import JudgeErrorPolicy, check_policy, judge_failure
+from .._engine.prices import Budget
+from .._engine.request import QuestionSelector, RequestMaker
+from .._engine.wrapper import AsyncDecoratedFunction, DecoratedFunction, wrap
+from .._providers.replies import Reply, Returns, answer_text, check_returns, text_answer
+
+__all__ = ["DEFAULT_REFUSAL", "Guarding", "TextGuarding", "guarded"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+DEFAULT_REFUSAL = "I can't help with that."
+"""What a blocked call returns unless `refusal=` says otherwise."""
+
+InputSelector = QuestionSelector
+Screened = Literal["input", "output"]
+
+
+class Guarding(Protocol):
+    """The decorator `guarded(...)` returns: the call returns the function's type or the refusal.
+
+    For a function returning `str` that is `str`; for any other return type `T` it is
+    `T | str`, since a blocked call returns the refusal text.
+    """
+
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, T]], /
+    ) -> AsyncDecoratedFunction[P, T | str]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, T], /) -> DecoratedFunction[P, T | str]: ...
+
+
+class TextGuarding(Protocol):
+    """The decorator `guarded(returns="text", ...)` returns: the call returns `str`.
+
+    The function returns the model's reply (or its text); the caller gets the reply's text or
+    the refusal.
+    """
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[Reply]], /) -> AsyncDecoratedFunction[P, str]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, Reply], /) -> DecoratedFunction[P, str]: ...
+
+
+class _GuardConfig:
+    __slots__ = (
+        "function",
+        "job_budget",
+        "judge_error_policy",
+        "refusal",
+        "requests",
+        "returns_text",
+        "screen",
+        "screen_input",
+    )
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        screen: Adapted,
+        refusal: str,
+        screen_input: bool,
+        input: InputSelector | None,
+        judge_error_policy: JudgeErrorPolicy,
+        returns_text: bool = False,
+    ) -> None:
+        self.returns_text = returns_text
+        self.requests = RequestMaker(fn, question=input, option="input")
+        self.function = self.requests.function
+        if screen_input and input is None and not self.requests.names:
+            raise ValueError(
+                f"screen_input=True, but {self.function}{self.requests.signature} takes no "
+                "argument to screen"
+            )
+        self.screen = screen
+        self.refusal = refusal
+        self.screen_input = screen_input
+        self.judge_error_policy = judge_error_policy
+        self.job_budget: Budget | None = None
+
+    def input_text(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The input as text: what `input=` selects, else `question`, else the first str.
+
+        When the input is screened, not finding one raises `TypeError` rather than screen
+        nothing (the function is not called unscreened); otherwise the output's screen just
+        gets an empty question.
+        """
+        arguments = self.requests.bind(args, kwargs, strict=self.screen_input)
+        if arguments is None:  # the call itself cannot work
+            return ""
+        text = self.requests.question_of(arguments)
+        if text is None and self.screen_input:
+            raise TypeError(
+                f"@guarded(screen_input=True) found no str argument to screen in this call of "
+                f"{self.function}; name the input with input= (a parameter name or a callable "
+                "of the bound arguments)"
+            )
+        return text or ""
+
+
+def _event(cfg: _GuardConfig, job: Job, kind: EventKind, **fields: Any) -> Event:
+    # Inside @retry_on_low_quality the event carries the retry's attempt; alone, it is 1 of 1.
+    info = current_attempt()
+    number, maximum = (info.number, info.max_attempts) if info is not None else (1, 1)
+    return make_event(kind, "guarded", cfg.function, job, number, maximum, **fields)
+
+
+def _why(verdict: Verdict) -> str:
+    """Why a verdict is not a judgement, without any text it may quote: its first word."""
+    code = (verdict.reason or "no reason given").split(":", 1)[0].strip()
+    return f"{verdict.status} ({code[:80]})"
+
+
+def _screen(
+    cfg: _GuardConfig,
+    job: Job,
+    screened: Screened,
+    request: EvaluationRequest,
+    record: Record | None,
+) -> Flow[bool]:
+    """Screen one text; the flow's result is True when it is blocked."""
+    try:
+        verdict: Verdict = yield Evaluate(cfg.screen, request)
+    except JudgeError as exc:
+        # A failure is an unjudged verdict, which this guard's own policy blocks or lets
+        # through below. JudgeMisconfigured, a failure a judge's own "fail_closed" policy
+        # raised and any exception of a rule check (a bug) propagate.
+        verdict = judge_failure(exc, "fail_open", screen=cfg.screen.name)
+    if record is not None:
+        record.verdicts.append(verdict)
+    name = cfg.screen.name
+    if verdict.judged:
+        if verdict.passed:
+            if wants_debug_events():
+                emit(_event(cfg, job, "verdict", verdict=verdict))
+            return False
+        error = f"{screened} blocked by screen {name!r}"
+    elif cfg.judge_error_policy == "fail_open":
+        emit(
+            _event(
+                cfg,
+                job,
+                "unjudged",
+                verdict=verdict,
+                error=f"{screened} let through unscreened: screen {name!r} {_why(verdict)}",
+            )
+        )
+        return False
+    else:
+        error = f"{screened} blocked, failing closed: screen {name!r} {_why(verdict)}"
+    if screened == "input":
+        error += "; the function was not called"
+    emit(_event(cfg, job, "blocked", verdict=verdict, error=error, detail=request.answer))
+    return True
+
+
+def _guard_flow(
+    cfg: _GuardConfig,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    job: Job,
+    record: Record | None,
+) -> Flow[Any]:
+    question = cfg.input_text(args, kwargs)
+    if cfg.screen_input:
+        request = EvaluationRequest(
+            answer=question, metadata={"function": cfg.function, "screened": "input"}
+        )
+        if (yield from _screen(cfg, job, "input", request, record)):
+            return cfg.refusal
+    # The one call: one model call reserved until its reply is counted (none left: stop).
+    with _reserve.before_attempt(job, f"call of {cfg.function}", None, 0):
+        started = time.perf_counter()
+        counted = job._replies_counted()
+        rejection: LowQualityAnswer | None = None
+        try:
+            value = yield Call(fn, args, kwargs)
+        except LowQualityAnswer as raised:
+            # A draft carried by the signal can still be returned (an outer retry's
+            # "return_best"), so it is screened too.
+            rejection, value = raised, raised.answer
+        job._count_reply(value, counted)
+    if rejection is not None and value is None:
+        raise rejection
+    if cfg.returns_text:  # screened, published and carried as the reply's text
+        value = text_answer(value, cfg.function, "guarded")
+        if rejection is not None:
+            rejection.answer = value
+    request = EvaluationRequest(
+        question=question,
+        answer=answer_text(value),
+        metadata={"function": cfg.function, "screened": "output"},
+    )
+    blocked = yield from _screen(cfg, job, "output", request, record)
+    if rejection is not None:
+        if blocked:
+            rejection.answer = cfg.refusal
+        raise rejection
+    published = cfg.refusal if blocked else value
+    if record is not None:  # the published text, never a blocked one
+        duration = time.perf_counter() - started
+        record.attempts.append(Attempt(1, published, record.verdicts[-1], duration))
+    return published
+
+
+@overload
+def guarded(
+    *,
+    screen: EvaluatorLike,
+    refusal: str = ...,
+    screen_input: bool = ...,
+    input: InputSelector | None = ...,
+    judge_error_policy: JudgeErrorPolicy = ...,
+    budget: Budget | None = ...,
+    returns: Literal["text"],
+) -> TextGuarding: ...
+
+
+@overload
+def guarded(
+    *,
+    screen: EvaluatorLike,
+    refusal: str = ...,
+    screen_input: bool = ...,
+    input: InputSelector | None = ...,
+    judge_error_policy: JudgeErrorPolicy = ...,
+    budget: Budget | None = ...,
+    returns: Literal["value"] = ...,
+) -> Guarding: ...
+
+
+def guarded(
+    *,
+    screen: EvaluatorLike,
+    refusal: str = DEFAULT_REFUSAL,
+    screen_input: bool = False,
+    input: InputSelector | None = None,
+    judge_error_policy: JudgeErrorPolicy = "fail_closed",
+    budget: Budget | None = None,
+    returns: Returns = "value",
+) -> Guarding | TextGuarding:
+    """Screen every output of the decorated function; publish a refusal instead of unsafe text.
+
+    `screen` judges each return value (a passing verdict means safe). An unsafe output is
+    replaced by `refusal` before anything else sees it: an outer `@retry_on_low_quality`
+    judges the refusal, never the unsafe draft. With input screening on, the input is
+    screened before the call, and a blocked input returns the refusal without calling the
+    function at all. Works on `def` and `async def` functions alike, and on methods
+    (`self`/`cls` is bound, never the input).
+
+    A `str` output is screened as it is, an OpenAI `ChatCompletion` as its message text, a
+    pydantic model (or any other value) as JSON. A blocked call always returns the `refusal`
+    string, whatever the function returns, so for a function returning `T` the decorated
+    call returns `T | str`.
+
+    Args:
+        screen: What decides that a text is safe: a rule check (`checks.matches(...)`, a
+            `checks.Check`), a model judge, or a function `(EvaluationRequest) -> bool |
+            Verdict`, sync or async. The screened text is `request.answer`;
+            `request.metadata["screened"]` says `"input"` or `"output"`, and for an output
+            `request.question` is the input.
+        refusal: The text returned in place of a blocked output or for a blocked input.
+        screen_input: Screen the input too, before the call.
+        input: Which argument is the input (giving it turns input screening on): a parameter
+            name, or a callable of the bound arguments (a dict) returning the text. Default:
+            the parameter `question`, else the first `str` argument; a non-`str` argument is
+            screened as JSON.
+        judge_error_policy: What a judging failure does: the screen raised `JudgeUnavailable`
+            or `JudgeReplyError`, or returned a verdict that is `unjudged` or `inconclusive`.
+            `"fail_closed"` (the default) blocks: the refusal is returned, with a `blocked`
+            event saying why. `"fail_open"` publishes the text unscreened, with an `unjudged`
+            event and a WARNING log line. `JudgeMisconfigured` is always raised, a judge's own
+            `judge_error_policy="fail_closed"` raises past this one, and an exception inside a
+            rule check (a bug) propagates.
+        budget: A `refinekit.Budget` for the job (the function's model calls and the screen's
+            judge calls): the call raises `refinekit.BudgetExceeded` (never publishing an
+            unscreened answer) as soon as a call has taken the job over it, or before a
+            judge call it cannot cover. Inside another refinekit call it can only tighten that
+            job's budget. See docs/budgets.md.
+        returns: What the caller gets. `"value"` (the default): what the function returned,
+            or the refusal. `"text"`: the reply's text, or the refusal, for a function that
+            returns the model's reply (an OpenAI `ChatCompletion`, an Anthropic `Message`,
+            ... or a `str`), so that its usage counts in the job and the call always returns
+            a `str`. A reply that asks for tool calls, or a value that is no reply, is then
+            a `TypeError`.
+
+    Returns:
+        A decorator keeping the function's signature; the decorated function has
+        `.outcome(...)` and `.retry_with(**changes)`.
+
+    Raises:
+        TypeError: `screen` is not an evaluator, `refusal` is not a `str`, `screen_input` is
+            not a bool, `input` is neither a name nor a callable, or `budget` is not a
+            `refinekit.Budget` (when decorating).
+        ValueError: `input` names no parameter of the function, or `judge_error_policy` or
+            `returns` is unknown (when decorating).
+    """
+    adapted = as_evaluator(screen)
+    if not isinstance(refusal, str):
+        raise TypeError(f"refusal must be a str, got {type(refusal).__name__}")
+    if not isinstance(screen_input, bool):
+        raise TypeError(f"screen_input must be a bool, got {type(screen_input).__name__}")
+    if input is not None and not isinstance(input, str) and not callable(input):
+        raise TypeError(
+            "input= must be a parameter name or a callable of the bound arguments, "
+            f"got {type(input).__name__}"
+        )
+    check_policy(judge_error_policy)
+    job_budget = check_budget_option(budget)
+    returns_text = check_returns(returns)
+    options: dict[str, Any] = {
+        "screen": screen,
+        "refusal": refusal,
+        "screen_input": screen_input,
+        "input": input,
+        "judge_error_policy": judge_error_policy,
+        "budget": budget,
+        "returns": returns,
+    }
+
+    def configure(fn: Callable[..., Any]) -> _GuardConfig:
+        cfg = _GuardConfig(
+            fn,
+            screen=adapted,
+            refusal=refusal,
+            screen_input=screen_input or input is not None,
+            input=input,
+            judge_error_policy=judge_error_policy,
+            returns_text=returns_text,
+        )
+        cfg.job_budget = job_budget
+        return cfg
+
+    def decorate(fn: Any) -> Any:
+        return wrap(
+            fn,
+            without_attempts(_guard_flow, "guarded"),
+            configure,
+            decorator="guarded",
+            remake=functools.partial(guarded, **options),
+        )
+
+    return decorate

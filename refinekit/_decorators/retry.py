@@ -1,0 +1,641 @@
+"""`@retry_on_low_quality`: judge each answer, feed the defect back, try again within a cap."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
+
+import tenacity
+from tenacity.wait import wait_base
+
+from .._core import config as _config
+from .._core.errors import BudgetExceeded, JudgeError, LowQualityAnswer
+from .._core.errtext import utf8_text
+from .._core.numbers import is_real, shown
+from .._core.types import Attempt, AttemptInfo, EvaluationRequest, Verdict
+from .._engine import budget as _budget
+from .._engine import reserve as _reserve
+from .._engine.budget import check_budget_option
+from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
+from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
+from .._engine.flow import Call, Evaluate, Flow, Sleep
+from .._engine.job import Job, current_attempt, enter_attempt, leave_attempt
+from .._engine.outcome import Record
+from .._engine.policy import (
+    JudgeErrorPolicy,
+    OnInconclusive,
+    check_budget,
+    check_on_inconclusive,
+    check_policy,
+    judge_failure,
+)
+from .._engine.prices import Budget
+from .._engine.recorder import start_recording, stop_recording
+from .._engine.request import QuestionSelector, RequestMaker
+from .._engine.reserve import Reservation
+from .._engine.wrapper import AsyncDecoratedFunction, DecoratedFunction, wrap
+from .._providers.replies import Reply, Returns, check_returns, text_answer
+
+__all__ = ["DEFAULT_WAIT", "MAX_RETRIES_LIMIT", "Retrying", "TextRetrying", "retry_on_low_quality"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MAX_RETRIES_LIMIT = 100
+"""The largest `max_retries` accepted: "retry until it passes" does not exist."""
+
+# tenacity 9.1 renamed `initial` to `multiplier` (and warns on `initial`); 8.x only has `initial`.
+_START = (
+    "multiplier"
+    if "multiplier" in inspect.signature(tenacity.wait_exponential_jitter).parameters
+    else "initial"
+)
+DEFAULT_WAIT: wait_base = tenacity.wait_exponential_jitter(
+    exp_base=2, max=5.0, jitter=0.2, **{_START: 0.2}
+)
+"""The default backoff: 0.2 s doubling per retry, plus up to 0.2 s of jitter, capped at 5 s."""
+
+Wait = wait_base | Callable[[tenacity.RetryCallState], float] | float | int
+OnExhausted = Literal["raise", "return_best"]
+Stop = Callable[[tenacity.RetryCallState], bool]
+"""A tenacity stop strategy (`stop_after_delay(10)`, `stop_after_attempt(3) | ...`)."""
+Callback = Callable[[tenacity.RetryCallState], object]
+"""A tenacity callback (`before_sleep_log(logger, logging.INFO)`, `after_log(...)`)."""
+
+
+class Retrying(Protocol):
+    """The decorator `retry_on_low_quality(...)` returns; the call returns the function's type."""
+
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> AsyncDecoratedFunction[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> DecoratedFunction[P, R]: ...
+
+
+class TextRetrying(Protocol):
+    """The decorator `retry_on_low_quality(returns="text", ...)` returns: the call returns `str`.
+
+    The function returns the model's reply (or its text); the caller gets the reply's text.
+    """
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[Reply]], /) -> AsyncDecoratedFunction[P, str]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, Reply], /) -> DecoratedFunction[P, str]: ...
+
+
+def _check_wait(wait: object) -> Callable[[tenacity.RetryCallState], float]:
+    if isinstance(wait, bool):
+        raise TypeError("wait must be a tenacity wait strategy or a number of seconds, not a bool")
+    if isinstance(wait, (int, float)):
+        if not is_real(wait) or wait < 0:  # NaN, infinite, or too large for a float
+            raise ValueError(
+                f"wait must be a finite number of seconds >= 0 (or a tenacity wait strategy), "
+                f"got {shown(wait)}"
+            )
+        return tenacity.wait_fixed(wait)
+    if callable(wait):
+        return wait
+    raise TypeError(
+        "wait must be a tenacity wait strategy (e.g. tenacity.wait_exponential()), a callable "
+        f"taking a tenacity.RetryCallState, or a number of seconds; got {type(wait).__name__}"
+    )
+
+
+def _check_callable(name: str, value: object, what: str) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"{name}= must be {what}, got {type(value).__name__}")
+
+
+def _best(attempts: list[Attempt]) -> Attempt | None:
+    """Most criteria passed net of those failed; the later attempt wins a tie."""
+    best: Attempt | None = None
+    for attempt in attempts:
+        if attempt.answer is None:
+            continue
+        if best is None or attempt.verdict.net_criteria() >= best.verdict.net_criteria():
+            best = attempt
+    return best
+
+
+class _RetryConfig:
+    __slots__ = (
+        "accepts_feedback",
+        "after",
+        "before_sleep",
+        "evaluator",
+        "feedback_index",
+        "function",
+        "job_budget",
+        "judge_error_policy",
+        "max_retries",
+        "on_exhausted",
+        "on_inconclusive",
+        "requests",
+        "returns_text",
+        "skip",
+        "stop",
+        "wait",
+    )
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        evaluator: Adapted | None,
+        max_retries: int,
+        wait: Callable[[tenacity.RetryCallState], float],
+        on_exhausted: OnExhausted,
+        question: QuestionSelector | None,
+        answer: Callable[[Any], str] | None,
+        context: Callable[[Mapping[str, Any]], Iterable[Any]] | None,
+        skip: Callable[[EvaluationRequest], bool] | None,
+        judge_error_policy: JudgeErrorPolicy,
+        on_inconclusive: OnInconclusive,
+        stop: Stop | None,
+        before_sleep: Callback | None,
+        after: Callback | None,
+        job_budget: Budget | None = None,
+        returns_text: bool = False,
+    ) -> None:
+        self.job_budget = job_budget
+        self.returns_text = returns_text
+        self.requests = RequestMaker(fn, question=question, answer=answer, context=context)
+        self.function = self.requests.function
+        feedback = self.requests.signature.parameters.get("feedback")
+        self.accepts_feedback = feedback is not None and feedback.kind in (
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        )
+        self.feedback_index = (
+            self.requests.names.index("feedback")
+            if feedback is not None and feedback.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+            else None
+        )
+        self.evaluator = evaluator
+        self.max_retries = max_retries
+        self.wait = wait
+        self.on_exhausted = on_exhausted
+        self.skip = skip
+        self.judge_error_policy = judge_error_policy
+        self.on_inconclusive = on_inconclusive
+        self.stop = stop
+        self.before_sleep = before_sleep
+        self.after = after
+
+    def with_feedback(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], feedback: str
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if not self.accepts_feedback:
+            return args, kwargs
+        i = self.feedback_index
+        if i is not None and len(args) > i:
+            return (*args[:i], feedback, *args[i + 1 :]), kwargs
+        return args, {**kwargs, "feedback": feedback}
+
+
+def _event(
+    cfg: _RetryConfig,
+    job: Job,
+    kind: EventKind,
+    number: int,
+    maximum: int | None = None,
+    **fields: Any,
+) -> Event:
+    most = cfg.max_retries + 1 if maximum is None else maximum
+    return make_event(kind, "retry_on_low_quality", cfg.function, job, number, most, **fields)
+
+
+def _kept(value: Any, info: AttemptInfo, outer: AttemptInfo | None) -> Any:
+    """Return the accepted answer; the documents it was built from go to the enclosing attempt.
+
+    An answer built on an inner answer is built on that answer's context too, so an outer
+    evaluator (an outer `@retry_on_low_quality`, `refinekit eval`'s judge) sees it.
+    """
+    if outer is not None:
+        outer._context.extend(info._context)
+    return value
+
+
+def _unjudged(
+    record: Record | None,
+    info: AttemptInfo,
+    value: Any,
+    why: str,
+    started: float,
+) -> None:
+    """An attempt returned without a verdict, in the outcome: its verdict says why."""
+    if record is not None:
+        verdict = Verdict.unjudged(why)
+        duration = time.perf_counter() - started
+        record.attempts.append(Attempt(info.number, value, verdict, duration, info.feedback))
+
+
+def _retry_flow(
+    cfg: _RetryConfig,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    job: Job,
+    record: Record | None,
+) -> Flow[Any]:
+    attempts: list[Attempt] = []
+    try:
+        return (yield from _retry_steps(cfg, fn, args, kwargs, job, record, attempts))
+    except BudgetExceeded as stopped:
+        _budget.surface(
+            stopped,
+            attempts,
+            _best(attempts),
+            decorator="retry_on_low_quality",
+            function=cfg.function,
+            job=job,
+        )
+        raise
+
+
+def _retry_steps(
+    cfg: _RetryConfig,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    job: Job,
+    record: Record | None,
+    attempts: list[Attempt],
+) -> Flow[Any]:
+    max_attempts = cfg.max_retries + 1
+    previous_attempt: Reservation | None = None  # what the last attempt held and used
+    arguments: dict[str, Any] | None = None
+    state: tenacity.RetryCallState | None = None
+    feedback: str | None = None
+    previous: Any = None
+    call_args, call_kwargs = args, kwargs
+    outer = current_attempt()  # an enclosing attempt (or `refinekit eval`'s case), if any
+    infos: list[AttemptInfo] = []
+    began = time.monotonic()  # tenacity's `start_time`: what `stop_after_delay` counts from
+    for number in range(1, max_attempts + 1):
+        # Each attempt reserves its share of the budget (estimated from the previous one)
+        # before it is made, until its reply is counted; it stops here when that does not fit.
+        extra = len(feedback) if feedback else 0
+        planned = f"attempt {number} of {cfg.function}"
+        with _reserve.before_attempt(job, planned, previous_attempt, extra) as previous_attempt:
+            info = AttemptInfo(number, max_attempts, feedback, previous)
+            infos.append(info)
+            started = time.perf_counter()
+            token = enter_attempt(info)
+            recorder = start_recording()  # this attempt's tool calls, for the judge
+            counted = job._replies_counted()
+            try:
+                value = yield Call(fn, call_args, call_kwargs)
+            except LowQualityAnswer as raised:
+                rejection: LowQualityAnswer | None = raised
+                value = raised.answer
+            else:
+                rejection = None
+            finally:
+                stop_recording(recorder)
+                leave_attempt(token)
+            # Count the reply's tokens before the event, so `attempt` events include this
+            # attempt; a rejected reply (returned, or carried by a raised LowQualityAnswer)
+            # was paid for too.
+            job._count_reply(value, counted)
+        if cfg.returns_text and (rejection is None or value is not None):
+            # From here on the answer is the reply's text: judged, kept, returned.
+            value = text_answer(value, cfg.function, "retry_on_low_quality")
+            if rejection is not None:
+                rejection.answer = value
+        if wants_debug_events():
+            emit(_event(cfg, job, "attempt", number, duration=time.perf_counter() - started))
+        if rejection is None:
+            if recorder.direct is not None:  # a return_direct tool's output: not judged
+                if wants_debug_events():
+                    emit(_event(cfg, job, "skipped", number))
+                _unjudged(record, info, value, "return_direct", started)
+                return _kept(value, info, outer)
+            if cfg.evaluator is None and cfg.skip is None:
+                _unjudged(record, info, value, "no evaluator", started)
+                return _kept(value, info, outer)
+            if arguments is None:
+                arguments = cfg.requests.bind(args, kwargs) or {}
+            request = cfg.requests.request(arguments, value, info._context, number, recorder.calls)
+            if cfg.skip is not None and cfg.skip(request):
+                if wants_debug_events():
+                    emit(_event(cfg, job, "skipped", number))
+                _unjudged(record, info, value, "skipped", started)
+                return _kept(value, info, outer)
+            if cfg.evaluator is None:
+                _unjudged(record, info, value, "no evaluator", started)
+                return _kept(value, info, outer)
+            try:
+                verdict: Verdict = yield Evaluate(cfg.evaluator, request)
+            except JudgeError as e:
+                verdict = judge_failure(e, cfg.judge_error_policy)
+            if record is not None:
+                record.verdicts.append(verdict)
+            accepted_unjudged = verdict.status == "unjudged" or (
+                verdict.status == "inconclusive" and cfg.on_inconclusive == "accept"
+            )
+            if accepted_unjudged or verdict.passed:
+                if accepted_unjudged:  # not judged, and the policy lets the answer through
+                    emit(_event(cfg, job, "unjudged", number, verdict=verdict))
+                elif wants_debug_events():
+                    emit(_event(cfg, job, "verdict", number, verdict=verdict))
+                if record is not None:
+                    duration = time.perf_counter() - started
+                    record.attempts.append(Attempt(number, value, verdict, duration, feedback))
+                return _kept(value, info, outer)
+            if wants_debug_events():
+                emit(_event(cfg, job, "verdict", number, verdict=verdict))
+            rejection = LowQualityAnswer(
+                verdict.feedback
+                or (
+                    f"the answer could not be judged ({verdict.reason})"
+                    if verdict.status == "inconclusive"
+                    else f"the answer was rejected by {cfg.evaluator.name}"
+                ),
+                verdict=verdict,
+                answer=value,
+            )
+        elif record is not None:
+            record.verdicts.append(rejection.verdict)
+        attempt = Attempt(number, value, rejection.verdict, time.perf_counter() - started, feedback)
+        attempts.append(attempt)
+        if record is not None:
+            record.attempts.append(attempt)
+        # Valid UTF-8, as the function will likely put it into its next request.
+        feedback, previous = utf8_text(rejection.feedback), value
+        if state is None:
+            state = tenacity.RetryCallState(None, fn, args, kwargs)  # type: ignore[arg-type]
+            state.start_time = began
+        # What tenacity's own loop holds here, so any wait or stop strategy and any callback
+        # works, including those reading the failure (`wait_exception`, `before_sleep_log`)
+        # or the time since the first call (`stop_after_delay`).
+        state.attempt_number = number
+        state.outcome = tenacity.Future.construct(number, rejection, True)
+        state.outcome_timestamp = time.monotonic()
+        if cfg.after is not None:
+            yield Call(cfg.after, (state,), {})
+        if number == max_attempts:
+            break
+        delay = max(0.0, float(cfg.wait(state)))
+        state.upcoming_sleep = delay
+        if cfg.stop is not None and cfg.stop(state):
+            break
+        call_args, call_kwargs = cfg.with_feedback(args, kwargs, feedback)
+        state.next_action = tenacity.RetryAction(delay)
+        state.idle_for += delay
+        if record is not None:
+            record.idle_for += delay
+        emit(
+            _event(
+                cfg,
+                job,
+                "retry",
+                number,
+                verdict=rejection.verdict,
+                feedback=feedback,
+                wait=delay,
+            )
+        )
+        if cfg.before_sleep is not None:
+            yield Call(cfg.before_sleep, (state,), {})
+        if delay > 0 and not _config._testing:
+            yield Sleep(delay)
+    assert rejection is not None
+    rejection.attempts = tuple(attempts)
+    rejection.best = _best(attempts)
+    best = rejection.best if cfg.on_exhausted == "return_best" else None
+    rejection.usage = job.usage
+    rejection.judge_usage = job.judge_usage
+    rejection.job_id = job.id
+    emit(
+        _event(
+            cfg,
+            job,
+            "exhausted",
+            len(attempts),
+            len(attempts),  # the most there were: `stop=` may have ended them early
+            verdict=rejection.verdict,
+            feedback=rejection.feedback,
+            error=(
+                f"returned the best attempt ({best.number}); last feedback: {rejection.feedback}"
+                if best is not None
+                else f"LowQualityAnswer: {rejection.feedback}"
+            ),
+        )
+    )
+    if best is not None:
+        return _kept(best.answer, infos[best.number - 1], outer)
+    raise rejection
+
+
+@overload
+def retry_on_low_quality(
+    *,
+    evaluator: EvaluatorLike | None = ...,
+    max_retries: int = ...,
+    wait: Wait = ...,
+    on_exhausted: OnExhausted = ...,
+    question: QuestionSelector | None = ...,
+    answer: Callable[[Any], str] | None = ...,
+    context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = ...,
+    skip: Callable[[EvaluationRequest], bool] | None = ...,
+    judge_error_policy: JudgeErrorPolicy = ...,
+    on_inconclusive: OnInconclusive = ...,
+    stop: Stop | None = ...,
+    before_sleep: Callback | None = ...,
+    after: Callback | None = ...,
+    budget: Budget | None = ...,
+    returns: Literal["text"],
+) -> TextRetrying: ...
+
+
+@overload
+def retry_on_low_quality(
+    *,
+    evaluator: EvaluatorLike | None = ...,
+    max_retries: int = ...,
+    wait: Wait = ...,
+    on_exhausted: OnExhausted = ...,
+    question: QuestionSelector | None = ...,
+    answer: Callable[[Any], str] | None = ...,
+    context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = ...,
+    skip: Callable[[EvaluationRequest], bool] | None = ...,
+    judge_error_policy: JudgeErrorPolicy = ...,
+    on_inconclusive: OnInconclusive = ...,
+    stop: Stop | None = ...,
+    before_sleep: Callback | None = ...,
+    after: Callback | None = ...,
+    budget: Budget | None = ...,
+    returns: Literal["value"] = ...,
+) -> Retrying: ...
+
+
+def retry_on_low_quality(
+    *,
+    evaluator: EvaluatorLike | None = None,
+    max_retries: int = 2,
+    wait: Wait = DEFAULT_WAIT,
+    on_exhausted: OnExhausted = "raise",
+    question: QuestionSelector | None = None,
+    answer: Callable[[Any], str] | None = None,
+    context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = None,
+    skip: Callable[[EvaluationRequest], bool] | None = None,
+    judge_error_policy: JudgeErrorPolicy = "fail_open",
+    on_inconclusive: OnInconclusive = "fail",
+    stop: Stop | None = None,
+    before_sleep: Callback | None = None,
+    after: Callback | None = None,
+    budget: Budget | None = None,
+    returns: Returns = "value",
+) -> Retrying | TextRetrying:
+    """Judge every answer of the decorated function and retry a poor one with its feedback.
+
+    An attempt fails when the function raises `LowQualityAnswer` itself or when `evaluator`
+    rejects its return value. The next attempt is called with the same arguments plus the
+    latest feedback (as the `feedback` keyword, when the function declares that parameter;
+    always through `refinekit.current_attempt()`). Feedback never compounds: each retry is
+    built from the original call. Any other exception propagates at once, unretried. Works
+    on `def` and `async def` functions alike, and on methods, classmethods and staticmethods
+    (`self`/`cls` is bound, never the question nor one of the bound arguments it reads).
+
+    Args:
+        evaluator: What judges each answer: an evaluator, an async evaluator or a function
+            `(EvaluationRequest) -> Verdict | bool`. None: only `LowQualityAnswer` raised by the
+            function triggers a retry.
+        max_retries: Retries after the first attempt, 0 to 100 (2 means at most 3 calls).
+        wait: Backoff before each retry: any tenacity wait strategy, or seconds. Use
+            `refinekit.testing.set_testing()` to make it instant in tests.
+        on_exhausted: `"raise"` raises the last `LowQualityAnswer` (with `.attempts` and
+            `.best`); `"return_best"` returns the best attempt's answer instead (most criteria
+            passed net of failed, the later one on a tie).
+        question: Which argument is the question: a parameter name, or a callable of the bound
+            arguments (a dict). Default: the parameter `question`, else the first `str` argument.
+        answer: A callable turning the return value into the text to judge. Default: a `str` as
+            is, a `ChatCompletion`'s text, anything else (a pydantic model, ...) as JSON.
+        context: A callable of the bound arguments returning the context documents. Documents
+            recorded with `refinekit.record_context()` during the attempt are added to them.
+        skip: A predicate of the `EvaluationRequest`; when it is true the answer is returned
+            without judging.
+        judge_error_policy: What a judging failure does. `"fail_open"`: on `JudgeUnavailable`
+            or `JudgeReplyError` the answer is returned unjudged, with a warning and an
+            `unjudged` event (never counted as passed). `"fail_closed"`: they are raised.
+            `JudgeMisconfigured` is always raised, and a judge's own explicit policy wins.
+        on_inconclusive: What an `inconclusive` verdict (the evidence could not support a
+            judgement: incomplete tool-call pairing, a state over its size limit) does:
+            `"fail"` (the default) counts it as a rejection; `"accept"` returns the answer
+            unjudged, with an `unjudged` event.
+        stop: A tenacity stop strategy (`tenacity.stop_after_delay(10)`, combinations with
+            `|` and `&`), asked after each rejected attempt whether to stop retrying; the
+            attempts end at whichever comes first, it or `max_retries`. Its
+            `RetryCallState` holds the rejection (`outcome.exception()` is the
+            `LowQualityAnswer`) and `upcoming_sleep`, the wait the next retry would have.
+        before_sleep: Called with the tenacity `RetryCallState` before each wait (after the
+            `retry` event), as tenacity calls it: `tenacity.before_sleep_log(logger,
+            logging.INFO)` works. An `async def` callback is awaited on the async path.
+        after: Called with the tenacity `RetryCallState` after each rejected attempt (the last
+            one too), as tenacity calls it: `tenacity.after_log(logger, logging.INFO)` works.
+        budget: A `refinekit.Budget` for the job (tokens, cost, model calls of the answer
+            calls and the judge calls together): the call raises `refinekit.BudgetExceeded`
+            as soon as a call has taken the job over it, or before another attempt or a judge
+            call it cannot cover. Inside another refinekit call it can only tighten that
+            job's budget. See docs/budgets.md.
+        returns: What the caller gets. `"value"` (the default): what the function returned,
+            as it is. `"text"`: the reply's text, for a function that returns the model's
+            reply (an OpenAI `ChatCompletion`, an Anthropic `Message`, ... or a `str`), so that
+            its usage counts in the job and the caller still gets a `str`: the text the
+            evaluator judged, also in `LowQualityAnswer.answer`, the attempts, the best
+            attempt and `current_attempt().previous_answer`. A reply that asks for tool calls,
+            or a value that is no reply, is then a `TypeError`.
+
+    Returns:
+        A decorator keeping the function's signature. The decorated function also has
+        `.outcome(*args, **kwargs)` (the call's `refinekit.Outcome`) and
+        `.retry_with(**changes)` (the same function with options changed).
+
+    Raises:
+        ValueError: `max_retries` is not an int from 0 to 100, `on_exhausted`,
+            `judge_error_policy` or `returns` is unknown, or
+            `question` names no parameter (raised when decorating, not when calling).
+        TypeError: `evaluator`, `wait`, `stop`, `before_sleep`, `after` or `budget` cannot
+            be used (also when decorating).
+    """
+    options: dict[str, Any] = {
+        "evaluator": evaluator,
+        "max_retries": max_retries,
+        "wait": wait,
+        "on_exhausted": on_exhausted,
+        "question": question,
+        "answer": answer,
+        "context": context,
+        "skip": skip,
+        "judge_error_policy": judge_error_policy,
+        "on_inconclusive": on_inconclusive,
+        "stop": stop,
+        "before_sleep": before_sleep,
+        "after": after,
+        "budget": budget,
+        "returns": returns,
+    }
+    check_budget("max_retries", max_retries, MAX_RETRIES_LIMIT)
+    returns_text = check_returns(returns)
+    job_budget = check_budget_option(budget)
+    if on_exhausted not in ("raise", "return_best"):
+        raise ValueError(f"on_exhausted must be 'raise' or 'return_best', got {on_exhausted!r}")
+    check_policy(judge_error_policy)
+    check_on_inconclusive(on_inconclusive)
+    adapted = None if evaluator is None else as_evaluator(evaluator)
+    wait_fn = _check_wait(wait)
+    for name, value in (
+        ("question", question),
+        ("answer", answer),
+        ("context", context),
+        ("skip", skip),
+    ):
+        if (
+            value is not None
+            and not callable(value)
+            and not (name == "question" and isinstance(value, str))
+        ):
+            raise TypeError(f"{name}= must be callable, got {type(value).__name__}")
+    _check_callable("stop", stop, "a tenacity stop strategy (e.g. tenacity.stop_after_delay(10))")
+    _check_callable("before_sleep", before_sleep, "a callable taking a tenacity.RetryCallState")
+    _check_callable("after", after, "a callable taking a tenacity.RetryCallState")
+
+    def configure(fn: Callable[..., Any]) -> _RetryConfig:
+        return _RetryConfig(
+            fn,
+            evaluator=adapted,
+            max_retries=max_retries,
+            wait=wait_fn,
+            on_exhausted=on_exhausted,
+            question=question,
+            answer=answer,
+            context=context,
+            skip=skip,
+            judge_error_policy=judge_error_policy,
+            on_inconclusive=on_inconclusive,
+            stop=stop,
+            before_sleep=before_sleep,
+            after=after,
+            job_budget=job_budget,
+            returns_text=returns_text,
+        )
+
+    def decorate(fn: Any) -> Any:
+        return wrap(
+            fn,
+            _retry_flow,
+            configure,
+            decorator="retry_on_low_quality",
+            remake=functools.partial(retry_on_low_quality, **options),
+        )
+
+    return decorate

@@ -1,0 +1,310 @@
+"""Budgets per job: a job held to its limits on tokens, cost and model calls.
+
+What a budget and prices are is `_prices`'s; what a call reserves of a budget before it is
+sent is `_reserve`'s. Here is what a job has spent and how it is held to its limits; the
+rest of refinekit calls a few hooks:
+
+- `join(job, budget, opened)` / `leave(token)`: a decorated call brings its `budget=` to the
+  job it opens (the job's budget) or joins (tightening the job's budget for that call only);
+- `check()`: before every command a flow yields (`refinekit._engine.flow`'s drivers), a job already
+  over a limit stops there with `BudgetExceeded`;
+- `spent_of`, `exceeded`, `cost_of`: what a job has spent against its limits, the error that
+  stops it, its cost; `estimate_tokens` / `request_tokens`: the characters / 4 estimate;
+- `surface(error, attempts, best)`: the decorator the caller called puts its attempts on the
+  error.
+
+The answer and judge usage are counted by the job (`refinekit._engine.job`), per model, so that a
+cost can be computed with the prices given; the job owns the counters (what is spent, what
+its calls in flight hold) and the lock.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Generator, Mapping
+from contextvars import ContextVar, Token
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._core.errors import BudgetExceeded
+from .._core.types import Attempt, Cost, Usage
+from .prices import Budget, Prices
+
+if TYPE_CHECKING:
+    from .job import Job
+
+T = TypeVar("T")
+
+__all__ = [
+    "check",
+    "cost_of",
+    "effective",
+    "estimate_tokens",
+    "exceeded",
+    "join",
+    "leave",
+    "request_tokens",
+    "spent_of",
+    "surface",
+    "without_attempts",
+]
+
+_in_use = False
+"""Whether any budget was given (to a decorator or a job) in this process: until one is, the
+drivers' check costs one global lookup."""
+
+
+def check_budget_option(budget: object) -> Budget | None:
+    """A decorator's `budget=`: None or a `Budget` (a TypeError names what to give)."""
+    global _in_use
+    if budget is None:
+        return None
+    if isinstance(budget, Budget):
+        _in_use = True
+        return budget
+    raise TypeError(
+        "budget= must be a refinekit.Budget, e.g. refinekit.Budget(max_calls=10), not "
+        f"{type(budget).__name__}"
+    )
+
+
+# --- the budget a job runs under -------------------------------------------------------------
+
+_SCOPE: ContextVar[tuple[Job, Budget] | None] = ContextVar("refinekit_budget", default=None)
+
+
+def _current_job() -> Job | None:
+    """The current job (`refinekit._engine.job` imports this module, so it is looked up late)."""
+    from .job import current_job
+
+    return current_job()
+
+
+def effective(job: Job) -> Budget | None:
+    """The budget `job` runs under here: its own, tightened by an inner decorator's."""
+    scope = _SCOPE.get()
+    if scope is not None and scope[0] is job:
+        return scope[1]
+    return job.budget
+
+
+def join(job: Job, budget: Budget | None, opened: bool) -> Token[Any] | None:
+    """Bring a decorated call's `budget=` to its job; `leave` with the token undoes it.
+
+    A job opened by this call takes the budget as its own. A joined job keeps its own; the
+    call's budget tightens it (limits only lower) until the call ends.
+    """
+    if budget is None:
+        return None
+    check_budget_option(budget)
+    if opened:
+        job._budget = budget
+        return None
+    current = effective(job)
+    return _SCOPE.set((job, budget if current is None else current.tightened(budget)))
+
+
+def leave(token: Token[Any] | None) -> None:
+    """Undo what `join` did for a joined job."""
+    if token is not None:
+        _SCOPE.reset(token)
+
+
+def cost_of(
+    job: Job,
+    prices: Prices | None = None,
+    *,
+    per_model: dict[tuple[bool, str | None], Usage] | None = None,
+) -> Cost | None:
+    """The job's cost so far with `prices` (default: the effective budget's); None without.
+
+    `per_model`: the job's usage per model when the caller holds the job's lock.
+
+    Raises:
+        MissingPrice: A model the job called has no price.
+    """
+    if prices is None:
+        if not _in_use:
+            return None
+        budget = effective(job)
+        prices = None if budget is None else budget.prices
+        if prices is None:
+            return None
+    answer = judge = 0.0
+    models = job._per_model() if per_model is None else per_model
+    for (is_judge, model), usage in models.items():
+        value = prices.cost(model, usage.prompt_tokens, usage.completion_tokens)
+        if is_judge:
+            judge += value
+        else:
+            answer += value
+    return Cost(answer, judge)
+
+
+def estimate_tokens(text_chars: int) -> int:
+    """The token estimate of a prompt whose count is not known: its characters / 4, rounded up."""
+    return -(-text_chars // 4)
+
+
+def spent_of(job: Job, budget: Budget, *, locked: bool = False) -> tuple[int, int, Cost | None]:
+    """What `job` has spent: tokens and calls (answer and judge together), and its cost.
+
+    `locked`: the caller holds the job's lock (a reservation being made).
+    """
+    usage, judge = job.usage, job.judge_usage
+    per_model = dict(job._models) if locked else None
+    cost = cost_of(job, budget.prices, per_model=per_model) if budget.prices is not None else None
+    return (
+        usage.total_tokens + judge.total_tokens,
+        usage.model_calls + judge.model_calls,
+        cost,
+    )
+
+
+def _fmt(limit: str, value: float) -> str:
+    return f"{value:.6g}" if limit == "max_cost" else str(int(value))
+
+
+def exceeded(
+    job: Job,
+    limit: str,
+    maximum: float,
+    spent: float,
+    cost: Cost | None,
+    needed: float | None = None,
+    planned: str | None = None,
+    reserved: float = 0,
+) -> BudgetExceeded:
+    what = {"max_tokens": "tokens", "max_cost": "cost", "max_calls": "model calls"}[limit]
+    usage, judge = job.usage, job.judge_usage
+    counts = (
+        f"{usage.model_calls} answer and {judge.model_calls} judge calls, "
+        f"{usage.total_tokens + judge.total_tokens} tokens"
+        + ("" if cost is None else f", cost {cost.total:.6g}")
+    )
+    if needed is None:
+        message = (
+            f"budget exceeded: {what} {_fmt(limit, spent)} > {limit}={_fmt(limit, maximum)} "
+            f"({counts})"
+        )
+    else:
+        in_flight = (
+            f", with {_fmt(limit, reserved)} held by calls in flight" if reserved > 0 else ""
+        )
+        message = (
+            f"budget exceeded: the {planned} was not made: it needs about "
+            f"{_fmt(limit, needed)} {what} and {limit}={_fmt(limit, maximum)} leaves "
+            f"{_fmt(limit, max(0.0, maximum - spent - reserved))}{in_flight} ({counts})"
+        )
+    return BudgetExceeded(
+        message,
+        limit=limit,
+        maximum=maximum,
+        spent=spent,
+        needed=needed,
+        planned=planned,
+        reserved=reserved,
+        usage=usage,
+        judge_usage=judge,
+        cost=cost,
+        job_id=job.id,
+    )
+
+
+def check() -> None:
+    """Before a flow's next command: stop when the current job is already over a limit.
+
+    Raises:
+        BudgetExceeded: A counted call has taken the job over a limit.
+        MissingPrice: The job must be priced and a model it called has no price.
+    """
+    if not _in_use:  # no budget was ever given: nothing to look up
+        return
+    job = _current_job()
+    if job is None:
+        return
+    budget = effective(job)
+    if budget is None:
+        return
+    spent_tokens, spent_calls, spent_cost = spent_of(job, budget)
+    checks: list[tuple[str, float | None, float]] = [
+        ("max_calls", budget.max_calls, spent_calls),
+        ("max_tokens", budget.max_tokens, spent_tokens),
+    ]
+    if spent_cost is not None:
+        checks.append(("max_cost", budget.max_cost, spent_cost.total))
+    for limit, maximum, spent in checks:
+        if maximum is not None and spent > maximum:
+            raise exceeded(job, limit, maximum, spent, spent_cost)
+
+
+def _request_chars(request: Mapping[str, Any]) -> int:
+    """The characters of a chat request's prompt: its messages' text (and a `system`)."""
+    total = 0
+
+    def add(content: Any) -> None:
+        nonlocal total
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, Mapping):
+                    add(part.get("text"))
+                else:
+                    add(part)
+
+    for message in request.get("messages") or ():
+        if isinstance(message, Mapping):
+            add(message.get("content"))
+    add(request.get("system"))
+    return total
+
+
+def request_tokens(request: Mapping[str, Any]) -> int:
+    """The estimate of a chat request's prompt: its text's characters / 4, rounded up."""
+    return estimate_tokens(_request_chars(request))
+
+
+def without_attempts(
+    flow: Callable[..., Generator[Any, Any, T]], decorator: str
+) -> Callable[..., Any]:
+    """A decorator's flow whose `BudgetExceeded` carries no attempts and no best answer.
+
+    For the decorators none of whose unfinished answers may be used (an unparsed reply, an
+    unreviewed or unscreened draft): an inner decorator's attempts do not leak out either.
+    """
+
+    @functools.wraps(flow)
+    def run(
+        cfg: Any, fn: Any, args: Any, kwargs: Any, job: Job, record: Any
+    ) -> Generator[Any, Any, T]:
+        try:
+            return (yield from flow(cfg, fn, args, kwargs, job, record))
+        except BudgetExceeded as stopped:
+            surface(stopped, [], None, decorator=decorator, function=cfg.function, job=job)
+            raise
+
+    return run
+
+
+def surface(
+    error: BudgetExceeded,
+    attempts: list[Attempt],
+    best: Attempt | None,
+    *,
+    decorator: str,
+    function: str,
+    job: Job,
+) -> None:
+    """Put the attempts of the decorated call on its way out (the outermost one's stay).
+
+    The first decorator it leaves emits a `budget` event (one per stop, whatever the nesting).
+    """
+    error.attempts = tuple(attempts)
+    error.best = best
+    if error.__dict__.get("_announced"):
+        return
+    error.__dict__["_announced"] = True
+    from .events import emit, make_event
+
+    number = len(attempts)
+    emit(make_event("budget", decorator, function, job, number, number, error=str(error)))

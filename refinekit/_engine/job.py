@@ -1,0 +1,362 @@
+"""Jobs (budgets and usage shared by nested refinekit calls) and the current attempt."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar, Token
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from .._core.types import AttemptInfo, ContextDocument, Cost, Usage
+from .._providers.replies import model_of, usage_of
+from . import budget as _budget
+from . import reserve as _reserve
+
+if TYPE_CHECKING:
+    from .prices import Budget
+
+__all__ = ["Job", "current_attempt", "current_job", "job", "record_context", "record_usage"]
+
+_JOB: ContextVar[Job | None] = ContextVar("refinekit_job", default=None)
+_ATTEMPT: ContextVar[AttemptInfo | None] = ContextVar("refinekit_attempt", default=None)
+
+
+class Job:
+    """The budgets and usage of one unit of work.
+
+    The outermost refinekit call opens a job and every refinekit call inside it joins that job,
+    so a correction budget is spent once per job: an outer retry does not reset it. Jobs live
+    in a `contextvars` context, so concurrent jobs (threads, asyncio tasks started outside a
+    job) never share counters. Open one yourself with `refinekit.job()` to make, for example,
+    every re-run of one queue message a single job.
+
+    Attributes:
+        id: A short random id, carried by every event of the job.
+    """
+
+    __slots__ = (
+        "_budget",
+        "_corrections_used",
+        "_counted",
+        "_first",
+        "_judge_usage",
+        "_lock",
+        "_models",
+        "_reserved",
+        "_token",
+        "_usage",
+        "id",
+    )
+
+    def __init__(self, budget: Budget | None = None) -> None:
+        self.id = os.urandom(6).hex()
+        self._corrections_used = 0
+        self._usage = Usage()
+        self._judge_usage = Usage()
+        self._models: dict[tuple[bool, str | None], Usage] = {}
+        self._budget = _budget.check_budget_option(budget)
+        self._counted: list[object] = []
+        self._first: tuple[str | None, Usage] | None = None
+        # One lock per job, whatever shares it (threads with a copy of its context, asyncio
+        # tasks): counting a reply, and reserving a call's share before it is sent
+        # (`refinekit._engine.reserve.Reservation`), each happen whole under it.
+        self._lock = threading.Lock()
+        # What the calls in flight hold of the budget and is not counted yet (calls, tokens,
+        # cost); made by the first reservation, so a job without a budget never has one.
+        self._reserved: _reserve.Held | None = None
+        self._token: Token[Job | None] | None = None
+
+    @property
+    def budget(self) -> Budget | None:
+        """The job's `refinekit.Budget` (given to `job()` or the decorator that opened it)."""
+        return self._budget
+
+    @property
+    def cost(self) -> Cost | None:
+        """What the job's model calls cost so far (answer and judge apart); None without prices.
+
+        Priced with the job budget's `prices`.
+
+        Raises:
+            MissingPrice: A model the job called has no price.
+        """
+        if self._budget is None or self._budget.prices is None:
+            return None
+        return _budget.cost_of(self, self._budget.prices)
+
+    def _per_model(self) -> dict[tuple[bool, str | None], Usage]:
+        """The job's usage per (judge?, model name), for pricing."""
+        with self._lock:
+            return dict(self._models)
+
+    def _first_answer(self) -> tuple[str | None, Usage] | None:
+        """The model and usage of the first answer usage counted (the first call), or None."""
+        return self._first
+
+    def _split(self, judge: bool, model: str | None, usage: Usage) -> None:
+        key = (judge, model)
+        self._models[key] = self._models.get(key, Usage()) + usage
+
+    @property
+    def corrections_used(self) -> int:
+        """Corrections `@self_correct` has used in this job so far."""
+        return self._corrections_used
+
+    @property
+    def usage(self) -> Usage:
+        """Token usage and calls of the answering model in this job so far (judges apart)."""
+        return self._usage
+
+    @property
+    def judge_usage(self) -> Usage:
+        """Token usage and calls of model judges in this job so far, apart from `usage`."""
+        return self._judge_usage
+
+    def _add_judge_usage(
+        self,
+        usage: Usage,
+        model: str | None = None,
+        reservation: _reserve.Reservation | None = None,
+    ) -> None:
+        """Count a judge's reply; it settles `reservation` (default: the current one)."""
+        with self._lock:
+            self._judge_usage = self._judge_usage + usage
+            self._split(True, model, usage)
+            if _budget._in_use:  # without any budget, nothing is ever reserved
+                _reserve.settle(self, usage, model, reservation)
+
+    def _take_correction(self, limit: int) -> bool:
+        with self._lock:
+            if self._corrections_used >= limit:
+                return False
+            self._corrections_used += 1
+            return True
+
+    def _replies_counted(self) -> int:
+        """A mark to pass to `_add_usage` as `since`, taken before calling the wrapped function."""
+        return len(self._counted)
+
+    def _add_usage(
+        self,
+        usage: Usage,
+        reply: object = None,
+        since: int | None = None,
+        model: str | None = None,
+    ) -> None:
+        """Add a reply's usage, unless a nested refinekit call counted that reply after `since`.
+
+        An outer decorated function often returns the very reply an inner decorated call got;
+        it was paid for once, so it is counted once. What is counted settles the current
+        reservation (`refinekit._engine.reserve.settle`): it turns from reserved into spent.
+        """
+        with self._lock:
+            if reply is not None:
+                if since is not None and any(r is reply for r in self._counted[since:]):
+                    return
+                self._counted.append(reply)
+            if self._first is None:
+                self._first = (model, usage)
+            self._usage = self._usage + usage
+            self._split(False, model, usage)
+            if _budget._in_use:  # without any budget, nothing is ever reserved
+                _reserve.settle(self, usage, model, None)
+
+    def _count_reply(self, reply: object, since: int | None = None) -> None:
+        """Count the token usage a reply carries, once (see `_add_usage`).
+
+        Anything that is not a model reply (a str, a pydantic model, None) adds nothing.
+        """
+        usage = usage_of(reply)
+        if usage is not None:
+            self._add_usage(usage, reply, since, model_of(reply))
+
+    def __enter__(self) -> Job:
+        if self._token is not None:
+            raise RuntimeError("this refinekit job is already open; call refinekit.job() again")
+        self._token = _JOB.set(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            _JOB.reset(self._token)
+            self._token = None
+
+    async def __aenter__(self) -> Job:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        return f"<refinekit.Job {self.id} corrections_used={self._corrections_used}>"
+
+
+def job(*, budget: Budget | None = None) -> Job:
+    """Open a new job explicitly: `with refinekit.job(): ...` or `async with refinekit.job(): ...`.
+
+    Every refinekit call inside the block joins this job and shares its budgets, however
+    often your code re-runs them. A `job()` block always starts a fresh job, even inside
+    another one (with its own usage and budget).
+
+    Args:
+        budget: A `refinekit.Budget` for everything inside the block: answer calls,
+            corrections and judge calls (see docs/budgets.md). A decorator's `budget=` inside
+            can only tighten it.
+
+    Returns:
+        The job, a sync and async context manager.
+
+    Raises:
+        TypeError: `budget` is not a `refinekit.Budget`.
+    """
+    return Job(budget)
+
+
+def current_job() -> Job | None:
+    """The job the calling code runs in, or None outside any refinekit call or `job()` block."""
+    return _JOB.get()
+
+
+def current_attempt() -> AttemptInfo | None:
+    """What attempt of `@retry_on_low_quality` is running, and the feedback it got.
+
+    Returns:
+        The attempt's number, its maximum, and the latest rejection's feedback and answer;
+        inside a `@reviewed` function (which never re-runs it), and inside a case of
+        `refinekit eval`, attempt 1 of 1; None outside all of these.
+    """
+    return _ATTEMPT.get()
+
+
+def record_context(
+    documents: Iterable[ContextDocument | str | Mapping[str, Any]] | ContextDocument | str,
+) -> None:
+    """Record the documents the current answer is built from, for the evaluator to see.
+
+    Call it inside a function decorated with `@retry_on_low_quality`, e.g. right after
+    retrieval. The documents land in `EvaluationRequest.context` of this attempt only (a
+    retry records its own); the accepted (or returned best) attempt's documents also go to an
+    enclosing attempt, so an outer evaluator sees what the answer was built on. Inside a case
+    of `refinekit eval` they reach the run's judge. Anywhere else it does nothing, so the
+    function still works undecorated.
+
+    Args:
+        documents: One document or several: `str`, a mapping with `text` (and `source`), or
+            `ContextDocument`.
+
+    Raises:
+        TypeError: A document has none of the accepted shapes.
+    """
+    if isinstance(documents, (str, ContextDocument, Mapping)):
+        docs = [ContextDocument.coerce(documents)]
+    elif isinstance(documents, Iterable):
+        docs = [ContextDocument.coerce(d) for d in documents]
+    else:
+        raise TypeError(
+            "record_context() takes a document (a str, a mapping with 'text', a "
+            f"ContextDocument) or an iterable of them, not {type(documents).__name__}"
+        )
+    info = _ATTEMPT.get()
+    if info is not None:
+        info._context.extend(docs)
+
+
+def record_usage(
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    *,
+    calls: int = 1,
+    judge: bool = False,
+    model: str | None = None,
+) -> None:
+    """Count a model call whose reply refinekit does not see in the current job's usage.
+
+    refinekit counts the usage of the replies a decorated function returns (see
+    docs/sdks.md). A function that returns text it got elsewhere (a `str` from an SDK
+    refinekit does not read, a streamed reply, several calls made to build one answer)
+    reports them here, so they count in `Job.usage` like any reply. Call it once per model
+    call, or once with the sums and `calls=`. Do not call it for a reply the function
+    returns as it is: that reply is counted already.
+
+    Inside a refinekit call or a `job()` block it adds to that job; anywhere else it does
+    nothing, so the function still works undecorated.
+
+    Args:
+        input_tokens: The call's prompt (input) tokens, cached ones included.
+        output_tokens: The call's completion (output) tokens.
+        calls: How many model calls these tokens are for, >= 0.
+        judge: True for a call a judge (your own evaluator) made: it counts in
+            `Job.judge_usage` instead of `Job.usage`.
+        model: The model the call went to, to price it with the job's `refinekit.Prices`
+            (a job with prices and a call without a model needs `Prices(default=...)`).
+
+    Raises:
+        TypeError: A count is not an int, or `model` is not a str.
+        ValueError: A count is negative.
+    """
+    for name, value in (
+        ("input_tokens", input_tokens),
+        ("output_tokens", output_tokens),
+        ("calls", calls),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"record_usage(): {name} is an int, not {type(value).__name__}")
+        if value < 0:
+            raise ValueError(f"record_usage(): {name} must be >= 0, got {value}")
+    if model is not None and not isinstance(model, str):
+        raise TypeError(f"record_usage(): model is a str, not {type(model).__name__}")
+    current = _JOB.get()
+    if current is None:
+        return
+    usage = Usage(model_calls=calls, prompt_tokens=input_tokens, completion_tokens=output_tokens)
+    if judge:
+        current._add_judge_usage(usage, model or None)
+    else:
+        current._add_usage(usage, model=model or None)
+
+
+def enter_attempt(info: AttemptInfo) -> Token[AttemptInfo | None]:
+    """Make `info` the current attempt; `leave_attempt` with the token restores the previous."""
+    return _ATTEMPT.set(info)
+
+
+def leave_attempt(token: Token[AttemptInfo | None]) -> None:
+    """Restore the attempt that was current before `enter_attempt` gave `token`."""
+    _ATTEMPT.reset(token)
+
+
+JobToken = tuple["Token[Job | None] | None", "Token[Any] | None"]
+"""What `enter_job` gives `leave_job`: the job's token (None: joined), the budget's."""
+
+
+def enter_job(budget: Budget | None = None) -> tuple[Job, JobToken]:
+    """Join the current job, or open one, bringing a decorator's `budget=` to it.
+
+    A job opened here takes `budget` as its own; a joined job's budget is tightened by it
+    for the call (see `refinekit._engine.budget.join`).
+    """
+    current = _JOB.get()
+    if current is not None:
+        return current, (None, _budget.join(current, budget, opened=False))
+    new = Job(budget)
+    return new, (_JOB.set(new), None)
+
+
+def leave_job(token: JobToken) -> None:
+    """Leave the job `enter_job` joined or opened (closing it when it was opened there)."""
+    job_token, budget_token = token
+    _budget.leave(budget_token)
+    if job_token is not None:
+        _JOB.reset(job_token)

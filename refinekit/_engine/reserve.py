@@ -1,0 +1,480 @@
+"""Reservations: what a model call holds of its job's budget from before it is sent.
+
+Every model call refinekit makes or starts reserves its share of the job's budget before it
+is sent, atomically under the job's lock (threads sharing a job's context and asyncio tasks
+alike), and is not made when that share does not fit in what is neither spent nor held by
+the calls in flight (`BudgetExceeded`):
+
+- `before_attempt(...)`: an attempt of the wrapped function (a first call: one call; another
+  attempt or a correction: the previous attempt's own usage plus its feedback or correction
+  turn, characters / 4); current until released, so that the calls made inside it take
+  their share from it;
+- `before_call(...)`: a revision (one call, its prompt's estimate);
+- `judge_call(...)` / `judge_calls(...)`: a judge's request (one call, its prompt's
+  characters / 4), or a judge's concurrent requests reserved together, in order (`Tickets`).
+
+Counting a reply (`refinekit._engine.job`) settles the reservation it was made under (`settle`), and
+`Reservation.release` gives back what is left when the call has ended, failed or was
+cancelled. The job owns the counters and the lock; what is spent, and the error that stops a
+job, are `_budget`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar, Token
+from typing import TYPE_CHECKING, Any
+
+from .._core.errors import BudgetExceeded
+from .._core.types import Usage
+from . import budget as _budget
+from .budget import effective, exceeded, request_tokens, spent_of
+
+if TYPE_CHECKING:
+    from .job import Job
+    from .prices import Budget, Prices
+
+__all__ = [
+    "NOT_HELD",
+    "Held",
+    "Reservation",
+    "Tickets",
+    "before_attempt",
+    "before_call",
+    "judge_call",
+    "judge_calls",
+    "settle",
+]
+
+
+def _current_job() -> Job | None:
+    """The current job (`refinekit._engine.job` imports this module, so it is looked up late)."""
+    from .job import current_job
+
+    return current_job()
+
+
+class Held:
+    """Amounts of a budget held and not yet counted: calls, tokens and cost."""
+
+    __slots__ = ("calls", "cost", "tokens")
+
+    def __init__(self, calls: int = 0, tokens: int = 0, cost: float = 0.0) -> None:
+        self.calls = calls
+        self.tokens = tokens
+        self.cost = cost
+
+    def __repr__(self) -> str:
+        return f"Held(calls={self.calls}, tokens={self.tokens}, cost={self.cost:.6g})"
+
+
+_NOTHING = Held()
+
+
+class Reservation:
+    """The share of its job's budget a call holds from before it is sent until it is counted.
+
+    Made by `before_attempt`, `before_call` and `judge_call(s)`, under the job's lock, only
+    when what is spent, what the calls in flight hold and the call's estimate fit the
+    limits. Counting a reply settles it (`settle`: what it held turns into spent, through the
+    reservations it sits in), and `release` gives back what is left when the call has ended
+    (or failed, or was cancelled): to the reservation it took it from, the rest to the job.
+    A context manager: released on exit. `NOT_HELD` stands for "no budget, nothing held".
+
+    A reservation made inside another one (a call within an attempt of the wrapped function,
+    a judge call inside a decorated function) takes what it needs from that one first: the
+    attempt's estimate covers what runs inside it, and only what it lacks comes out of what
+    is left of the budget.
+    """
+
+    __slots__ = ("_token", "held", "job", "open", "parent", "prices", "taken", "used")
+
+    def __init__(self, job: Job | None, parent: Reservation | None, prices: Prices | None):
+        self.job = job
+        self.parent = parent
+        self.prices = prices
+        self.held = Held()
+        self.taken = Held()  # what came from `parent`: goes back to it on release
+        self.used = Held()  # all that was counted inside it: an attempt's own usage
+        self.open = job is not None
+        self._token: Token[Reservation | None] | None = None
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self.open or self._token is not None:  # NOT_HELD: nothing to do, at no cost
+            self.release()
+
+    def release(self) -> None:
+        """Give back what is held and not counted; no-op when released already."""
+        job = self.job
+        if job is not None and self.open:
+            with job._lock:
+                if self.open:
+                    self.open = False
+                    parent = self.parent if self.parent is not None and self.parent.open else None
+                    _give_back(_reserved_of(job), self.held, self.taken, parent)
+        token = self._token
+        if token is not None:
+            self._token = None
+            with contextlib.suppress(ValueError):  # a flow closed from another context
+                _HELD.reset(token)
+
+    def ensure(self, planned: str, model: str | None, tokens: int) -> None:
+        """Before a request under this reservation: one call of `tokens` prompt tokens.
+
+        For a rating judge's requests as instructor sends them (its schema instruction added,
+        each retry after a reply that did not validate): what the reservation lacks of one
+        call and `tokens` (priced as `model`'s) is reserved into it, if it fits.
+
+        Raises:
+            BudgetExceeded: The request does not fit.
+        """
+        job = self.job
+        if job is None or not self.open:
+            return
+        budget = effective(job)
+        if budget is None:
+            return
+        need = Held(1, tokens, _price_of(budget, model, tokens))
+        with job._lock:
+            held = self.held
+            if held.calls >= need.calls and held.tokens >= need.tokens and held.cost >= need.cost:
+                return
+            refused = _refusal(job, budget, planned, need, held)
+            if refused is not None:
+                raise refused
+            reserved = _reserved_of(job)
+            reserved.calls += max(0, need.calls - held.calls)
+            reserved.tokens += max(0, need.tokens - held.tokens)
+            reserved.cost += max(0.0, need.cost - held.cost)
+            held.calls = max(held.calls, need.calls)
+            held.tokens = max(held.tokens, need.tokens)
+            held.cost = max(held.cost, need.cost)
+
+    def __repr__(self) -> str:
+        state = "open" if self.open else "released"
+        return f"<Reservation {state} {self.held!r}>"
+
+
+NOT_HELD = Reservation(None, None, None)
+"""No budget in effect: nothing is held, releasing does nothing."""
+
+_HELD: ContextVar[Reservation | None] = ContextVar("refinekit_reservation", default=None)
+"""The reservation of the attempt (or revision) the code runs in: calls made inside it take
+their share from it, and replies counted inside it settle it."""
+
+
+def _give_back(reserved: Held, held: Held, taken: Held, parent: Reservation | None) -> None:
+    """What `held` has left goes to `parent` (up to what came from it), the rest to the job."""
+    back_calls = min(held.calls, taken.calls) if parent is not None else 0
+    back_tokens = min(held.tokens, taken.tokens) if parent is not None else 0
+    back_cost = min(held.cost, taken.cost) if parent is not None else 0.0
+    if parent is not None:
+        parent.held.calls += back_calls
+        parent.held.tokens += back_tokens
+        parent.held.cost += back_cost
+    reserved.calls -= held.calls - back_calls
+    reserved.tokens -= held.tokens - back_tokens
+    reserved.cost = max(0.0, reserved.cost - (held.cost - back_cost))
+    held.calls, held.tokens, held.cost = 0, 0, 0.0
+
+
+def _refusal(
+    job: Job, budget: Budget, planned: str, need: Held, lendable: Held
+) -> BudgetExceeded | None:
+    """Why a call needing `need` cannot be made now (under the job's lock); None if it fits.
+
+    `lendable` is what the call may take over from the reservation it runs in. It fits a
+    limit when what is spent, plus what calls in flight hold, plus what it needs beyond
+    `lendable`, is within it, and something is left for it at all (a limit spent in full,
+    or held in full by calls in flight, leaves nothing, whatever the estimate).
+    """
+    spent_tokens, spent_calls, spent_cost = spent_of(job, budget, locked=True)
+    reserved = _reserved_of(job)
+    checks: list[tuple[str, float | None, float, float, float, float]] = [
+        ("max_calls", budget.max_calls, spent_calls, reserved.calls, lendable.calls, need.calls),
+        (
+            "max_tokens",
+            budget.max_tokens,
+            spent_tokens,
+            reserved.tokens,
+            lendable.tokens,
+            need.tokens,
+        ),
+    ]
+    if spent_cost is not None:
+        checks.append(
+            ("max_cost", budget.max_cost, spent_cost.total, reserved.cost, lendable.cost, need.cost)
+        )
+    for limit, maximum, spent, held, lent, needed in checks:
+        if maximum is None:
+            continue
+        others = max(0, held - lent)  # held by other calls in flight
+        fresh = max(0, needed - lent)
+        if spent + others >= maximum or spent + held + fresh > maximum:
+            return exceeded(job, limit, maximum, spent, spent_cost, needed, planned, others)
+    return None
+
+
+def _current_parent(job: Job) -> Reservation | None:
+    parent = _HELD.get()
+    if parent is None or parent.job is not job or not parent.open:
+        return None
+    return parent
+
+
+def _reserved_of(job: Job) -> Held:
+    """What `job`'s calls in flight hold, made at its first reservation (the lock is held)."""
+    reserved = job._reserved
+    if reserved is None:
+        reserved = job._reserved = Held()
+    return reserved
+
+
+def _grant(job: Job, budget: Budget, planned: str, need: Held) -> Reservation:
+    """Reserve `need` for a call, or raise why it cannot be made."""
+    with job._lock:
+        return _grant_locked(job, budget, planned, need)
+
+
+def _grant_locked(job: Job, budget: Budget, planned: str, need: Held) -> Reservation:
+    """`_grant`, the job's lock held."""
+    parent = _current_parent(job)
+    lendable = parent.held if parent is not None else _NOTHING
+    refused = _refusal(job, budget, planned, need, lendable)
+    if refused is not None:
+        raise refused
+    held = Reservation(job, parent, budget.prices)
+    taken, reserved = held.taken, _reserved_of(job)
+    taken.calls = min(need.calls, lendable.calls)
+    taken.tokens = min(need.tokens, lendable.tokens)
+    taken.cost = min(need.cost, lendable.cost)
+    if parent is not None:
+        parent.held.calls -= taken.calls
+        parent.held.tokens -= taken.tokens
+        parent.held.cost -= taken.cost
+    reserved.calls += need.calls - taken.calls
+    reserved.tokens += need.tokens - taken.tokens
+    reserved.cost += need.cost - taken.cost
+    held.held = Held(need.calls, need.tokens, need.cost)
+    return held
+
+
+def _price_of(budget: Budget, model: str | None, tokens: int) -> float:
+    """`tokens` prompt tokens of `model`, priced with a cost limit (unknown model: 0)."""
+    if budget.max_cost is None or budget.prices is None or model is None:
+        return 0.0
+    return budget.prices.cost(model, tokens, 0)
+
+
+def settle(job: Job, usage: Usage, model: str | None, reservation: Reservation | None) -> None:
+    """What a counted reply used turns from reserved into spent (the job's lock is held).
+
+    It settles `reservation` (default: the current one, `_HELD`), then the reservations that
+    one sits in, as far as each holds enough; usage beyond what they held (a call bigger
+    than its estimate, a function that made more calls than its attempt reserved) is simply
+    spent, and the next step's `check` stops a job it took over a limit. Each of them also
+    adds it to what was `used` inside it: an attempt's own usage, whatever runs beside it.
+    """
+    if reservation is None:
+        if not _budget._in_use:
+            return
+        reservation = _HELD.get()
+    node = reservation
+    while node is not None and not (node.job is job and node.open):
+        node = node.parent
+    if node is None:
+        return
+    calls, tokens = usage.model_calls, usage.total_tokens
+    cost = _usage_cost(node.prices, model, usage)  # None: not priced (or no price)
+    left = math.inf if cost is None else cost
+    reserved = _reserved_of(job)
+    while node is not None:
+        if node.job is job and node.open:
+            held, used = node.held, node.used
+            used.calls += usage.model_calls
+            used.tokens += usage.total_tokens
+            used.cost += cost or 0.0
+            if calls and held.calls:
+                taken = min(calls, held.calls)
+                held.calls -= taken
+                reserved.calls -= taken
+                calls -= taken
+            if tokens and held.tokens:
+                taken = min(tokens, held.tokens)
+                held.tokens -= taken
+                reserved.tokens -= taken
+                tokens -= taken
+            if left > 0 and held.cost > 0:  # unpriced: it settles all the cost held
+                part = min(left, held.cost)
+                held.cost -= part
+                reserved.cost = max(0.0, reserved.cost - part)
+                left -= part
+        node = node.parent
+
+
+def _usage_cost(prices: Prices | None, model: str | None, usage: Usage) -> float | None:
+    """What `usage` cost with `prices`; None without prices or without a price for `model`."""
+    if prices is None:
+        return None
+    try:
+        return prices.cost(model, usage.prompt_tokens, usage.completion_tokens)
+    except Exception:  # a missing price is raised by the next step's `check`
+        return None
+
+
+def before_attempt(
+    job: Job,
+    planned: str,
+    previous: Reservation | None,
+    extra_chars: int,
+) -> Reservation:
+    """Before a call of the wrapped function (`planned`): reserve its estimate, or stop.
+
+    The first call's estimate is one call (nothing is known of its tokens or cost: it is
+    refused only when a limit is already spent, or held by calls in flight, in full).
+    Another one's is the previous attempt's own usage (what was counted inside `previous`,
+    its reservation: its calls, at least one, its tokens and cost, the calls of decorators
+    inside it too, and nothing of the calls running beside it) plus what the new attempt
+    adds to the prompt (`extra_chars`, the feedback or the correction turn: characters / 4)
+    as prompt tokens (priced, with a cost limit, at the previous attempt's cost per token).
+
+    Returns:
+        The reservation, current until released (what the function's calls count settles
+        it); `NOT_HELD` without a budget. Release it once the reply is counted, and give it
+        as `previous` to the next attempt.
+
+    Raises:
+        BudgetExceeded: The estimate does not fit.
+    """
+    if not _budget._in_use:
+        return NOT_HELD
+    budget = effective(job)
+    if budget is None:
+        return NOT_HELD
+    last = previous.used if previous is not None else _NOTHING
+    extra = _budget.estimate_tokens(extra_chars)
+    tokens = last.tokens + extra
+    cost = last.cost
+    if last.tokens and extra:
+        cost += last.cost * extra / last.tokens
+    if budget.prices is None:
+        cost = 0.0
+    held = _grant(job, budget, planned, Held(max(1, last.calls), tokens, cost))
+    held._token = _HELD.set(held)
+    return held
+
+
+def before_call(
+    job: Job | None,
+    planned: str,
+    model: str | None,
+    tokens: int,
+    *,
+    current: bool = False,
+) -> Reservation:
+    """Before a model call refinekit makes: reserve one call of `tokens` prompt tokens.
+
+    With a cost limit the estimate is priced as prompt tokens of `model` (a model that is not
+    known, as a custom reviser's, is estimated at no cost; its reply is counted afterwards).
+
+    Args:
+        job: The job (None: nothing to hold).
+        planned: The call, for the error ("revision 1 of answer").
+        model: The model the call goes to, to price the estimate.
+        tokens: The estimate of its prompt.
+        current: Make the reservation current until released (calls made inside the call,
+            `record_usage` in a custom reviser, settle it).
+
+    Returns:
+        The reservation (`NOT_HELD` without a budget); release it when the call has ended.
+
+    Raises:
+        BudgetExceeded: The job is over a limit, or the call does not fit in what is left.
+        MissingPrice: A cost limit, and `model` has no price.
+    """
+    if job is None or not _budget._in_use:
+        return NOT_HELD
+    budget = effective(job)
+    if budget is None:
+        return NOT_HELD
+    held = _grant(job, budget, planned, Held(1, tokens, _price_of(budget, model, tokens)))
+    if current:
+        held._token = _HELD.set(held)
+    return held
+
+
+def _judge_planned(model: str) -> str:
+    return f"judge call to model {model!r}"
+
+
+def judge_call(
+    model: str, request: Mapping[str, Any], ticket: Reservation | None = None
+) -> Reservation:
+    """Before a judge model's request: its reservation.
+
+    `ticket` when one was reserved for it (`judge_calls`); else one call and its prompt
+    (characters / 4) reserved now.
+
+    Raises:
+        BudgetExceeded: The job is over a limit, or the call does not fit in what is left.
+        MissingPrice: A cost limit, and `model` has no price.
+    """
+    if ticket is not None and ticket.open:
+        return ticket
+    if not _budget._in_use:
+        return NOT_HELD
+    return before_call(_current_job(), _judge_planned(model), model, request_tokens(request))
+
+
+def judge_calls(model: str, requests: Sequence[Mapping[str, Any]]) -> list[Reservation | None]:
+    """A judge's concurrent requests, reserved together (at once, in order, as one step).
+
+    Each request that fits gets its reservation; one that does not gets None, and is sent
+    only if, when its turn comes (after a cache miss), what it needs has been freed
+    (`judge_call` tries again, and raises `BudgetExceeded` when it still does not fit). The
+    caller releases them all when the requests have ended (a cache hit never uses its own).
+
+    Raises:
+        MissingPrice: A cost limit, and `model` has no price.
+    """
+    if not _budget._in_use:
+        return [None] * len(requests)
+    job = _current_job()
+    budget = None if job is None else effective(job)
+    if job is None or budget is None:
+        return [None] * len(requests)
+    planned = _judge_planned(model)
+    needs = []
+    for request in requests:
+        tokens = request_tokens(request)
+        needs.append(Held(1, tokens, _price_of(budget, model, tokens)))
+    tickets: list[Reservation | None] = []
+    with job._lock:  # one step: no other call takes a share between two of them
+        for need in needs:
+            try:
+                tickets.append(_grant_locked(job, budget, planned, need))
+            except BudgetExceeded:
+                tickets.append(None)
+    return tickets
+
+
+class Tickets:
+    """`judge_calls`' tickets, released together when the block ends (`with ... as tickets`)."""
+
+    __slots__ = ("held",)
+
+    def __init__(self, held: list[Reservation | None]) -> None:
+        self.held = held
+
+    def __enter__(self) -> Tickets:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for ticket in self.held:
+            if ticket is not None:
+                ticket.release()
