@@ -21,8 +21,9 @@ import openai
 import pytest
 
 from refinekit import AnswerRejected, EvaluationRequest, JudgeUnavailable, reviewed
+from refinekit._core.deadline import current_deadline
 from refinekit._core.errors import TimedOut
-from refinekit._engine.flow import Evaluate, Timed, current_deadline
+from refinekit._engine.flow import Evaluate, Timed
 from refinekit.judges import JudgeModel, rating, relevancy
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 

@@ -21,10 +21,10 @@ from .._core.errors import ReplyShapeError
 from .._core.errtext import utf8_text
 from .._core.types import Attempt, Verdict
 from .._engine import reserve as _reserve
-from .._engine.budget import check_budget_option, without_attempts
+from .._engine.budget import without_attempts
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Flow
-from .._engine.job import Job
+from .._engine.job import Job, check_budget_option
 from .._engine.outcome import Record
 from .._engine.policy import check_budget
 from .._engine.prices import Budget

@@ -10,11 +10,11 @@ from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 from .._core.errors import JudgeError, LowQualityAnswer
 from .._core.types import Attempt, EvaluationRequest, Verdict
 from .._engine import reserve as _reserve
-from .._engine.budget import check_budget_option, without_attempts
+from .._engine.budget import without_attempts
 from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow
-from .._engine.job import Job, current_attempt
+from .._engine.job import Job, check_budget_option, current_attempt
 from .._engine.outcome import Record
 from .._engine.policy import JudgeErrorPolicy, check_policy, judge_failure
 from .._engine.prices import Budget

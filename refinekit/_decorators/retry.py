@@ -18,11 +18,10 @@ from .._core.numbers import is_real, shown
 from .._core.types import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from .._engine import budget as _budget
 from .._engine import reserve as _reserve
-from .._engine.budget import check_budget_option
 from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow, Sleep
-from .._engine.job import Job, current_attempt, enter_attempt, leave_attempt
+from .._engine.job import Job, check_budget_option, current_attempt, enter_attempt, leave_attempt
 from .._engine.outcome import Record
 from .._engine.policy import (
     JudgeErrorPolicy,

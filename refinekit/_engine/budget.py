@@ -1,15 +1,14 @@
 """Budgets per job: a job held to its limits on tokens, cost and model calls.
 
-What a budget and prices are is `_prices`'s; what a call reserves of a budget before it is
-sent is `_reserve`'s. Here is what a job has spent and how it is held to its limits; the
-rest of refinekit calls a few hooks:
+What a budget and prices are is `prices`'s; the budget a job runs under (its scope) and its
+cost are the job's (`refinekit._engine.job`); what a call reserves of a budget before it is
+sent is `reserve`'s. Here is how a job is held to its limits; the rest of refinekit calls a
+few hooks:
 
-- `join(job, budget, opened)` / `leave(token)`: a decorated call brings its `budget=` to the
-  job it opens (the job's budget) or joins (tightening the job's budget for that call only);
 - `check()`: before every command a flow yields (`refinekit._engine.flow`'s drivers), a job already
   over a limit stops there with `BudgetExceeded`;
-- `spent_of`, `exceeded`, `cost_of`: what a job has spent against its limits, the error that
-  stops it, its cost; `estimate_tokens` / `request_tokens`: the characters / 4 estimate;
+- `spent_of`, `exceeded`: what a job has spent against its limits, and the error that stops
+  it; `estimate_tokens` / `request_tokens`: the characters / 4 estimate;
 - `surface(error, attempts, best)`: the decorator the caller called puts its attempts on the
   error.
 
@@ -22,122 +21,25 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Generator, Mapping
-from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from .._core.errors import BudgetExceeded
-from .._core.types import Attempt, Cost, Usage
-from .prices import Budget, Prices
-
-if TYPE_CHECKING:
-    from .job import Job
+from .._core.types import Attempt, Cost
+from .events import emit, make_event
+from .job import Job, cost_of, current_job, effective, in_use
+from .prices import Budget
 
 T = TypeVar("T")
 
 __all__ = [
     "check",
-    "cost_of",
-    "effective",
     "estimate_tokens",
     "exceeded",
-    "join",
-    "leave",
     "request_tokens",
     "spent_of",
     "surface",
     "without_attempts",
 ]
-
-_in_use = False
-"""Whether any budget was given (to a decorator or a job) in this process: until one is, the
-drivers' check costs one global lookup."""
-
-
-def check_budget_option(budget: object) -> Budget | None:
-    """A decorator's `budget=`: None or a `Budget` (a TypeError names what to give)."""
-    global _in_use
-    if budget is None:
-        return None
-    if isinstance(budget, Budget):
-        _in_use = True
-        return budget
-    raise TypeError(
-        "budget= must be a refinekit.Budget, e.g. refinekit.Budget(max_calls=10), not "
-        f"{type(budget).__name__}"
-    )
-
-
-# --- the budget a job runs under -------------------------------------------------------------
-
-_SCOPE: ContextVar[tuple[Job, Budget] | None] = ContextVar("refinekit_budget", default=None)
-
-
-def _current_job() -> Job | None:
-    """The current job (`refinekit._engine.job` imports this module, so it is looked up late)."""
-    from .job import current_job
-
-    return current_job()
-
-
-def effective(job: Job) -> Budget | None:
-    """The budget `job` runs under here: its own, tightened by an inner decorator's."""
-    scope = _SCOPE.get()
-    if scope is not None and scope[0] is job:
-        return scope[1]
-    return job.budget
-
-
-def join(job: Job, budget: Budget | None, opened: bool) -> Token[Any] | None:
-    """Bring a decorated call's `budget=` to its job; `leave` with the token undoes it.
-
-    A job opened by this call takes the budget as its own. A joined job keeps its own; the
-    call's budget tightens it (limits only lower) until the call ends.
-    """
-    if budget is None:
-        return None
-    check_budget_option(budget)
-    if opened:
-        job._budget = budget
-        return None
-    current = effective(job)
-    return _SCOPE.set((job, budget if current is None else current.tightened(budget)))
-
-
-def leave(token: Token[Any] | None) -> None:
-    """Undo what `join` did for a joined job."""
-    if token is not None:
-        _SCOPE.reset(token)
-
-
-def cost_of(
-    job: Job,
-    prices: Prices | None = None,
-    *,
-    per_model: dict[tuple[bool, str | None], Usage] | None = None,
-) -> Cost | None:
-    """The job's cost so far with `prices` (default: the effective budget's); None without.
-
-    `per_model`: the job's usage per model when the caller holds the job's lock.
-
-    Raises:
-        MissingPrice: A model the job called has no price.
-    """
-    if prices is None:
-        if not _in_use:
-            return None
-        budget = effective(job)
-        prices = None if budget is None else budget.prices
-        if prices is None:
-            return None
-    answer = judge = 0.0
-    models = job._per_model() if per_model is None else per_model
-    for (is_judge, model), usage in models.items():
-        value = prices.cost(model, usage.prompt_tokens, usage.completion_tokens)
-        if is_judge:
-            judge += value
-        else:
-            answer += value
-    return Cost(answer, judge)
 
 
 def estimate_tokens(text_chars: int) -> int:
@@ -217,9 +119,9 @@ def check() -> None:
         BudgetExceeded: A counted call has taken the job over a limit.
         MissingPrice: The job must be priced and a model it called has no price.
     """
-    if not _in_use:  # no budget was ever given: nothing to look up
+    if not in_use():  # no budget was ever given: nothing to look up
         return
-    job = _current_job()
+    job = current_job()
     if job is None:
         return
     budget = effective(job)
@@ -304,7 +206,5 @@ def surface(
     if error.__dict__.get("_announced"):
         return
     error.__dict__["_announced"] = True
-    from .events import emit, make_event
-
     number = len(attempts)
     emit(make_event("budget", decorator, function, job, number, number, error=str(error)))

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 from .._core.errors import MissingPrice, RefinekitWarning
 from .._core.redact import redact
 from .._core.types import Cost, Usage, Verdict
-from . import budget as _budget
+from .job import cost_of
 
 __all__ = ["Event", "EventKind", "Subscription", "subscribe"]
 
@@ -148,7 +148,7 @@ def make_event(
 def _cost(job: Any) -> Cost | None:
     """The job's cost for an event; None unpriced (a missing price stops the job elsewhere)."""
     try:
-        return _budget.cost_of(job)
+        return cost_of(job)
     except MissingPrice:
         return None
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import contextvars
 import functools
 import inspect
 import time
@@ -24,6 +23,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from .._core.deadline import DEADLINE, current_deadline
 from .._core.errors import TimedOut
 from . import budget as _budget
 from . import events as _hooks
@@ -130,20 +130,6 @@ class Gather:
         )
 
 
-_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
-    "refinekit_deadline", default=None
-)
-
-
-def current_deadline() -> float | None:
-    """The innermost `Timed` limit around this code, in `time.monotonic()` seconds; or None.
-
-    A call that blocks (a judge model's HTTP request) bounds itself with it, so that it ends
-    when its limit is reached instead of running on unseen in an abandoned worker thread.
-    """
-    return _DEADLINE.get()
-
-
 class Timed:
     """Run a command with a time limit; past it, the flow receives `TimedOut`.
 
@@ -172,7 +158,7 @@ class Timed:
 
     def _deadline(self) -> float:
         deadline = time.monotonic() + self.seconds
-        outer = _DEADLINE.get()
+        outer = current_deadline()
         return deadline if outer is None else min(deadline, outer)
 
     def run_sync(self) -> Any:
@@ -180,7 +166,7 @@ class Timed:
         finished: list[float] = []
 
         def run() -> Any:
-            _DEADLINE.set(deadline)  # in the worker's own copy of the context
+            DEADLINE.set(deadline)  # in the worker's own copy of the context
             try:
                 return self.command.run_sync()
             finally:
@@ -198,7 +184,7 @@ class Timed:
         finished: list[float] = []
 
         async def run() -> Any:
-            _DEADLINE.set(deadline)  # in the task's own copy of the context
+            DEADLINE.set(deadline)  # in the task's own copy of the context
             try:
                 return await self.command.run_async()
             finally:

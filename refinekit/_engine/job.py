@@ -1,4 +1,11 @@
-"""Jobs (budgets and usage shared by nested refinekit calls) and the current attempt."""
+"""Jobs (budgets and usage shared by nested refinekit calls) and the current attempt.
+
+A job owns its counters (usage per model, what its calls in flight hold) and their lock, the
+budget it runs under (its own, tightened for a while by an inner decorator's: `join` /
+`leave`, `effective`) and its cost (`cost_of`). How a job is held to its budget imports this
+module: `refinekit._engine.budget` (what is spent, the error that stops a job) and
+`refinekit._engine.reserve` (what a call reserves before it is sent).
+"""
 
 from __future__ import annotations
 
@@ -11,16 +18,117 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.types import AttemptInfo, ContextDocument, Cost, Usage
 from .._providers.replies import model_of, usage_of
-from . import budget as _budget
-from . import reserve as _reserve
+from .ledger import Held, settle
+from .prices import Budget, Prices
 
 if TYPE_CHECKING:
-    from .prices import Budget
+    from .reserve import Reservation
 
-__all__ = ["Job", "current_attempt", "current_job", "job", "record_context", "record_usage"]
+__all__ = [
+    "Job",
+    "check_budget_option",
+    "cost_of",
+    "current_attempt",
+    "current_job",
+    "effective",
+    "in_use",
+    "job",
+    "join",
+    "leave",
+    "record_context",
+    "record_usage",
+]
 
 _JOB: ContextVar[Job | None] = ContextVar("refinekit_job", default=None)
 _ATTEMPT: ContextVar[AttemptInfo | None] = ContextVar("refinekit_attempt", default=None)
+
+
+_in_use = False
+"""Whether any budget was given (to a decorator or a job) in this process: until one is, the
+drivers' check costs one global lookup."""
+
+
+def in_use() -> bool:
+    """Whether any budget was given in this process (until then, nothing is ever checked)."""
+    return _in_use
+
+
+def check_budget_option(budget: object) -> Budget | None:
+    """A decorator's `budget=`: None or a `Budget` (a TypeError names what to give)."""
+    global _in_use
+    if budget is None:
+        return None
+    if isinstance(budget, Budget):
+        _in_use = True
+        return budget
+    raise TypeError(
+        "budget= must be a refinekit.Budget, e.g. refinekit.Budget(max_calls=10), not "
+        f"{type(budget).__name__}"
+    )
+
+
+_SCOPE: ContextVar[tuple[Job, Budget] | None] = ContextVar("refinekit_budget", default=None)
+
+
+def effective(job: Job) -> Budget | None:
+    """The budget `job` runs under here: its own, tightened by an inner decorator's."""
+    scope = _SCOPE.get()
+    if scope is not None and scope[0] is job:
+        return scope[1]
+    return job.budget
+
+
+def join(job: Job, budget: Budget | None, opened: bool) -> Token[Any] | None:
+    """Bring a decorated call's `budget=` to its job; `leave` with the token undoes it.
+
+    A job opened by this call takes the budget as its own. A joined job keeps its own; the
+    call's budget tightens it (limits only lower) until the call ends.
+    """
+    if budget is None:
+        return None
+    check_budget_option(budget)
+    if opened:
+        job._budget = budget
+        return None
+    current = effective(job)
+    return _SCOPE.set((job, budget if current is None else current.tightened(budget)))
+
+
+def leave(token: Token[Any] | None) -> None:
+    """Undo what `join` did for a joined job."""
+    if token is not None:
+        _SCOPE.reset(token)
+
+
+def cost_of(
+    job: Job,
+    prices: Prices | None = None,
+    *,
+    per_model: dict[tuple[bool, str | None], Usage] | None = None,
+) -> Cost | None:
+    """The job's cost so far with `prices` (default: the effective budget's); None without.
+
+    `per_model`: the job's usage per model when the caller holds the job's lock.
+
+    Raises:
+        MissingPrice: A model the job called has no price.
+    """
+    if prices is None:
+        if not _in_use:
+            return None
+        budget = effective(job)
+        prices = None if budget is None else budget.prices
+        if prices is None:
+            return None
+    answer = judge = 0.0
+    models = job._per_model() if per_model is None else per_model
+    for (is_judge, model), usage in models.items():
+        value = prices.cost(model, usage.prompt_tokens, usage.completion_tokens)
+        if is_judge:
+            judge += value
+        else:
+            answer += value
+    return Cost(answer, judge)
 
 
 class Job:
@@ -56,7 +164,7 @@ class Job:
         self._usage = Usage()
         self._judge_usage = Usage()
         self._models: dict[tuple[bool, str | None], Usage] = {}
-        self._budget = _budget.check_budget_option(budget)
+        self._budget = check_budget_option(budget)
         self._counted: list[object] = []
         self._first: tuple[str | None, Usage] | None = None
         # One lock per job, whatever shares it (threads with a copy of its context, asyncio
@@ -65,7 +173,7 @@ class Job:
         self._lock = threading.Lock()
         # What the calls in flight hold of the budget and is not counted yet (calls, tokens,
         # cost); made by the first reservation, so a job without a budget never has one.
-        self._reserved: _reserve.Held | None = None
+        self._reserved: Held | None = None
         self._token: Token[Job | None] | None = None
 
     @property
@@ -84,7 +192,7 @@ class Job:
         """
         if self._budget is None or self._budget.prices is None:
             return None
-        return _budget.cost_of(self, self._budget.prices)
+        return cost_of(self, self._budget.prices)
 
     def _per_model(self) -> dict[tuple[bool, str | None], Usage]:
         """The job's usage per (judge?, model name), for pricing."""
@@ -118,14 +226,14 @@ class Job:
         self,
         usage: Usage,
         model: str | None = None,
-        reservation: _reserve.Reservation | None = None,
+        reservation: Reservation | None = None,
     ) -> None:
         """Count a judge's reply; it settles `reservation` (default: the current one)."""
         with self._lock:
             self._judge_usage = self._judge_usage + usage
             self._split(True, model, usage)
-            if _budget._in_use:  # without any budget, nothing is ever reserved
-                _reserve.settle(self, usage, model, reservation)
+            if _in_use:  # without any budget, nothing is ever reserved
+                settle(self, usage, model, reservation)
 
     def _take_correction(self, limit: int) -> bool:
         with self._lock:
@@ -149,7 +257,7 @@ class Job:
 
         An outer decorated function often returns the very reply an inner decorated call got;
         it was paid for once, so it is counted once. What is counted settles the current
-        reservation (`refinekit._engine.reserve.settle`): it turns from reserved into spent.
+        reservation (`refinekit._engine.ledger.settle`): it turns from reserved into spent.
         """
         with self._lock:
             if reply is not None:
@@ -160,8 +268,8 @@ class Job:
                 self._first = (model, usage)
             self._usage = self._usage + usage
             self._split(False, model, usage)
-            if _budget._in_use:  # without any budget, nothing is ever reserved
-                _reserve.settle(self, usage, model, None)
+            if _in_use:  # without any budget, nothing is ever reserved
+                settle(self, usage, model, None)
 
     def _count_reply(self, reply: object, since: int | None = None) -> None:
         """Count the token usage a reply carries, once (see `_add_usage`).
@@ -345,11 +453,11 @@ def enter_job(budget: Budget | None = None) -> tuple[Job, JobToken]:
     """Join the current job, or open one, bringing a decorator's `budget=` to it.
 
     A job opened here takes `budget` as its own; a joined job's budget is tightened by it
-    for the call (see `refinekit._engine.budget.join`).
+    for the call (see `join`).
     """
     current = _JOB.get()
     if current is not None:
-        return current, (None, _budget.join(current, budget, opened=False))
+        return current, (None, join(current, budget, opened=False))
     new = Job(budget)
     return new, (_JOB.set(new), None)
 
@@ -357,6 +465,6 @@ def enter_job(budget: Budget | None = None) -> tuple[Job, JobToken]:
 def leave_job(token: JobToken) -> None:
     """Leave the job `enter_job` joined or opened (closing it when it was opened there)."""
     job_token, budget_token = token
-    _budget.leave(budget_token)
+    leave(budget_token)
     if job_token is not None:
         _JOB.reset(job_token)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._core.types import Attempt, Cost, Usage, Verdict
-from . import budget as _budget
+from .job import cost_of
 
 if TYPE_CHECKING:
     from .job import Job
@@ -108,13 +108,13 @@ class Record:
         self.idle_for = 0.0
         self._usage = job.usage
         self._judge_usage = job.judge_usage
-        self._cost = _budget.cost_of(job)
+        self._cost = cost_of(job)
         self._started = time.perf_counter()
 
     def outcome(self, value: Any, decorator: str, function: str) -> Outcome[Any]:
         """The finished call's outcome."""
         job = self.job
-        cost = _budget.cost_of(job)
+        cost = cost_of(job)
         return Outcome(
             value=value,
             decorator=decorator,

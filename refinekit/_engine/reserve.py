@@ -22,22 +22,20 @@ job, are `_budget`'s.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Mapping, Sequence
-from contextvars import ContextVar, Token
+from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from .._core.errors import BudgetExceeded
-from .._core.types import Usage
-from . import budget as _budget
-from .budget import effective, exceeded, request_tokens, spent_of
+from .budget import estimate_tokens, exceeded, request_tokens, spent_of
+from .job import Job, current_job, effective, in_use
+from .ledger import HELD, NOTHING, Held, reserved_of
 
 if TYPE_CHECKING:
-    from .job import Job
     from .prices import Budget, Prices
 
 __all__ = [
-    "NOT_HELD",
+    "NOTHELD",
     "Held",
     "Reservation",
     "Tickets",
@@ -45,32 +43,7 @@ __all__ = [
     "before_call",
     "judge_call",
     "judge_calls",
-    "settle",
 ]
-
-
-def _current_job() -> Job | None:
-    """The current job (`refinekit._engine.job` imports this module, so it is looked up late)."""
-    from .job import current_job
-
-    return current_job()
-
-
-class Held:
-    """Amounts of a budget held and not yet counted: calls, tokens and cost."""
-
-    __slots__ = ("calls", "cost", "tokens")
-
-    def __init__(self, calls: int = 0, tokens: int = 0, cost: float = 0.0) -> None:
-        self.calls = calls
-        self.tokens = tokens
-        self.cost = cost
-
-    def __repr__(self) -> str:
-        return f"Held(calls={self.calls}, tokens={self.tokens}, cost={self.cost:.6g})"
-
-
-_NOTHING = Held()
 
 
 class Reservation:
@@ -81,7 +54,7 @@ class Reservation:
     limits. Counting a reply settles it (`settle`: what it held turns into spent, through the
     reservations it sits in), and `release` gives back what is left when the call has ended
     (or failed, or was cancelled): to the reservation it took it from, the rest to the job.
-    A context manager: released on exit. `NOT_HELD` stands for "no budget, nothing held".
+    A context manager: released on exit. `NOTHELD` stands for "no budget, nothing held".
 
     A reservation made inside another one (a call within an attempt of the wrapped function,
     a judge call inside a decorated function) takes what it needs from that one first: the
@@ -105,7 +78,7 @@ class Reservation:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self.open or self._token is not None:  # NOT_HELD: nothing to do, at no cost
+        if self.open or self._token is not None:  # NOTHELD: nothing to do, at no cost
             self.release()
 
     def release(self) -> None:
@@ -116,12 +89,12 @@ class Reservation:
                 if self.open:
                     self.open = False
                     parent = self.parent if self.parent is not None and self.parent.open else None
-                    _give_back(_reserved_of(job), self.held, self.taken, parent)
+                    _give_back(reserved_of(job), self.held, self.taken, parent)
         token = self._token
         if token is not None:
             self._token = None
             with contextlib.suppress(ValueError):  # a flow closed from another context
-                _HELD.reset(token)
+                HELD.reset(token)
 
     def ensure(self, planned: str, model: str | None, tokens: int) -> None:
         """Before a request under this reservation: one call of `tokens` prompt tokens.
@@ -147,7 +120,7 @@ class Reservation:
             refused = _refusal(job, budget, planned, need, held)
             if refused is not None:
                 raise refused
-            reserved = _reserved_of(job)
+            reserved = reserved_of(job)
             reserved.calls += max(0, need.calls - held.calls)
             reserved.tokens += max(0, need.tokens - held.tokens)
             reserved.cost += max(0.0, need.cost - held.cost)
@@ -160,12 +133,8 @@ class Reservation:
         return f"<Reservation {state} {self.held!r}>"
 
 
-NOT_HELD = Reservation(None, None, None)
+NOTHELD = Reservation(None, None, None)
 """No budget in effect: nothing is held, releasing does nothing."""
-
-_HELD: ContextVar[Reservation | None] = ContextVar("refinekit_reservation", default=None)
-"""The reservation of the attempt (or revision) the code runs in: calls made inside it take
-their share from it, and replies counted inside it settle it."""
 
 
 def _give_back(reserved: Held, held: Held, taken: Held, parent: Reservation | None) -> None:
@@ -194,7 +163,7 @@ def _refusal(
     or held in full by calls in flight, leaves nothing, whatever the estimate).
     """
     spent_tokens, spent_calls, spent_cost = spent_of(job, budget, locked=True)
-    reserved = _reserved_of(job)
+    reserved = reserved_of(job)
     checks: list[tuple[str, float | None, float, float, float, float]] = [
         ("max_calls", budget.max_calls, spent_calls, reserved.calls, lendable.calls, need.calls),
         (
@@ -221,18 +190,10 @@ def _refusal(
 
 
 def _current_parent(job: Job) -> Reservation | None:
-    parent = _HELD.get()
+    parent = HELD.get()
     if parent is None or parent.job is not job or not parent.open:
         return None
     return parent
-
-
-def _reserved_of(job: Job) -> Held:
-    """What `job`'s calls in flight hold, made at its first reservation (the lock is held)."""
-    reserved = job._reserved
-    if reserved is None:
-        reserved = job._reserved = Held()
-    return reserved
 
 
 def _grant(job: Job, budget: Budget, planned: str, need: Held) -> Reservation:
@@ -244,12 +205,12 @@ def _grant(job: Job, budget: Budget, planned: str, need: Held) -> Reservation:
 def _grant_locked(job: Job, budget: Budget, planned: str, need: Held) -> Reservation:
     """`_grant`, the job's lock held."""
     parent = _current_parent(job)
-    lendable = parent.held if parent is not None else _NOTHING
+    lendable = parent.held if parent is not None else NOTHING
     refused = _refusal(job, budget, planned, need, lendable)
     if refused is not None:
         raise refused
     held = Reservation(job, parent, budget.prices)
-    taken, reserved = held.taken, _reserved_of(job)
+    taken, reserved = held.taken, reserved_of(job)
     taken.calls = min(need.calls, lendable.calls)
     taken.tokens = min(need.tokens, lendable.tokens)
     taken.cost = min(need.cost, lendable.cost)
@@ -271,62 +232,6 @@ def _price_of(budget: Budget, model: str | None, tokens: int) -> float:
     return budget.prices.cost(model, tokens, 0)
 
 
-def settle(job: Job, usage: Usage, model: str | None, reservation: Reservation | None) -> None:
-    """What a counted reply used turns from reserved into spent (the job's lock is held).
-
-    It settles `reservation` (default: the current one, `_HELD`), then the reservations that
-    one sits in, as far as each holds enough; usage beyond what they held (a call bigger
-    than its estimate, a function that made more calls than its attempt reserved) is simply
-    spent, and the next step's `check` stops a job it took over a limit. Each of them also
-    adds it to what was `used` inside it: an attempt's own usage, whatever runs beside it.
-    """
-    if reservation is None:
-        if not _budget._in_use:
-            return
-        reservation = _HELD.get()
-    node = reservation
-    while node is not None and not (node.job is job and node.open):
-        node = node.parent
-    if node is None:
-        return
-    calls, tokens = usage.model_calls, usage.total_tokens
-    cost = _usage_cost(node.prices, model, usage)  # None: not priced (or no price)
-    left = math.inf if cost is None else cost
-    reserved = _reserved_of(job)
-    while node is not None:
-        if node.job is job and node.open:
-            held, used = node.held, node.used
-            used.calls += usage.model_calls
-            used.tokens += usage.total_tokens
-            used.cost += cost or 0.0
-            if calls and held.calls:
-                taken = min(calls, held.calls)
-                held.calls -= taken
-                reserved.calls -= taken
-                calls -= taken
-            if tokens and held.tokens:
-                taken = min(tokens, held.tokens)
-                held.tokens -= taken
-                reserved.tokens -= taken
-                tokens -= taken
-            if left > 0 and held.cost > 0:  # unpriced: it settles all the cost held
-                part = min(left, held.cost)
-                held.cost -= part
-                reserved.cost = max(0.0, reserved.cost - part)
-                left -= part
-        node = node.parent
-
-
-def _usage_cost(prices: Prices | None, model: str | None, usage: Usage) -> float | None:
-    """What `usage` cost with `prices`; None without prices or without a price for `model`."""
-    if prices is None:
-        return None
-    try:
-        return prices.cost(model, usage.prompt_tokens, usage.completion_tokens)
-    except Exception:  # a missing price is raised by the next step's `check`
-        return None
-
-
 def before_attempt(
     job: Job,
     planned: str,
@@ -345,19 +250,19 @@ def before_attempt(
 
     Returns:
         The reservation, current until released (what the function's calls count settles
-        it); `NOT_HELD` without a budget. Release it once the reply is counted, and give it
+        it); `NOTHELD` without a budget. Release it once the reply is counted, and give it
         as `previous` to the next attempt.
 
     Raises:
         BudgetExceeded: The estimate does not fit.
     """
-    if not _budget._in_use:
-        return NOT_HELD
+    if not in_use():
+        return NOTHELD
     budget = effective(job)
     if budget is None:
-        return NOT_HELD
-    last = previous.used if previous is not None else _NOTHING
-    extra = _budget.estimate_tokens(extra_chars)
+        return NOTHELD
+    last = previous.used if previous is not None else NOTHING
+    extra = estimate_tokens(extra_chars)
     tokens = last.tokens + extra
     cost = last.cost
     if last.tokens and extra:
@@ -365,7 +270,7 @@ def before_attempt(
     if budget.prices is None:
         cost = 0.0
     held = _grant(job, budget, planned, Held(max(1, last.calls), tokens, cost))
-    held._token = _HELD.set(held)
+    held._token = HELD.set(held)
     return held
 
 
@@ -391,20 +296,20 @@ def before_call(
             `record_usage` in a custom reviser, settle it).
 
     Returns:
-        The reservation (`NOT_HELD` without a budget); release it when the call has ended.
+        The reservation (`NOTHELD` without a budget); release it when the call has ended.
 
     Raises:
         BudgetExceeded: The job is over a limit, or the call does not fit in what is left.
         MissingPrice: A cost limit, and `model` has no price.
     """
-    if job is None or not _budget._in_use:
-        return NOT_HELD
+    if job is None or not in_use():
+        return NOTHELD
     budget = effective(job)
     if budget is None:
-        return NOT_HELD
+        return NOTHELD
     held = _grant(job, budget, planned, Held(1, tokens, _price_of(budget, model, tokens)))
     if current:
-        held._token = _HELD.set(held)
+        held._token = HELD.set(held)
     return held
 
 
@@ -426,9 +331,9 @@ def judge_call(
     """
     if ticket is not None and ticket.open:
         return ticket
-    if not _budget._in_use:
-        return NOT_HELD
-    return before_call(_current_job(), _judge_planned(model), model, request_tokens(request))
+    if not in_use():
+        return NOTHELD
+    return before_call(current_job(), _judge_planned(model), model, request_tokens(request))
 
 
 def judge_calls(model: str, requests: Sequence[Mapping[str, Any]]) -> list[Reservation | None]:
@@ -442,9 +347,9 @@ def judge_calls(model: str, requests: Sequence[Mapping[str, Any]]) -> list[Reser
     Raises:
         MissingPrice: A cost limit, and `model` has no price.
     """
-    if not _budget._in_use:
+    if not in_use():
         return [None] * len(requests)
-    job = _current_job()
+    job = current_job()
     budget = None if job is None else effective(job)
     if job is None or budget is None:
         return [None] * len(requests)

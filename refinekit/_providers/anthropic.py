@@ -18,9 +18,9 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._core.deadline import current_deadline
 from .._core.errors import JudgeError, JudgeUnavailable
 from .._core.redact import redact
-from .._engine.flow import current_deadline
 from .openai import deadline_bounded, error_message, retry_wait, status_error
 
 if TYPE_CHECKING:

@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 import openai
 
 from .._core.config import is_testing
+from .._core.deadline import current_deadline
 from .._core.errors import DeadlinePassed, JudgeError, JudgeMisconfigured, JudgeUnavailable
 from .._core.redact import redact
-from .._engine.flow import current_deadline
 
 __all__ = [
     "MISCONFIGURED",

@@ -116,4 +116,3 @@ def first_error(results: Sequence[Any]) -> Exception | None:
     if errors:
         raise errors[0]
     return None
-

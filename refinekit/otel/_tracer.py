@@ -39,11 +39,10 @@ from .._core.package import version
 from .._core.redact import redact
 from .._core.types import Cost, Usage, Verdict
 from .._decorators.revisers import Revise
-from .._engine.budget import cost_of
 from .._engine.evaluators import evaluator_name
 from .._engine.events import Event, Subscription, subscribe
 from .._engine.flow import Call, Evaluate, Gather, Sleep, Timed
-from .._engine.job import current_job
+from .._engine.job import cost_of, current_job
 from .._providers.replies import usage_of
 from ..judges._cache import Cached
 from ..judges._calls import Complete, Structured
