@@ -27,7 +27,7 @@ def version() -> str:
         return importlib.metadata.version("refinekit")
     except importlib.metadata.PackageNotFoundError:
         pass
-    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     try:
         text = pyproject.read_text(encoding="utf-8")
     except OSError:

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic.errors import PydanticInvalidForJsonSchema, PydanticUserError
 
+from .._core.schema import require_type
 from .repair import dumps_raw
 
 __all__ = ["Template", "schema_prompt"]
@@ -318,8 +319,6 @@ def schema_prompt(schema: Any, *, descriptions: bool = True) -> str:
     Raises:
         TypeError: pydantic cannot build a JSON schema for `schema`.
     """
-    from .._core.schema import require_type
-
     require_type(schema, "schema_prompt(schema=...)")
     try:
         json_schema = TypeAdapter(schema).json_schema()

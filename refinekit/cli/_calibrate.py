@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from ..eval import Calibration, calibrate
+from .._engine.bridge import run_blocking
+from ..eval import CalibrateOptions, Calibration
+from ..eval._workflow import execute_calibrate
+from ._args import options_of
 from ._output import (
     EXIT_GATE,
     EXIT_SETUP,
@@ -28,23 +31,8 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
         io,
         "calibrate",
         args.report,
-        lambda watcher: calibrate(
-            args.labelled,
-            judge=args.judge,
-            concurrency=args.concurrency,
-            db=args.db,
-            resume=not args.fresh,
-            run_id=args.run_id,
-            backend=args.backend,
-            ray_address=args.address,
-            workers=args.workers,
-            cache=args.cache,
-            retry=args.retry,
-            target_error=args.target_error,
-            bins=args.bins,
-            min_kappa=args.min_kappa,
-            prices=args.prices,
-            on_event=watcher,
+        lambda watcher: run_blocking(
+            lambda: execute_calibrate(options_of(CalibrateOptions, args, on_event=watcher))
         ),
     )
     if isinstance(result, int):

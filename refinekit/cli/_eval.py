@@ -6,9 +6,12 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .._core.config import is_testing
-from ..eval import CaseRecord, Comparison, EvalResult, run
+from .._engine.bridge import run_blocking
+from ..eval import CaseRecord, Comparison, EvalOptions, EvalResult
 from ..eval._money import usd
 from ..eval._summary import no_context_advice
+from ..eval._workflow import execute_eval
+from ._args import options_of
 from ._output import (
     EXIT_GATE,
     EXIT_SETUP,
@@ -33,26 +36,8 @@ def eval_command(args: Any, out: TextIO | None = None, err: TextIO | None = None
         io,
         "eval",
         args.report,
-        lambda watcher: run(
-            args.golden,
-            target=args.target,
-            judge=args.judge,
-            concurrency=args.concurrency,
-            repeat=args.repeat,
-            db=args.db,
-            resume=not args.fresh,
-            run_id=args.run_id,
-            backend=args.backend,
-            ray_address=args.address,
-            workers=args.workers,
-            cache=args.cache,
-            retry=args.retry,
-            min_pass_rate=args.min_pass_rate,
-            compare=args.compare,
-            alpha=args.alpha,
-            prices=args.prices,
-            max_cost=args.max_cost,
-            on_event=watcher,
+        lambda watcher: run_blocking(
+            lambda: execute_eval(options_of(EvalOptions, args, on_event=watcher))
         ),
     )
     if isinstance(result, int):

@@ -13,7 +13,6 @@ resumable).
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -37,9 +36,11 @@ from ..eval import (
     UsageProblem,
     html_report,
 )
+from ..eval._money import usd
 from ..eval._summary import lacks_context
 from ._pipe import PipeSafe
 from ._progress import ProgressDisplay
+from ._text import REPORT_BESIDE_STORE, cases, clean, pct
 
 __all__ = [
     "EXIT_ABORTED",
@@ -64,26 +65,6 @@ EXIT_USAGE = 2
 EXIT_ABORTED = 3
 EXIT_SETUP = 4
 EXIT_INTERRUPTED = 130
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
-
-
-def clean(text: str, width: int | None = None) -> str:
-    """Model or user text made safe for a terminal: one line, no control characters."""
-    text = _CONTROL.sub("?", " ".join(str(text).split()))
-    if width is not None and len(text) > width:
-        text = text[: max(1, width - 1)] + "\u2026"
-    return text
-
-
-def pct(value: float | None, digits: int = 3) -> str:
-    """A figure to `digits` decimals, or n/a."""
-    return "n/a" if value is None else f"{value:.{digits}f}"
-
-
-def cases(n: int) -> str:
-    """`n` cases, in words."""
-    return "1 case" if n == 1 else f"{n} cases"
 
 
 @dataclass
@@ -219,8 +200,6 @@ class RunWatcher:
 
 def cost_line(what: str, cost: Mapping[str, Any], unit: str) -> str:
     """A run's cost in one line: its total and mean per case (a `Summary.cost` dict)."""
-    from ..eval._money import usd
-
     unpriced = cost.get("unpriced") or 0
     return (
         f"{what}: {usd(cost['total'])} in all, {usd(cost['per_case'])} per {unit} "
@@ -287,8 +266,6 @@ def report_problem(path: str | None) -> str | None:
     `--report` alone (or `--report html`) goes next to the run store, which the run itself
     checks.
     """
-    from ._parser import REPORT_BESIDE_STORE
-
     if path is None or path == REPORT_BESIDE_STORE:
         return None
     target = Path(path)
@@ -314,8 +291,6 @@ def report_file(path: str, result: EvalResult | CalibrationResult) -> str:
 
     Next to its file; in the current folder for a PostgreSQL store.
     """
-    from ._parser import REPORT_BESIDE_STORE
-
     if path != REPORT_BESIDE_STORE:
         return path
     folder = result.db.parent if isinstance(result.db, Path) else Path()

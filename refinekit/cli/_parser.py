@@ -10,6 +10,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from .._core.errors import DemoConfigError
+from .._core.package import version
+from .._core.redact import redact
+from ._pipe import ReaderGone, flush_quietly
+from ._text import REPORT_BESIDE_STORE
+
 _DEMO_DESCRIPTION = """\
 Run both decorators end to end over HTTP with the real openai client: a refund answer judged
 by a criteria judge and retried with its feedback, and an invoice extraction corrected twice
@@ -82,9 +88,6 @@ exit status:
   4    the judge gave no verdict on any item (all unavailable): the setup failed
   130  interrupted; the same command resumes the run"""
 
-
-# `--report` alone, or `--report html`: the report goes next to the run store, named after the run
-REPORT_BESIDE_STORE = "html"
 
 _INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)'")
 
@@ -185,7 +188,8 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
     )
     parser.add_argument(
         "--fresh",
-        action="store_true",
+        action="store_false",
+        dest="resume",
         help="start a new run even if the last one is unfinished or running elsewhere",
     )
     parser.add_argument(
@@ -214,6 +218,7 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
     parser.add_argument(
         "--address",
         metavar="ADDRESS",
+        dest="ray_address",
         help="with --backend ray: the Ray cluster (ray.init's address, e.g. ray://head:10001 "
         "or auto); default: a local Ray on this machine. A cluster needs --db postgresql://...",
     )
@@ -352,8 +357,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         nothing more is printed, no traceback; `eval` and `calibrate` finish their run and
         exit as they would have, the demo stops and exits 0.
     """
-    from ._pipe import ReaderGone, flush_quietly
-
     try:
         return _main(argv)
     except ReaderGone:
@@ -363,8 +366,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from .._core.package import version
-
     parser = _Parser(
         prog="refinekit", description="Make LLM answer functions trustworthy by decoration."
     )
@@ -413,8 +414,6 @@ def _main(argv: Sequence[str] | None) -> int:
             print(f"refinekit {args.command}: interrupted", file=sys.stderr)
             return 130
     if args.command == "demo":
-        from .._core.errors import DemoConfigError
-        from .._core.redact import redact
         from ._demo import endpoint_from_options, run_demo
 
         if args.local:

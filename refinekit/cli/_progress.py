@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..eval._money import usd
+from ._text import clean
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -150,8 +151,6 @@ class ProgressDisplay:
 
     def note(self, text: str) -> None:
         """A line for the user now, above the progress (`text` is made terminal-safe)."""
-        from ._output import clean
-
         line = clean(text)
         if self.progress is not None:
             from rich.text import Text

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..eval import RunStoreError, UsageProblem, runs
-from ..eval._session import store_location
+from ..eval.store import store_location
 from ._output import EXIT_USAGE, clean, streams
 
 __all__ = ["runs_command"]

@@ -25,6 +25,7 @@ In a notebook or other async code, `await refinekit.eval.arun(...)` (and `acalib
 from .._core.errors import CostLimitReached, DataFileError, RunAborted, RunStoreError, UsageProblem
 from .._core.package import rehome
 from ._calibration import Calibration, Thresholds
+from ._options import CalibrateOptions, EvalOptions, RunOptions
 from ._results import (
     CalibrationResult,
     CaseFinished,
@@ -34,13 +35,14 @@ from ._results import (
     RunStarted,
     RunStopped,
 )
-from ._session import store_location, store_path
 from ._stats import ReliabilityBin
+from ._stored import compare, html_report, runs
 from ._summary import Comparison, Summary
-from ._workflow import acalibrate, arun, calibrate, compare, html_report, run, runs
-from .store._records import CaseRecord, Outcome, RunInfo, StoreURL
+from ._workflow import acalibrate, arun, calibrate, run
+from .store import CaseRecord, Outcome, RunInfo, StoreURL, store_location, store_path
 
 __all__ = [
+    "CalibrateOptions",
     "Calibration",
     "CalibrationResult",
     "CaseFinished",
@@ -48,12 +50,14 @@ __all__ = [
     "Comparison",
     "CostLimitReached",
     "DataFileError",
+    "EvalOptions",
     "EvalResult",
     "Outcome",
     "ReliabilityBin",
     "RunAborted",
     "RunEvent",
     "RunInfo",
+    "RunOptions",
     "RunProgress",
     "RunStarted",
     "RunStopped",

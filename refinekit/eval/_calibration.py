@@ -12,7 +12,7 @@ from ._stats import (
     reliability_table,
     wilson_interval,
 )
-from .store._records import CaseRecord
+from .store import CaseRecord
 
 __all__ = ["Calibration", "Thresholds", "calibrate", "recommend_thresholds"]
 

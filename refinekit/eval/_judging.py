@@ -23,7 +23,7 @@ from ..judges._cache_backends import JudgeCache
 from ._cases import Case
 from ._column_checks import column_checks
 from ._ratelimit import RateLimiter
-from .store._records import Outcome
+from .store import Outcome
 
 __all__ = [
     "CacheCounts",

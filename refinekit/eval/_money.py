@@ -20,7 +20,8 @@ from .._core.jsonload import loads
 from .._core.numbers import is_number, is_real, shown
 from .._core.types import Usage
 from .._engine.prices import Prices
-from .store._records import CaseRecord
+from ._target import load_object
+from .store import CaseRecord
 
 __all__ = ["ROLES", "case_cost", "check_max_cost", "load_prices", "money", "price_note"]
 
@@ -97,8 +98,6 @@ def _prices_file(path: Path) -> Prices:
 
 
 def _prices_object(spec: str) -> Prices:
-    from ._target import load_object
-
     value = load_object(spec, "--prices")
     if not isinstance(value, Prices):
         raise UsageProblem(

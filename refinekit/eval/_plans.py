@@ -5,29 +5,30 @@ Every usage problem (a file, a target, a judge, an option) raises here, before a
 
 from __future__ import annotations
 
-import os
+import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from .._core.errors import UsageProblem
 from .._core.numbers import is_number, is_real, shown
+from .._engine.bridge import run_blocking
 from .._engine.evaluators import EvaluatorLike
 from ._calibration import calibrate as calibration_of
 from ._cases import Case, labels_of, load_cases
 from ._column_checks import has_column_checks
-from ._money import PricesLike, check_max_cost, load_prices, money
+from ._money import check_max_cost, load_prices, money
+from ._options import CalibrateOptions, EvalOptions
 from ._ray import check_backend, run_on_ray
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._resume import RETRYABLE, RunPlan
-from ._session import Session, store_location
+from ._session import Session
 from ._summary import compare_runs, measured, summarise
 from ._target import Target, check_judge, load_judge, name_of
-from .store._records import CaseRecord, RunInfo, RunStore, StoreURL
+from .store import CaseRecord, RunInfo, RunStore, StoreURL, open_store, store_location
 
-__all__ = ["CalibratePlan", "EvalPlan", "PathLike", "elsewhere"]
-
-PathLike = str | os.PathLike[str]
+__all__ = ["CalibratePlan", "EvalPlan", "elsewhere", "for_worker", "work"]
 
 
 # --- checking the arguments ---------------------------------------------------------------------
@@ -135,27 +136,64 @@ def elsewhere(
 ) -> Callable[[], Awaitable[object]] | None:
     """What runs the cases instead of this process: Ray workers joining the run.
 
-    None for the local backend.
+    Each worker gets the run's options as a worker of this run takes them (`for_worker`) and
+    `work` to run them with; None for the local backend.
     """
     backend = plan.backend
     if backend is None:
         return None
-    target, judge = plan.shipped
-    return lambda: run_on_ray(
-        backend,
-        session.store,
-        session.run.id,
-        kind=session.plan.kind,
-        dataset=plan.dataset,
-        db=plan.db._url if isinstance(plan.db, StoreURL) else str(plan.db.resolve()),
-        target=target,
-        judge=judge,
-        concurrency=plan.concurrency,
-        repeat=plan.repeat,
-        cache=plan.cache,
-        prices=plan.prices,
-        max_cost=plan.max_cost,
-    )
+    options = for_worker(plan, session.run.id)
+    return lambda: run_on_ray(backend, functools.partial(work, options), plan.dataset)
+
+
+def for_worker(plan: EvalPlan | CalibratePlan, run_id: int) -> EvalOptions | CalibrateOptions:
+    """The run's options as a Ray worker of run `run_id` takes them.
+
+    It joins that run in the same store (the SQLite file's absolute path, or the URL with its
+    credentials: it travels inside the cluster, as the tasks' other arguments do), answers
+    cases only (the driver has the gates, the comparison and the Ray tasks), and sends a
+    `module:name` target as its name, to be imported there.
+    """
+    db = plan.db._url if isinstance(plan.db, StoreURL) else str(plan.db.resolve())
+    common: dict[str, Any] = {
+        "db": db,
+        "resume": True,
+        "retry": (),
+        "on_event": None,
+        "run_id": run_id,
+        "backend": "local",
+        "ray_address": None,
+        "workers": None,
+    }
+    options = plan.options
+    if isinstance(options, EvalOptions):
+        assert isinstance(plan, EvalPlan)
+        # a `module:name` (or `path.py:name`) as the module it names, from any folder
+        target = plan.target.spec if isinstance(options.target, str) else options.target
+        return dataclasses.replace(
+            options, target=target, min_pass_rate=None, compare=None, **common
+        )
+    return dataclasses.replace(options, min_kappa=None, **common)
+
+
+def work(
+    options: EvalOptions | CalibrateOptions,
+    data: Path,
+    on_event: Callable[[RunEvent], None],
+) -> None:
+    """A worker's part of a run, as a Ray task does it: cases claimed and stored until done.
+
+    `data` is the task's copy of the run's file; `on_event` is told as it goes.
+    """
+    if isinstance(options, EvalOptions):
+        eval_plan = EvalPlan(dataclasses.replace(options, golden=data, on_event=on_event))
+        with open_store(eval_plan.db) as store:
+            session, _ = eval_plan.session(store)
+            run_blocking(session.execute)
+        return
+    plan = CalibratePlan(dataclasses.replace(options, labelled=data, on_event=on_event))
+    with open_store(plan.db) as store:
+        run_blocking(plan.session(store).execute)
 
 
 # --- eval ---------------------------------------------------------------------------------------
@@ -164,55 +202,34 @@ def elsewhere(
 class EvalPlan:
     """An eval run's arguments, loaded and checked: everything a usage problem can be."""
 
-    def __init__(
-        self,
-        golden: PathLike,
-        *,
-        target: Callable[..., Any] | str,
-        judge: EvaluatorLike | str | None,
-        concurrency: int,
-        repeat: int,
-        db: PathLike | None,
-        resume: bool,
-        retry: Iterable[str],
-        min_pass_rate: float | None,
-        compare: int | str | None,
-        alpha: float,
-        on_event: Callable[[RunEvent], None] | None,
-        run_id: int | None = None,
-        backend: str = "local",
-        ray_address: str | None = None,
-        workers: int | None = None,
-        prices: PricesLike | None = None,
-        max_cost: float | None = None,
-        cache: bool = False,
-    ) -> None:
-        self.dataset = Path(golden)
-        self.cache = _flag("cache", cache)
-        self.prices = load_prices(prices)
-        self.max_cost = check_max_cost(max_cost, self.prices)
-        self.run_id = _run_id(run_id)
-        self.concurrency = _whole("concurrency", concurrency, 1, 256)
-        self.repeat = _whole("repeat", repeat, 1, 50)
-        self.min_pass_rate = _fraction("min_pass_rate", min_pass_rate, 0.0, 1.0)
-        alpha_ = _fraction("alpha", alpha, 0.0, 1.0, open_low=True)
-        assert alpha_ is not None
-        self.alpha = alpha_
-        self.retry = _outcomes(retry)
-        self.resume = resume
-        self.compare = compare
-        self.db = store_location(db)
-        self.on_event = on_event
+    def __init__(self, options: EvalOptions) -> None:
+        o = options
+        self.options = options
+        self.dataset = Path(o.golden)
+        self.cache = _flag("cache", o.cache)
+        self.prices = load_prices(o.prices)
+        self.max_cost = check_max_cost(o.max_cost, self.prices)
+        self.run_id = _run_id(o.run_id)
+        self.concurrency = _whole("concurrency", o.concurrency, 1, 256)
+        self.repeat = _whole("repeat", o.repeat, 1, 50)
+        self.min_pass_rate = _fraction("min_pass_rate", o.min_pass_rate, 0.0, 1.0)
+        alpha = _fraction("alpha", o.alpha, 0.0, 1.0, open_low=True)
+        assert alpha is not None
+        self.alpha = alpha
+        self.retry = _outcomes(o.retry)
+        self.resume = _flag("resume", o.resume)
+        self.compare = o.compare
+        self.db = store_location(o.db)
+        self.on_event = o.on_event
         self.cases = load_cases(self.dataset)
         columns = sorted({c for case in self.cases for c in case.row})
-        if isinstance(target, str):
-            self.target = Target.load(target, columns)
+        if isinstance(o.target, str):
+            self.target = Target.load(o.target, columns)
         else:
-            self.target = Target.of(target, name_of(target), columns)
+            self.target = Target.of(o.target, name_of(o.target), columns)
         self.target.check(self.cases)
-        self.judge, self.judge_name = _judge(judge)
-        self.backend = check_backend(backend, ray_address, workers, self.db)
-        self.shipped = (self.target.spec if isinstance(target, str) else target, judge)
+        self.judge, self.judge_name = _judge(o.judge)
+        self.backend = check_backend(o.backend, o.ray_address, o.workers, self.db)
         if self.judge is None and not has_column_checks(columns):
             raise UsageProblem(
                 "nothing to judge the answers by: give --judge, or a golden file with a "
@@ -295,47 +312,27 @@ class EvalPlan:
 class CalibratePlan:
     """A calibrate run's arguments, loaded and checked."""
 
-    def __init__(
-        self,
-        labelled: PathLike,
-        *,
-        judge: EvaluatorLike | str,
-        concurrency: int,
-        db: PathLike | None,
-        resume: bool,
-        retry: Iterable[str],
-        target_error: float,
-        bins: int,
-        min_kappa: float | None,
-        on_event: Callable[[RunEvent], None] | None,
-        run_id: int | None = None,
-        backend: str = "local",
-        ray_address: str | None = None,
-        workers: int | None = None,
-        prices: PricesLike | None = None,
-        cache: bool = False,
-    ) -> None:
-        self.dataset = Path(labelled)
-        self.cache = _flag("cache", cache)
-        self.prices = load_prices(prices)
-        self.max_cost: float | None = None
-        self.run_id = _run_id(run_id)
-        self.concurrency = _whole("concurrency", concurrency, 1, 256)
-        self.bins = _whole("bins", bins, 1, 100)
-        target_error_ = _fraction("target_error", target_error, 0.0, 0.99)
-        assert target_error_ is not None
-        self.target_error = target_error_
-        self.min_kappa = _fraction("min_kappa", min_kappa, -1.0, 1.0)
-        self.retry = _outcomes(retry)
-        self.resume = resume
-        self.db = store_location(db)
-        self.on_event = on_event
+    def __init__(self, options: CalibrateOptions) -> None:
+        o = options
+        self.options = options
+        self.dataset = Path(o.labelled)
+        self.cache = _flag("cache", o.cache)
+        self.prices = load_prices(o.prices)
+        self.run_id = _run_id(o.run_id)
+        self.concurrency = _whole("concurrency", o.concurrency, 1, 256)
+        self.bins = _whole("bins", o.bins, 1, 100)
+        target_error = _fraction("target_error", o.target_error, 0.0, 0.99)
+        assert target_error is not None
+        self.target_error = target_error
+        self.min_kappa = _fraction("min_kappa", o.min_kappa, -1.0, 1.0)
+        self.retry = _outcomes(o.retry)
+        self.resume = _flag("resume", o.resume)
+        self.db = store_location(o.db)
+        self.on_event = o.on_event
         self.cases: list[Case] = load_cases(self.dataset)
         self.labels = labels_of(self.cases)
-        self.judge, self.judge_name = _judge(judge)
-        self.backend = check_backend(backend, ray_address, workers, self.db)
-        self.shipped = (None, judge)
-        self.repeat = 1
+        self.judge, self.judge_name = _judge(o.judge)
+        self.backend = check_backend(o.backend, o.ray_address, o.workers, self.db)
 
     def session(self, store: RunStore) -> Session:
         plan = RunPlan(

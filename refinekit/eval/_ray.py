@@ -24,15 +24,15 @@ import importlib
 import os
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._core.errors import RunAborted, UsageProblem
 from ._results import CaseFinished
+from .store import StoreURL
 from .store._claims import LEASE_SECONDS
-from .store._records import RunStore, StoreURL, open_store
 
 __all__ = ["RayBackend", "run_on_ray"]
 
@@ -81,15 +81,17 @@ def check_backend(
     return RayBackend(address, workers)
 
 
+Work = Callable[[Path, Callable[[Any], None]], None]
+"""A worker's part of the run: given its copy of the run's file and a listener, it claims and
+stores cases until none is left (`refinekit.eval._plans.work`, with the run's options)."""
+
+
 def _work(task: dict[str, Any]) -> int:
     """One Ray task: a worker of the run, until no case is left. How many cases it stored.
 
     It joins the run (the driver's lease keeps it running) and leaves it when done; the
     driver, not the task, stores the run complete.
     """
-    from .._engine.bridge import run_blocking
-    from ._plans import CalibratePlan, EvalPlan
-
     for folder in reversed(task["path"]):  # the driver's folder, for module:name targets
         if folder not in sys.path and Path(folder).is_dir():
             sys.path.insert(0, folder)
@@ -103,36 +105,7 @@ def _work(task: dict[str, Any]) -> int:
     with tempfile.TemporaryDirectory(prefix="refinekit-ray-") as folder:
         data = Path(folder) / task["name"]
         data.write_bytes(task["data"])
-        shared: dict[str, Any] = {
-            "judge": task["judge"],
-            "concurrency": task["concurrency"],
-            "db": task["db"],
-            "resume": True,
-            "retry": (),
-            "on_event": count,
-            "run_id": task["run_id"],
-            "cache": task["cache"],
-            "prices": task["prices"],
-        }
-        plan: EvalPlan | CalibratePlan
-        if task["kind"] == "eval":
-            plan = EvalPlan(
-                data,
-                target=task["target"],
-                repeat=task["repeat"],
-                min_pass_rate=None,
-                compare=None,
-                alpha=0.05,
-                max_cost=task["max_cost"],
-                **shared,
-            )
-        else:
-            plan = CalibratePlan(data, target_error=0.1, bins=10, min_kappa=None, **shared)
-        with open_store(plan.db) as store:
-            session = plan.session(store)
-            if isinstance(session, tuple):
-                session = session[0]
-            run_blocking(session.execute)
+        task["work"](data, count)
     return stored
 
 
@@ -156,26 +129,11 @@ async def _cluster(backend: RayBackend) -> AsyncIterator[Any]:
             ray.shutdown()
 
 
-async def run_on_ray(
-    backend: RayBackend,
-    store: RunStore,
-    run_id: int,
-    *,
-    kind: str,
-    dataset: Path,
-    db: str,
-    target: Any,
-    judge: Any,
-    concurrency: int,
-    repeat: int,
-    cache: bool = False,
-    prices: Any = None,
-    max_cost: float | None = None,
-) -> list[int]:
-    """Run the run's cases on Ray workers, each joining run `run_id`; wait for them all.
+async def run_on_ray(backend: RayBackend, work: Work, dataset: Path) -> list[int]:
+    """Run the run's cases on Ray workers, each doing `work` on a copy of `dataset`; wait.
 
-    `db` is the store as the workers open it: the SQLite file's absolute path, or the URL
-    with its credentials (it travels inside the cluster, as the tasks' other arguments do).
+    `work` carries the run's options as its workers take them (the run to join, its store),
+    pickled with the target and judge as given.
 
     Returns:
         How many cases each worker stored.
@@ -188,21 +146,7 @@ async def run_on_ray(
         workers = backend.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         remote = ray.remote(num_cpus=0)(_work)  # waiting on the model, not computing
         data = await asyncio.to_thread(dataset.read_bytes)
-        task = {
-            "kind": kind,
-            "name": dataset.name,
-            "data": data,
-            "path": [os.getcwd()],
-            "target": target,
-            "judge": judge,
-            "concurrency": concurrency,
-            "repeat": repeat,
-            "cache": cache,
-            "db": db,
-            "run_id": run_id,
-            "prices": prices,
-            "max_cost": max_cost,
-        }
+        task = {"name": dataset.name, "data": data, "path": [os.getcwd()], "work": work}
         refs = [remote.remote(task) for _ in range(workers)]
         try:
             return list(await asyncio.to_thread(ray.get, refs))
@@ -213,7 +157,7 @@ async def run_on_ray(
                 if isinstance(cause, (UsageProblem, RunAborted)):
                     raise cause from None
                 raise RunAborted(
-                    f"a Ray worker of run {run_id} failed: {type(cause).__name__}: {cause}"
+                    f"a Ray worker of the run failed: {type(cause).__name__}: {cause}"
                 ) from cause
             raise
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ._calibration import Calibration
 from ._summary import Comparison, Summary
-from .store._records import CaseRecord, RunInfo, StoreURL
+from .store import CaseRecord, RunInfo, StoreURL
 
 __all__ = [
     "CalibrationResult",

@@ -12,7 +12,8 @@ from .._core.errors import UsageProblem
 from .._engine.prices import Prices
 from ._cases import Case
 from ._golden import file_sha256
-from .store._records import CaseRecord, RunInfo, RunStore
+from ._money import price_note
+from .store import CaseRecord, RunInfo, RunStore
 
 __all__ = ["RETRYABLE", "RunPlan", "Started", "fingerprint", "start"]
 
@@ -38,8 +39,6 @@ class RunPlan:
 
     def priced_options(self) -> dict[str, Any]:
         """The prices and cost limit this session runs with, as the run's options keep them."""
-        from ._money import price_note
-
         return {"prices": price_note(self.prices), "max_cost": self.max_cost}
 
 

@@ -43,8 +43,8 @@ from ._money import added, case_cost, usd
 from ._ratelimit import RateLimiter
 from ._resume import RunPlan
 from ._target import Target
+from .store import CappedClaim, CaseRecord, RunInfo, RunStore
 from .store._claims import LEASE_SECONDS
-from .store._records import CappedClaim, CaseRecord, RunInfo, RunStore
 
 __all__ = ["Progress", "renewing", "run_cases"]
 

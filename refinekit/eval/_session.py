@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .._core.errors import RunAborted, RunStoreError, UsageProblem
-from .._core.redact import safe_url, url_problem
+from .._core.errors import RunAborted, RunStoreError
+from .._core.package import version
 from . import _results
 from ._cases import Case
 from ._ratelimit import RateLimiter
@@ -23,104 +21,10 @@ from ._results import CaseFinished, RunEvent, RunProgress, RunStarted, RunStoppe
 from ._resume import RunPlan, start
 from ._runner import Progress, renewing, run_cases
 from ._target import Target
+from .store import CaseRecord, RunInfo, RunStore, StoreURL
 from .store._claims import new_worker
-from .store._postgres import SCHEMES
-from .store._records import CaseRecord, RunInfo, RunStore, StoreURL
-from .store._sqlite import DEFAULT_DB
 
-__all__ = ["Session", "store_location", "store_path"]
-
-
-def store_path(db: str | os.PathLike[str] | None = None) -> Path:
-    """The SQLite run store a `db` argument means.
-
-    `db`, else `$REFINEKIT_DB`, else `.refinekit/runs.db`.
-
-    Args:
-        db: A path, or None for the default.
-
-    Returns:
-        The store's file (it may not exist yet).
-
-    Raises:
-        UsageProblem: `db` (or `$REFINEKIT_DB`) is a PostgreSQL URL, which has no file:
-            `store_location` says which store any `db` means.
-    """
-    where = store_location(db)
-    if isinstance(where, StoreURL):
-        raise UsageProblem(
-            f"the run store {where} is a PostgreSQL database, not a file: "
-            "refinekit.eval.store_location(db) names either kind"
-        )
-    return where
-
-
-def store_location(db: str | os.PathLike[str] | None = None) -> Path | StoreURL:
-    """The store a `db` argument means: a SQLite file, or a PostgreSQL URL.
-
-    `db`, else `$REFINEKIT_DB`, else `.refinekit/runs.db`; a `postgresql://` (or
-    `postgres://`) one is a PostgreSQL store, kept as a `StoreURL` (shown without its
-    credentials; the `db=` of every `refinekit.eval` function takes it as it is). Any other
-    text is a file's path, unless it starts like a URL (`scheme://`, a scheme of two
-    characters or more: `C://` is a Windows path), which is refused.
-
-    Args:
-        db: A path or URL, or None for the default.
-
-    Returns:
-        The SQLite file (it may not exist yet), or the PostgreSQL store's URL.
-
-    Raises:
-        UsageProblem: `db` (or `$REFINEKIT_DB`) is a URL of another scheme, or a malformed
-            PostgreSQL URL (a password holding `#`, `/`, `?` or `@` must be percent-encoded);
-            the message shows no part of the URL's user info.
-    """
-    given = db or os.environ.get("REFINEKIT_DB") or DEFAULT_DB
-    source = "" if db or not os.environ.get("REFINEKIT_DB") else " ($REFINEKIT_DB)"
-    if isinstance(given, StoreURL):
-        _check_url(given._url, source)
-        return given
-    if isinstance(given, str) and _URL.match(given):
-        _check_url(given, source)
-        return StoreURL(given)
-    return Path(given)
-
-
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]+://")
-"""Text that starts like a URL: a scheme of two characters or more (`C://x` is a path)."""
-
-STORE_FORMS = (
-    "give a SQLite file's path (runs.db, /data/evals/runs.db) or a PostgreSQL URL "
-    "(postgresql://host:5432/database, or postgres://, with user:password@ before the host)"
-)
-
-
-def _check_url(url: str, source: str) -> None:
-    """Raise the `UsageProblem` of a `db` URL refinekit cannot use (none for a sound one)."""
-    shown = safe_url(url)
-    if not url.startswith(SCHEMES):
-        scheme = url.partition("://")[0]
-        sqlite = (
-            " (a SQLite store is named by its file's path, not a sqlite:// URL)"
-            if scheme.lower() == "sqlite"
-            else ""
-        )
-        raise UsageProblem(
-            f"the run store {shown}{source}: refinekit keeps runs in SQLite files and "
-            f"PostgreSQL databases, not in {scheme}:// ones{sqlite}; {STORE_FORMS}"
-        )
-    problem = url_problem(url)
-    if problem is not None:
-        raise UsageProblem(
-            f"the run store {shown}{source} is not a valid PostgreSQL URL (user info not "
-            f"shown): {problem}"
-        )
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__
+__all__ = ["Session"]
 
 
 class Session:
@@ -154,7 +58,7 @@ class Session:
         self.limiter = RateLimiter()
         self.worker = new_worker()
         self.started = start(
-            store, plan, cases, fresh=fresh, version=_version(), worker=self.worker, run_id=run_id
+            store, plan, cases, fresh=fresh, version=version(), worker=self.worker, run_id=run_id
         )
         self.run = self.started.run
         self.progress = Progress(total=len(cases), done=self.started.resumed, on_case=self._done)

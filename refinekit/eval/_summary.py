@@ -10,7 +10,7 @@ from .._core.types import Usage
 from ..checks import _NO_SOURCE
 from ._money import money
 from ._stats import mcnemar_exact, wilson_interval
-from .store._records import CaseRecord, RunInfo
+from .store import CaseRecord, RunInfo
 
 __all__ = [
     "CONFIDENCE",

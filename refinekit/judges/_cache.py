@@ -37,6 +37,7 @@ from .._core.types import Usage
 from .._engine.events import Event, emit, wants_debug_events
 from .._engine.job import current_job
 from ._cache_backends import Counters, JudgeCache, MemoryCache
+from ._calls import Structured
 
 if TYPE_CHECKING:
     from ._calls import Complete, Structured
@@ -183,8 +184,6 @@ class Cached:
     __slots__ = ("accept", "cache", "command", "judge", "key", "kind", "stored_type")
 
     def __init__(self, kind: str, command: Complete | Structured, accept: Accept | None) -> None:
-        from ._calls import Structured
-
         judge = command.judge
         cache = cache_of(judge)
         assert cache is not None

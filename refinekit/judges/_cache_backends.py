@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 from .._core.numbers import is_number, is_real, shown
-from .._core.redact import redact
+from .._core.redact import redact, register_secrets, safe_url, url_problem, url_secrets
 
 __all__ = ["Counters", "JudgeCache", "MemoryCache", "PostgresCache", "SQLiteCache"]
 
@@ -242,8 +242,6 @@ class PostgresCache(Counters):
     """
 
     def __init__(self, url: str) -> None:
-        from .._core.redact import register_secrets, safe_url, url_problem, url_secrets
-
         super().__init__()
         if not isinstance(url, str):
             raise TypeError(f"PostgresCache takes a postgresql:// URL, got {type(url).__name__}")

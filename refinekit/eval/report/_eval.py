@@ -10,7 +10,7 @@ from .._money import total as total_cost
 from .._money import usd
 from .._stats import wilson_interval
 from .._summary import CONFIDENCE, Comparison, Summary, no_context_advice, summarise
-from ..store._records import CaseRecord, RunInfo, RunStore
+from ..store import CaseRecord, RunInfo, RunStore
 from ._cases import case_article
 from ._charts import Point, history_svg
 from ._html import (

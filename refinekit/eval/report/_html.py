@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
-from ..store._records import RunInfo
+from ..._core.package import version
+from ..store import RunInfo
 
 __all__ = [
     "ANSWER_LIMIT",
@@ -171,7 +172,6 @@ def toc(entries: Sequence[tuple[str, str]]) -> str:
 
 
 def page(title: str, heading: str, body: str) -> str:
-    from ... import __version__
 
     return (
         "<!DOCTYPE html>\n"
@@ -181,7 +181,7 @@ def page(title: str, heading: str, body: str) -> str:
         '<meta name="referrer" content="no-referrer">\n'
         f"<title>{esc(title)}</title>\n<style>\n{style()}</style>\n</head>\n<body>\n<main>\n"
         f"{heading}\n{body}\n"
-        f"<footer>Written by refinekit {esc(__version__)} on {esc(when(time.time()))}. "
+        f"<footer>Written by refinekit {esc(version())} on {esc(when(time.time()))}. "
         "This file is self-contained: it loads nothing.</footer>\n"
         "</main>\n</body>\n</html>\n"
     )

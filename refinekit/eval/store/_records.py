@@ -2,8 +2,8 @@
 
 What the runner, resume, compare, calibrate, `refinekit runs` and the reports need of a store.
 
-`RunStore` is the interface (a `typing.Protocol`); `open_store` opens the store a `db`
-argument names. The SQLite file (`_runstore.SQLiteStore`) is its first implementation.
+`RunStore` is the interface (a `typing.Protocol`); `open_store` (`_open`) opens the store a
+`db` argument names. The SQLite file (`_sqlite.SQLiteStore`) is its first implementation.
 Whatever implements it keeps the same rows with the same meaning: a run, its cases (each
 committed as soon as it finishes), and each case's model calls and tokens by role; error text
 redacted before it is stored.
@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
+from ..._core.redact import safe_url
 from ..._core.types import Usage
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
     "RunKind",
     "RunStatus",
     "RunStore",
-    "open_store",
 ]
 
 Outcome = Literal["passed", "failed", "raised", "unavailable", "inconclusive"]
@@ -338,32 +338,9 @@ class StoreURL(str):
     _url: str
 
     def __new__(cls, url: str) -> StoreURL:
-        from ..._core.redact import safe_url
-
         shown = super().__new__(cls, safe_url(url))
         shown._url = url
         return shown
 
     def __repr__(self) -> str:
         return f"StoreURL({str.__repr__(self)})"
-
-
-def open_store(db: Path | str) -> RunStore:
-    """Open (or make) the store `db` names.
-
-    Args:
-        db: The SQLite file, or a `postgresql://` URL (`refinekit[postgres]`).
-
-    Raises:
-        RunStoreError: The store cannot be opened, or is not a refinekit run store.
-    """
-    from ._postgres import PostgresStore, is_postgres_url
-
-    if isinstance(db, StoreURL):
-        return PostgresStore(db._url)
-    if is_postgres_url(db):
-        assert isinstance(db, str)
-        return PostgresStore(db)
-    from ._sqlite import SQLiteStore
-
-    return SQLiteStore(db)

@@ -1,0 +1,176 @@
+"""A run's options, defined once: `EvalOptions` for `run`, `CalibrateOptions` for `calibrate`.
+
+Every option of an evaluation run is a field here (the shared ones `RunOptions`'), and nowhere
+else: `run`, `arun`, `calibrate` and `acalibrate` take these fields as their arguments (their
+signatures are these classes', `signature_of`), `refinekit eval` and `refinekit calibrate`
+build one object from their parsed arguments, and the object travels whole: to what loads and
+checks it (`_plans`), to the session, and to the Ray workers. Adding an option is a field
+here, a line in the parser and the code that uses it.
+
+An options object is plain data: nothing is checked when it is made (a `dataclasses.replace`
+copy neither); every value is checked when it runs, before anything is paid for
+(`UsageProblem`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+
+from .._engine.evaluators import EvaluatorLike
+from .._engine.prices import Prices
+
+if TYPE_CHECKING:
+    from ._results import RunEvent
+
+__all__ = ["CalibrateOptions", "EvalOptions", "PathLike", "RunOptions", "signature_of"]
+
+PathLike = str | os.PathLike[str]
+"""A file's path: text or an `os.PathLike`."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What every stored run takes, an eval run and a calibration alike.
+
+    Attributes:
+        concurrency: Cases in flight at once, from 1 to 256.
+        db: The run store: a SQLite file or a `postgresql://` URL; None for
+            `$REFINEKIT_DB`, else `.refinekit/runs.db`.
+        resume: Join the run of the same call that other workers (processes, machines on a
+            shared PostgreSQL store) are running, sharing its cases out, or resume the newest
+            unfinished one (its stored cases are not run again); False always starts a new
+            run.
+        retry: Outcomes (`"raised"`, `"unavailable"`) whose stored cases a resumed run runs
+            again; the new outcome replaces the stored one.
+        on_event: Told `RunStarted`, then `CaseFinished` for each case (on the thread that
+            runs the cases), `RunProgress` as other workers store theirs, and `RunStopped`
+            if the run stops early.
+        run_id: Join or resume this stored run (one of the same call over the same file), as
+            from another machine where the file's path differs. Without it, a run of this
+            call that other workers are running is joined, else the newest unfinished one
+            resumed (see `resume`).
+        backend: `"local"` answers the cases in this process; `"ray"` in Ray tasks
+            (`refinekit[ray]`), each a worker of the run claiming cases from the store, while
+            this process waits and then stores the run complete. The target and judge travel
+            as given: a `module:name` is imported on the workers, an object is pickled.
+        ray_address: The Ray cluster to use (`ray.init(address=...)`); None starts a local
+            Ray (or uses the one this process already initialised). A cluster's workers
+            need a store they all reach: `db` must be a PostgreSQL URL.
+        workers: Ray tasks to start, each running `concurrency` cases at once; None for one
+            per CPU of the cluster.
+        cache: Look the judge's requests up in the store's judge cache first, and store
+            what the model answers (`--cache`): re-running an unchanged eval then makes no
+            judge call. Only the run's judge, at temperature 0 (or a
+            `JudgeModel(cache_sampled=True)`); each `repeat` is keyed apart. See
+            docs/judge_cache.md.
+        prices: Price each case's model calls: a `refinekit.Prices`, a mapping
+            `{model: (input, output)}` per million tokens (with an optional `"default"`), a
+            JSON file of that mapping, or `module:name` of a `Prices`. Each case's `cost` and
+            the summary's `cost` are filled in; a model without a price stops the run
+            (`RunAborted`). Not part of what a resume must match.
+    """
+
+    _: KW_ONLY
+    concurrency: int = 4
+    db: PathLike | None = None
+    resume: bool = True
+    retry: Iterable[Literal["raised", "unavailable"]] | str = ()
+    on_event: Callable[[RunEvent], None] | None = None
+    run_id: int | None = None
+    backend: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    workers: int | None = None
+    cache: bool = False
+    prices: Prices | Mapping[str, Any] | PathLike | None = None
+
+
+@dataclass(frozen=True)
+class EvalOptions(RunOptions):
+    """An eval run: a golden set through an answer function, every answer judged.
+
+    `refinekit.eval.run(golden, **fields)` makes one and runs it; `refinekit eval` makes one
+    from its arguments. The fields of `RunOptions` too.
+
+    Attributes:
+        golden: The golden file, `.csv` or `.jsonl`.
+        target: The answer function (decorated or plain, `def` or `async def`), or its
+            `module:function` name (imported from the current folder; a file path,
+            `app/answers.py:answer`, is taken as the module it is).
+        judge: An evaluator (a refinekit judge, a check, a function) or its `module:name`;
+            None to judge by the file's columns only.
+        repeat: Judge each answer this many times (1 to 50) and count how often the
+            verdicts flip; the outcome is the majority, an even split inconclusive.
+        min_pass_rate: A gate: `EvalResult.passed` is False when the pass rate's 95% Wilson
+            lower bound is under it.
+        compare: Compare with `"previous"` (the newest earlier complete run of this file with
+            the same judge that measured something) or a run id, on the questions both share.
+        alpha: The comparison's gate: a regression with exact McNemar p under `alpha`, with
+            more regressions than improvements, fails `EvalResult.passed`.
+        max_cost: Start no case that could take the run's spend over it: each case reserves
+            its expected cost (the most a stored case cost) in the run store before it
+            starts, counted with every worker's cases in flight, and a case that does not fit
+            waits for them or, with none in flight, stops the run incomplete
+            (`CostLimitReached`), resumable with a higher `max_cost`. Needs `prices`; the
+            exact bound is in docs/budgets.md.
+    """
+
+    golden: PathLike
+    _: KW_ONLY
+    target: Callable[..., Any] | str
+    judge: EvaluatorLike | str | None = None
+    repeat: int = 1
+    min_pass_rate: float | None = None
+    compare: int | Literal["previous"] | str | None = None
+    alpha: float = 0.05
+    max_cost: float | None = None
+
+
+@dataclass(frozen=True)
+class CalibrateOptions(RunOptions):
+    """A calibration: a judge over answers people labelled, its agreement with them measured.
+
+    `refinekit.eval.calibrate(labelled, **fields)` makes one and runs it; `refinekit
+    calibrate` makes one from its arguments. The fields of `RunOptions` too (`retry`: outcomes
+    whose stored items a resumed run judges again; `prices`: each item's `cost` is the judge's
+    calls).
+
+    Attributes:
+        labelled: The labelled file, `.csv` or `.jsonl`, with `question`, `answer`, `label`
+            (pass or fail) and optionally `context` columns.
+        judge: The judge: an evaluator, or its `module:name`.
+        target_error: The most wrong decisions allowed on each side of the recommended
+            thresholds, from 0 to 0.99.
+        bins: Bins of the reliability table, from 1 to 100.
+        min_kappa: A gate: `CalibrationResult.passed` is False when Cohen's kappa is under it
+            (or there is none).
+    """
+
+    labelled: PathLike
+    _: KW_ONLY
+    judge: EvaluatorLike | str
+    target_error: float = 0.1
+    bins: int = 10
+    min_kappa: float | None = None
+
+
+def signature_of(options: Callable[P, Any]) -> Callable[[Callable[..., R]], Callable[P, R]]:
+    """Give a function the signature of an options class: its arguments are the fields.
+
+    For type checkers (a `ParamSpec` taken from the class) and for `help()` and IDEs (its
+    `__signature__`), so `run`'s arguments are written once, as `EvalOptions`' fields.
+    """
+    shown = inspect.signature(options)
+
+    def give(fn: Callable[..., R]) -> Callable[P, R]:
+        returns = inspect.signature(fn).return_annotation
+        fn.__signature__ = shown.replace(return_annotation=returns)  # type: ignore[attr-defined]
+        return fn
+
+    return give
