@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from refinekit.eval._calibration import calibrate, recommend_thresholds
 from refinekit.eval._stats import ReliabilityBin, wilson_interval
-from refinekit.eval.store._sqlite import CaseRecord, Outcome
+from refinekit.eval.store import CaseOutcome, CaseRecord
 from refinekit.judges import Criterion
 
 T, F = True, False  # the people's label: pass, fail
@@ -140,7 +140,7 @@ def test_thresholds_keep_each_side_within_the_target_and_are_the_widest(
 
 
 def case(
-    n: int, outcome: Outcome, label: str | None, probability: float | None = None
+    n: int, outcome: CaseOutcome, label: str | None, probability: float | None = None
 ) -> CaseRecord:
     return CaseRecord(
         key=f"k{n}",

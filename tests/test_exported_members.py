@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import sys
+import typing
 from typing import Any
 
 import pytest
@@ -199,19 +201,22 @@ def test_otel_names() -> None:
 
 def test_eval_names() -> None:
     assert set(refinekit.eval.__all__) == {
+        "CalibrateOptions",
         "Calibration",
         "CalibrationResult",
         "CaseFinished",
+        "CaseOutcome",
         "CaseRecord",
         "Comparison",
         "CostLimitReached",
         "DataFileError",
+        "EvalOptions",
         "EvalResult",
-        "Outcome",
         "ReliabilityBin",
         "RunAborted",
         "RunEvent",
         "RunInfo",
+        "RunOptions",
         "RunProgress",
         "RunStarted",
         "RunStopped",
@@ -241,6 +246,49 @@ def test_eval_names() -> None:
     assert callable(refinekit.eval.html_report)
 
 
+def test_the_eval_options_are_the_signatures_of_run_and_calibrate() -> None:
+    # one definition of the options: each function's parameters are its options class's fields
+    for functions, options, first in (
+        ((refinekit.eval.run, refinekit.eval.arun), refinekit.eval.EvalOptions, "golden"),
+        (
+            (refinekit.eval.calibrate, refinekit.eval.acalibrate),
+            refinekit.eval.CalibrateOptions,
+            "labelled",
+        ),
+    ):
+        fields = [field.name for field in dataclasses.fields(options)]
+        assert issubclass(options, refinekit.eval.RunOptions)
+        assert dataclasses.fields(refinekit.eval.RunOptions)[0].name in fields
+        for function in functions:
+            parameters = inspect.signature(function).parameters
+            assert sorted(parameters) == sorted(fields), function.__name__
+            assert next(iter(parameters)) == first
+            assert parameters[first].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+            others = [p for name, p in parameters.items() if name != first]
+            assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in others)
+    made = refinekit.eval.EvalOptions("golden.csv", target="app:answer")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.concurrency = 2  # type: ignore[misc]
+    assert dataclasses.replace(made, concurrency=2).concurrency == 2
+    assert made.concurrency == 4
+
+
+def test_the_eval_outcome_type_has_its_own_name_and_the_old_one_warns() -> None:
+    assert typing.get_args(refinekit.eval.CaseOutcome) == (
+        "passed",
+        "failed",
+        "raised",
+        "unavailable",
+        "inconclusive",
+    )
+    with pytest.warns(DeprecationWarning, match=r"refinekit\.eval\.CaseOutcome"):
+        old = refinekit.eval.Outcome  # type: ignore[attr-defined]
+    assert old is refinekit.eval.CaseOutcome
+    assert refinekit.Outcome is not old  # the decorated call's outcome, a class
+    with pytest.raises(AttributeError):
+        refinekit.eval.NoSuchName  # type: ignore[attr-defined]  # noqa: B018
+
+
 def test_error_tree() -> None:
     assert issubclass(refinekit.CorrectionExhausted, refinekit.RefinekitError)
     assert issubclass(refinekit.AnswerRejected, refinekit.RefinekitError)
@@ -261,7 +309,8 @@ def test_implementation_modules_are_private() -> None:
     private = [
         module
         for name, module in list(sys.modules.items())
-        if name.startswith("refinekit.") and name.rpartition(".")[2].startswith("_")
+        if name.startswith("refinekit.")
+        and any(part.startswith("_") for part in name.split(".")[1:])
     ]
     for name in refinekit.__all__:
         obj = getattr(refinekit, name)

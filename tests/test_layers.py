@@ -2,7 +2,9 @@
 
 Each module is read with `ast` (imports at module level, inside functions and under
 `TYPE_CHECKING` alike), and each refinekit module it imports must sit in its own layer or one
-below. A new module must be given a layer here: the test says so when one has none.
+below; a module's layer is its folder. No import that runs (at module level or inside a
+function) closes a cycle, and the package root holds only the public modules and one folder
+per layer.
 """
 
 from __future__ import annotations
@@ -18,61 +20,24 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "refinekit"
 PLUGIN = ROOT / "_refinekit_pytest_plugin.py"
 
-# lowest first; a module may import its own layer and those below it
+# lowest first; a module may import its own layer and those below it. A module's layer is
+# its folder (its first name below `refinekit`): a new module in a folder needs no entry here.
 LAYERS: dict[str, set[str]] = {
-    "base": {
-        "_config",
-        "_errtext",
-        "_jsonload",
-        "_numbers",
-        "_otel_names",
-        "_package",
-        "_redact",
-        "_schema",
-    },
-    "data": {"_model", "_errors"},
-    # structured replies: templates, repairs, what a failed reply did wrong, server formats
-    "structure": {
-        "_corrections",
-        "_diagnose",
-        "_formats",
-        "_grounding",
-        "_parse",
-        "_repair",
-        "_template",
-    },
-    "engine": {
-        "_bridge",
-        "_budget",
-        "_prices",
-        "_reserve",
-        "_decorate",
-        "_flow",
-        "_hooks",
-        "_anthropic",
-        "_job",
-        "_openai",
-        "_outcome",
-        "_policy",
-        "_prompts",
-        "_recorder",
-        "_replies",
-        "_request",
-    },
-    "evaluators": {"_evaluators", "checks", "evidence"},
+    # the data model, every exception, config, package info, redaction, schema, OTel names
+    "core": {"_core"},
+    # structured replies: parsing, repairs, diagnosis, templates, corrections, grounding, formats
+    "structure": {"_structure"},
+    # what refinekit knows of each SDK's replies, errors and clients
+    "providers": {"_providers"},
+    # flows and drivers, jobs, budgets, events, policies, the evaluator protocol
+    "engine": {"_engine"},
+    # the public rule checks and evidence, on the evaluator protocol
+    "evaluators": {"checks", "evidence"},
     "judges": {"judges"},
-    "decorators": {
-        "_correct",
-        "_guard",
-        "_retry",
-        "_retry_prompt",
-        "_review",
-        "_revisers",
-        "_tools",
-    },
+    "decorators": {"_decorators"},
     # OpenTelemetry spans from the engine's tracing hooks: it knows the decorators' and the
     # judges' commands, and none of them knows it
-    "otel": {"_otel", "otel"},
+    "otel": {"otel"},
     "local": {"local"},
     # the evaluation workflow, refinekit/eval/: golden files, runner, store, stats,
     # calibration, reports
@@ -85,13 +50,16 @@ LAYERS: dict[str, set[str]] = {
 }
 ORDER = list(LAYERS)
 
-DECORATORS = {"_correct", "_guard", "_retry", "_review", "_tools"}
-"""Each decorator's own module: none imports another (`_revisers` is `_review`'s part)."""
+PUBLIC_MODULES = {"__init__", "__main__", "checks", "evidence", "local", "py"}
+"""What the package root holds besides one folder per layer (`py` is `py.typed`)."""
 
-ENGINE_WITHOUT_SDK = LAYERS["base"] | LAYERS["data"] | LAYERS["engine"] | LAYERS["evaluators"]
-ENGINE_WITHOUT_SDK |= LAYERS["decorators"]
-ENGINE_WITHOUT_SDK -= {"_anthropic", "_openai"}
-"""Modules that never import a model SDK at import time (they wrap any SDK)."""
+DECORATORS = {"correct", "guard", "retry", "review", "tools"}
+"""Each decorator's own module in `_decorators/`: none imports another (`revisers` is
+`review`'s part, `retry_prompt` `retry`'s, each importable by any decorator)."""
+
+WITHOUT_SDK = {"_core", "_structure", "_engine", "checks", "evidence", "_decorators"}
+"""Folders and modules that never import a model SDK at import time (they wrap any SDK); of
+`_providers`, the reply reader (`replies`) too."""
 
 MODEL_SDKS = ("openai", "instructor", "anthropic", "litellm", "langchain_core", "langchain")
 """The SDKs whose replies refinekit reads; `openai` and `instructor` are its dependencies."""
@@ -104,11 +72,13 @@ def module_name(path: Path) -> str:
     if path == PLUGIN:
         return "_refinekit_pytest_plugin"
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":  # a package is named as its folder: refinekit.eval
+        parts.pop()
     return ".".join(parts)
 
 
 def layer_key(module: str) -> str:
-    """The name a module is listed under in LAYERS: its first part below `refinekit`."""
+    """The name a module's layer is found by: its first part below `refinekit` (its folder)."""
     if module == "_refinekit_pytest_plugin":
         return module
     parts = module.split(".")
@@ -122,8 +92,9 @@ def layer_of(module: str) -> str:
         if key in members:
             return layer
     pytest.fail(
-        f"{module} has no layer in tests/test_layers.py: give it one (and a line in "
-        "docs/architecture.md)"
+        f"{module} is in no layer's folder: put it in one (refinekit/_core/, _engine/, ...) "
+        "or, for a new public module or folder, give it a layer in tests/test_layers.py (and "
+        "a paragraph in docs/architecture.md)"
     )
 
 
@@ -132,7 +103,10 @@ def sources() -> list[Path]:
 
 
 def imports_of(path: Path) -> list[tuple[str, int, bool]]:
-    """The modules a file imports: (absolute name, line, at module level outside functions)."""
+    """The modules a file imports: (absolute name, line, at module level outside functions).
+
+    Imports at module level, inside functions and under `TYPE_CHECKING` alike.
+    """
     tree = ast.parse(path.read_text(encoding="utf-8"))
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -196,9 +170,11 @@ def test_no_decorator_imports_another(path: Path) -> None:
     module = module_name(path)
     if layer_of(module) != "decorators":
         return
+    own = module.rpartition(".")[2]
     for imported, line in refinekit_imports(path):
-        key = layer_key(imported) if imported != "refinekit" else ""
-        assert key not in DECORATORS - {layer_key(module)}, (
+        if imported == "refinekit" or layer_of(imported) != "decorators":
+            continue
+        assert imported.rpartition(".")[2] not in DECORATORS - {own}, (
             f"{path.relative_to(ROOT)}:{line}: the decorator module {module} imports the "
             f"decorator module {imported}: shared code belongs in the engine"
         )
@@ -207,7 +183,8 @@ def test_no_decorator_imports_another(path: Path) -> None:
 def test_judges_import_no_decorator() -> None:
     for path in sorted((PACKAGE / "judges").glob("*.py")):
         for imported, line in refinekit_imports(path):
-            assert layer_of(imported) in ("base", "data", "engine", "evaluators", "judges"), (
+            allowed = ("core", "structure", "providers", "engine", "evaluators", "judges")
+            assert layer_of(imported) in allowed, (
                 f"{path.relative_to(ROOT)}:{line}: a judge imports {imported}"
             )
 
@@ -223,15 +200,18 @@ def test_decorators_know_evaluators_only_through_the_protocol() -> None:
 
 
 def test_the_data_model_imports_nothing_of_refinekit() -> None:
-    assert refinekit_imports(PACKAGE / "_model.py") == []
-    assert {name for name, _ in refinekit_imports(PACKAGE / "_errors.py")} == {
-        "refinekit._core.types"
-    }
+    core = PACKAGE / "_core"
+    assert refinekit_imports(core / "types.py") == []
+    assert {name for name, _ in refinekit_imports(core / "errors.py")} == {"refinekit._core.types"}
+    for path in sorted(core.glob("*.py")):  # the base imports nothing above itself
+        for imported, line in refinekit_imports(path):
+            assert imported.startswith("refinekit._core"), f"{path.name}:{line}: {imported}"
 
 
 @pytest.mark.parametrize("path", sources(), ids=lambda p: module_name(p))
 def test_the_engine_and_the_decorators_import_no_model_sdk(path: Path) -> None:
-    if layer_key(module_name(path)) not in ENGINE_WITHOUT_SDK:
+    module = module_name(path)
+    if layer_key(module) not in WITHOUT_SDK and module != "refinekit._providers.replies":
         return
     for imported, line, at_import in imports_of(path):
         if imported.split(".")[0] in MODEL_SDKS:
@@ -276,11 +256,91 @@ def test_importing_the_judges_and_the_test_server_imports_no_optional_sdk() -> N
 def test_importing_refinekit_imports_no_model_sdk_and_no_test_server() -> None:
     code = (
         "import sys, refinekit, refinekit.checks, refinekit.evidence, refinekit.otel\n"
-        "heavy = {'openai', 'instructor', 'anthropic', 'litellm', 'langchain_core', 'http',\n"
-        "         'refinekit.testing', 'refinekit.judges', 'opentelemetry', 'refinekit.otel._tracer'}\n"
+        "heavy = {'openai', 'instructor', 'anthropic', 'litellm', 'langchain_core',\n"
+        "         'http', 'refinekit.testing', 'refinekit.judges', 'opentelemetry',\n"
+        "         'refinekit.otel._tracer'}\n"
         "print(sorted(m for m in sys.modules if m in heavy or m.split('.')[0] in heavy))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout
     assert out.strip() == "[]"
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The refinekit modules a file imports when it runs: at module level or in a function.
+
+    Not those under `if TYPE_CHECKING:` (never executed). `from package import name`
+    imports `package.name` when that is a module, else `package` itself.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    typing_only = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for child in ast.walk(node)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            subs = {f"{target}.{a.name}" for a in node.names if _is_module(f"{target}.{a.name}")}
+            found |= subs if len(subs) == len(node.names) else subs | {target}
+    return {name for name in found if name.startswith("refinekit") and _is_module(name)} - {module}
+
+
+def test_no_import_closes_a_cycle() -> None:
+    # module-level and function-level imports alike: an import moved into a function to dodge
+    # a cycle is still the cycle (only `if TYPE_CHECKING:` imports, never run, are left out)
+    graph = {module_name(path): _runtime_imports(path) for path in sources()}
+    cycles: list[list[str]] = []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    assert cycles == [], f"import cycles: {cycles}"
+
+
+def test_the_package_root_holds_the_public_modules_and_one_folder_per_layer() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    files = {p.name.partition(".")[0] for p in PACKAGE.iterdir() if p.is_file()}
+    layered = {key for members in LAYERS.values() for key in members}
+    assert folders <= layered, folders - layered
+    assert files <= PUBLIC_MODULES | {"otel"}, files - PUBLIC_MODULES
+    assert all(not name.startswith("_") or name in ("__init__", "__main__") for name in files)

@@ -22,6 +22,9 @@ functions with their results printed (docs/workflow.md, "From Python").
 In a notebook or other async code, `await refinekit.eval.arun(...)` (and `acalibrate`).
 """
 
+import warnings
+from typing import TYPE_CHECKING, Any
+
 from .._core.errors import CostLimitReached, DataFileError, RunAborted, RunStoreError, UsageProblem
 from .._core.package import rehome
 from ._calibration import Calibration, Thresholds
@@ -39,20 +42,20 @@ from ._stats import ReliabilityBin
 from ._stored import compare, html_report, runs
 from ._summary import Comparison, Summary
 from ._workflow import acalibrate, arun, calibrate, run
-from .store import CaseRecord, Outcome, RunInfo, StoreURL, store_location, store_path
+from .store import CaseOutcome, CaseRecord, RunInfo, StoreURL, store_location, store_path
 
 __all__ = [
     "CalibrateOptions",
     "Calibration",
     "CalibrationResult",
     "CaseFinished",
+    "CaseOutcome",
     "CaseRecord",
     "Comparison",
     "CostLimitReached",
     "DataFileError",
     "EvalOptions",
     "EvalResult",
-    "Outcome",
     "ReliabilityBin",
     "RunAborted",
     "RunEvent",
@@ -79,3 +82,21 @@ __all__ = [
 
 rehome(globals(), __all__, __name__)  # shown as `refinekit.eval.<name>`
 del rehome
+
+if TYPE_CHECKING:
+    Outcome = CaseOutcome
+    """Deprecated: `CaseOutcome` (`refinekit.Outcome` is what a decorated call did)."""
+
+
+def __getattr__(name: str) -> Any:
+    """`refinekit.eval.Outcome`: `CaseOutcome`'s old name, kept for one release."""
+    if name == "Outcome":
+        warnings.warn(
+            "refinekit.eval.Outcome is deprecated: it is refinekit.eval.CaseOutcome (the "
+            "outcome of a case), not refinekit.Outcome (what a decorated call did); the old "
+            "name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return CaseOutcome
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,7 +23,7 @@ from ..judges._cache_backends import JudgeCache
 from ._cases import Case
 from ._column_checks import column_checks
 from ._ratelimit import RateLimiter
-from .store import Outcome
+from .store import CaseOutcome
 
 __all__ = [
     "CacheCounts",
@@ -208,7 +208,7 @@ def decide(
     verdicts: Sequence[Verdict],
     checks: Sequence[CriterionResult] = (),
     judged_by_model: bool = True,
-) -> tuple[Outcome, int, int, bool, str | None]:
+) -> tuple[CaseOutcome, int, int, bool, str | None]:
     """A case's outcome: the majority of the judged verdicts, unless the row's checks decide.
 
     A row check that failed fails the case whatever the judge said (or could not say); a row

@@ -18,13 +18,11 @@ import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from .._engine.evaluators import EvaluatorLike
 from .._engine.prices import Prices
-
-if TYPE_CHECKING:
-    from ._results import RunEvent
+from ._results import RunEvent
 
 __all__ = ["CalibrateOptions", "EvalOptions", "PathLike", "RunOptions", "signature_of"]
 

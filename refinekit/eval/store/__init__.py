@@ -7,13 +7,13 @@ their claims, `_sql` every query, written once; `_sqlite` and `_postgres` the tw
 """
 
 from ._open import STORE_FORMS, open_store, store_location, store_path
-from ._records import CappedClaim, CaseRecord, Outcome, RunInfo, RunStore, StoreURL
+from ._records import CappedClaim, CaseOutcome, CaseRecord, RunInfo, RunStore, StoreURL
 
 __all__ = [
     "STORE_FORMS",
     "CappedClaim",
     "CaseRecord",
-    "Outcome",
+    "CaseOutcome",
     "RunInfo",
     "RunStore",
     "StoreURL",

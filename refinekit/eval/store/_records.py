@@ -25,14 +25,14 @@ __all__ = [
     "CappedClaim",
     "CaseRecord",
     "StoreURL",
-    "Outcome",
+    "CaseOutcome",
     "RunInfo",
     "RunKind",
     "RunStatus",
     "RunStore",
 ]
 
-Outcome = Literal["passed", "failed", "raised", "unavailable", "inconclusive"]
+CaseOutcome = Literal["passed", "failed", "raised", "unavailable", "inconclusive"]
 """What became of a case:
 
 - `passed` / `failed`: the answer was judged;
@@ -93,7 +93,7 @@ class CaseRecord:
         position: The row's number in the file, from 1.
         question: The question (or the row's first value when there is no question column).
         row: The whole row.
-        outcome: See `Outcome`.
+        outcome: See `CaseOutcome`.
         answer: The answer as judged, or None when the function raised.
         error: The error's type and message (redacted) for `raised` and `unavailable`.
         feedback: The verdict's feedback (the first failing judgement's with `--repeat`).
@@ -123,7 +123,7 @@ class CaseRecord:
     position: int
     question: str
     row: dict[str, Any]
-    outcome: Outcome
+    outcome: CaseOutcome
     answer: str | None = None
     error: str | None = None
     feedback: str = ""

@@ -24,14 +24,14 @@ from typing import Any
 from ..._core.errors import RunStoreError
 from ..._core.redact import redact
 from ...judges._cache_backends import SQLiteCache
-from ._records import CaseRecord, Outcome, RunInfo
+from ._records import CaseOutcome, CaseRecord, RunInfo
 from ._sql import SQLStore
 from ._sqlbase import schema_steps
 
 __all__ = [
     "DEFAULT_DB",
     "CaseRecord",
-    "Outcome",
+    "CaseOutcome",
     "RunInfo",
     "RunStoreError",
     "SQLiteStore",
