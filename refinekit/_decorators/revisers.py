@@ -171,7 +171,7 @@ class ModelReviser:
     def _fail(self, exc: Exception) -> Exception:
         import openai
 
-        from .._providers.openai import MISCONFIGURED
+        from .._providers.openai_client import MISCONFIGURED
 
         if isinstance(exc, openai.APIStatusError) and exc.status_code in MISCONFIGURED:
             return exc  # a bad key, model or request: a misconfiguration, raised as it is
@@ -203,7 +203,7 @@ class ModelReviser:
         # budget, so none goes on in an abandoned worker thread after the budget ran out
         import openai
 
-        from .._providers.openai import bounded, sync_counterpart
+        from .._providers.openai_client import bounded, sync_counterpart
 
         if isinstance(self.client, openai.OpenAI):
             return bounded(self.client).chat.completions.create(**kwargs)
@@ -226,7 +226,7 @@ class ModelReviser:
         kwargs = self._kwargs(request, timeout)
         try:
             if isinstance(self.client, openai.AsyncOpenAI):
-                from .._providers.openai import bounded
+                from .._providers.openai_client import bounded
 
                 completion = await bounded(self.client).chat.completions.create(**kwargs)
             else:

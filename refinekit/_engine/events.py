@@ -2,7 +2,7 @@
 
 Every text a log line quotes (feedback, an error, a verdict's reason, a DEBUG detail) passes
 through `redact` first. Events themselves carry refinekit's own messages, whose judge errors
-are redacted where they are made (`refinekit._providers.openai.api_error`).
+are redacted where they are made (`refinekit._providers.openai_client.api_error`).
 """
 
 from __future__ import annotations

@@ -1,198 +1,69 @@
-"""What refinekit knows of the `anthropic` client: its errors, its settings, its time limits.
+"""What refinekit knows of Anthropic's replies: a Messages API `Message`, by shape.
 
-The counterpart of `_openai` for judges over Anthropic's Messages API. Only the judges import
-it, when a `JudgeModel` has an `anthropic` client, so `anthropic` is imported only by those
-who use it (it is not a dependency of refinekit).
-
-- `client_kind`: whether a client is an `anthropic.Anthropic` or `AsyncAnthropic`;
-- `api_error`: an `anthropic` error as refinekit's `JudgeError` tree (or None);
-- `sync_counterpart` / `async_counterpart`: a client of the other kind, same settings;
-- `bounded`: a client whose requests end by the current `Timed` deadline;
-- `request`: a judge's chat messages as a Messages API request.
+Nothing here imports `anthropic`; what refinekit knows of the `anthropic` client itself
+(errors, counterparts, a judge's request) is `anthropic_client`'s.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
-from .._core.deadline import current_deadline
-from .._core.errors import JudgeError, JudgeUnavailable
-from .._core.redact import redact
-from .openai import deadline_bounded, error_message, retry_wait, status_error
+from .._core.types import Usage
+from .fields import get, tokens
 
-if TYPE_CHECKING:
-    import anthropic
+__all__ = ["STOP_REASONS", "finish_reason", "is_message", "model", "tool_uses", "usage"]
 
-__all__ = [
-    "api_error",
-    "async_counterpart",
-    "bounded",
-    "client_kind",
-    "request",
-    "sync_counterpart",
-]
+STOP_REASONS = {
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+}
+"""Anthropic's stop reasons as OpenAI's finish reasons (`max_tokens` is `"length"`)."""
 
 
-def client_kind(client: object) -> Literal["sync", "async"] | None:
-    """Which kind of Anthropic client `client` is: "sync", "async", or None for any other.
-
-    Never imports `anthropic`: a program that made an Anthropic client has imported it.
-    """
-    module = sys.modules.get("anthropic")
-    if module is None:
-        return None
-    if isinstance(client, module.Anthropic):
-        return "sync"
-    if isinstance(client, module.AsyncAnthropic):
-        return "async"
-    return None
-
-
-# --- errors ---------------------------------------------------------------------------------
-
-
-def api_error(
-    exc: BaseException, *, model: str, where: str, secrets: Sequence[str] = ()
-) -> JudgeError | None:
-    """The refinekit error for a failed Messages API request; None when `exc` is not one.
-
-    The same mapping as `_openai.api_error`: timeouts, connection errors, HTTP 408, 429 and
-    5xx (Anthropic's 529 "overloaded" too) are `JudgeUnavailable`; 400, 401, 403, 404, 413
-    and 422 are `JudgeMisconfigured`. The message never holds a credential (`secrets` and
-    anything key-shaped are redacted from the server's error text).
-
-    Args:
-        exc: What the `anthropic` client raised.
-        model: The judge model's name.
-        where: Who failed, for the message.
-        secrets: What to redact from the server's error text.
-    """
-    import anthropic
-
-    where = redact(where, secrets)
-    if isinstance(exc, anthropic.APITimeoutError):
-        return JudgeUnavailable(f"{where}: request timed out", model=model)
-    if isinstance(exc, anthropic.APIConnectionError):
-        return JudgeUnavailable(f"{where}: could not connect", model=model)
-    if isinstance(exc, anthropic.APIStatusError):
-        detail = error_message(exc, secrets)
-        error = status_error(exc, exc.status_code, detail, model, where)
-        if exc.status_code == 400 and "temperature" in detail.lower():
-            error.args = (
-                f"{error} (this model may take only its default temperature: pass "
-                "temperature=None to JudgeModel)",
-            )
-        return error
-    if isinstance(
-        exc, (anthropic.APIResponseValidationError, json.JSONDecodeError, RecursionError)
-    ) or (type(exc) is ValueError and "integer string conversion" in str(exc)):
-        return JudgeUnavailable(f"{where}: the reply was not a Messages API reply", model=model)
-    return None
-
-
-# --- clients --------------------------------------------------------------------------------
-
-
-def _settings(client: anthropic.Anthropic | anthropic.AsyncAnthropic) -> dict[str, Any]:
-    return {
-        "api_key": client.api_key,
-        "auth_token": client.auth_token,
-        "base_url": client.base_url,
-        "timeout": client.timeout,
-        "max_retries": client.max_retries,
-        "default_headers": getattr(client, "_custom_headers", None),
-        "default_query": getattr(client, "_custom_query", None),
-    }
-
-
-def sync_counterpart(client: anthropic.AsyncAnthropic) -> anthropic.Anthropic:
-    """A new sync client with `client`'s base URL, key, timeout, retries and headers."""
-    import anthropic
-
-    return anthropic.Anthropic(**_settings(client))
-
-
-def async_counterpart(client: anthropic.Anthropic) -> anthropic.AsyncAnthropic:
-    """A new async client with `client`'s base URL, key, timeout, retries and headers."""
-    import anthropic
-
-    return anthropic.AsyncAnthropic(**_settings(client))
-
-
-# --- requests -------------------------------------------------------------------------------
-
-
-def request(
-    messages: list[dict[str, Any]],
-    *,
-    model: str,
-    temperature: float | None,
-    max_tokens: int,
-    timeout: float | None,
-) -> dict[str, Any]:
-    """A judge's chat messages as the keyword arguments of `messages.create`.
-
-    System messages become the `system` prompt (joined by blank lines); the others are sent
-    as they are. `max_tokens` is required by the Messages API; there is no `seed`. A
-    `temperature` goes in `extra_body` (anthropic 1.0 dropped the keyword; the API still takes
-    it, on the models that have one); None sends none.
-    """
-    system = [str(m.get("content") or "") for m in messages if m.get("role") == "system"]
-    kwargs: dict[str, Any] = {
-        "model": model,
-        "messages": [m for m in messages if m.get("role") != "system"],
-        "max_tokens": max_tokens,
-    }
-    if temperature is not None:
-        kwargs["extra_body"] = {"temperature": temperature}
-    if system:
-        kwargs["system"] = "\n\n".join(system)
-    if timeout is not None:
-        kwargs["timeout"] = timeout
-    return kwargs
-
-
-# --- time limits ----------------------------------------------------------------------------
-
-
-def bounded(client: Any) -> Any:
-    """`client`, or, within a time limit, a copy whose `messages.create` ends by its deadline.
-
-    As `_openai.bounded` does for chat completions: each request's timeout is cut to the
-    time left, and the client's transport retries are done here, only while they can end
-    before the deadline.
-    """
-    import anthropic
-
-    deadline = current_deadline()
-    if deadline is None:
-        return client
-    copy = client.with_options(max_retries=0)
-    messages = copy.messages
-    retries = client.max_retries
-
-    def own_timeout(kwargs: dict[str, Any]) -> Any:
-        own = kwargs.pop("timeout", client.timeout)
-        return None if isinstance(own, anthropic.NotGiven) else own
-
-    create = deadline_bounded(
-        messages.create,
-        is_async=isinstance(copy, anthropic.AsyncAnthropic),
-        own_timeout=own_timeout,
-        deadline=deadline,
-        wait_after=lambda exc, taken: _retry_wait(exc, taken, retries, deadline),
+def is_message(obj: Any) -> bool:
+    """Whether `obj` is a `Message`: `type: "message"`, `role: "assistant"`, a list of blocks."""
+    return (
+        get(obj, "type") == "message"
+        and get(obj, "role") == "assistant"
+        and isinstance(get(obj, "content"), list)
     )
-    setattr(messages, "create", create)  # noqa: B010 - on our own copy only
-    return copy
 
 
-def _retry_wait(exc: Exception, taken: int, retries: int, deadline: float) -> float | None:
-    """Seconds to wait before retrying a failed request, or None: no retry (see `bounded`)."""
-    import anthropic
+def tool_uses(message: Any) -> list[tuple[Any, Any]]:
+    """The message's `tool_use` content blocks as (name, input)."""
+    content = get(message, "content")
+    return [
+        (get(block, "name"), get(block, "input"))
+        for block in (content if isinstance(content, list) else ())
+        if not isinstance(block, str) and get(block, "type") == "tool_use"
+    ]
 
-    return retry_wait(
-        exc, taken, retries, deadline, anthropic.APIStatusError, anthropic.APIConnectionError
+
+def finish_reason(message: Any) -> Any:
+    """The message's `stop_reason`, as sent."""
+    return get(message, "stop_reason")
+
+
+def usage(message: Any) -> Usage:
+    """A `Message`'s usage; one call without one.
+
+    `input_tokens` plus the cache's `cache_creation_input_tokens` and
+    `cache_read_input_tokens` as prompt tokens; `output_tokens`.
+    """
+    block = get(message, "usage")
+    if block is None:
+        return Usage(model_calls=1)
+    prompt = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    return Usage(
+        model_calls=1,
+        prompt_tokens=tokens(block, *prompt),
+        completion_tokens=tokens(block, "output_tokens"),
     )
+
+
+def model(message: Any) -> Any:
+    """The message's `model`, as sent."""
+    return get(message, "model")

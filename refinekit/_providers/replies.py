@@ -11,8 +11,10 @@ The one reader of what a model sent back, for every part of refinekit. A reply i
 - a plain `str`.
 
 They are told apart by their shape, never by importing their SDK: nothing here imports
-`openai`, `anthropic`, `litellm` or `langchain_core`. Attribute and key access are alike
-(`get`), so a reply made by another SDK in one of these shapes reads the same.
+`openai`, `anthropic`, `litellm` or `langchain_core`; what each SDK's replies look like is
+its module's (`openai`, LiteLLM's shape too; `anthropic`; `langchain`). Attribute and key
+access are alike (`get`), so a reply made by another SDK in one of these shapes reads the
+same.
 
 - `message_of(reply)`: the message a reply carries (a completion's first choice's);
 - `first_message(reply)`: a completion's first message, or None when there is no choice;
@@ -36,6 +38,8 @@ from pydantic import BaseModel
 
 from .._core.errors import ReplyShapeError
 from .._core.types import Usage
+from . import anthropic, langchain, openai
+from .fields import get
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionMessage
@@ -88,36 +92,9 @@ Returns = Literal["value", "text"]
 
 Kind = Literal["completion", "anthropic", "langchain"]
 
-_LANGCHAIN_TYPES = frozenset({"ai", "AIMessageChunk"})
-# Anthropic's stop reasons (and LangChain's, which passes them on) as OpenAI's finish reasons
-_STOP_REASONS = {
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "tool_use": "tool_calls",
-}
 
-
-def get(obj: Any, name: str) -> Any:
-    """`obj[name]` for a mapping, else `obj.name`; None when it has no such field."""
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
-def is_completion(obj: Any) -> bool:
-    """Whether `obj` is shaped like a chat completion (it has `choices`).
-
-    A pydantic response class that declares `choices` (the `openai` client's `ChatCompletion`,
-    LiteLLM's `ModelResponse`) is one even when the body it was built from had none (`{}`,
-    `"choices": null`).
-    """
-    if isinstance(obj, str):
-        return False
-    if get(obj, "choices") is not None:
-        return True
-    return "choices" in getattr(type(obj), "model_fields", {})
+is_completion = openai.is_completion
+"""Whether `obj` is shaped like a chat completion (`openai.is_completion`)."""
 
 
 def _kind(obj: Any) -> Kind | None:
@@ -129,18 +106,17 @@ def _kind(obj: Any) -> Kind | None:
     """
     if isinstance(obj, (str, bytes)) or obj is None:
         return None
-    if is_completion(obj):
+    if openai.is_completion(obj):
         return "completion"
-    kind = get(obj, "type")
-    if (
-        kind == "message"
-        and get(obj, "role") == "assistant"
-        and isinstance(get(obj, "content"), list)
-    ):
+    if anthropic.is_message(obj):
         return "anthropic"
-    if kind in _LANGCHAIN_TYPES:
+    if langchain.is_message(obj):
         return "langchain"
     return None
+
+
+_PROVIDERS: dict[Kind, Any] = {"completion": openai, "anthropic": anthropic, "langchain": langchain}
+"""Each kind of reply's module: its `usage`, `finish_reason` and `model`."""
 
 
 def is_reply(obj: Any) -> bool:
@@ -148,10 +124,8 @@ def is_reply(obj: Any) -> bool:
     return _kind(obj) is not None
 
 
-def first_message(completion: Any) -> Any:
-    """The message of a completion's first choice; None when it has no choice."""
-    choices = get(completion, "choices")
-    return get(choices[0], "message") if choices else None
+first_message = openai.first_message
+"""The message of a completion's first choice; None when it has no choice."""
 
 
 def message_of(reply: Any) -> Any:
@@ -200,21 +174,12 @@ def _tool_calls(message: Any) -> list[tuple[Any, Any]]:
     `invalid_tool_calls` (`args` the raw text); Anthropic's are the `tool_use` content
     blocks, `name` and `input` (a dict).
     """
-    calls: list[tuple[Any, Any]] = []
-    for call in get(message, "tool_calls") or ():
-        function = get(call, "function")
-        if function is not None:
-            calls.append((get(function, "name"), get(function, "arguments")))
-        else:
-            calls.append((get(call, "name"), get(call, "args")))
-    for call in get(message, "invalid_tool_calls") or ():
-        calls.append((get(call, "name"), get(call, "args")))
-    if not calls:
-        content = get(message, "content")
-        for block in content if isinstance(content, list) else ():
-            if not isinstance(block, str) and get(block, "type") == "tool_use":
-                calls.append((get(block, "name"), get(block, "input")))
-    return calls
+    calls = [
+        openai.tool_call(call) if get(call, "function") is not None else langchain.tool_call(call)
+        for call in get(message, "tool_calls") or ()
+    ]
+    calls += langchain.invalid_tool_calls(message)
+    return calls or anthropic.tool_uses(message)
 
 
 def _arguments_text(arguments: Any) -> str:
@@ -348,29 +313,12 @@ def finish_reason_of(reply: Any) -> str | None:
     a bare message, which do not carry it.
     """
     kind = _kind(reply)
-    if kind == "completion":
-        choices = get(reply, "choices")
-        reason = get(choices[0], "finish_reason") if choices else None
-    elif kind == "anthropic":
-        reason = get(reply, "stop_reason")
-    elif kind == "langchain":
-        metadata = get(reply, "response_metadata")
-        reason = get(metadata, "finish_reason") or get(metadata, "stop_reason")
-    else:
+    if kind is None:
         return None
+    reason = _PROVIDERS[kind].finish_reason(reply)
     if not isinstance(reason, str):
         return None
-    return _STOP_REASONS.get(reason, reason)
-
-
-def _tokens(usage: Any, *names: str) -> int:
-    """The sum of the named integer fields of a usage block (a missing one counts 0)."""
-    total = 0
-    for name in names:
-        value = get(usage, name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            total += value
-    return total
+    return anthropic.STOP_REASONS.get(reason, reason)
 
 
 def usage_of(reply: Any) -> Usage | None:
@@ -383,26 +331,7 @@ def usage_of(reply: Any) -> Usage | None:
     counts as one model call.
     """
     kind = _kind(reply)
-    if kind is None:
-        return None
-    prompt: tuple[str, ...]
-    if kind == "completion":
-        usage = get(reply, "usage")
-        prompt, completion = ("prompt_tokens",), ("completion_tokens",)
-    elif kind == "anthropic":
-        usage = get(reply, "usage")
-        prompt = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        completion = ("output_tokens",)
-    else:
-        usage = get(reply, "usage_metadata")
-        prompt, completion = ("input_tokens",), ("output_tokens",)
-    if usage is None:
-        return Usage(model_calls=1)
-    return Usage(
-        model_calls=1,
-        prompt_tokens=_tokens(usage, *prompt),
-        completion_tokens=_tokens(usage, *completion),
-    )
+    return None if kind is None else _PROVIDERS[kind].usage(reply)
 
 
 def model_of(reply: Any) -> str | None:
@@ -412,15 +341,7 @@ def model_of(reply: Any) -> str | None:
     `model`, a LangChain `AIMessage`'s `response_metadata` (`model_name`, else `model`).
     """
     kind = _kind(reply)
-    if kind is None:
-        return None
-    if kind == "langchain":
-        metadata = get(reply, "response_metadata")
-        name = get(metadata, "model_name") if metadata is not None else None
-        if not (isinstance(name, str) and name) and metadata is not None:
-            name = get(metadata, "model")
-    else:
-        name = get(reply, "model")
+    name = None if kind is None else _PROVIDERS[kind].model(reply)
     return name if isinstance(name, str) and name else None
 
 

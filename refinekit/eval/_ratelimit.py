@@ -19,7 +19,7 @@ from tenacity import (
 
 from .._core.config import is_testing
 from .._core.errors import JudgeError
-from .._providers.openai import retry_after_of
+from .._providers.openai_client import retry_after_of
 
 __all__ = ["RATE_LIMIT_MAX_WAIT", "RATE_LIMIT_TRIES", "RateLimiter"]
 

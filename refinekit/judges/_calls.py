@@ -24,9 +24,9 @@ from .._core.types import Usage
 from .._engine.budget import request_tokens
 from .._engine.job import current_job
 from .._engine.reserve import Reservation, judge_call
-from .._providers.anthropic import api_error as anthropic_api_error
-from .._providers.anthropic import bounded as anthropic_bounded
-from .._providers.openai import api_error, bounded
+from .._providers.anthropic_client import api_error as anthropic_api_error
+from .._providers.anthropic_client import bounded as anthropic_bounded
+from .._providers.openai_client import api_error, bounded
 from .._providers.replies import get, is_completion, message_of, message_text, model_of, usage_of
 from ._client import JudgeModel, secrets_of
 
@@ -42,7 +42,7 @@ REPLY_CHARS = 200
 def judge_error(judge: JudgeModel, exc: BaseException) -> JudgeError | None:
     """The refinekit error for a failed judge request, or None when `exc` is not one.
 
-    Its message never holds a credential (see `refinekit._providers.openai.api_error`).
+    Its message never holds a credential (see `refinekit._providers.openai_client.api_error`).
     """
     mapping = anthropic_api_error if judge.provider == "anthropic" else api_error
     return mapping(

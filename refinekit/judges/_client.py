@@ -14,11 +14,11 @@ import openai
 from .._core.numbers import is_number, is_real, shown
 from .._core.redact import client_secrets, register_secrets, safe_url
 from .._engine.prompts import sendable
-from .._providers.anthropic import async_counterpart as anthropic_async_counterpart
-from .._providers.anthropic import client_kind
-from .._providers.anthropic import request as anthropic_request
-from .._providers.anthropic import sync_counterpart as anthropic_sync_counterpart
-from .._providers.openai import async_counterpart, sync_counterpart
+from .._providers.anthropic_client import async_counterpart as anthropic_async_counterpart
+from .._providers.anthropic_client import client_kind
+from .._providers.anthropic_client import request as anthropic_request
+from .._providers.anthropic_client import sync_counterpart as anthropic_sync_counterpart
+from .._providers.openai_client import async_counterpart, sync_counterpart
 from ._cache_backends import JudgeCache
 
 if TYPE_CHECKING:

@@ -1,0 +1,25 @@
+"""Reading a reply's fields whatever its form: an SDK object's attributes or a dict's keys."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["get", "tokens"]
+
+
+def get(obj: Any, name: str) -> Any:
+    """`obj[name]` for a mapping, else `obj.name`; None when it has no such field."""
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def tokens(usage: Any, *names: str) -> int:
+    """The sum of the named integer fields of a usage block (a missing one counts 0)."""
+    total = 0
+    for name in names:
+        value = get(usage, name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            total += value
+    return total
