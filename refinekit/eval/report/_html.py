@@ -25,6 +25,7 @@ __all__ = [
     "ANSWER_LIMIT",
     "CELL_LIMIT",
     "CSP",
+    "disclosure",
     "DETAILED_LIMIT",
     "HISTORY_LIMIT",
     "LISTED_LIMIT",
@@ -292,3 +293,8 @@ def gate_results(
         + f'<table class="gates"><tr><th>gate</th><th>this run</th><th>result</th></tr>{table}'
         "</table>"
     )
+
+
+def disclosure(summary: str, body: str) -> str:
+    """A section's definitions, behind a disclosure."""
+    return f'<details class="how"><summary>{summary}</summary>{body}</details>'
