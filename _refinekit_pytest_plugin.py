@@ -15,7 +15,7 @@ pytest imports this module in every session of every project that has refinekit 
 so it is a top-level module of its own (as hypothesis's `_hypothesis_pytestplugin` is), not
 part of the `refinekit` package: importing it imports pytest and the standard library only.
 refinekit itself is imported when a fixture, a `golden` mark or the gate needs it, so the
-plugin costs nothing to a test run that does not use it (`tests/test_plugin.py` checks it).
+plugin costs nothing to a test run that does not use it (`tests/testing/test_plugin.py` checks it).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 from refinekit.cli import _demo, main
 from refinekit.testing import Reply, ScriptedOpenAI
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[")
 SECRET = "sk-demo-test-5e3b1f0c9a7d4e2b8c6f1a0d"
 _ENDPOINT_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "NO_COLOR")

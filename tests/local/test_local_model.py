@@ -45,7 +45,7 @@ from refinekit.local import LocalModel, LocalModelError
 
 pytestmark = pytest.mark.local_model
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -874,7 +874,7 @@ def test_50_reviewed_calls_in_threads_keep_their_counters_apart(
 
 # --- the refund example on a configured endpoint -------------------------------------------------
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "reviewed_refund.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "reviewed_refund.py"
 
 
 def test_the_refund_example_runs_on_a_configured_endpoint(

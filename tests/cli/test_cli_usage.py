@@ -1,7 +1,7 @@
 """The `refinekit` command's own usage: --version, "did you mean", where --report goes (and
 that it is checked before a run is paid for), the gates in the summary, --target as a file.
 
-In process, as tests/test_cli_eval.py is: golden files and modules written into tmp_path.
+In process, as tests/cli/test_cli_eval.py is: golden files and modules written into tmp_path.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import refinekit.local
 from refinekit.cli import main
 from refinekit.local import LocalModel, LocalModelError
 
-FAKE = Path(__file__).with_name("fake_llama_server.py")
+FAKE = Path(__file__).resolve().parents[1] / "fake_llama_server.py"
 REBUILD = 'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --force-reinstall --no-cache-dir --no-deps'
 LOG_LINE = "ggml_vec_dot: crashing now (stand-in)"
 HI = [{"role": "user", "content": "Hi"}]

@@ -33,7 +33,7 @@ pytest.importorskip("ray.data", reason="refinekit[ray] is not installed")
 import ray
 import ray.data
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 # Ray Data's DataContext warns about its own deprecated fields when it copies itself (2.60)
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")

@@ -4,7 +4,7 @@ As a function does: by name when importable from a module (unpickled, the very o
 value otherwise (defined in `__main__` or inside a function: the function and the
 decorator's options, decorated again). Neither carries a job, a budget or usage: the copy
 behaves as the original with a job of its own per call. Pickling by name of methods and
-bound methods with `pickle` is in tests/test_methods.py.
+bound methods with `pickle` is in tests/engine/test_methods.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`refinekit.eval` from Python: a run owned from start to finish, its events, its result.
 
-The same runs as `refinekit eval` and `refinekit calibrate` (tests/test_cli_eval.py), called
+The same runs as `refinekit eval` and `refinekit calibrate` (tests/cli/test_cli_eval.py), called
 through the public API with the target and the judge given as objects; the judges are
 criteria judges over real HTTP to the scripted server.
 """
