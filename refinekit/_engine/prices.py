@@ -1,6 +1,6 @@
 """What a budget is: the prices that make a cost (`Prices`) and the limits of a job (`Budget`).
 
-Values only, checked when made; how a job is held to them is `_budget`'s.
+Values only, checked when made; how a job is held to them is `budget`'s.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ the calls in flight (`BudgetExceeded`):
 Counting a reply (`refinekit._engine.job`) settles the reservation it was made under (`settle`), and
 `Reservation.release` gives back what is left when the call has ended, failed or was
 cancelled. The job owns the counters and the lock; what is spent, and the error that stops a
-job, are `_budget`'s.
+job, are `budget`'s.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What refinekit knows of the `anthropic` client: its errors, its settings, its time limits.
 
-The counterpart of `_openai` for judges over Anthropic's Messages API. Only the judges import
+The counterpart of `openai_client` for judges over Anthropic's Messages API. Only the judges import
 it, when a `JudgeModel` has an `anthropic` client, so `anthropic` is imported only by those
 who use it (it is not a dependency of refinekit).
 

@@ -264,7 +264,7 @@ class Parser(Generic[T]):
         """The reply's value, or why it is unusable.
 
         Strict JSON first (what a good reply costs: one pydantic call); then, with `repair`,
-        the lossless repairs of `_repair` in turn.
+        the lossless repairs of `repair` in turn.
         """
         validate = (
             self.validate_json

@@ -8,7 +8,7 @@ it is sent and holds it until its reply is counted (`refinekit._engine.reserve.j
 judge's concurrent requests are reserved together by the judge, `judge_calls`, and each
 command gets its `ticket`): a request the budget cannot cover is not sent. A judge model
 with an `anthropic` client sends Messages API requests and gets Anthropic `Message`s back;
-the reply reader (`_replies`) reads both.
+the reply reader (`refinekit._providers.replies`) reads both.
 """
 
 from __future__ import annotations
