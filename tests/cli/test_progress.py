@@ -17,7 +17,7 @@ from rich.console import Console
 
 import refinekit.eval
 from refinekit.cli._progress import PLAIN_SECONDS, ProgressDisplay, duration, figures
-from refinekit.eval import CaseFinished, CaseRecord, RunEvent, RunProgress
+from refinekit.eval import CaseFinished, CaseRecord, EvalOptions, RunEvent, RunProgress
 from refinekit.eval._cases import load_cases
 from refinekit.eval._plans import EvalPlan
 from refinekit.eval.store._sqlite import SQLiteStore
@@ -239,18 +239,9 @@ def test_run_progress_is_told_while_other_workers_answer(
     data, db = golden(tmp_path, 3), tmp_path / "runs.db"
     events: list[Any] = []
     plan = EvalPlan(
-        data,
-        target=lambda question: "ok",
-        judge=None,
-        concurrency=1,
-        repeat=1,
-        db=db,
-        resume=True,
-        retry=(),
-        min_pass_rate=None,
-        compare=None,
-        alpha=0.05,
-        on_event=events.append,
+        EvalOptions(
+            data, target=lambda question: "ok", concurrency=1, db=db, on_event=events.append
+        )
     )
 
     async def elsewhere() -> None:

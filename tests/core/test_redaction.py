@@ -645,7 +645,8 @@ def test_eval_keeps_a_urls_password_and_the_judges_key_out_of_store_report_and_t
     shown = "RuntimeError: 500 Server Error for url: http://[redacted]@api.example/v1/chat"
     assert shown in result.out
     html = report.read_text(encoding="utf-8")
-    assert html.count(shown) == 2  # the case's details and the all-cases table
+    # the failing-cases list at the top, the case's details and the all-cases table
+    assert html.count(shown) == 3
     assert "HTTP 503: overloaded; the key [redacted] is fine" in html
     assert "Bearer [redacted]" in html
     stored = b"".join(p.read_bytes() for p in (ws.path / ".refinekit").iterdir())

@@ -33,7 +33,8 @@ pytest.importorskip("ray.data", reason="refinekit[ray] is not installed")
 import ray
 import ray.data
 
-TESTS = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent  # this module, which the tasks unpickle by name
+TESTS = HERE.parent  # helpers.py
 
 # Ray Data's DataContext warns about its own deprecated fields when it copies itself (2.60)
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")
@@ -51,7 +52,9 @@ def ray_session() -> Iterator[None]:
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent)])}},
+        runtime_env={
+            "env_vars": {"PYTHONPATH": os.pathsep.join([str(HERE), str(TESTS), str(TESTS.parent)])}
+        },
     )
     yield
     ray.shutdown()
