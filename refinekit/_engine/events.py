@@ -257,7 +257,7 @@ class Tracing(Protocol):
 
 
 tracing: Tracing | None = None
-"""The installed tracer, or None (the default): read by `_decorate.wrap` and `flow`'s drivers."""
+"""The installed tracer, or None (the default): read by `wrapper.wrap` and `flow`'s drivers."""
 
 
 def set_tracing(tracer: Tracing | None) -> None:

@@ -65,7 +65,7 @@ class Call:
 
 
 class Evaluate:
-    """Judge a request with an evaluator (see `_evaluators.as_evaluator`)."""
+    """Judge a request with an evaluator (see `evaluators.as_evaluator`)."""
 
     __slots__ = ("evaluator", "request")
 
@@ -219,7 +219,7 @@ Flow = Generator[Command, Any, T]
 
 
 def run_sync(flow: Flow[T]) -> T:
-    """Drive a flow with blocking calls (through the installed tracer, if any: `_hooks.tracing`)."""
+    """Drive a flow with blocking calls (through the installed tracer, if any: `events.tracing`)."""
     tracing = _hooks.tracing
     value: Any = None
     error: Exception | None = None

@@ -59,7 +59,7 @@ def api_error(
 ) -> JudgeError | None:
     """The refinekit error for a failed Messages API request; None when `exc` is not one.
 
-    The same mapping as `_openai.api_error`: timeouts, connection errors, HTTP 408, 429 and
+    The same mapping as `openai_client.api_error`: timeouts, connection errors, HTTP 408, 429 and
     5xx (Anthropic's 529 "overloaded" too) are `JudgeUnavailable`; 400, 401, 403, 404, 413
     and 422 are `JudgeMisconfigured`. The message never holds a credential (`secrets` and
     anything key-shaped are redacted from the server's error text).
@@ -161,7 +161,7 @@ def request(
 def bounded(client: Any) -> Any:
     """`client`, or, within a time limit, a copy whose `messages.create` ends by its deadline.
 
-    As `_openai.bounded` does for chat completions: each request's timeout is cut to the
+    As `openai_client.bounded` does for chat completions: each request's timeout is cut to the
     time left, and the client's transport retries are done here, only while they can end
     before the deadline.
     """

@@ -27,7 +27,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         DataFileError: The file is missing or unreadable, is neither .csv nor .jsonl, a CSV
             row has more or fewer values than the header, a quote is never closed, a header
             name is repeated (or missing over a value), or a JSONL line is not a JSON object
-            (or nests one more than `_jsonload.MAX_DEPTH`, 200, levels deep). The message
+            (or nests one more than `_core.jsonload.MAX_DEPTH`, 200, levels deep). The message
             names the line where the bad row starts.
     """
     if not path.is_file():

@@ -1,6 +1,6 @@
 """The PostgreSQL run store: `--db postgresql://...`, a run history several machines share.
 
-The same tables, rows and meaning as the SQLite store (the queries are `_sqlstore.SQLStore`'s),
+The same tables, rows and meaning as the SQLite store (the queries are `_sql.SQLStore`'s),
 through psycopg 3 (`pip install 'refinekit[postgres]'`), imported only when a store is a
 PostgreSQL URL. The schema is versioned as the SQLite one is: `schema_version` holds the
 version, and opening a store applies the steps of `_MIGRATIONS` it lacks in one transaction,
@@ -84,7 +84,7 @@ CREATE TABLE calls (
 """
 
 _MIGRATIONS = schema_steps(_V1, real="DOUBLE PRECISION", run_id="BIGINT")
-"""The schema's steps, version for version the SQLite store's (`_runstore._MIGRATIONS`)."""
+"""The schema's steps, version for version the SQLite store's (`_sqlite._MIGRATIONS`)."""
 
 _LOCK = 0x726B5F736368  # the advisory lock schema changes take ("rk_sch")
 _RUNS_LOCK = 0x726B5F72756E  # the one starting, resuming or joining a run takes ("rk_run")

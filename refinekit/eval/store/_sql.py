@@ -1,6 +1,6 @@
 """What the SQLite and PostgreSQL run stores share: every query, written once.
 
-`SQLStore` implements the store interface (`_store.RunStore`) over the hooks a database
+`SQLStore` implements the store interface (`_records.RunStore`) over the hooks a database
 gives it (`_sqlbase.SQLBase`), with the workers and claims of `_claims`. Its SQL uses `?`
 placeholders (the PostgreSQL store turns them into psycopg's) and the SQL both databases
 speak; the one difference, how a NULL judge matches a NULL judge, is `_IS`.

@@ -148,7 +148,7 @@ class SQLBase:
         raise NotImplementedError
 
     def judge_cache(self) -> Any:
-        """The judge cache kept in this store (see `_store.RunStore.judge_cache`)."""
+        """The judge cache kept in this store (see `_records.RunStore.judge_cache`)."""
         raise NotImplementedError
 
     # the schema: a store's steps, and the hooks its migration needs

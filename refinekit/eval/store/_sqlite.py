@@ -1,7 +1,7 @@
 """The SQLite run store: every `refinekit eval` and `refinekit calibrate` run in one file.
 
-The first implementation of the store interface (`_store.RunStore`); its queries are
-`_sqlstore.SQLStore`'s, which the PostgreSQL store shares.
+The first implementation of the store interface (`_records.RunStore`); its queries are
+`_sql.SQLStore`'s, which the PostgreSQL store shares.
 
 One row per run, one per case (committed as soon as the case finishes, so an interrupted run
 keeps what it paid for), and the model calls and tokens of each case by role. A run that did
