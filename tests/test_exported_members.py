@@ -109,6 +109,7 @@ def test_checks_names() -> None:
         "any_of",
         "cites_source",
         "contains",
+        "excludes",
         "json_schema",
         "matches",
         "max_length",

@@ -244,6 +244,7 @@ def read_stream(
     number: int,
     maximum: int,
     prompt_chars: int = 0,
+    count: bool = True,
 ) -> Flow[StreamRead]:
     """Read `stream` to its end (or until `sink` aborts it); its usage counted in `job`.
 
@@ -257,6 +258,7 @@ def read_stream(
         maximum: The most attempts there can be.
         prompt_chars: The characters of the request's prompt, when known: the estimate of the
             prompt's tokens when the server reports none.
+        count: Count its usage in the job (`@reviewed`'s mode "off" counts nothing).
 
     Raises:
         BudgetExceeded: The job's budget ran out mid-stream: the stream was closed first and
@@ -269,7 +271,7 @@ def read_stream(
     tools = read.tools
     chars = 0
     reported: Usage | None = None
-    budgeted = in_use() and effective(job) is not None
+    budgeted = count and in_use() and effective(job) is not None
     stopped = False
     while True:
         try:
@@ -318,7 +320,8 @@ def read_stream(
     read.text = "".join(parts)
     read.pieces = parts
     read.usage = _usage(read, reported, prompt_chars, chars)
-    job._add_usage(read.usage, model=read.model)
+    if count:
+        job._add_usage(read.usage, model=read.model)
     _event(read, job, decorator, function, number, maximum)
     if stopped:
         _budget.check()  # the job is over its budget now that the stream's tokens count
