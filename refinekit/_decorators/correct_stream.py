@@ -59,20 +59,20 @@ class _PartialStandIn:
         schema = parser.schema
         self.model = isinstance(schema, type) and issubclass(schema, BaseModel)
 
-    def feed(self, text: str) -> tuple[bool, dict[str, Any] | None]:
-        """(whether a field completed, the first completed field that failed)."""
+    def feed(self, text: str) -> tuple[bool, list[dict[str, Any]]]:
+        """(whether a field completed, the errors of the fields this text completed)."""
         self.text += text
         if not self.model:
-            return False, None
+            return False, []
         stripped = self.text.lstrip()
         if not stripped.startswith("{"):
-            return False, None
+            return False, []
         try:
             value = pydantic_core.from_json(stripped, allow_partial=True)
         except ValueError:
-            return False, None
+            return False, []
         if not isinstance(value, dict):
-            return False, None
+            return False, []
         keys = list(value)
         closed = stripped.rstrip().endswith("}")
         if closed:
@@ -82,19 +82,21 @@ class _PartialStandIn:
                 closed = False
         complete = keys if closed or stripped.rstrip().endswith(",") else keys[:-1]
         if len(complete) <= self.done:
-            return False, None
+            return False, []
         fields = {k: value[k] for k in complete}
-        failure: dict[str, Any] | None = None
+        new = set(complete[self.done :])
+        failures: list[dict[str, Any]] = []
         try:
             self.parser.adapter.validate_python(fields, context=self.context)
         except ValidationError as e:
-            for error in e.errors(include_url=False):
-                if error["type"] != "missing" and error["loc"] and error["loc"][0] in fields:
-                    failure = dict(error)
-                    break
+            failures = [
+                dict(error)
+                for error in e.errors(include_url=False)
+                if error["type"] != "missing" and error["loc"] and error["loc"][0] in new
+            ]
         self.done = len(complete)
         self.value = fields
-        return True, failure
+        return True, failures
 
 
 class _StructuredSink:
@@ -117,8 +119,10 @@ class _StructuredSink:
         piece = piece or delta.text
         if not piece:
             return (), None
-        changed, failure = reader.feed(piece)
-        if failure is not None and not (self.repair and _repairable(failure)):
+        changed, failures = reader.feed(piece)
+        for failure in failures:
+            if self.repair and _repairable(failure):
+                continue  # a lossless repair may fix it when the reply is parsed whole
             self.failure = failure
             self.value = reader.value
             return (), f"{error_path(failure['loc'])}: {failure['msg']}"

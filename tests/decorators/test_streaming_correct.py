@@ -174,6 +174,16 @@ def test_a_value_a_lossless_repair_fixes_does_not_abort(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_a_repairable_field_does_not_hide_a_later_failure(kind: str) -> None:
+    text = '{"number": 6306, "currency": "GBP", "total_cents": 1250, "note": "' + "n" * 50
+    bad = Source(*chunked(text, 5))
+    model = StreamingModel(kind, bad, GOOD)
+    extract = self_correct(schema=Invoice)(model.function())
+    assert call(kind, extract, USER) == INVOICE
+    assert bad.given < len(bad.parts)  # aborted at the currency, not read to the end
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_grounding_and_field_validators_abort_as_their_field_completes(kind: str) -> None:
     source_text = "Invoice A-1 from ACME, total 12.50 EUR"
     invented = '{"number": "Z-9", "total_cents": 1250, "note": "' + "y" * 60 + '"}'

@@ -660,3 +660,33 @@ def test_without_opentelemetry_calls_work_and_instrument_says_what_to_install() 
     assert first.startswith("ModuleNotFoundError opentelemetry |")
     assert 'pip install "refinekit[otel]"' in first
     assert second == "False"
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_streamed_replys_attempt_span_says_how_its_stream_went(
+    kind: str, exporter: InMemorySpanExporter
+) -> None:
+    from streaming_helpers import Source, StreamingModel, chunked, collect
+
+    bad = '{"number": 7, "total_cents": "lots", "note": "' + "x" * 40 + '"}'
+    good = '{"number": "INV-1", "total_cents": 1200}'
+    model = StreamingModel(kind, Source(*chunked(bad, 4)), Source(*chunked(good, 4)))
+    decorated = self_correct(schema=Invoice)(model.function())
+    items = collect(kind, decorated, [{"role": "user", "content": "the invoice"}])
+    assert items[-1].value == Invoice(number="INV-1", total_cents=1200)
+    tree = Tree(exporter.get_finished_spans())
+    call_span = tree.one(f"refinekit.self_correct {decorated.__qualname__}")
+    first, second = tree.children(call_span)
+    aborted = first.attributes or {}
+    assert aborted[names.STREAM_CHUNKS] == model.sources[0].given  # type: ignore[union-attr]
+    assert "total_cents" in str(aborted[names.STREAM_ABORTED])
+    assert aborted[names.STREAM_USAGE_ESTIMATED] is True
+    assert isinstance(aborted[names.STREAM_FIRST_CHUNK], float)
+    assert [e.name for e in first.events] == [
+        "refinekit.stream",
+        "refinekit.reset",
+        "refinekit.correction",
+    ]
+    complete = second.attributes or {}
+    assert complete[names.STREAM_CHUNKS] == len(chunked(good, 4))
+    assert names.STREAM_ABORTED not in complete
