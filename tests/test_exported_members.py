@@ -167,12 +167,13 @@ def test_testing_names() -> None:
     assert set(refinekit.testing.__all__) == {
         "FakeJudge",
         "RecordedRequest",
+        "RecordedStream",
         "Reply",
         "ScriptedOpenAI",
         "is_testing",
         "set_testing",
     }
-    for method in ("script", "reset", "requests_for"):
+    for method in ("script", "reset", "requests_for", "streamed"):
         assert getattr(refinekit.testing.ScriptedOpenAI, method).__doc__, method
 
 

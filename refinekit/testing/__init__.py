@@ -33,8 +33,16 @@ from __future__ import annotations
 from .._core.config import is_testing, set_testing
 from .._core.package import rehome
 from ._fakes import FakeJudge
-from ._server import RecordedRequest, Reply, ScriptedOpenAI
+from ._server import RecordedRequest, RecordedStream, Reply, ScriptedOpenAI
 
-__all__ = ["FakeJudge", "RecordedRequest", "Reply", "ScriptedOpenAI", "is_testing", "set_testing"]
+__all__ = [
+    "FakeJudge",
+    "RecordedRequest",
+    "RecordedStream",
+    "Reply",
+    "ScriptedOpenAI",
+    "is_testing",
+    "set_testing",
+]
 
 rehome(globals(), __all__, __name__)  # shown as `refinekit.testing.<name>`
