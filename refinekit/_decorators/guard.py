@@ -19,7 +19,7 @@ from .._engine.outcome import Record
 from .._engine.policy import JudgeErrorPolicy, check_policy, judge_failure
 from .._engine.prices import Budget
 from .._engine.request import QuestionSelector, RequestMaker
-from .._engine.streaming import StreamLike, SyncStreamLike, is_streamed
+from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed
 from .._engine.textstream import TextRead, publish, read_text
 from .._engine.wrapper import AsyncStreamingFunction, StreamingFunction, wrap
 from .._providers.replies import Reply, Returns, answer_text, check_returns, text_answer
@@ -240,6 +240,7 @@ def _guard_flow(
                 function=cfg.function,
                 number=1,
                 maximum=1,
+                prompt_chars=arguments_chars(args, kwargs),
             )
             if read.tool_round:
                 raise TypeError(

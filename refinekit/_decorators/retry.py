@@ -36,7 +36,7 @@ from .._engine.prices import Budget
 from .._engine.recorder import start_recording, stop_recording
 from .._engine.request import QuestionSelector, RequestMaker
 from .._engine.reserve import Reservation
-from .._engine.streaming import StreamLike, SyncStreamLike, is_streamed
+from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed
 from .._engine.wrapper import AsyncStreamingFunction, StreamingFunction, wrap
 from .._providers.replies import Reply, Returns, check_returns, text_answer
 from .retry_stream import Attempts, StreamMode, check_stream_mode
@@ -347,7 +347,8 @@ def _retry_steps(
             streamed = rejection is None and is_streamed(value)
             cut: Verdict | None = None
             if streamed:  # read as text (retry_stream): counted, maybe stopped by a rule
-                value, cut = yield from streams.read(value, job, number)
+                chars = arguments_chars(call_args, call_kwargs)
+                value, cut = yield from streams.read(value, job, number, chars)
                 if cut is not None:
                     rejection = LowQualityAnswer(
                         cut.feedback or "the answer was rejected by a rule check",

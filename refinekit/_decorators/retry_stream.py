@@ -52,8 +52,14 @@ class Attempts:
         self.pieces: list[tuple[Any, list[str | ToolCallChunk]]] = []  # (answer, its pieces)
         self.shown: tuple[Any, int] | None = None  # the answer the consumer saw last, its attempt
 
-    def read(self, value: Any, job: Job, number: int) -> Flow[tuple[Any, Verdict | None]]:
-        """The attempt's answer (a stream's text), and a prefix check's rejection if any."""
+    def read(
+        self, value: Any, job: Job, number: int, prompt_chars: int = 0
+    ) -> Flow[tuple[Any, Verdict | None]]:
+        """The attempt's answer (a stream's text), and a prefix check's rejection if any.
+
+        `prompt_chars`: the characters of the attempt's text arguments (the prompt's estimate
+        when the server reports no usage).
+        """
         if not is_streamed(value):
             return value, None
         read = yield from read_text(
@@ -65,6 +71,7 @@ class Attempts:
             function=self.function,
             number=number,
             maximum=self.maximum,
+            prompt_chars=prompt_chars,
         )
         if read.tool_round:
             raise TypeError(

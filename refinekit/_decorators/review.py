@@ -23,7 +23,7 @@ from .._engine.policy import OnInconclusive, check_budget, check_on_inconclusive
 from .._engine.prices import Budget
 from .._engine.recorder import start_recording, stop_recording
 from .._engine.request import QuestionSelector, RequestMaker
-from .._engine.streaming import StreamLike, SyncStreamLike, is_streamed, listening
+from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed, listening
 from .._engine.textstream import TextRead, publish, read_text, replay
 from .._engine.wrapper import AsyncStreamingFunction, StreamingFunction, wrap
 from .._providers.replies import is_reply, message_of, message_text, tool_call_names
@@ -287,6 +287,7 @@ def _review_steps(
                 function=cfg.function,
                 number=1,
                 maximum=drafts_max,
+                prompt_chars=arguments_chars(args, kwargs),
             )
             streamed.append(read)
     if streamed and streamed[0].tool_round:

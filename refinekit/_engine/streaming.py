@@ -23,7 +23,7 @@ emits one `stream` event (chunks, time to its first chunk, whether and why it wa
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -48,6 +48,7 @@ __all__ = [
     "StreamLike",
     "StreamRead",
     "SyncStreamLike",
+    "arguments_chars",
     "is_streamed",
     "listening",
     "read_stream",
@@ -77,6 +78,22 @@ def listening() -> bool:
 def is_streamed(value: Any) -> bool:
     """Whether a function's return value is a stream (sync or async) rather than a reply."""
     return streams.is_stream(value) or streams.is_async_stream(value)
+
+
+def arguments_chars(args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
+    """The characters of a call's text arguments: its strings, and its messages' text.
+
+    What a streamed reply's prompt is estimated from (characters / 4) when the server reports
+    no usage (an aborted OpenAI stream never gets to its usage chunk): a lower bound, since the
+    function may add a system prompt or a template the decorator never sees.
+    """
+    total = 0
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, (list, tuple)) and all(isinstance(m, Mapping) for m in value):
+            total += _budget._request_chars({"messages": value})
+    return total
 
 
 class Emit:

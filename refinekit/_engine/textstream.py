@@ -155,6 +155,7 @@ def read_text(
     number: int,
     maximum: int,
     count: bool = True,
+    prompt_chars: int = 0,
 ) -> Flow[TextRead]:
     """Read a text stream (a sub-flow); its usage counted in `job` unless `count` is False.
 
@@ -168,6 +169,8 @@ def read_text(
         number: The attempt it is.
         maximum: The most attempts there can be.
         count: Count its usage in the job.
+        prompt_chars: The characters of the call's text arguments (`arguments_chars`): the
+            prompt's estimate when the server reports none.
 
     Raises:
         StreamInterrupted: The stream broke before its end (after its usage was counted).
@@ -183,6 +186,7 @@ def read_text(
         number=number,
         maximum=maximum,
         count=count,
+        prompt_chars=prompt_chars,
     )
     if read.interrupted is not None:
         raise read.interrupted

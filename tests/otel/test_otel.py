@@ -690,3 +690,45 @@ def test_a_streamed_replys_attempt_span_says_how_its_stream_went(
     complete = second.attributes or {}
     assert complete[names.STREAM_CHUNKS] == len(chunked(good, 4))
     assert names.STREAM_ABORTED not in complete
+
+
+async def test_a_retried_text_streams_attempt_spans_say_how_each_stream_went_over_http(
+    kind: str, server: ScriptedOpenAI, exporter: InMemorySpanExporter
+) -> None:
+    from refinekit import checks
+
+    server.script(
+        "m",
+        [
+            Reply.hang(after=3, then=Reply.text("Refunds are guaranteed, always.")),
+            Reply.text("Refunds within 30 days.", prompt_tokens=21, completion_tokens=5),
+        ],
+    )
+    client = judge_client(kind, server, timeout=2, max_retries=0)
+    request = {"model": "m", "stream": True, "stream_options": {"include_usage": True}}
+
+    def answer(question: str) -> Any:
+        messages = [{"role": "user", "content": question}]
+        return client.chat.completions.create(messages=messages, **request)
+
+    async def aanswer(question: str) -> Any:
+        messages = [{"role": "user", "content": question}]
+        return await client.chat.completions.create(messages=messages, **request)
+
+    decorated = retry_on_low_quality(evaluator=checks.excludes("guaranteed"), max_retries=1)(
+        answer if kind == "sync" else aanswer
+    )
+    assert await acall(decorated, QUESTION) == "Refunds within 30 days."
+    await close(client)
+    tree = Tree(exporter.get_finished_spans())
+    call_span = tree.one(f"refinekit.retry_on_low_quality {decorated.__qualname__}")
+    first, second = tree.children(call_span)
+    aborted, complete = first.attributes or {}, second.attributes or {}
+    assert str(aborted[names.STREAM_ABORTED]).startswith("rejected by a rule check")
+    assert aborted[names.STREAM_USAGE_ESTIMATED] is True
+    assert isinstance(aborted[names.STREAM_FIRST_CHUNK], float)
+    assert names.STREAM_ABORTED not in complete
+    assert complete[names.STREAM_USAGE_ESTIMATED] is False
+    # the text chunks, the role chunk, the finish chunk and the usage chunk
+    assert complete[names.STREAM_CHUNKS] == server.streamed("m")[1].sent + 3
+    assert "refinekit.stream" in [e.name for e in first.events]
