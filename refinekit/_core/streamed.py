@@ -40,8 +40,9 @@ class Partial(Generic[T_co]):
     model validator, the whole), and a `Reset` may void it.
 
     Attributes:
-        value: The fields completed so far (see `refinekit.partial` for its type and what it
-            holds).
+        value: The fields completed so far: a dict of the model's top-level fields whose
+            JSON values have closed and passed their own validation, by name (see
+            docs/streaming.md, "The items").
         attempt: The call it comes from: 1 for the first call, 2 for the first correction, ...
         final: Always False (a `Final` is True), so `item.final` tells the two apart.
     """

@@ -377,3 +377,44 @@ async def streamed_replies() -> None:
             assert_type(each.final, bool)
     await aextract_streamed.stream([]).aclose()
     extract_streamed.stream(42)  # type: ignore[arg-type]
+
+
+async def streamed_text_answers() -> None:
+    """`fn.stream(...)` of the text decorators over a stream: text pieces, resets, tool parts."""
+    from collections.abc import AsyncIterator, Iterator
+
+    from openai import OpenAI, Stream
+    from openai.types.chat import ChatCompletionChunk
+
+    from refinekit import guarded, reviewed
+
+    client = OpenAI(api_key="x")
+
+    @retry_on_low_quality(evaluator=checks.excludes("guaranteed"), stream_mode="provisional")
+    def answer(question: str) -> Stream[ChatCompletionChunk]:
+        return client.chat.completions.create(model="m", messages=[], stream=True)
+
+    @retry_on_low_quality(evaluator=checks.excludes("guaranteed"))
+    async def aanswer(question: str) -> AsyncIterator[str]:
+        yield "text"
+
+    @reviewed(judge=lambda request: True, max_revisions=0)
+    def review(question: str) -> Iterator[str]:
+        yield "text"
+
+    @guarded(screen=checks.excludes("secret"))
+    def screened(question: str) -> Iterator[str]:
+        yield "text"
+
+    assert_type(answer("q"), str)
+    assert_type(await aanswer("q"), str)
+    assert_type(review("q"), str)
+    for piece in answer.stream("q"):
+        assert_type(piece, str | refinekit.Reset)
+    async for apiece in aanswer.stream("q"):
+        assert_type(apiece, str | refinekit.Reset)
+    for part in review.stream("q"):
+        assert_type(part, str | refinekit.ToolCallChunk)
+    for text in screened.stream("q"):
+        assert_type(text, str)
+    answer.stream(42)  # type: ignore[arg-type]
