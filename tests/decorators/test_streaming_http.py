@@ -8,6 +8,7 @@ correction; a reader that waited for more would time out instead (the clients' t
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -450,3 +451,48 @@ async def test_a_litellm_stream_is_corrected_with_its_reported_usage(
     first, second = streams(server)
     assert first.client_closed
     assert second.finished
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+async def test_provisional_retry_shows_the_chunks_a_reset_then_the_retry(
+    server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
+) -> None:
+    server.script(
+        "m",
+        [
+            Reply.hang(after=3, then=Reply.text("Refunds are guaranteed.")),
+            Reply.text("Within 30 days."),
+        ],
+    )
+    answer = retry_on_low_quality(
+        evaluator=checks.excludes("guaranteed"), max_retries=1, stream_mode="provisional"
+    )(streaming(sdk, kind, clients, first="question"))
+    items = await collect(kind, answer, "q")
+    assert items[:3] == ["Refunds", " are", " guaranteed."]
+    reset = items[3]
+    assert isinstance(reset, refinekit.Reset)
+    assert (reset.cause, reset.attempt, reset.aborted) == ("retry", 1, True)
+    assert items[4:] == ["Within", " 30", " days."]
+    assert streams(server)[0].client_closed
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+async def test_reviewed_passes_a_streamed_tool_call_round_through_unreviewed(
+    server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
+) -> None:
+    judged: list[str] = []
+
+    def judge(request: EvaluationRequest) -> bool:
+        judged.append(request.answer)
+        return False
+
+    server.script("m", Reply.tool_call("lookup", {"order": "A-1"}, chunks=3))
+    function = streaming(sdk, kind, clients, first="question")
+    items = await collect(kind, reviewed(judge=judge, max_revisions=0)(function), "q")
+    assert items
+    assert all(isinstance(i, refinekit.ToolCallChunk) for i in items)
+    assert items[0].name == "lookup"
+    assert json.loads("".join(i.arguments for i in items)) == {"order": "A-1"}
+    assert judged == []  # a tool-call round is not an answer: not reviewed
