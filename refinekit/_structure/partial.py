@@ -62,7 +62,10 @@ the members it closes cost, whatever the reply's length (`benchmarks/bench_strea
 plus, per member completed, a shallow copy of the partial value (a reference per member so
 far: a reply of thousands of top-level members copies that many references per member).
 The JSON itself is read by pydantic-core (`validate_json`, `from_json`), never by a parser of
-ours: the scan only finds where a top-level member can have closed.
+ours: the scan only finds where a top-level member can have closed. Pydantic's partial modes
+(`experimental_allow_partial`, `from_json(..., allow_partial=True)`) are not used: they read
+the whole text so far at each call (a cost growing with the reply) and give the value being
+written as if it were whole (a string cut mid-way), which is what this reader never shows.
 
 The validators are built once per schema (a `TypeAdapter`, or a type: cached) and shared by
 every reader of that schema.
