@@ -166,6 +166,7 @@ def test_evidence_names() -> None:
 def test_testing_names() -> None:
     assert set(refinekit.testing.__all__) == {
         "FakeJudge",
+        "FakeStream",
         "RecordedRequest",
         "RecordedStream",
         "Reply",
@@ -180,7 +181,13 @@ def test_testing_names() -> None:
 def test_plugin_fixtures() -> None:
     import _refinekit_pytest_plugin as plugin
 
-    fixtures = {"fake_judge", "refinekit_testing", "scripted_openai", "scripted_openai_session"}
+    fixtures = {
+        "fake_judge",
+        "fake_stream",
+        "refinekit_testing",
+        "scripted_openai",
+        "scripted_openai_session",
+    }
     assert fixtures <= set(plugin.__all__)
     for name in fixtures:
         assert getattr(plugin, name).__doc__, name

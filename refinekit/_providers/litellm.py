@@ -4,7 +4,9 @@ LiteLLM's replies are OpenAI's shape (`openai` reads a `ModelResponse`), and so 
 streamed chunks (`ModelResponseStream`, read by `openai.ChunkReader`). What is LiteLLM's own
 is the wrapper: one class for both `litellm.completion(stream=True)` (read with `next`) and
 `litellm.acompletion(stream=True)` (read with `anext`), each closed by its own `close()` /
-`aclose()`. Nothing here imports `litellm`.
+`aclose()`. A stream that breaks mid-way raises its `MidStreamFallbackError` (whatever broke
+it: a dropped connection, a timeout), with the provider's error inside. Nothing here imports
+`litellm`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-__all__ = ["is_async", "is_wrapper"]
+__all__ = ["broke_mid_stream", "connection_of", "is_async", "is_wrapper"]
 
 
 def is_wrapper(obj: Any) -> bool:
@@ -38,3 +40,25 @@ def is_async(wrapper: Any) -> bool | None:
     if make_call is not None:
         return inspect.iscoroutinefunction(make_call)
     return None
+
+
+def connection_of(wrapper: Any) -> Any:
+    """What to close before `aclose()`, so that a stream's connection is closed too; or None.
+
+    LiteLLM's async calls go through its aiohttp transport, whose response `aclose()`
+    releases the connection to aiohttp's pool unread and open (so the server goes on
+    generating); closing the aiohttp response itself closes the connection. None when the
+    wrapper streams otherwise.
+    """
+    response = getattr(getattr(wrapper, "completion_stream", None), "response", None)
+    stream = getattr(response, "stream", None)  # httpx's, around the transport's
+    inner = getattr(getattr(stream, "_stream", stream), "_aiohttp_response", None)
+    return inner if callable(getattr(inner, "close", None)) else None
+
+
+def broke_mid_stream(error: BaseException) -> bool:
+    """Whether `error` is LiteLLM's word for a stream that broke after it began."""
+    return any(
+        cls.__name__ == "MidStreamFallbackError" and cls.__module__.startswith("litellm")
+        for cls in type(error).__mro__
+    )

@@ -35,13 +35,15 @@ The interface:
 - `Deltas.close()` / `await AsyncDeltas.aclose()` close the underlying stream at once: for
   the `openai` and `anthropic` clients the HTTP response is closed, so the server stops
   generating; a generator is closed (its `finally` and `with` blocks run, which closes the
-  stream it reads); an entered context manager is exited. Both are idempotent, and both
+  stream it reads); an entered context manager is exited, and one never entered sends
+  nothing. Both are idempotent, and both
   readers are context managers that close on exit. A stream read to its end, or that
   breaks, is closed by the reader itself. `chunks` counts the chunks read so far.
 - A stream that breaks before its end raises `StreamInterrupted` (its `reason`, `chunks` read
   before, the SDK's or transport's error as its `__cause__`): the connection dropped or timed
   out (an `httpx`/`httpcore` error, a `ConnectionError`, the SDK's connection or timeout
-  error), a chunk that is not JSON, an error event in the stream. Other exceptions (an HTTP
+  error: "the connection broke", "the stream timed out"; LiteLLM's mid-stream error: "the
+  stream broke"), a chunk that is not JSON, an error event in the stream. Other exceptions (an HTTP
   status error of a lazily sent request, a bug in a generator) propagate unchanged; an item
   that is no chunk of a known shape raises `TypeError`. A stream that simply ends without a
   finish reason said none (a plain text stream never does).
@@ -51,6 +53,7 @@ The reader never changes what the stream yields (`Delta.raw` is the chunk as it 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import json
@@ -84,6 +87,17 @@ def _manager(obj: Any) -> bool | None:
         return None
     found = openai.MANAGERS.get(kind.__name__, anthropic.MANAGERS.get(kind.__name__))
     return found
+
+
+def _discard(manager: Any) -> None:
+    """Drop a context manager never entered: its request is not sent (a pending one closed).
+
+    An async manager holds its request as a coroutine, closed here so that it is not left
+    never awaited.
+    """
+    for value in vars(manager).values():
+        if inspect.iscoroutine(value):
+            value.close()
 
 
 def _not_data(obj: Any) -> bool:
@@ -132,16 +146,19 @@ def _interruption(error: BaseException) -> str | None:
         return f"a chunk of the stream is not JSON ({named})"
     if isinstance(error, ConnectionError):
         return f"the connection broke ({named})"
+    if litellm.broke_mid_stream(error):
+        return f"the stream broke ({named})"
     for cls in type(error).__mro__:
         package = cls.__module__.partition(".")[0]
-        if package in ("httpx", "httpx2", "httpcore", "h11", "h2", "aiohttp"):
+        transport = package in ("httpx", "httpx2", "httpcore", "httpcore2", "h11", "aiohttp")
+        sdk = package in ("openai", "anthropic", "litellm")
+        if (transport or sdk) and "Timeout" in type(error).__name__:
+            return f"the stream timed out ({named})"
+        if transport or (sdk and cls.__name__ == "APIConnectionError"):
             return f"the connection broke ({named})"
-        if package in ("openai", "anthropic", "litellm"):
-            if cls.__name__ in ("APIConnectionError", "APITimeoutError", "Timeout"):
-                return f"the connection broke ({named})"
-            # an error event in a stream the server had started (HTTP 200): no status of its own
-            if getattr(error, "status_code", 200) == 200 and cls.__name__ == "APIError":
-                return f"the stream sent an error ({named})"
+        # an error event in a stream the server had started (HTTP 200): no status of its own
+        if sdk and cls.__name__ == "APIError" and getattr(error, "status_code", 200) == 200:
+            return f"the stream sent an error ({named})"
     return None
 
 
@@ -262,6 +279,8 @@ class Deltas(Iterator[Delta]):
         if self._managed:
             if source is not None:
                 self._stream.__exit__(None, None, None)
+            else:
+                _discard(self._stream)
             return
         close = getattr(self._stream, "close", None)
         if callable(close):
@@ -293,7 +312,8 @@ class AsyncDeltas(AsyncIterator[Delta]):
         self._stream = stream
         self._managed = _manager(stream)  # True async, False sync, None no manager
         self._async: bool | None
-        if litellm.is_wrapper(stream):
+        self._wrapper = litellm.is_wrapper(stream)
+        if self._wrapper:
             self._async = litellm.is_async(stream) is not False
         else:
             self._async = None if self._managed is not None else is_async_stream(stream)
@@ -363,12 +383,17 @@ class AsyncDeltas(AsyncIterator[Delta]):
         self._pending.clear()
         source, self._source = self._source, None
         if self._managed is not None:
-            if source is not None:
-                if self._managed:
-                    await self._stream.__aexit__(None, None, None)
-                else:
-                    self._stream.__exit__(None, None, None)
+            if source is None:
+                _discard(self._stream)
+            elif self._managed:
+                await self._stream.__aexit__(None, None, None)
+            else:
+                self._stream.__exit__(None, None, None)
             return
+        connection = litellm.connection_of(self._stream) if self._wrapper else None
+        if connection is not None:  # LiteLLM's aiohttp transport keeps it open otherwise
+            connection.close()
+            await asyncio.sleep(0)  # asyncio closes the socket on the loop's next turn
         for name in ("aclose", "close") if self._async else ("close",):
             close = getattr(self._stream, name, None)
             if callable(close):
