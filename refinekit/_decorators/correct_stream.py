@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic_core
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from .._core.errtext import error_path
 from .._core.streamed import Final, Partial, Reset
@@ -30,6 +30,7 @@ from .._engine.job import Job
 from .._engine.streaming import Emit, StreamRead, listening, read_stream
 from .._providers.streams import Delta
 from .._structure.parse import CorrectionFailure, Parser, parse_failure
+from .._structure.partial import PartialReader
 
 __all__ = ["StreamedReply", "final", "read_reply", "void"]
 
@@ -43,60 +44,26 @@ def _repairable(error: Mapping[str, Any]) -> bool:
     return kind == "extra_forbidden"  # wrapper: one object around the value
 
 
-class _PartialStandIn:
-    """Completed top-level fields of a JSON object, validated as they close.
+class _FieldReader:
+    """The partial reader of a pydantic model schema's reply; other schemas wait for the end.
 
-    A stand-in until `refinekit._structure`'s partial reader lands (see
-    /work/notes/streams-requests.md): it re-reads the text so far at each feed.
+    `refinekit._structure.partial.PartialReader` validates each top-level field once its
+    JSON value has closed, at a cost per delta that does not grow with the reply.
     """
 
     def __init__(self, parser: Parser[Any], context: Mapping[str, Any] | None) -> None:
-        self.parser = parser
-        self.context = context
-        self.text = ""
-        self.done = 0  # completed fields validated so far
-        self.value: dict[str, Any] | None = None
         schema = parser.schema
-        self.model = isinstance(schema, type) and issubclass(schema, BaseModel)
+        model = isinstance(schema, type) and issubclass(schema, BaseModel)
+        self.reader = PartialReader(parser.adapter, context=context) if model else None
+        self.value: Any = None
 
     def feed(self, text: str) -> tuple[bool, list[dict[str, Any]]]:
-        """(whether a field completed, the errors of the fields this text completed)."""
-        self.text += text
-        if not self.model:
+        """(whether a field completed and passed, the errors of the fields this text completed)."""
+        if self.reader is None:
             return False, []
-        stripped = self.text.lstrip()
-        if not stripped.startswith("{"):
-            return False, []
-        try:
-            value = pydantic_core.from_json(stripped, allow_partial=True)
-        except ValueError:
-            return False, []
-        if not isinstance(value, dict):
-            return False, []
-        keys = list(value)
-        closed = stripped.rstrip().endswith("}")
-        if closed:
-            try:
-                pydantic_core.from_json(stripped)
-            except ValueError:
-                closed = False
-        complete = keys if closed or stripped.rstrip().endswith(",") else keys[:-1]
-        if len(complete) <= self.done:
-            return False, []
-        fields = {k: value[k] for k in complete}
-        new = set(complete[self.done :])
-        failures: list[dict[str, Any]] = []
-        try:
-            self.parser.adapter.validate_python(fields, context=self.context)
-        except ValidationError as e:
-            failures = [
-                dict(error)
-                for error in e.errors(include_url=False)
-                if error["type"] != "missing" and error["loc"] and error["loc"][0] in new
-            ]
-        self.done = len(complete)
-        self.value = fields
-        return True, failures
+        progress = self.reader.feed(text)
+        self.value = progress.value
+        return progress.changed, list(progress.failures)
 
 
 class _StructuredSink:
@@ -105,8 +72,8 @@ class _StructuredSink:
     def __init__(
         self, parser: Parser[Any], context: Mapping[str, Any] | None, repair: bool, number: int
     ) -> None:
-        self.reader = _PartialStandIn(parser, context)
-        self.tools = _PartialStandIn(parser, context)
+        self.reader = _FieldReader(parser, context)
+        self.tools = _FieldReader(parser, context)
         self.repair = repair
         self.number = number
         self.emit = listening()
