@@ -2,9 +2,9 @@
 
 Installing refinekit is enough to get:
 
-- the fixtures `fake_judge`, `scripted_openai` (a server per test), `scripted_openai_session`
-  (one server for the session, its scripts and requests reset before each test that uses it)
-  and `refinekit_testing`;
+- the fixtures `fake_judge`, `fake_stream`, `scripted_openai` (a server per test),
+  `scripted_openai_session` (one server for the session, its scripts and requests reset
+  before each test that uses it) and `refinekit_testing`;
 - `@pytest.mark.golden("cases.csv")`: one test case per row of a CSV or JSONL file, each
   column passed as the argument of the same name;
 - a pass-rate gate over the golden cases (`--refinekit-min-pass-rate`, or the ini option
@@ -30,11 +30,12 @@ import pytest
 
 if TYPE_CHECKING:
     from refinekit import Job
-    from refinekit.testing import FakeJudge, ScriptedOpenAI
+    from refinekit.testing import FakeJudge, FakeStream, ScriptedOpenAI
 
 __all__ = [
     "LIVE_SKIP_REASON",
     "fake_judge",
+    "fake_stream",
     "pytest_addoption",
     "pytest_configure",
     "pytest_generate_tests",
@@ -363,6 +364,32 @@ def fake_judge() -> Callable[..., FakeJudge]:
         made += 1
         return FakeJudge(*verdicts, name=name or f"fake_judge-{made}")
 
+    return make
+
+
+@pytest.fixture
+def fake_stream() -> Callable[..., FakeStream]:
+    """A factory of `FakeStream`s: scripted streams of a reply, for a function that streams.
+
+    `fake_stream('{"number": "A-1"}', chunks=4)` returns a stream of that text in pieces of 4
+    characters (the options are `FakeStream`'s: `shape="openai"`, `finish_reason=`,
+    `prompt_tokens=`, `completion_tokens=`, `break_after=`). Each stream made is also in the
+    factory's `made` list, in order, so a test can check how each was read (`sent`,
+    `finished`, `client_closed`).
+
+    Returns:
+        The factory: `(content, **options) -> FakeStream`, with its `made` list.
+    """
+    from refinekit.testing import FakeStream
+
+    made: list[FakeStream] = []
+
+    def make(content: str, **options: Any) -> FakeStream:
+        stream = FakeStream(content, **options)
+        made.append(stream)
+        return stream
+
+    make.made = made  # type: ignore[attr-defined]
     return make
 
 

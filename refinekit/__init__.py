@@ -24,6 +24,7 @@ from ._core.errors import (
     ResponseValidationError,
 )
 from ._core.package import rehome, version
+from ._core.streamed import Final, Partial, Reset, ResetCause, ToolCallChunk
 from ._core.types import (
     Attempt,
     AttemptInfo,
@@ -73,6 +74,7 @@ __all__ = [
     "Event",
     "EventKind",
     "FailureKind",
+    "Final",
     "InSource",
     "Job",
     "JsonParseError",
@@ -83,14 +85,18 @@ __all__ = [
     "LowQualityAnswer",
     "MissingPrice",
     "Outcome",
+    "Partial",
     "Prices",
     "RefinekitError",
     "RefinekitWarning",
     "ReplyProblem",
+    "Reset",
+    "ResetCause",
     "ResponseValidationError",
     "RevisionRequest",
     "Subscription",
     "ToolCall",
+    "ToolCallChunk",
     "Usage",
     "Verdict",
     "VerdictStatus",

@@ -31,6 +31,7 @@ __all__ = [
     "any_of",
     "cites_source",
     "contains",
+    "excludes",
     "json_schema",
     "matches",
     "max_length",
@@ -46,14 +47,33 @@ class Check:
     Subclass it (or use `Check(name, function)`) for rules of your own; `aevaluate` runs the
     rule inline, since a rule never waits on I/O.
 
+    A rule that can reject an answer from a part of it (a forbidden phrase, a length) can say
+    so with `prefix`: then a decorator reading a streamed answer stops the stream as soon as
+    what came so far fails, whatever follows (docs/streaming.md).
+
     Args:
         name: The check's name, shown in criteria and messages.
         rule: A function `(request) -> Verdict`.
+        prefix: Makes a prefix checker for one stream: a function fed each text delta in turn
+            that returns a failing `Verdict` once the text so far fails whatever follows, else
+            None. It must never reject a text the rule would pass. None: the check waits for
+            the whole answer.
     """
 
-    def __init__(self, name: str, rule: Callable[[EvaluationRequest], Verdict]) -> None:
+    def __init__(
+        self,
+        name: str,
+        rule: Callable[[EvaluationRequest], Verdict],
+        *,
+        prefix: Callable[[], Callable[[str], Verdict | None]] | None = None,
+    ) -> None:
         self.name = name
         self._rule = rule
+        self._prefix = prefix
+
+    def prefix_checker(self) -> Callable[[str], Verdict | None] | None:
+        """A fresh prefix checker for one streamed answer (see `prefix`); None: none."""
+        return None if self._prefix is None else self._prefix()
 
     def evaluate(self, request: EvaluationRequest) -> Verdict:
         """Judge one answer."""
@@ -227,8 +247,60 @@ def matches(pattern: str | re.Pattern[str], *, description: str | None = None) -
     return Check("matches", rule)
 
 
+def excludes(*phrases: str, case_sensitive: bool = False) -> Check:
+    """The answer contains none of the given phrases (forbidden words, a competitor's name).
+
+    A streamed answer is stopped as soon as one of them appears in it.
+
+    Args:
+        *phrases: The forbidden phrases; at least one.
+        case_sensitive: Match case exactly.
+
+    Returns:
+        The check. Its feedback names what to leave out: `Do not mention 'guaranteed' in the
+        answer.`
+
+    Raises:
+        ValueError: No phrase, or an empty one.
+    """
+    if not phrases or any(not isinstance(p, str) or not p for p in phrases):
+        raise ValueError("excludes() needs one or more non-empty strings")
+
+    def fold(text: str) -> str:
+        return text if case_sensitive else text.casefold()
+
+    folded = [fold(p) for p in phrases]
+
+    def verdict(found: list[str]) -> Verdict:
+        if not found:
+            return _verdict(True, "", found=found)
+        return _verdict(False, f"Do not mention {_listed(found, 'or')} in the answer.", found=found)
+
+    def rule(request: EvaluationRequest) -> Verdict:
+        answer = fold(request.answer)
+        return verdict([p for p, f in zip(phrases, folded, strict=True) if f in answer])
+
+    keep = max(len(f) for f in folded) - 1  # a phrase may start in the text before a delta
+
+    def prefix() -> Callable[[str], Verdict | None]:
+        tail = ""
+
+        def check(delta: str) -> Verdict | None:
+            nonlocal tail
+            window = tail + fold(delta)
+            found = [p for p, f in zip(phrases, folded, strict=True) if f in window]
+            tail = window[-keep:] if keep else ""
+            return verdict(found) if found else None
+
+        return check
+
+    return Check("excludes", rule, prefix=prefix)
+
+
 def max_length(n: int) -> Check:
     """The answer has at most `n` characters.
+
+    A streamed answer is stopped as soon as it passes `n` characters.
 
     Args:
         n: The most characters allowed, at least 1.
@@ -242,15 +314,27 @@ def max_length(n: int) -> Check:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"max_length() takes a positive int, got {n!r}")
 
-    def rule(request: EvaluationRequest) -> Verdict:
-        length = len(request.answer)
+    def verdict(length: int) -> Verdict:
         return _verdict(
             length <= n,
             f"Shorten the answer to at most {n} characters; it has {length}.",
             length=length,
         )
 
-    return Check("max_length", rule)
+    def rule(request: EvaluationRequest) -> Verdict:
+        return verdict(len(request.answer))
+
+    def prefix() -> Callable[[str], Verdict | None]:
+        length = 0
+
+        def check(delta: str) -> Verdict | None:
+            nonlocal length
+            length += len(delta)
+            return verdict(length) if length > n else None
+
+        return check
+
+    return Check("max_length", rule, prefix=prefix)
 
 
 def not_empty() -> Check:

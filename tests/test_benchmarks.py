@@ -142,3 +142,16 @@ def test_bench_eval_cache_second_run_sends_no_judge_request() -> None:
     assert rows["2. same eval again, --cache"][:4] == ["0", "0.00", "0", "0.00"]
     assert rows["4. --repeat 2, --cache"][4:6] == ["20", "hits,"]
     assert rows["5. same eval, no --cache"][:1] == ["20"]
+
+
+def test_bench_streaming_quick_run_reads_every_reply_and_prints_the_ratios() -> None:
+    """Each reader reads each reply in full (refinekit's partial reader sees no failure)."""
+    out = quick_run("bench_streaming.py", timeout=300)
+    assert "| reply | size | chunks | bare openai stream | refinekit | instructor Partial" in out
+    rows = ("| invoice object | 1 KB |", "| invoice object | 10 KB |", "| list[Line] | 10 KB |")
+    for row in rows:
+        assert row in out, f"{row!r} missing from the benchmark's output:\n{out}"
+    ratios = json.loads(out.strip().splitlines()[-1])["ratios"]
+    assert set(ratios) == {"invoice_1kb", "invoice_10kb", "list_1kb", "list_10kb"}
+    assert set(ratios["invoice_10kb"]) == {"bare", "refinekit", "instructor"}
+    assert all(r["refinekit"] > 0 for r in ratios.values())

@@ -143,6 +143,35 @@ EXPECTED = {
         "invoice 108: 18 EUR, 0 correction(s), 1 call(s)",
         "7/8 extracted; model calls 13, tokens 476, corrections 5",
     ],
+    "stream_self_correct.py": [
+        "form (attempt 1): {'number': 'INV-7'}",
+        "reset (stream closed early: True): 1 validation error, first: currency: Input should "
+        "be 'EUR' or 'USD'",
+        "form (attempt 2): {'number': 'INV-7', 'currency': 'EUR', 'total_cents': 1250}",
+        "final (attempt 2): Invoice(number='INV-7', currency='EUR', total_cents=1250)",
+        "first stream: 2 of 4 chunks sent; closed: True",
+        "the plain call returns the value: Invoice(number='INV-7', currency='EUR', "
+        "total_cents=1250)",
+    ],
+    "stream_retry.py": [
+        "buffered: ['Refunds', ' are', ' accepted', ' within', ' 30', ' days', "
+        "' (policies/refunds.md).']",
+        "provisional: ['Refunds', ' are', ' guaranteed,', '<reset: retry>', 'Refunds', ' are', "
+        "' accepted',",
+        "  first answer's stream closed early: True",
+    ],
+    "stream_reviewed.py": [
+        "enforce, approved: ['Refunds', ' are', ' accepted', ' within', ' 30', ' days', "
+        "' [policies/refunds.md].']",
+        "enforce, rejected: nothing published (AnswerRejected)",
+        "shadow, passed through: ['Refunds', ' are', ' always', ' accepted.']",
+        "shadow's review, aside: passed=False: The answer failed the check 'cites_the_policy'.",
+    ],
+    "stream_guarded.py": [
+        "safe answer: ['Refunds', ' are', ' accepted', ' within', ' 30', ' days.']",
+        'unsafe answer: ["Sorry, I can\'t share that."]',
+        "closed early: True",
+    ],
     "guarded_example.py": [
         "caller got: Refunds are accepted within 30 days (policies/refunds.md).",
         "blocked: output blocked by screen 'no_card_numbers'",

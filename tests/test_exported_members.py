@@ -42,6 +42,7 @@ PUBLIC = {
     "Event",
     "EventKind",
     "FailureKind",
+    "Final",
     "InSource",
     "Job",
     "JsonParseError",
@@ -51,13 +52,17 @@ PUBLIC = {
     "JudgeUnavailable",
     "LowQualityAnswer",
     "Outcome",
+    "Partial",
     "RefinekitError",
     "RefinekitWarning",
     "ReplyProblem",
+    "Reset",
+    "ResetCause",
     "ResponseValidationError",
     "RevisionRequest",
     "Subscription",
     "ToolCall",
+    "ToolCallChunk",
     "Usage",
     "Verdict",
     "VerdictStatus",
@@ -104,6 +109,7 @@ def test_checks_names() -> None:
         "any_of",
         "cites_source",
         "contains",
+        "excludes",
         "json_schema",
         "matches",
         "max_length",
@@ -160,20 +166,28 @@ def test_evidence_names() -> None:
 def test_testing_names() -> None:
     assert set(refinekit.testing.__all__) == {
         "FakeJudge",
+        "FakeStream",
         "RecordedRequest",
+        "RecordedStream",
         "Reply",
         "ScriptedOpenAI",
         "is_testing",
         "set_testing",
     }
-    for method in ("script", "reset", "requests_for"):
+    for method in ("script", "reset", "requests_for", "streamed"):
         assert getattr(refinekit.testing.ScriptedOpenAI, method).__doc__, method
 
 
 def test_plugin_fixtures() -> None:
     import _refinekit_pytest_plugin as plugin
 
-    fixtures = {"fake_judge", "refinekit_testing", "scripted_openai", "scripted_openai_session"}
+    fixtures = {
+        "fake_judge",
+        "fake_stream",
+        "refinekit_testing",
+        "scripted_openai",
+        "scripted_openai_session",
+    }
     assert fixtures <= set(plugin.__all__)
     for name in fixtures:
         assert getattr(plugin, name).__doc__, name

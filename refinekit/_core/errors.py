@@ -47,6 +47,9 @@ is)::
 
     ReplyShapeError (ValueError)    a reply holds no single text to parse (two tool calls):
                                     @self_correct corrects it like bad JSON
+    StreamInterrupted               a streamed reply broke before its end (the connection
+                                    dropped, a chunk was not JSON, an error event): a
+                                    reply that ended incomplete, a `cut_off` failure
     TimedOut (TimeoutError)         a time-limited step gave no result in time: @reviewed
                                     turns it into a `judge_timeout` or `budget` rejection
     DeadlinePassed (TimeoutError)   a judge request not sent, its time limit already past
@@ -436,6 +439,19 @@ class ReplyShapeError(ValueError):
     def __init__(self, message: str, text: str = "") -> None:
         super().__init__(message)
         self.text = text
+
+
+class StreamInterrupted(Exception):
+    """A streamed reply that broke before its end; what ended it is its `__cause__`.
+
+    Raised by the stream readers (`refinekit._providers.streams`) in place of the SDK's or the
+    transport's error, with `chunks`, the chunks read before it broke.
+    """
+
+    def __init__(self, reason: str, chunks: int = 0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.chunks = chunks
 
 
 class TimedOut(TimeoutError):

@@ -47,6 +47,10 @@ __all__ = [
     "RESPONSE_MODEL",
     "SERVER_ADDRESS",
     "SERVER_PORT",
+    "STREAM_ABORTED",
+    "STREAM_CHUNKS",
+    "STREAM_FIRST_CHUNK",
+    "STREAM_USAGE_ESTIMATED",
     "TRACER_NAME",
     "USAGE_INPUT_TOKENS",
     "USAGE_OUTPUT_TOKENS",
@@ -122,3 +126,12 @@ JUDGE_COST = "refinekit.judge.cost"
 WAIT = "refinekit.wait"
 ERROR = "refinekit.error"
 FAILURE = "refinekit.failure"
+STREAM_CHUNKS = "refinekit.stream.chunks"
+"""The chunks a streamed reply yielded before it ended or was closed (on its attempt's span)."""
+STREAM_FIRST_CHUNK = "refinekit.stream.time_to_first_chunk"
+"""Seconds from opening the stream to its first chunk."""
+STREAM_ABORTED = "refinekit.stream.aborted"
+"""Why the stream was closed before its end (a failed field, a rule check, `budget`), or how it
+broke (`interrupted: ...`); absent when it was read to its end."""
+STREAM_USAGE_ESTIMATED = "refinekit.stream.usage_estimated"
+"""Whether the stream's usage was estimated (characters / 4): the server reported none."""

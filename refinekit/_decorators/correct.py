@@ -6,12 +6,13 @@ import functools
 import inspect
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import (
     Any,
     Generic,
     ParamSpec,
     Protocol,
+    TypeAlias,
     TypeVar,
     cast,
     overload,
@@ -19,6 +20,7 @@ from typing import (
 
 from .._core.errors import ReplyShapeError
 from .._core.errtext import utf8_text
+from .._core.streamed import Final, Partial, Reset
 from .._core.types import Attempt, Verdict
 from .._engine import reserve as _reserve
 from .._engine.budget import without_attempts
@@ -30,11 +32,13 @@ from .._engine.policy import check_budget
 from .._engine.prices import Budget
 from .._engine.request import function_name
 from .._engine.reserve import Reservation
-from .._engine.wrapper import AsyncDecoratedFunction, DecoratedFunction, wrap
+from .._engine.streaming import StreamLike, SyncStreamLike, is_streamed
+from .._engine.wrapper import AsyncStreamingFunction, StreamingFunction, wrap
 from .._providers.replies import Reply, finish_reason_of, reply_text
 from .._structure.corrections import CHECK_MARKER, CorrectionRequest, default_correction
 from .._structure.diagnose import diagnose
 from .._structure.parse import CorrectionFailure, Parsed, Parser, parse_failure, python_json
+from .correct_stream import StreamedReply, final, read_reply, void
 
 __all__ = [
     "CHECK_MARKER",
@@ -242,15 +246,32 @@ def _correct_flow(
             counted = job._replies_counted()
             started = time.perf_counter()
             reply = yield Call(fn, (sent, *rest), rest_kwargs)
-            job._count_reply(reply, counted)
+            if is_streamed(reply):  # read as it comes (correct_stream); its usage counted
+                reply = yield from read_reply(
+                    reply,
+                    job,
+                    cfg.parser,
+                    context=context,
+                    repair=cfg.repair,
+                    function=cfg.function,
+                    number=call,
+                    maximum=call + max(0, cfg.max_corrections - job.corrections_used),
+                    prompt_chars=sum(len(str(m.get("content") or "")) for m in sent),
+                )
+            else:
+                job._count_reply(reply, counted)
         result: Parsed | CorrectionFailure
+        streamed = reply if isinstance(reply, StreamedReply) else None
         try:
-            text = reply_text(reply)
+            text = reply_text(reply) if streamed is None else streamed.text
         except ReplyShapeError as e:
             text, result = e.text, parse_failure(e.text, str(e))
             result.shape_error = str(e)
         else:
-            result = cfg.parser.parse(text, repair=cfg.repair, context=context)
+            if streamed is not None and streamed.failure is not None:
+                result = streamed.failure  # a completed field failed, or the stream broke
+            else:
+                result = cfg.parser.parse(text, repair=cfg.repair, context=context)
             if not isinstance(result, CorrectionFailure) and added:
                 copied = cfg.parser.placeholders(result[0], text)
                 if copied:
@@ -262,11 +283,12 @@ def _correct_flow(
             if record is not None:
                 verdict = Verdict(passed=True, metadata={"repairs": list(result[1])})
                 _add(record, call, result[0], verdict, started, added)
+            yield from final(result[0], call)  # fn.stream(...)'s last item
             return cast(T, result[0])
         if wants_debug_events():
             emit(_event(cfg, job, "attempt", call, possible))
         failure = result
-        finish = finish_reason_of(reply)
+        finish = finish_reason_of(reply) if streamed is None else streamed.finish_reason
         replies.append(text)
         # As it can be sent: a lone surrogate in the reply would make the next request fail.
         last = [*sent, {"role": "assistant", "content": utf8_text(text)}]
@@ -301,6 +323,8 @@ def _correct_flow(
                 )
             )
             raise error
+        if streamed is not None:  # what fn.stream(...) showed of it is void
+            yield from void(streamed, job, cfg.function, call, possible, failure.summary)
         parser = cfg.parser
         template = None
         if parser.template is not None:
@@ -369,14 +393,31 @@ def _placeholder_failure(text: str, copied: tuple[str, ...]) -> CorrectionFailur
     )
 
 
+Corrected: TypeAlias = "Partial[Any] | Final[T] | Reset"
+"""What `fn.stream(...)` of a `@self_correct` function yields (docs/streaming.md)."""
+
+
 class SelfCorrecting(Protocol[T_co]):
-    """The decorator `self_correct(schema=...)` returns; the call returns the schema's type."""
+    """The decorator `self_correct(schema=...)` returns; the call returns the schema's type.
+
+    `fn.stream(...)` yields `Partial` values as the reply's fields complete, `Reset`s, and the
+    `Final` value.
+    """
 
     @overload
-    def __call__(self, fn: Callable[P, Awaitable[Reply]], /) -> AsyncDecoratedFunction[P, T_co]: ...
+    def __call__(
+        self, fn: Callable[P, Awaitable[Reply | StreamLike]], /
+    ) -> AsyncStreamingFunction[P, T_co, Corrected[T_co]]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, Reply], /) -> DecoratedFunction[P, T_co]: ...
+    def __call__(
+        self, fn: Callable[P, AsyncIterator[Any]], /
+    ) -> AsyncStreamingFunction[P, T_co, Corrected[T_co]]: ...
+
+    @overload
+    def __call__(
+        self, fn: Callable[P, Reply | SyncStreamLike], /
+    ) -> StreamingFunction[P, T_co, Corrected[T_co]]: ...
 
 
 def self_correct(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from .._core.errors import JudgeError, LowQualityAnswer
@@ -19,7 +19,9 @@ from .._engine.outcome import Record
 from .._engine.policy import JudgeErrorPolicy, check_policy, judge_failure
 from .._engine.prices import Budget
 from .._engine.request import QuestionSelector, RequestMaker
-from .._engine.wrapper import AsyncDecoratedFunction, DecoratedFunction, wrap
+from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed
+from .._engine.textstream import TextRead, publish, read_text
+from .._engine.wrapper import AsyncStreamingFunction, StreamingFunction, wrap
 from .._providers.replies import Reply, Returns, answer_text, check_returns, text_answer
 
 __all__ = ["DEFAULT_REFUSAL", "Guarding", "TextGuarding", "guarded"]
@@ -38,30 +40,53 @@ class Guarding(Protocol):
     """The decorator `guarded(...)` returns: the call returns the function's type or the refusal.
 
     For a function returning `str` that is `str`; for any other return type `T` it is
-    `T | str`, since a blocked call returns the refusal text.
+    `T | str`, since a blocked call returns the refusal text. A function returning a stream
+    gives its screened text (or the refusal); `fn.stream(...)` yields it (docs/streaming.md).
     """
 
     @overload
     def __call__(  # type: ignore[overload-overlap]
-        self, fn: Callable[P, Coroutine[Any, Any, T]], /
-    ) -> AsyncDecoratedFunction[P, T | str]: ...
+        self, fn: Callable[P, Coroutine[Any, Any, StreamLike]], /
+    ) -> AsyncStreamingFunction[P, str, str]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, T], /) -> DecoratedFunction[P, T | str]: ...
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, AsyncIterator[Any]], /
+    ) -> AsyncStreamingFunction[P, str, str]: ...
+
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, T]], /
+    ) -> AsyncStreamingFunction[P, T | str, T | str]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, SyncStreamLike], /) -> StreamingFunction[P, str, str]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, T], /) -> StreamingFunction[P, T | str, T | str]: ...
 
 
 class TextGuarding(Protocol):
     """The decorator `guarded(returns="text", ...)` returns: the call returns `str`.
 
-    The function returns the model's reply (or its text); the caller gets the reply's text or
-    the refusal.
+    The function returns the model's reply (or its text, or a stream); the caller gets the
+    reply's text or the refusal.
     """
 
     @overload
-    def __call__(self, fn: Callable[P, Awaitable[Reply]], /) -> AsyncDecoratedFunction[P, str]: ...
+    def __call__(
+        self, fn: Callable[P, Awaitable[Reply | StreamLike]], /
+    ) -> AsyncStreamingFunction[P, str, str]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, Reply], /) -> DecoratedFunction[P, str]: ...
+    def __call__(
+        self, fn: Callable[P, AsyncIterator[Any]], /
+    ) -> AsyncStreamingFunction[P, str, str]: ...
+
+    @overload
+    def __call__(
+        self, fn: Callable[P, Reply | SyncStreamLike], /
+    ) -> StreamingFunction[P, str, str]: ...
 
 
 class _GuardConfig:
@@ -204,6 +229,25 @@ def _guard_flow(
             # "return_best"), so it is screened too.
             rejection, value = raised, raised.answer
         job._count_reply(value, counted)
+        read: TextRead | None = None
+        if rejection is None and is_streamed(value):  # buffered: nothing shown unscreened
+            read = yield from read_text(
+                value,
+                job,
+                emit=False,
+                evaluator=cfg.screen,  # a rule that rejects a part stops the stream
+                decorator="guarded",
+                function=cfg.function,
+                number=1,
+                maximum=1,
+                prompt_chars=arguments_chars(args, kwargs),
+            )
+            if read.tool_round:
+                raise TypeError(
+                    f"{cfg.function} is decorated with @guarded and streamed tool calls: a "
+                    "tool call is not a final answer; run the tools and return the final reply"
+                )
+            value = read.text
     if rejection is not None and value is None:
         raise rejection
     if cfg.returns_text:  # screened, published and carried as the reply's text
@@ -215,7 +259,10 @@ def _guard_flow(
         answer=answer_text(value),
         metadata={"function": cfg.function, "screened": "output"},
     )
-    blocked = yield from _screen(cfg, job, "output", request, record)
+    if read is not None and read.rejected is not None:  # stopped before its end: blocked
+        blocked = _blocked_early(cfg, job, read.rejected, request, record)
+    else:
+        blocked = yield from _screen(cfg, job, "output", request, record)
     if rejection is not None:
         if blocked:
             rejection.answer = cfg.refusal
@@ -224,7 +271,23 @@ def _guard_flow(
     if record is not None:  # the published text, never a blocked one
         duration = time.perf_counter() - started
         record.attempts.append(Attempt(1, published, record.verdicts[-1], duration))
+    yield from publish(published, read)  # fn.stream(...): the screened text, or the refusal
     return published
+
+
+def _blocked_early(
+    cfg: _GuardConfig,
+    job: Job,
+    verdict: Verdict,
+    request: EvaluationRequest,
+    record: Record | None,
+) -> bool:
+    """A streamed output a rule check rejected from a part of it: blocked, the stream closed."""
+    if record is not None:
+        record.verdicts.append(verdict)
+    error = f"output blocked by screen {cfg.screen.name!r} before its end (the stream was closed)"
+    emit(_event(cfg, job, "blocked", verdict=verdict, error=error, detail=request.answer))
+    return True
 
 
 @overload

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 import tenacity
@@ -15,6 +15,7 @@ from .._core import config as _config
 from .._core.errors import BudgetExceeded, JudgeError, LowQualityAnswer
 from .._core.errtext import utf8_text
 from .._core.numbers import is_real, shown
+from .._core.streamed import Reset
 from .._core.types import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from .._engine import budget as _budget
 from .._engine import reserve as _reserve
@@ -35,8 +36,10 @@ from .._engine.prices import Budget
 from .._engine.recorder import start_recording, stop_recording
 from .._engine.request import QuestionSelector, RequestMaker
 from .._engine.reserve import Reservation
-from .._engine.wrapper import AsyncDecoratedFunction, DecoratedFunction, wrap
+from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed
+from .._engine.wrapper import AsyncStreamingFunction, StreamingFunction, wrap
 from .._providers.replies import Reply, Returns, check_returns, text_answer
+from .retry_stream import Attempts, StreamMode, check_stream_mode
 
 __all__ = ["DEFAULT_WAIT", "MAX_RETRIES_LIMIT", "Retrying", "TextRetrying", "retry_on_low_quality"]
 
@@ -66,28 +69,57 @@ Callback = Callable[[tenacity.RetryCallState], object]
 
 
 class Retrying(Protocol):
-    """The decorator `retry_on_low_quality(...)` returns; the call returns the function's type."""
+    """The decorator `retry_on_low_quality(...)` returns; the call returns the function's type.
+
+    A function that returns a stream gives its text; `fn.stream(...)` yields the answer's
+    pieces (`str`) and `refinekit.Reset`s (docs/streaming.md).
+    """
+
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, StreamLike]], /
+    ) -> AsyncStreamingFunction[P, str, str | Reset]: ...
+
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, AsyncIterator[Any]], /
+    ) -> AsyncStreamingFunction[P, str, str | Reset]: ...
 
     @overload
     def __call__(  # type: ignore[overload-overlap]
         self, fn: Callable[P, Coroutine[Any, Any, R]], /
-    ) -> AsyncDecoratedFunction[P, R]: ...
+    ) -> AsyncStreamingFunction[P, R, R | Reset]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, R], /) -> DecoratedFunction[P, R]: ...
+    def __call__(
+        self, fn: Callable[P, SyncStreamLike], /
+    ) -> StreamingFunction[P, str, str | Reset]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> StreamingFunction[P, R, R | Reset]: ...
 
 
 class TextRetrying(Protocol):
     """The decorator `retry_on_low_quality(returns="text", ...)` returns: the call returns `str`.
 
-    The function returns the model's reply (or its text); the caller gets the reply's text.
+    The function returns the model's reply (or its text, or a stream); the caller gets the
+    reply's text.
     """
 
     @overload
-    def __call__(self, fn: Callable[P, Awaitable[Reply]], /) -> AsyncDecoratedFunction[P, str]: ...
+    def __call__(
+        self, fn: Callable[P, Awaitable[Reply | StreamLike]], /
+    ) -> AsyncStreamingFunction[P, str, str | Reset]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, Reply], /) -> DecoratedFunction[P, str]: ...
+    def __call__(
+        self, fn: Callable[P, AsyncIterator[Any]], /
+    ) -> AsyncStreamingFunction[P, str, str | Reset]: ...
+
+    @overload
+    def __call__(
+        self, fn: Callable[P, Reply | SyncStreamLike], /
+    ) -> StreamingFunction[P, str, str | Reset]: ...
 
 
 def _check_wait(wait: object) -> Callable[[tenacity.RetryCallState], float]:
@@ -141,6 +173,7 @@ class _RetryConfig:
         "returns_text",
         "skip",
         "stop",
+        "stream_mode",
         "wait",
     )
 
@@ -163,7 +196,9 @@ class _RetryConfig:
         after: Callback | None,
         job_budget: Budget | None = None,
         returns_text: bool = False,
+        stream_mode: StreamMode = "buffered",
     ) -> None:
+        self.stream_mode = stream_mode
         self.job_budget = job_budget
         self.returns_text = returns_text
         self.requests = RequestMaker(fn, question=question, answer=answer, context=context)
@@ -246,8 +281,11 @@ def _retry_flow(
     record: Record | None,
 ) -> Flow[Any]:
     attempts: list[Attempt] = []
+    streams = Attempts(cfg.function, cfg.stream_mode, cfg.max_retries + 1, cfg.evaluator)
     try:
-        return (yield from _retry_steps(cfg, fn, args, kwargs, job, record, attempts))
+        value = yield from _retry_steps(cfg, fn, args, kwargs, job, record, attempts, streams)
+        yield from streams.finish(job, value)  # fn.stream(...): the answer returned
+        return value
     except BudgetExceeded as stopped:
         _budget.surface(
             stopped,
@@ -268,6 +306,7 @@ def _retry_steps(
     job: Job,
     record: Record | None,
     attempts: list[Attempt],
+    streams: Attempts,
 ) -> Flow[Any]:
     max_attempts = cfg.max_retries + 1
     previous_attempt: Reservation | None = None  # what the last attempt held and used
@@ -305,11 +344,23 @@ def _retry_steps(
             # attempt; a rejected reply (returned, or carried by a raised LowQualityAnswer)
             # was paid for too.
             job._count_reply(value, counted)
+            streamed = rejection is None and is_streamed(value)
+            cut: Verdict | None = None
+            if streamed:  # read as text (retry_stream): counted, maybe stopped by a rule
+                chars = arguments_chars(call_args, call_kwargs)
+                value, cut = yield from streams.read(value, job, number, chars)
+                if cut is not None:
+                    rejection = LowQualityAnswer(
+                        cut.feedback or "the answer was rejected by a rule check",
+                        verdict=cut,
+                        answer=value,
+                    )
         if cfg.returns_text and (rejection is None or value is not None):
             # From here on the answer is the reply's text: judged, kept, returned.
             value = text_answer(value, cfg.function, "retry_on_low_quality")
             if rejection is not None:
                 rejection.answer = value
+        yield from streams.show(value, number, streamed)  # provisional: a whole answer
         if wants_debug_events():
             emit(_event(cfg, job, "attempt", number, duration=time.perf_counter() - started))
         if rejection is None:
@@ -403,6 +454,8 @@ def _retry_steps(
                 wait=delay,
             )
         )
+        # provisional fn.stream(...): what the consumer saw of this attempt is void
+        yield from streams.retrying(job, number, feedback, cut is not None)
         if cfg.before_sleep is not None:
             yield Call(cfg.before_sleep, (state,), {})
         if delay > 0 and not _config._testing:
@@ -452,6 +505,7 @@ def retry_on_low_quality(
     before_sleep: Callback | None = ...,
     after: Callback | None = ...,
     budget: Budget | None = ...,
+    stream_mode: StreamMode = ...,
     returns: Literal["text"],
 ) -> TextRetrying: ...
 
@@ -473,6 +527,7 @@ def retry_on_low_quality(
     before_sleep: Callback | None = ...,
     after: Callback | None = ...,
     budget: Budget | None = ...,
+    stream_mode: StreamMode = ...,
     returns: Literal["value"] = ...,
 ) -> Retrying: ...
 
@@ -493,6 +548,7 @@ def retry_on_low_quality(
     before_sleep: Callback | None = None,
     after: Callback | None = None,
     budget: Budget | None = None,
+    stream_mode: StreamMode = "buffered",
     returns: Returns = "value",
 ) -> Retrying | TextRetrying:
     """Judge every answer of the decorated function and retry a poor one with its feedback.
@@ -546,22 +602,31 @@ def retry_on_low_quality(
             as soon as a call has taken the job over it, or before another attempt or a judge
             call it cannot cover. Inside another refinekit call it can only tighten that
             job's budget. See docs/budgets.md.
+        stream_mode: For a function that returns a stream (its answer's text is judged when
+            complete), what `fn.stream(...)` yields: `"buffered"` (the default): only the
+            answer returned (one that passed, or the best attempt), replayed as the pieces it
+            streamed; `"provisional"`: each attempt's pieces as they come, and a
+            `refinekit.Reset` before a retry's. A rule check that rejects a part of the answer
+            (`checks.excludes`, `checks.max_length`) stops its stream early in both modes. See
+            docs/streaming.md.
         returns: What the caller gets. `"value"` (the default): what the function returned,
-            as it is. `"text"`: the reply's text, for a function that returns the model's
-            reply (an OpenAI `ChatCompletion`, an Anthropic `Message`, ... or a `str`), so that
-            its usage counts in the job and the caller still gets a `str`: the text the
+            as it is (a stream: its text). `"text"`: the reply's text, for a function that
+            returns the model's reply (an OpenAI `ChatCompletion`, an Anthropic `Message`, ...
+            or a `str`), so that its usage counts in the job and the caller still gets a
+            `str`: the text the
             evaluator judged, also in `LowQualityAnswer.answer`, the attempts, the best
             attempt and `current_attempt().previous_answer`. A reply that asks for tool calls,
             or a value that is no reply, is then a `TypeError`.
 
     Returns:
         A decorator keeping the function's signature. The decorated function also has
-        `.outcome(*args, **kwargs)` (the call's `refinekit.Outcome`) and
-        `.retry_with(**changes)` (the same function with options changed).
+        `.outcome(*args, **kwargs)` (the call's `refinekit.Outcome`),
+        `.retry_with(**changes)` (the same function with options changed) and
+        `.stream(*args, **kwargs)` (the call consumed as it runs).
 
     Raises:
         ValueError: `max_retries` is not an int from 0 to 100, `on_exhausted`,
-            `judge_error_policy` or `returns` is unknown, or
+            `judge_error_policy`, `stream_mode` or `returns` is unknown, or
             `question` names no parameter (raised when decorating, not when calling).
         TypeError: `evaluator`, `wait`, `stop`, `before_sleep`, `after` or `budget` cannot
             be used (also when decorating).
@@ -581,9 +646,11 @@ def retry_on_low_quality(
         "before_sleep": before_sleep,
         "after": after,
         "budget": budget,
+        "stream_mode": stream_mode,
         "returns": returns,
     }
     check_budget("max_retries", max_retries, MAX_RETRIES_LIMIT)
+    mode = check_stream_mode(stream_mode)
     returns_text = check_returns(returns)
     job_budget = check_budget_option(budget)
     if on_exhausted not in ("raise", "return_best"):
@@ -626,6 +693,7 @@ def retry_on_low_quality(
             after=after,
             job_budget=job_budget,
             returns_text=returns_text,
+            stream_mode=mode,
         )
 
     def decorate(fn: Any) -> Any:

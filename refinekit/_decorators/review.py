@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeAlias, overload
 
 from .._core.errors import AnswerRejected, JudgeError, ReviserFailed, TimedOut
 from .._core.numbers import is_number, is_real, shown
+from .._core.streamed import ToolCallChunk
 from .._core.types import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from .._engine import budget as _budget
 from .._engine import reserve as _reserve
@@ -22,7 +23,9 @@ from .._engine.policy import OnInconclusive, check_budget, check_on_inconclusive
 from .._engine.prices import Budget
 from .._engine.recorder import start_recording, stop_recording
 from .._engine.request import QuestionSelector, RequestMaker
-from .._engine.wrapper import AsyncDecoratedFunction, DecoratedFunction, wrap
+from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed, listening
+from .._engine.textstream import TextRead, publish, read_text, replay
+from .._engine.wrapper import AsyncStreamingFunction, StreamingFunction, wrap
 from .._providers.replies import is_reply, message_of, message_text, tool_call_names
 from .revisers import (
     AnyReviser,
@@ -52,13 +55,26 @@ Answer: TypeAlias = "str | ChatCompletion"
 
 
 class Reviewing(Protocol):
-    """The decorator `reviewed(...)` returns; the decorated call returns the answer's text."""
+    """The decorator `reviewed(...)` returns; the decorated call returns the answer's text.
+
+    `fn.stream(...)` yields the answer's pieces (`str`; a tool-call round's parts as
+    `refinekit.ToolCallChunk`s), see docs/streaming.md.
+    """
 
     @overload
-    def __call__(self, fn: Callable[P, Awaitable[Answer]], /) -> AsyncDecoratedFunction[P, str]: ...
+    def __call__(
+        self, fn: Callable[P, Awaitable[Answer | StreamLike]], /
+    ) -> AsyncStreamingFunction[P, str, str | ToolCallChunk]: ...
 
     @overload
-    def __call__(self, fn: Callable[P, Answer], /) -> DecoratedFunction[P, str]: ...
+    def __call__(
+        self, fn: Callable[P, AsyncIterator[Any]], /
+    ) -> AsyncStreamingFunction[P, str, str | ToolCallChunk]: ...
+
+    @overload
+    def __call__(
+        self, fn: Callable[P, Answer | SyncStreamLike], /
+    ) -> StreamingFunction[P, str, str | ToolCallChunk]: ...
 
 
 # --- the review flow -----------------------------------------------------------------------------
@@ -213,6 +229,38 @@ def _review_flow(
     job: Job,
     record: Record | None,
 ) -> Flow[str]:
+    streamed: list[TextRead] = []  # the function's stream, when it returned one
+    text = yield from _review_steps(cfg, fn, args, kwargs, job, record, streamed)
+    # fn.stream(...): the approved text (shadow: the stream went through as it came)
+    yield from publish(text, streamed[0] if streamed else None)
+    return text
+
+
+def _tool_round(cfg: _ReviewConfig, job: Job, read: TextRead) -> Flow[str]:
+    """A streamed tool-call round: passed through to `fn.stream(...)`, never reviewed."""
+    if not listening():
+        raise TypeError(
+            f"{cfg.function} streamed a reply that calls tools; a function decorated with "
+            "@reviewed returns the final text answer (fn.stream(...) passes a tool-call round "
+            "through, unreviewed)"
+        )
+    if not read.shown:
+        yield from replay(read.items)
+        read.shown = True
+    emit(_event(cfg, job, "skipped", 1, 1))
+    return read.text
+
+
+def _review_steps(
+    cfg: _ReviewConfig,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    job: Job,
+    record: Record | None,
+    streamed: list[TextRead],
+) -> Flow[str]:
+    drafts_max = 1 if cfg.mode == "shadow" else cfg.max_revisions + 1  # shadow never revises
     # The one call of the function: its tool calls and recorded context are the evidence.
     # One model call reserved until its reply is counted (none left: stop).
     with _reserve.before_attempt(job, f"call of {cfg.function}", None, 0):
@@ -230,8 +278,21 @@ def _review_flow(
             if token is not None:
                 leave_attempt(token)
         job._count_reply(value, counted)
-    draft = answer_of(cfg.function, value)
-    drafts_max = 1 if cfg.mode == "shadow" else cfg.max_revisions + 1  # shadow never revises
+        if is_streamed(value):  # shadow passes it through as it comes; enforce buffers it
+            read = yield from read_text(
+                value,
+                job,
+                emit=cfg.mode == "shadow",
+                decorator="reviewed",
+                function=cfg.function,
+                number=1,
+                maximum=drafts_max,
+                prompt_chars=arguments_chars(args, kwargs),
+            )
+            streamed.append(read)
+    if streamed and streamed[0].tool_round:
+        return (yield from _tool_round(cfg, job, streamed[0]))
+    draft = streamed[0].text if streamed else answer_of(cfg.function, value)
     if wants_debug_events():
         emit(_event(cfg, job, "attempt", 1, drafts_max, duration=time.perf_counter() - started))
     if recorder.direct is not None:  # a return_direct tool's output: handed back, not judged
@@ -355,9 +416,31 @@ def _off_flow(
     job: Job,
     record: Record | None,
 ) -> Flow[str]:
-    """Mode "off": the function's answer as it is; nothing judged, recorded or counted."""
+    """Mode "off": the function's answer as it is; nothing judged, recorded or counted.
+
+    A stream goes through to `fn.stream(...)` as it comes (a tool-call round too).
+    """
     value = yield Call(fn, args, kwargs)
-    return answer_of(cfg.function, value)
+    if not is_streamed(value):
+        text = answer_of(cfg.function, value)
+        yield from publish(text, None)
+        return text
+    read = yield from read_text(
+        value,
+        job,
+        emit=True,
+        decorator="reviewed",
+        function=cfg.function,
+        number=1,
+        maximum=1,
+        count=False,
+    )
+    if read.tool_round and not listening():
+        raise TypeError(
+            f"{cfg.function} streamed a reply that calls tools; a function decorated with "
+            "@reviewed returns the final text answer"
+        )
+    return read.text
 
 
 # --- the decorator -------------------------------------------------------------------------------

@@ -41,6 +41,8 @@ EventKind = Literal[
     "rejected",
     "judge_cache",
     "budget",
+    "stream",
+    "reset",
 ]
 """What happened:
 
@@ -66,6 +68,12 @@ EventKind = Literal[
   outside a job). Like `attempt` and `verdict`, it is logged at DEBUG only.
 - `budget`: the job's `refinekit.Budget` stopped the call: `BudgetExceeded` is raised, and
   `error` is its message (once per stop, from the innermost decorated call it left).
+- `stream`: a stream the function returned ended (`attempt` is the attempt it was): `chunks`
+  read, `first_chunk` (seconds to the first one), `aborted` (why it was closed early, or how
+  it broke; None when it was read to its end), `estimated` (its usage is an estimate). Logged
+  at INFO when it was aborted or broke, else at DEBUG only (and only built for a hook).
+- `reset`: the consumer of `fn.stream(...)` was told that what it got is void (a
+  `refinekit.Reset`); `error` says why, `attempt` is the voided attempt.
 """
 
 
@@ -97,6 +105,14 @@ class Event:
         failure: What was wrong with the reply (`correction`, `exhausted` of `@self_correct`):
             a `refinekit.FailureKind`.
         cache: "hit" or "miss" (`judge_cache`): whether the judge cache held the reply.
+        chunks: The chunks a stream yielded before it ended or was closed (`stream`).
+        first_chunk: Seconds from opening the stream to its first chunk (`stream`; None when
+            none came).
+        aborted: Why the stream was closed before its end (`"budget"`, a failed field, a rule
+            check's rejection), or how it broke (`"interrupted: ..."`); None when it was read
+            to its end (`stream`).
+        estimated: Whether the stream's usage in `usage` is an estimate (characters / 4): the
+            server reported none before the stream ended or was closed (`stream`).
     """
 
     kind: EventKind
@@ -118,6 +134,10 @@ class Event:
     repairs: tuple[str, ...] = ()
     failure: str | None = None
     cache: Literal["hit", "miss"] | None = None
+    chunks: int | None = None
+    first_chunk: float | None = None
+    aborted: str | None = None
+    estimated: bool = False
 
 
 def make_event(
@@ -363,6 +383,26 @@ def _log_event(event: Event) -> None:
                 "%s: out of attempts after %d: %s",
                 event.function,
                 event.attempt,
+                _clip(event.error),
+            )
+    elif event.kind == "stream" and event.aborted is not None:
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "%s: stream of attempt %d/%d closed after %d chunk%s: %s",
+                event.function,
+                event.attempt,
+                event.max_attempts,
+                event.chunks or 0,
+                "" if event.chunks == 1 else "s",
+                _clip(event.aborted),
+            )
+    elif event.kind == "reset":
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "%s: stream reset: attempt %d/%d is void: %s",
+                event.function,
+                event.attempt,
+                event.max_attempts,
                 _clip(event.error),
             )
     elif event.kind == "judge_cache":

@@ -9,6 +9,11 @@ This is the shape of httpx's auth flows.
 Before each command both drivers ask the job's budget (`refinekit._engine.budget.check`): a job a
 counted call has taken over a limit gets `BudgetExceeded` thrown into the flow at that step,
 as a failed command's error is, instead of running the command.
+
+A command whose type is in `OPENERS` (a stream's reader: `refinekit._engine.streaming.Open`)
+gives the flow something to close; however the flow ends (returned, raised, cancelled), the
+drivers close what it opened (`close()` on the sync side, `aclose()` on the async side), so a
+stream's HTTP response never outlives its flow. Closing twice is harmless.
 """
 
 from __future__ import annotations
@@ -208,6 +213,26 @@ class Timed:
         return task.result()
 
 
+OPENERS: set[type] = set()
+"""Command types whose result must be closed when the flow ends (see the module's docstring)."""
+
+
+def _close_sync(opened: list[Any]) -> None:
+    for resource in opened:
+        with contextlib.suppress(Exception):  # the flow's own outcome is what surfaces
+            resource.close()
+
+
+async def _close_async(opened: list[Any]) -> None:
+    for resource in opened:
+        with contextlib.suppress(Exception):
+            close = getattr(resource, "aclose", None)
+            if close is not None:
+                await close()
+            else:
+                resource.close()
+
+
 def _outcome(run: Callable[[], Any]) -> Any:
     try:
         return run()
@@ -223,20 +248,27 @@ def run_sync(flow: Flow[T]) -> T:
     tracing = _hooks.tracing
     value: Any = None
     error: Exception | None = None
-    while True:
-        try:
-            command = flow.send(value) if error is None else flow.throw(error)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        error = None
-        try:
-            _budget.check()  # a job over its budget goes no further
-            value = command.run_sync() if tracing is None else tracing.run_sync(command)
-        except Exception as exc:
-            value, error = None, exc
-        except BaseException:
-            flow.close()
-            raise
+    opened: list[Any] = []
+    try:
+        while True:
+            try:
+                command = flow.send(value) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            error = None
+            try:
+                _budget.check()  # a job over its budget goes no further
+                value = command.run_sync() if tracing is None else tracing.run_sync(command)
+                if type(command) in OPENERS:
+                    opened.append(value)
+            except Exception as exc:
+                value, error = None, exc
+            except BaseException:
+                flow.close()
+                raise
+    finally:
+        if opened:
+            _close_sync(opened)
 
 
 async def run_async(flow: Flow[T]) -> T:
@@ -244,20 +276,27 @@ async def run_async(flow: Flow[T]) -> T:
     tracing = _hooks.tracing
     value: Any = None
     error: Exception | None = None
-    while True:
-        try:
-            command = flow.send(value) if error is None else flow.throw(error)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        error = None
-        try:
-            _budget.check()  # a job over its budget goes no further
-            if tracing is None:
-                value = await command.run_async()
-            else:
-                value = await tracing.run_async(command)
-        except Exception as exc:
-            value, error = None, exc
-        except BaseException:
-            flow.close()
-            raise
+    opened: list[Any] = []
+    try:
+        while True:
+            try:
+                command = flow.send(value) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            error = None
+            try:
+                _budget.check()  # a job over its budget goes no further
+                if tracing is None:
+                    value = await command.run_async()
+                else:
+                    value = await tracing.run_async(command)
+                if type(command) in OPENERS:
+                    opened.append(value)
+            except Exception as exc:
+                value, error = None, exc
+            except BaseException:
+                flow.close()
+                raise
+    finally:
+        if opened:
+            await _close_async(opened)

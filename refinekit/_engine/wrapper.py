@@ -20,7 +20,9 @@ instance.
 
 `fn.outcome(...)` makes the same call with a `Record` for the flow to fill, and returns the
 `Outcome`; `fn.retry_with(**changes)` decorates the same function again with the decorator's
-options changed.
+options changed; `fn.stream(...)` makes the same call consumed as it runs: an iterator (an
+async iterator when `fn` is async to call) of the items the flow emits, then the item the
+decorator's `last` makes of its value (`refinekit._engine.itemstream`).
 """
 
 from __future__ import annotations
@@ -29,21 +31,31 @@ import inspect
 import pickle
 import sys
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
 from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, cast
 
 from . import events as _hooks
 from .bridge import is_async_callable
 from .flow import Flow, run_async, run_sync
+from .itemstream import AsyncItemStream, ItemStream, Last, drive_async, drive_sync
 from .job import Job, enter_job, leave_job
 from .outcome import Outcome, Record
 from .request import function_name
+from .streaming import LISTENING
 
-__all__ = ["AsyncDecoratedFunction", "Decorated", "DecoratedFunction", "wrap"]
+__all__ = [
+    "AsyncDecoratedFunction",
+    "AsyncStreamingFunction",
+    "Decorated",
+    "DecoratedFunction",
+    "StreamingFunction",
+    "wrap",
+]
 
 C = TypeVar("C")
 P = ParamSpec("P")
 R_co = TypeVar("R_co", covariant=True)
+I_co = TypeVar("I_co", covariant=True)
 
 
 class DecoratedFunction(Protocol[P, R_co]):
@@ -79,6 +91,30 @@ class AsyncDecoratedFunction(Protocol[P, R_co]):
         ...
 
     def __get__(self, instance: Any, owner: type | None = None, /) -> Any: ...
+
+
+class StreamingFunction(DecoratedFunction[P, R_co], Protocol[P, R_co, I_co]):
+    """A decorated `def` function whose call can be consumed as it runs: `fn.stream(...)`."""
+
+    def stream(self, *args: P.args, **kwargs: P.kwargs) -> ItemStream[I_co]:
+        """The call's items as they come (see docs/streaming.md)."""
+        ...
+
+    def retry_with(self, **changes: Any) -> StreamingFunction[P, R_co, I_co]:
+        """The function decorated again with `changes` to the decorator's options."""
+        ...
+
+
+class AsyncStreamingFunction(AsyncDecoratedFunction[P, R_co], Protocol[P, R_co, I_co]):
+    """A decorated `async def` function whose call can be consumed as it runs."""
+
+    def stream(self, *args: P.args, **kwargs: P.kwargs) -> AsyncItemStream[I_co]:
+        """The call's items as they come, an async iterator (see docs/streaming.md)."""
+        ...
+
+    def retry_with(self, **changes: Any) -> AsyncStreamingFunction[P, R_co, I_co]:
+        """The function decorated again with `changes` to the decorator's options."""
+        ...
 
 
 FlowOf = Callable[
@@ -126,6 +162,57 @@ async def _drive_async(
         return await run_async(flow(cfg, fn, args, kwargs, job, record))
 
 
+def _stream_sync(
+    flow: FlowOf[Any],
+    cfg: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    last: Last | None,
+) -> Generator[Any, None, None]:
+    """The items of one call, in the stream's own context (see `itemstream.ItemStream`)."""
+    LISTENING.set(True)
+    job, token = enter_job(getattr(cfg, "job_budget", None))
+    try:
+        made = flow(cfg, fn, args, kwargs, job, None)
+        tracing = _hooks.tracing
+        if tracing is None:
+            yield from drive_sync(made, last)
+        else:
+            with tracing.call(flow, cfg, job):
+                yield from drive_sync(made, last)
+    finally:
+        leave_job(token)
+
+
+async def _stream_async(
+    flow: FlowOf[Any],
+    cfg: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    last: Last | None,
+) -> AsyncGenerator[Any, None]:
+    """The items of one async call, in the stream's own task (see `itemstream`)."""
+    LISTENING.set(True)
+    job, token = enter_job(getattr(cfg, "job_budget", None))
+    try:
+        items = drive_async(flow(cfg, fn, args, kwargs, job, None), last)
+        try:
+            tracing = _hooks.tracing
+            if tracing is None:
+                async for item in items:
+                    yield item
+            else:
+                with tracing.call(flow, cfg, job):
+                    async for item in items:
+                        yield item
+        finally:
+            await items.aclose()
+    finally:
+        leave_job(token)
+
+
 class _Receiverless:
     """Stands for a method without its receiver: its name, and its signature minus `self`/`cls`.
 
@@ -163,6 +250,7 @@ class Decorated(Generic[C]):
         configure: Callable[[Callable[..., Any]], C],
         decorator: str,
         remake: Callable[..., Callable[[Any], Any]],
+        last: Last | None = None,
     ) -> None:
         kind: Kind = "function"
         target = fn
@@ -192,6 +280,7 @@ class Decorated(Generic[C]):
         self._configure = configure
         self._decorator = decorator
         self._remake = remake
+        self._last = last
         self._owner: type | None = None
         self._method = False  # an instance method: a call through the class passes `self`
         self._cfg: C | None = None
@@ -364,6 +453,26 @@ class SyncDecorated(Decorated[C]):
         finally:
             leave_job(token)
 
+    def stream(self, /, *args: Any, **kwargs: Any) -> ItemStream[Any]:
+        """Call the function as `fn(*args, **kwargs)` does, consumed as it runs.
+
+        Nothing runs before the first item is asked for. See docs/streaming.md for the items
+        each decorator yields.
+
+        Returns:
+            An iterator of the call's items (closing it early stops the call).
+
+        Raises:
+            Exception: While iterating, whatever `fn(*args, **kwargs)` raises.
+        """
+        fn, cfg, args = self._target(args)
+        return self._stream(fn, cfg, args, kwargs)
+
+    def _stream(
+        self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> ItemStream[Any]:
+        return ItemStream(_stream_sync(self._flow, cfg, fn, args, kwargs, self._last))
+
 
 class AsyncDecorated(Decorated[C]):
     """A decorated function that is async to call: the call runs the flow with `run_async`."""
@@ -417,6 +526,26 @@ class AsyncDecorated(Decorated[C]):
             return self._outcome_of(value, record)
         finally:
             leave_job(token)
+
+    def stream(self, /, *args: Any, **kwargs: Any) -> AsyncItemStream[Any]:
+        """Call the function as `fn(*args, **kwargs)` does, consumed as it runs.
+
+        Use it with `async for`; nothing runs before the first item is asked for. See
+        docs/streaming.md for the items each decorator yields.
+
+        Returns:
+            An async iterator of the call's items (`aclose()` stops the call).
+
+        Raises:
+            Exception: While iterating, whatever awaiting `fn(*args, **kwargs)` raises.
+        """
+        fn, cfg, args = self._target(args)
+        return self._stream(fn, cfg, args, kwargs)
+
+    def _stream(
+        self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> AsyncItemStream[Any]:
+        return AsyncItemStream(_stream_async(self._flow, cfg, fn, args, kwargs, self._last))
 
 
 class _PicklingByValue(threading.local):
@@ -527,6 +656,11 @@ class SyncBound(Bound[C]):
         decorated = cast("SyncDecorated[C]", self._decorated)
         return decorated._outcome(self.__wrapped__, decorated.bound_config(), args, kwargs)
 
+    def stream(self, /, *args: Any, **kwargs: Any) -> ItemStream[Any]:
+        """See `SyncDecorated.stream`."""
+        decorated = cast("SyncDecorated[C]", self._decorated)
+        return decorated._stream(self.__wrapped__, decorated.bound_config(), args, kwargs)
+
 
 class AsyncBound(Bound[C]):
     """A bound decorated method that is async to call."""
@@ -546,6 +680,11 @@ class AsyncBound(Bound[C]):
         decorated = cast("AsyncDecorated[C]", self._decorated)
         return decorated._outcome(self.__wrapped__, decorated.bound_config(), args, kwargs)
 
+    def stream(self, /, *args: Any, **kwargs: Any) -> AsyncItemStream[Any]:
+        """See `AsyncDecorated.stream`."""
+        decorated = cast("AsyncDecorated[C]", self._decorated)
+        return decorated._stream(self.__wrapped__, decorated.bound_config(), args, kwargs)
+
 
 SyncDecorated._bound_class = SyncBound
 AsyncDecorated._bound_class = AsyncBound
@@ -561,6 +700,7 @@ def wrap(
     *,
     decorator: str,
     remake: Callable[..., Callable[[Any], Any]],
+    last: Last | None = None,
 ) -> Decorated[C]:
     """`fn` decorated: each call runs `flow(cfg, fn, args, kwargs, job, record)` in the job.
 
@@ -572,11 +712,17 @@ def wrap(
             `self`/`cls`. It raises on bad options.
         decorator: The decorator's name, for `Outcome.decorator`.
         remake: The decorator with its options, taking changes (`retry_with`).
+        last: What `fn.stream(...)` yields last, made of the flow's value (None: nothing).
 
     Returns:
         An `AsyncDecorated` when `fn` is async to call, else a `SyncDecorated`; either keeps
         `fn`'s name, docstring and signature (`inspect.signature` follows `__wrapped__`).
     """
     target = fn.__func__ if isinstance(fn, (classmethod, staticmethod)) else fn
-    cls: type[Decorated[C]] = AsyncDecorated if is_async_callable(target) else SyncDecorated
-    return cls(fn, flow, configure, decorator, remake)
+    # an async generator function (of text deltas, say) is async to call too: its stream is
+    cls: type[Decorated[C]] = (
+        AsyncDecorated
+        if is_async_callable(target) or inspect.isasyncgenfunction(target)
+        else SyncDecorated
+    )
+    return cls(fn, flow, configure, decorator, remake, last)

@@ -1,6 +1,9 @@
 """What refinekit knows of OpenAI's replies: a `ChatCompletion` and its messages, by shape.
 
-LiteLLM's `ModelResponse` is this shape too. Nothing here imports `openai` (the reply
+And its streamed replies: `chat.completion.chunk`s, read into `Delta`s by a `ChunkReader`
+(the content's and the tool calls' deltas, the finish reason, the usage chunk that
+`stream_options={"include_usage": True}` adds at the end). LiteLLM's `ModelResponse` and
+`ModelResponseStream` chunks are these shapes too. Nothing here imports `openai` (the reply
 reader, `replies`, reads any SDK's replies without their SDK); what refinekit knows of the
 `openai` client itself (errors, counterparts, deadlines) is `openai_client`'s.
 """
@@ -10,9 +13,21 @@ from __future__ import annotations
 from typing import Any
 
 from .._core.types import Usage
+from .chunks import Delta
 from .fields import get, tokens
 
-__all__ = ["finish_reason", "first_message", "is_completion", "model", "tool_call", "usage"]
+__all__ = [
+    "MANAGERS",
+    "ChunkReader",
+    "finish_reason",
+    "first_message",
+    "is_chunk",
+    "is_completion",
+    "is_helper_event",
+    "model",
+    "tool_call",
+    "usage",
+]
 
 
 def is_completion(obj: Any) -> bool:
@@ -62,3 +77,115 @@ def usage(completion: Any) -> Usage:
 def model(completion: Any) -> Any:
     """The completion's `model`, as sent."""
     return get(completion, "model")
+
+
+MANAGERS = {"ChatCompletionStreamManager": False, "AsyncChatCompletionStreamManager": True}
+"""`client.chat.completions.stream(...)`'s context managers by class name: is it async."""
+
+
+def is_chunk(obj: Any) -> bool:
+    """Whether `obj` is a streamed chunk: `"chat.completion.chunk"`, or choices with a delta.
+
+    OpenAI's `ChatCompletionChunk`, LiteLLM's `ModelResponseStream`, or their dict forms.
+    """
+    if isinstance(obj, (str, bytes)) or obj is None:
+        return False
+    if get(obj, "object") == "chat.completion.chunk":
+        return True
+    choices = get(obj, "choices")
+    return isinstance(choices, list) and bool(choices) and get(choices[0], "delta") is not None
+
+
+def is_helper_event(obj: Any) -> bool:
+    """Whether `obj` is one of a `ChatCompletionStream`'s events (`.stream()`'s helper).
+
+    Its `"chunk"` event carries the chunk (its `chunk`); the others (`"content.delta"`,
+    `"tool_calls.function.arguments.delta"`, ...) repeat what the chunks said.
+    """
+    kind = get(obj, "type")
+    return kind == "chunk" or (isinstance(kind, str) and kind.endswith((".delta", ".done")))
+
+
+class ChunkReader:
+    """Reads one stream's chunks into `Delta`s, in order (sans-I/O: it is handed each chunk).
+
+    The first choice's `delta.content` (or `delta.refusal`) is text; each `delta.tool_calls`
+    entry adds to the call of its `index` (renumbered from 0 in the order calls start);
+    `finish_reason` and `usage` are read when a chunk has them (the usage chunk has no choice);
+    a call's `name` is given on the first delta that carries it.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[Any, int] = {}  # the SDK's tool call index -> ours
+        self._named: set[int] = set()  # the calls whose name was given
+
+    def read(self, chunk: Any) -> list[Delta] | None:
+        """The deltas of one chunk: one, or one per tool call it adds to.
+
+        A `ChatCompletionStream` event gives its chunk's (`"chunk"`), or None (the others).
+        """
+        if is_helper_event(chunk) and not is_chunk(chunk):
+            if get(chunk, "type") != "chunk":
+                return None
+            chunk = get(chunk, "chunk")
+        block = get(chunk, "usage")
+        used = None
+        if block is not None:
+            used = Usage(
+                model_calls=1,
+                prompt_tokens=tokens(block, "prompt_tokens"),
+                completion_tokens=tokens(block, "completion_tokens"),
+            )
+        name = get(chunk, "model")
+        named = name if isinstance(name, str) and name else None
+        choices = get(chunk, "choices")
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        delta = get(choice, "delta")
+        text = get(delta, "content")
+        if not isinstance(text, str) or not text:
+            refusal = get(delta, "refusal")
+            text = refusal if isinstance(refusal, str) else ""
+        reason = get(choice, "finish_reason")
+        first = Delta(
+            text=text,
+            usage=used,
+            finish_reason=reason if isinstance(reason, str) and reason else None,
+            model=named,
+            raw=chunk,
+        )
+        calls = [self._call(call, chunk) for call in get(delta, "tool_calls") or ()]
+        if not calls:
+            return [first]
+        head = calls[0]
+        merged = Delta(
+            first.text,
+            head.tool_arguments,
+            first.usage,
+            first.finish_reason,
+            first.model,
+            head.tool_name,
+            head.tool_index,
+            chunk,
+        )
+        return [merged, *calls[1:]]
+
+    def _call(self, call: Any, chunk: Any) -> Delta:
+        index = get(call, "index")
+        key = index if index is not None else get(call, "id")
+        if key is None:  # neither: a continuation of the latest call
+            number = max(self._calls.values(), default=0)
+        else:
+            number = self._calls.setdefault(key, len(self._calls))
+        function = get(call, "function")
+        name = get(function, "name")
+        if not isinstance(name, str) or not name or number in self._named:
+            name = None  # a name some SDKs repeat on every chunk is given once
+        else:
+            self._named.add(number)
+        arguments = get(function, "arguments")
+        return Delta(
+            tool_arguments=arguments if isinstance(arguments, str) else "",
+            tool_name=name,
+            tool_index=number,
+            raw=chunk,
+        )

@@ -13,7 +13,9 @@ engine calls it at two places (see `refinekit._engine.events.Tracing`): around e
 - a judge model's request (`Complete`, `Structured`) gets a GenAI client span (`chat
   {model}`) with the model and the token counts of the reply;
 - `Gather` and `Timed` run their commands traced, in the worker threads or tasks they use
-  (each runs in a copy of the caller's context, so the current span carries over).
+  (each runs in a copy of the caller's context, so the current span carries over);
+- a streamed reply's `stream` event sets its chunks, time to first chunk and why it was
+  aborted (`refinekit.stream.*`) on the span of the attempt it belongs to.
 
 Nested flows (an evaluator's, a judge's) run through the same drivers, so their commands are
 traced too. The event bus adds span events (`refinekit.retry`, `refinekit.correction`, ...).
@@ -63,7 +65,18 @@ TEXT_LIMIT = 2000
 # The span kinds of the event bus that become span events (the others repeat what a span
 # or an evaluation event already says).
 _BUS_KINDS = frozenset(
-    {"retry", "correction", "exhausted", "blocked", "revision", "rejected", "skipped", "budget"}
+    {
+        "retry",
+        "correction",
+        "exhausted",
+        "blocked",
+        "revision",
+        "rejected",
+        "skipped",
+        "budget",
+        "stream",
+        "reset",
+    }
 )
 
 
@@ -257,6 +270,17 @@ class OtelTracing:
             attributes[n.ERROR] = _text(event.error)
         if event.failure:
             attributes[n.FAILURE] = event.failure
+        if event.kind == "stream":  # the attempt's span says how its stream went
+            streamed: dict[str, Any] = {
+                n.STREAM_CHUNKS: event.chunks or 0,
+                n.STREAM_USAGE_ESTIMATED: event.estimated,
+            }
+            if event.first_chunk is not None:
+                streamed[n.STREAM_FIRST_CHUNK] = event.first_chunk
+            if event.aborted is not None:
+                streamed[n.STREAM_ABORTED] = _text(event.aborted)
+            state.current.set_attributes(streamed)
+            attributes.update(streamed)
         state.current.add_event(n.EVENT_PREFIX + event.kind, attributes)
 
 

@@ -23,18 +23,28 @@ the real `openai` client and `instructor` run against it unchanged::
                 ...
 
 `FakeJudge("fail: cite a source", "pass")` is an evaluator returning scripted verdicts in
-order and recording its requests. Installing refinekit also installs a pytest plugin (the
-fixtures `fake_judge`, `scripted_openai` and `refinekit_testing`, the `golden` and `live`
-markers and a pass-rate gate): see docs/testing.md.
+order and recording its requests; `FakeStream(text, chunks=4)` is a scripted stream of a
+reply, in process, for a function that streams. Installing refinekit also installs a pytest
+plugin (the fixtures `fake_judge`, `fake_stream`, `scripted_openai` and `refinekit_testing`,
+the `golden` and `live` markers and a pass-rate gate): see docs/testing.md.
 """
 
 from __future__ import annotations
 
 from .._core.config import is_testing, set_testing
 from .._core.package import rehome
-from ._fakes import FakeJudge
-from ._server import RecordedRequest, Reply, ScriptedOpenAI
+from ._fakes import FakeJudge, FakeStream
+from ._server import RecordedRequest, RecordedStream, Reply, ScriptedOpenAI
 
-__all__ = ["FakeJudge", "RecordedRequest", "Reply", "ScriptedOpenAI", "is_testing", "set_testing"]
+__all__ = [
+    "FakeJudge",
+    "FakeStream",
+    "RecordedRequest",
+    "RecordedStream",
+    "Reply",
+    "ScriptedOpenAI",
+    "is_testing",
+    "set_testing",
+]
 
 rehome(globals(), __all__, __name__)  # shown as `refinekit.testing.<name>`

@@ -18,6 +18,12 @@ completion request is; each `Reply` is rendered as Anthropic's Messages API answ
 
 Every rendered `Message` carries `usage` (`input_tokens`, `output_tokens`), counted as the
 chat completions' usage is unless the reply gives `prompt_tokens` / `completion_tokens`.
+
+A request with `"stream": true` gets the reply as the Messages API streams it (`stream`):
+`message_start` (the input tokens), `content_block_start`, a `ping`, one
+`content_block_delta` per scripted piece (`text_delta`, or `input_json_delta` for a tool
+call), `content_block_stop`, `message_delta` (the stop reason, the output tokens) and
+`message_stop`, each with its `event:` name.
 """
 
 from __future__ import annotations
@@ -27,12 +33,20 @@ from typing import TYPE_CHECKING, Any
 
 from . import _openai_wire
 from ._script import Error, Malformed, NoChoices, RecordedRequest, Reply, Text, ToolCall
-from ._wire import API_KEY, Ids, Response, usage
+from ._wire import API_KEY, Event, Ids, Response, Role, Streamed, sse, usage
 
 if TYPE_CHECKING:
     import anthropic
 
-__all__ = ["MESSAGES_PATH", "anthropic_options", "answer", "async_client", "client", "error"]
+__all__ = [
+    "MESSAGES_PATH",
+    "anthropic_options",
+    "answer",
+    "async_client",
+    "client",
+    "error",
+    "stream",
+]
 
 MESSAGES_PATH = "/v1/messages"
 
@@ -128,6 +142,21 @@ def _message(
     return Response(200, json.dumps(message).encode())
 
 
+def _tool_input(reply: ToolCall) -> dict[str, Any] | Response:
+    """A tool call's arguments as a `tool_use` block's `input`, or the 500 saying it is none."""
+    try:
+        arguments = json.loads(reply.arguments)
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):  # Anthropic's `input` is always an object
+        return error(
+            500,
+            "scripted server: a tool_use block's input is a JSON object; "
+            f"Reply.tool_call({reply.name!r}) has {reply.arguments[:60]!r}",
+        )
+    return arguments
+
+
 def answer(reply: Reply, request: RecordedRequest, ids: Ids) -> Response:
     """A reply that carries an answer, as the Messages API sends it."""
     if isinstance(reply, Text):
@@ -137,16 +166,9 @@ def answer(reply: Reply, request: RecordedRequest, ids: Ids) -> Response:
             request, ids, blocks, stop, reply.content, reply.prompt_tokens, reply.completion_tokens
         )
     if isinstance(reply, ToolCall):
-        try:
-            arguments = json.loads(reply.arguments)
-        except ValueError:
-            arguments = None
-        if not isinstance(arguments, dict):  # Anthropic's `input` is always an object
-            return error(
-                500,
-                "scripted server: a tool_use block's input is a JSON object; "
-                f"Reply.tool_call({reply.name!r}) has {reply.arguments[:60]!r}",
-            )
+        arguments = _tool_input(reply)
+        if isinstance(arguments, Response):
+            return arguments
         block = {
             "type": "tool_use",
             "id": f"toolu_scripted_{next(ids.tool_calls)}",
@@ -169,3 +191,60 @@ def answer(reply: Reply, request: RecordedRequest, ids: Ids) -> Response:
     if isinstance(reply, Malformed):
         return _openai_wire.answer(reply, request, ids)
     raise TypeError(f"not a reply that carries an answer: {reply!r}")  # pragma: no cover
+
+
+def _event(data: dict[str, Any], role: Role = "chunk") -> Event:
+    return sse(data, str(data["type"]), role)
+
+
+def stream(reply: Reply, request: RecordedRequest, ids: Ids) -> Streamed | Response:
+    """A reply that carries an answer, streamed as the Messages API streams it."""
+    if isinstance(reply, Text):
+        output, prompt, completion = reply.content, reply.prompt_tokens, reply.completion_tokens
+        stop = _STOP_REASONS.get(reply.finish_reason, reply.finish_reason)
+        block: dict[str, Any] | None = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": piece} for piece in reply.chunks]
+    elif isinstance(reply, ToolCall):
+        arguments = _tool_input(reply)
+        if isinstance(arguments, Response):
+            return arguments
+        output, prompt, completion = reply.arguments, reply.prompt_tokens, reply.completion_tokens
+        stop = "tool_use"
+        tool_id = f"toolu_scripted_{next(ids.tool_calls)}"
+        block = {"type": "tool_use", "id": tool_id, "name": reply.name, "input": {}}
+        deltas = [{"type": "input_json_delta", "partial_json": piece} for piece in reply.chunks]
+    elif isinstance(reply, (NoChoices, Malformed)):
+        output, prompt, completion, stop, block, deltas = "", None, 0, "end_turn", None, []
+    else:  # pragma: no cover
+        raise TypeError(f"not a reply that streams: {reply!r}")
+    input_tokens, output_tokens = usage(_input_messages(request), output, prompt, completion)
+    message: dict[str, Any] = {
+        "id": f"msg_scripted_{next(ids.completions)}",
+        "type": "message",
+        "role": "assistant",
+        "model": request.model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": min(1, output_tokens)},
+    }
+    events = [_event({"type": "message_start", "message": message}, "open")]
+    if isinstance(reply, Malformed):  # a stream whose first chunk is not JSON
+        bad = Event('{"type": "content_block_start", "index": 0, ', "content_block_start")
+        return Streamed((events[0], bad), fault="malformed")
+    if block is not None:
+        events.append(
+            _event({"type": "content_block_start", "index": 0, "content_block": block}, "open")
+        )
+        events.append(_event({"type": "ping"}, "open"))
+        events += [_event({"type": "content_block_delta", "index": 0, "delta": d}) for d in deltas]
+        events.append(_event({"type": "content_block_stop", "index": 0}, "close"))
+    finish = {"stop_reason": stop, "stop_sequence": None}
+    events.append(
+        _event(
+            {"type": "message_delta", "delta": finish, "usage": {"output_tokens": output_tokens}},
+            "close",
+        )
+    )
+    events.append(_event({"type": "message_stop"}, "close"))
+    return Streamed(tuple(events))

@@ -8,6 +8,12 @@
 - `Malformed`: a body cut short inside its JSON; `NoChoices`: `"choices": []`.
 
 Every completion carries `usage`, counted in words unless the reply gives the counts.
+
+A request with `"stream": true` gets the reply as server-sent events, OpenAI's way
+(`stream`): `chat.completion.chunk`s, the first with the role (and a tool call's id and
+name), one per scripted piece of the text or the arguments, one with the `finish_reason`,
+a usage chunk (`"choices": []`) when `stream_options.include_usage` is true (and
+`"usage": null` on the others), then `data: [DONE]`. No logprobs in a stream.
 """
 
 from __future__ import annotations
@@ -20,9 +26,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._script import Error, Malformed, NoChoices, RecordedRequest, Reply, Text, ToolCall
-from ._wire import Ids, Response, usage
+from ._wire import Event, Ids, Response, Streamed, sse, usage
 
-__all__ = ["CHAT_PATH", "answer", "error"]
+__all__ = ["CHAT_PATH", "answer", "error", "stream"]
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -35,6 +41,7 @@ _ERROR_TYPES = {
     429: "rate_limit_error",
 }
 _CHUNKS = re.compile(r"\s*\S+|\s+")  # whitespace-preserving tokens: "a b " -> "a", " b", " "
+_BAD = '{"id": "chatcmpl-scripted", "choices": [{"delta": '  # JSON cut short
 
 
 def _usage(
@@ -155,3 +162,61 @@ def answer(reply: Reply, request: RecordedRequest, ids: Ids) -> Response:
     if isinstance(reply, Malformed):
         return Response(200, b'{"id": "chatcmpl-scripted", "choices": [{"message": ')
     raise TypeError(f"not a reply that carries an answer: {reply!r}")  # pragma: no cover
+
+
+def stream(reply: Reply, request: RecordedRequest, ids: Ids) -> Streamed:
+    """A reply that carries an answer, streamed as the Chat Completions API streams it."""
+    body = request.body or {}
+    options = body.get("stream_options")
+    with_usage = isinstance(options, dict) and options.get("include_usage") is True
+    completion_id = f"chatcmpl-scripted-{next(ids.completions)}"
+    created = int(time.time())
+
+    def chunk(choices: list[dict[str, Any]], used: dict[str, int] | None = None) -> dict[str, Any]:
+        made: dict[str, Any] = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": request.model,
+            "system_fingerprint": None,
+            "choices": choices,
+        }
+        if with_usage:
+            made["usage"] = used
+        return made
+
+    def delta(fields: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": fields, "logprobs": None, "finish_reason": finish_reason}
+        return chunk([choice])
+
+    events: list[Event]
+    if isinstance(reply, Text):
+        opening: dict[str, Any] = {"role": "assistant", "content": "", "refusal": None}
+        events = [sse(delta(opening), role="open")]
+        events += [sse(delta({"content": piece})) for piece in reply.chunks]
+        events.append(sse(delta({}, reply.finish_reason), role="close"))
+        counted = _usage(request, reply.content, reply.prompt_tokens, reply.completion_tokens)
+    elif isinstance(reply, ToolCall):
+        call_id = f"call_{next(ids.tool_calls)}"
+        function = {"name": reply.name, "arguments": ""}
+        call = {"index": 0, "id": call_id, "type": "function", "function": function}
+        opening = {"role": "assistant", "content": None, "refusal": None, "tool_calls": [call]}
+        events = [sse(delta(opening), role="open")]
+        events += [
+            sse(delta({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}))
+            for piece in reply.chunks
+        ]
+        events.append(sse(delta({}, "tool_calls"), role="close"))
+        counted = _usage(request, reply.arguments, reply.prompt_tokens, reply.completion_tokens)
+    elif isinstance(reply, NoChoices):
+        events = [sse(chunk([]), role="open")]
+        counted = _usage(request, "", None, 0)
+    elif isinstance(reply, Malformed):
+        done = Event("[DONE]", role="close")
+        return Streamed((Event(_BAD), done), fault="malformed")
+    else:  # pragma: no cover
+        raise TypeError(f"not a reply that streams: {reply!r}")
+    if with_usage:
+        events.append(sse(chunk([], counted), role="close"))
+    events.append(Event("[DONE]", role="close"))
+    return Streamed(tuple(events))

@@ -9,8 +9,9 @@ dropped connections). `Scripts` keeps each model's replies and serves them in or
 from __future__ import annotations
 
 import json
+import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ __all__ = [
     "NoChoices",
     "Raw",
     "RecordedRequest",
+    "RecordedStream",
     "Reply",
     "ReplyLike",
     "Scripts",
@@ -32,7 +34,10 @@ __all__ = [
     "ToolCall",
     "Truncated",
     "as_reply",
+    "split",
 ]
+
+_WORDS = re.compile(r"\s*\S+|\s+")  # whitespace-led words: "a b " -> "a", " b", " "
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,32 @@ class RecordedRequest:
     model: str | None
 
 
+@dataclass(frozen=True)
+class RecordedStream:
+    """One streamed reply the scripted server sent (or began to), as a test sees it.
+
+    Attributes:
+        request: The request it answered.
+        chunks: The reply's chunks: the pieces of its text (or tool call arguments) a whole
+            stream sends, each in its own event.
+        sent: The chunks written to the connection before the stream ended.
+        finished: Whether the whole stream was written, its last event (`data: [DONE]`,
+            `message_stop`) included. Written is not read: a short stream fits in the
+            socket's buffers before the client reads its first chunk.
+        client_closed: Whether the client hung up before the stream's end: noticed between
+            two events, or while the stream was held (`Reply.hang(after=...)`).
+        fault: The scripted fault that ended it (`"disconnect"`, `"hang"`, `"malformed"`),
+            or None.
+    """
+
+    request: RecordedRequest
+    chunks: int
+    sent: int
+    finished: bool
+    client_closed: bool
+    fault: str | None
+
+
 class Reply:
     """A scripted reply of `ScriptedOpenAI`; build one with a classmethod.
 
@@ -75,8 +106,9 @@ class Reply:
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
         logprobs: bool = True,
+        chunks: Sequence[str] | int | None = None,
     ) -> Reply:
-        """An assistant message with text content.
+        """An assistant message with text content (streamed when the request asks).
 
         Args:
             content: The assistant's text.
@@ -89,13 +121,17 @@ class Reply:
             completion_tokens: The usage's completion tokens (default: words in `content`).
             logprobs: False plays an endpoint that ignores a request for logprobs (as some
                 OpenAI-compatible servers do): `logprobs` is then always null.
+            chunks: How a streamed request gets the content: the pieces (`str`s that join
+                to it), or a size (every piece that many characters, the last one shorter).
+                Default: whitespace-led words (`"a b"` is `"a"`, `" b"`).
 
         Returns:
             The reply.
 
         Raises:
-            ValueError: A probability outside (0, 1], probabilities summing above 1, or a
-                `content` that starts with none of the candidates.
+            ValueError: A probability outside (0, 1], probabilities summing above 1, a
+                `content` that starts with none of the candidates, or `chunks` that do not
+                join to the content (or a size below 1).
         """
         candidates = tuple(sorted((top_logprobs or {}).items(), key=lambda kv: -kv[1]))
         if any(not 0.0 < p <= 1.0 for _, p in candidates):
@@ -107,7 +143,10 @@ class Reply:
                 f"content {content[:40]!r} must start with one of the top_logprobs candidates "
                 f"{[token for token, _ in candidates]}"
             )
-        return Text(content, candidates, finish_reason, prompt_tokens, completion_tokens, logprobs)
+        pieces = split(content, chunks)
+        return Text(
+            content, candidates, finish_reason, prompt_tokens, completion_tokens, logprobs, pieces
+        )
 
     @classmethod
     def tool_call(
@@ -117,6 +156,7 @@ class Reply:
         *,
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
+        chunks: Sequence[str] | int | None = None,
     ) -> Reply:
         """An assistant message calling one function (what instructor's TOOLS mode reads).
 
@@ -126,12 +166,17 @@ class Reply:
             prompt_tokens: The usage's prompt tokens (default: counted from the request).
             completion_tokens: The usage's completion tokens (default: words in the
                 arguments).
+            chunks: How a streamed request gets the arguments' JSON text: as for
+                `Reply.text`.
 
         Returns:
             The reply.
+
+        Raises:
+            ValueError: `chunks` that do not join to the arguments' text.
         """
         args = arguments if isinstance(arguments, str) else json.dumps(dict(arguments))
-        return ToolCall(name, args, prompt_tokens, completion_tokens)
+        return ToolCall(name, args, prompt_tokens, completion_tokens, split(args, chunks))
 
     @classmethod
     def error(
@@ -197,7 +242,7 @@ class Reply:
         return Delay(float(seconds), as_reply(then))
 
     @classmethod
-    def hang(cls) -> Reply:
+    def hang(cls, *, after: int | None = None, then: str | Reply | None = None) -> Reply:
         """Never answer: hold the connection until the client gives up or the server stops.
 
         What a stalled endpoint does; the client's own timeout ends the request (give it a
@@ -205,19 +250,40 @@ class Reply:
         the connection's thread returns as soon as the client closes the connection, and
         stopping the server ends every held connection.
 
+        With `after`, a stream that stalls: the first `after` chunks of `then`'s stream are
+        sent, then nothing more until the client hangs up (for a streamed request only).
+
+        Args:
+            after: The chunks of `then` sent before the stall (0: none, after the stream's
+                opening events).
+            then: The streamed reply (text, `Reply.text` or `Reply.tool_call`), with `after`.
+
         Returns:
             The reply.
+
+        Raises:
+            ValueError: `after` without `then` (or the reverse), or more chunks than `then` has.
         """
-        return Hang()
+        return Hang(*_stream_fault("hang", after, then))
 
     @classmethod
-    def disconnect(cls) -> Reply:
+    def disconnect(cls, *, after: int | None = None, then: str | Reply | None = None) -> Reply:
         """Close the connection without sending any response.
+
+        With `after`, a stream cut off: the first `after` chunks of `then`'s stream are
+        sent, then the connection is closed mid-body (for a streamed request only).
+
+        Args:
+            after: The chunks of `then` sent before the connection drops.
+            then: The streamed reply (text, `Reply.text` or `Reply.tool_call`), with `after`.
 
         Returns:
             The reply.
+
+        Raises:
+            ValueError: `after` without `then` (or the reverse), or more chunks than `then` has.
         """
-        return Disconnect()
+        return Disconnect(*_stream_fault("disconnect", after, then))
 
     @classmethod
     def truncated(cls, then: str | Reply = "a reply cut short") -> Reply:
@@ -235,16 +301,29 @@ class Reply:
         return Truncated(as_reply(then))
 
     @classmethod
-    def malformed(cls) -> Reply:
+    def malformed(cls, *, after: int | None = None, then: str | Reply | None = None) -> Reply:
         """HTTP 200, `Content-Type: application/json`, and a body that is not JSON.
 
         The response is complete (its `Content-Length` is right): the JSON in it is cut
-        short. See `Reply.truncated` for a connection that drops mid-body.
+        short. See `Reply.truncated` for a connection that drops mid-body. A streamed
+        request gets a stream whose first chunk is not JSON.
+
+        With `after`, a stream with one bad chunk: `then`'s stream, whose chunk after the
+        first `after` is not JSON (its data cut short); the rest follows as scripted (for a
+        streamed request only).
+
+        Args:
+            after: The good chunks of `then` sent before the bad one.
+            then: The streamed reply (text, `Reply.text` or `Reply.tool_call`), with `after`.
 
         Returns:
             The reply.
+
+        Raises:
+            ValueError: `after` without `then` (or the reverse), or not fewer chunks than
+                `then` has.
         """
-        return Malformed()
+        return Malformed(*_stream_fault("malformed", after, then))
 
     @classmethod
     def no_choices(cls) -> Reply:
@@ -313,6 +392,7 @@ class Text(Reply):
     prompt_tokens: int | None
     completion_tokens: int | None
     with_logprobs: bool
+    chunks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -323,6 +403,7 @@ class ToolCall(Reply):
     arguments: str
     prompt_tokens: int | None
     completion_tokens: int | None
+    chunks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -346,12 +427,18 @@ class Delay(Reply):
 
 @dataclass(frozen=True)
 class Hang(Reply):
-    """`Reply.hang`: never answer."""
+    """`Reply.hang`: never answer; with `after`, stall a stream after that many chunks."""
+
+    after: int | None = None
+    then: Text | ToolCall | None = None
 
 
 @dataclass(frozen=True)
 class Disconnect(Reply):
-    """`Reply.disconnect`: close the connection without a response."""
+    """`Reply.disconnect`: close the connection without a response, or a stream mid-way."""
+
+    after: int | None = None
+    then: Text | ToolCall | None = None
 
 
 @dataclass(frozen=True)
@@ -363,7 +450,10 @@ class Truncated(Reply):
 
 @dataclass(frozen=True)
 class Malformed(Reply):
-    """`Reply.malformed`: HTTP 200 and a body that is not JSON."""
+    """`Reply.malformed`: HTTP 200 and a body that is not JSON; or a stream's bad chunk."""
+
+    after: int | None = None
+    then: Text | ToolCall | None = None
 
 
 @dataclass(frozen=True)
@@ -391,6 +481,60 @@ def as_reply(reply: str | Reply) -> Reply:
     if isinstance(reply, str):
         return Reply.text(reply)
     raise TypeError(f"a reply is a str or a Reply, not {type(reply).__name__}")
+
+
+def split(text: str, chunks: Sequence[str] | int | None) -> tuple[str, ...]:
+    """A text's streamed pieces (`Reply.text`'s `chunks`): as given, by size, or by words.
+
+    Raises:
+        ValueError: Pieces that do not join to the text, or a size below 1.
+        TypeError: `chunks` is neither pieces nor a size.
+    """
+    if chunks is None:
+        return tuple(_WORDS.findall(text))
+    if isinstance(chunks, int) and not isinstance(chunks, bool):
+        if chunks < 1:
+            raise ValueError(f"a chunk size is at least 1 character, not {chunks}")
+        return tuple(text[i : i + chunks] for i in range(0, len(text), chunks))
+    if isinstance(chunks, (str, bytes)) or not isinstance(chunks, Sequence):
+        raise TypeError(f"chunks are a list of str or a size (an int), not {shown(chunks)}")
+    pieces = tuple(chunks)
+    if not all(isinstance(piece, str) for piece in pieces):
+        raise TypeError(f"chunks are str pieces of the text: {pieces!r}")
+    if "".join(pieces) != text:
+        raise ValueError(
+            f"the chunks {pieces!r} do not join to the text {text[:60]!r}: script pieces that "
+            "add up to it"
+        )
+    return pieces
+
+
+def _stream_fault(
+    fault: str, after: int | None, then: str | Reply | None
+) -> tuple[int | None, Text | ToolCall | None]:
+    """A streamed fault's (after, then), checked; (None, None) for the fault without a stream."""
+    if after is None and then is None:
+        return None, None
+    if after is None or then is None:
+        raise ValueError(
+            f"Reply.{fault}(after=..., then=...) streams `then` and fails after `after` chunks: "
+            "give both (or neither, for the fault without a stream)"
+        )
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ValueError(f"after is a number of chunks, 0 or more, not {shown(after)}")
+    reply = as_reply(then)
+    if not isinstance(reply, (Text, ToolCall)):
+        raise ValueError(
+            f"Reply.{fault}(after=...) streams a text or a tool call, not {type(reply).__name__}"
+        )
+    most = len(reply.chunks) - (1 if fault == "malformed" else 0)
+    if after > most:
+        has = len(reply.chunks)
+        raise ValueError(
+            f"Reply.{fault}(after={after}) needs a reply of more chunks: it has {has} "
+            f"({reply.chunks[:5]!r}...); script chunks=[...] to choose them"
+        )
+    return after, reply
 
 
 class Scripts:

@@ -7,11 +7,13 @@ The HTTP side and the server's lifecycle; what a reply is lives in `_script`, ho
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import select
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import TCPServer
@@ -19,14 +21,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import _anthropic_wire, _openai_wire
-from ._script import RecordedRequest, Reply, ReplyLike, Scripts, as_reply
-from ._wire import API_KEY, Hold, Ids, Response, Wire, render
+from ._script import RecordedRequest, RecordedStream, Reply, ReplyLike, Scripts, as_reply
+from ._wire import API_KEY, Hold, Ids, Rendered, Streamed, Wire, render
 
 if TYPE_CHECKING:
     import anthropic
     import openai
 
-__all__ = ["RecordedRequest", "Reply", "ScriptedOpenAI"]
+__all__ = ["RecordedRequest", "RecordedStream", "Reply", "ScriptedOpenAI"]
 
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
 
@@ -82,7 +84,7 @@ class _Handler(BaseHTTPRequestHandler):
             length = -1
         if length < 0 or "chunked" in self.headers.get("transfer-encoding", "").lower():
             self.close_connection = True  # can't find the end of the body: don't reuse
-            response: Response | Hold | None = _wire(self.path).error(
+            response: Rendered = _wire(self.path).error(
                 400, "scripted server: send a Content-Length"
             )
         else:
@@ -97,6 +99,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._hold()
             return
         self._answered()
+        if isinstance(response, Streamed):
+            self._stream(response)
+            return
         try:
             self.send_response(response.status)
             named = {name.lower() for name, _ in response.headers}
@@ -113,6 +118,51 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
         except OSError:  # the client gave up (e.g. timed out during a Reply.delay)
             self.close_connection = True
+
+    def _stream(self, stream: Streamed) -> None:
+        """Send a stream's events, one HTTP chunk each, watching for the client to hang up."""
+        scripted = self.server.scripted
+        scripted._stream_began()
+        sent = 0
+        finished = left = False
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for event in stream.events:
+                if self._client_left():
+                    left = True
+                    break
+                data = event.encode()
+                self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
+                sent += event.role == "chunk"
+            else:
+                if stream.end == "end":
+                    self.wfile.write(b"0\r\n\r\n")
+                    finished = True
+                elif stream.end == "hang":
+                    self._hold()
+                    left = True
+        except OSError:  # the client hung up while an event was written
+            left = True
+        finally:
+            if not finished:
+                self.close_connection = True  # Reply.disconnect(after=...): no last chunk
+            if stream.request is not None:
+                record = RecordedStream(
+                    stream.request, stream.chunks, sent, finished, left, stream.fault
+                )
+                scripted._stream_ended(record)
+
+    def _client_left(self) -> bool:
+        """Whether the client has closed the connection (it sends nothing while it reads)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
+        except OSError:
+            return True
 
     def _hold(self) -> None:
         """Wait, sending nothing, until the client closes the connection or the server stops.
@@ -195,13 +245,17 @@ class ScriptedOpenAI:
     A request for a model with no script gets a 404 (`model_not_found`), a request beyond
     the end of a script a 500, both naming the model, so a test fails loudly instead of
     hanging; `script(model, reply, times=None)` answers every request from then on.
-    Streaming is not supported (400).
+    A request with `"stream": true` gets its reply as server-sent events, in the format of
+    the API it came to, and each stream sent is recorded (`streamed`).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._scripts = Scripts()
         self._requests: list[RecordedRequest] = []
+        self._streams: list[RecordedStream] = []
+        self._streaming = 0  # streams being sent
+        self._stream_done = threading.Condition(self._lock)
         self._in_flight = 0
         self._ids = Ids()
         self._httpd: _HTTPServer | None = None
@@ -357,6 +411,7 @@ class ScriptedOpenAI:
         self._scripts.clear()
         with self._lock:
             self._requests.clear()
+            self._streams.clear()
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -375,6 +430,47 @@ class ScriptedOpenAI:
         """
         return [request for request in self.requests if request.model == model]
 
+    def streamed(self, model: str | None = None, *, wait: float = 5.0) -> list[RecordedStream]:
+        """The streams sent so far (for one model name, or all), in the order they ended.
+
+        Waits first until no stream is being sent, so that a stream the client has just
+        closed is counted: the server notices a client that hangs up between two events, or
+        while a stream is held.
+
+        Args:
+            model: Only the streams answering this model name; None for every stream.
+            wait: How long to wait, in seconds, for the streams being sent to end.
+
+        Returns:
+            The streams, as `RecordedStream`s.
+
+        Raises:
+            TimeoutError: A stream was still being sent after `wait` seconds: the client
+                neither read it to its end nor closed it.
+        """
+        deadline = time.monotonic() + wait
+        with self._stream_done:
+            while self._streaming:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"scripted server: {self._streaming} stream(s) still being sent after "
+                        f"{wait:g} s: the client neither read them to their end nor closed them"
+                    )
+                self._stream_done.wait(left)
+            streams = list(self._streams)
+        return [s for s in streams if model is None or s.request.model == model]
+
+    def _stream_began(self) -> None:
+        with self._lock:
+            self._streaming += 1
+
+    def _stream_ended(self, record: RecordedStream) -> None:
+        with self._stream_done:
+            self._streaming -= 1
+            self._streams.append(record)
+            self._stream_done.notify_all()
+
     @property
     def in_flight(self) -> int:
         """Requests received and not yet answered.
@@ -389,9 +485,7 @@ class ScriptedOpenAI:
 
     # serving (called in the connection's thread)
 
-    def _dispatch(
-        self, method: str, path: str, headers: dict[str, str], raw: bytes
-    ) -> Response | Hold | None:
+    def _dispatch(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> Rendered:
         wire = _wire(path)
         try:
             body = json.loads(raw) if raw else None
@@ -416,8 +510,6 @@ class ScriptedOpenAI:
             return wire.error(404, message)
         if bad_json or parsed is None:
             return wire.error(400, "scripted server: the request body is not a JSON object")
-        if parsed.get("stream"):
-            return wire.error(400, "scripted server: streaming is not supported", param="stream")
         if request.model is None:
             return wire.error(400, "scripted server: the request has no model", param="model")
         reply, number, scripted = self._scripts.next(request.model)
@@ -437,10 +529,13 @@ class ScriptedOpenAI:
         try:
             if not isinstance(reply, (str, Reply)):
                 reply = reply(request)
-            return render(wire, as_reply(reply), request, self._ids)
+            rendered = render(wire, as_reply(reply), request, self._ids)
         except Exception as exc:  # a bug in a test's callable: fail the request loudly
             return wire.error(
                 500,
                 f"scripted server: reply {number} for model {request.model!r} raised "
                 f"{type(exc).__name__}: {exc}",
             )
+        if isinstance(rendered, Streamed):
+            return dataclasses.replace(rendered, request=request)
+        return rendered

@@ -541,3 +541,71 @@ async def test_a_custom_check_runs_on_both_paths() -> None:
     assert (await judge(check, request("Short. Fine."))).passed
     verdict = await judge(check, request("This sentence is far too long for the rule."))
     assert verdict.feedback == "Use sentences under 20 characters."
+
+
+# --- excludes, and prefix checkers (what stops a streamed answer early) ---------------------
+
+
+async def test_excludes_fails_naming_the_phrases_found() -> None:
+    check = checks.excludes("guaranteed", "forever")
+    assert (await judge(check, request("Refunds within 30 days."))).passed
+    failed = await judge(check, request("Refunds are GUARANTEED, forever."))
+    assert not failed.passed
+    assert failed.feedback == "Do not mention 'guaranteed' or 'forever' in the answer."
+    assert not (await judge(checks.excludes("X", case_sensitive=True), request("x X"))).passed
+    assert (await judge(checks.excludes("X", case_sensitive=True), request("x x"))).passed
+
+
+@pytest.mark.parametrize("phrases", [(), ("",), ("ok", "")])
+def test_excludes_rejects_no_phrase_or_an_empty_one(phrases: tuple[str, ...]) -> None:
+    with pytest.raises(ValueError, match="non-empty"):
+        checks.excludes(*phrases)
+
+
+def feed(check: object, parts: list[str]) -> tuple[int, Verdict] | None:
+    """The index of the part after which the prefix checker rejected, and its verdict."""
+    from refinekit._engine.textstream import prefix_checker
+
+    prefix = prefix_checker(check)
+    assert prefix is not None
+    for i, part in enumerate(parts):
+        verdict = prefix(part)
+        if verdict is not None:
+            return i, verdict
+    return None
+
+
+def test_a_forbidden_phrase_split_across_deltas_is_found_at_once() -> None:
+    found = feed(checks.excludes("guaranteed"), ["It is guar", "ANT", "eed, and more", " text"])
+    assert found is not None
+    assert found[0] == 2
+    assert found[1].feedback == "Do not mention 'guaranteed' in the answer."
+    assert feed(checks.excludes("guaranteed"), ["guar", "d ", "anteed"]) is None
+
+
+def test_max_length_rejects_a_prefix_past_its_limit() -> None:
+    found = feed(checks.max_length(10), ["12345", "67890", "1"])
+    assert found is not None
+    assert found[0] == 2
+    assert feed(checks.max_length(10), ["12345", "67890"]) is None
+
+
+def test_prefix_checkers_compose_as_their_evaluators_do() -> None:
+    from refinekit import all_of, any_of
+    from refinekit._engine.textstream import prefix_checker
+
+    def judge_fn(request: EvaluationRequest) -> bool:
+        return True
+
+    # all_of: any part's rejection fails it; a part without one (a judge) waits for the end
+    found = feed(all_of(judge_fn, checks.excludes("no")), ["yes ", "no"])
+    assert found is not None
+    assert found[0] == 1
+    # any_of fails only when every part rejects, so it needs a checker for every part
+    assert prefix_checker(any_of(judge_fn, checks.excludes("no"))) is None
+    both = any_of(checks.excludes("a"), checks.excludes("b"))
+    found = feed(both, ["a", "..", "b"])
+    assert found is not None
+    assert found[0] == 2
+    assert prefix_checker(checks.contains("x")) is None  # a missing phrase may still come
+    assert prefix_checker(judge_fn) is None

@@ -403,18 +403,6 @@ def test_the_servers_errors_on_the_messages_api_are_in_anthropics_shape(
     assert says in body["error"]["message"]
 
 
-def test_streaming_on_the_messages_api_is_refused_in_anthropics_shape(
-    server: ScriptedOpenAI,
-) -> None:
-    server.script(JUDGE, "never sent")
-    with server.anthropic_client() as client, pytest.raises(anthropic.BadRequestError) as info:
-        client.messages.create(model=JUDGE, max_tokens=5, messages=[], stream=True)
-    assert info.value.body["error"] == {
-        "type": "invalid_request_error",
-        "message": "scripted server: streaming is not supported",
-    }
-
-
 def test_a_reply_renders_by_the_api_it_was_asked_on(server: ScriptedOpenAI) -> None:
     server.script(
         JUDGE,

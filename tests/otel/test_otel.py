@@ -660,3 +660,75 @@ def test_without_opentelemetry_calls_work_and_instrument_says_what_to_install() 
     assert first.startswith("ModuleNotFoundError opentelemetry |")
     assert 'pip install "refinekit[otel]"' in first
     assert second == "False"
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_streamed_replys_attempt_span_says_how_its_stream_went(
+    kind: str, exporter: InMemorySpanExporter
+) -> None:
+    from streaming_helpers import Source, StreamingModel, chunked, collect
+
+    bad = '{"number": 7, "total_cents": "lots", "note": "' + "x" * 40 + '"}'
+    good = '{"number": "INV-1", "total_cents": 1200}'
+    model = StreamingModel(kind, Source(*chunked(bad, 4)), Source(*chunked(good, 4)))
+    decorated = self_correct(schema=Invoice)(model.function())
+    items = collect(kind, decorated, [{"role": "user", "content": "the invoice"}])
+    assert items[-1].value == Invoice(number="INV-1", total_cents=1200)
+    tree = Tree(exporter.get_finished_spans())
+    call_span = tree.one(f"refinekit.self_correct {decorated.__qualname__}")
+    first, second = tree.children(call_span)
+    aborted = first.attributes or {}
+    assert aborted[names.STREAM_CHUNKS] == model.sources[0].given  # type: ignore[union-attr]
+    assert "total_cents" in str(aborted[names.STREAM_ABORTED])
+    assert aborted[names.STREAM_USAGE_ESTIMATED] is True
+    assert isinstance(aborted[names.STREAM_FIRST_CHUNK], float)
+    assert [e.name for e in first.events] == [
+        "refinekit.stream",
+        "refinekit.reset",
+        "refinekit.correction",
+    ]
+    complete = second.attributes or {}
+    assert complete[names.STREAM_CHUNKS] == len(chunked(good, 4))
+    assert names.STREAM_ABORTED not in complete
+
+
+async def test_a_retried_text_streams_attempt_spans_say_how_each_stream_went_over_http(
+    kind: str, server: ScriptedOpenAI, exporter: InMemorySpanExporter
+) -> None:
+    from refinekit import checks
+
+    server.script(
+        "m",
+        [
+            Reply.hang(after=3, then=Reply.text("Refunds are guaranteed, always.")),
+            Reply.text("Refunds within 30 days.", prompt_tokens=21, completion_tokens=5),
+        ],
+    )
+    client = judge_client(kind, server, timeout=2, max_retries=0)
+    request = {"model": "m", "stream": True, "stream_options": {"include_usage": True}}
+
+    def answer(question: str) -> Any:
+        messages = [{"role": "user", "content": question}]
+        return client.chat.completions.create(messages=messages, **request)
+
+    async def aanswer(question: str) -> Any:
+        messages = [{"role": "user", "content": question}]
+        return await client.chat.completions.create(messages=messages, **request)
+
+    decorated = retry_on_low_quality(evaluator=checks.excludes("guaranteed"), max_retries=1)(
+        answer if kind == "sync" else aanswer
+    )
+    assert await acall(decorated, QUESTION) == "Refunds within 30 days."
+    await close(client)
+    tree = Tree(exporter.get_finished_spans())
+    call_span = tree.one(f"refinekit.retry_on_low_quality {decorated.__qualname__}")
+    first, second = tree.children(call_span)
+    aborted, complete = first.attributes or {}, second.attributes or {}
+    assert str(aborted[names.STREAM_ABORTED]).startswith("rejected by a rule check")
+    assert aborted[names.STREAM_USAGE_ESTIMATED] is True
+    assert isinstance(aborted[names.STREAM_FIRST_CHUNK], float)
+    assert names.STREAM_ABORTED not in complete
+    assert complete[names.STREAM_USAGE_ESTIMATED] is False
+    # the text chunks, the role chunk, the finish chunk and the usage chunk
+    assert complete[names.STREAM_CHUNKS] == server.streamed("m")[1].sent + 3
+    assert "refinekit.stream" in [e.name for e in first.events]

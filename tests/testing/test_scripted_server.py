@@ -328,13 +328,6 @@ async def test_a_callable_that_raises_is_a_500(server: ScriptedOpenAI, create: C
         await create(model="m", messages=USER)
 
 
-async def test_streaming_is_refused(server: ScriptedOpenAI, create: Create) -> None:
-    server.script("m", ["never served"])
-    with pytest.raises(openai.BadRequestError, match="streaming is not supported"):
-        await create(model="m", messages=USER, stream=True)
-    assert server.requests_for("m")[0].body == {"model": "m", "messages": USER, "stream": True}
-
-
 def test_unknown_paths_and_bad_bodies(server: ScriptedOpenAI) -> None:
     with httpx2.Client(base_url=server.base_url) as http:
         models = http.get("/models")

@@ -327,3 +327,94 @@ async def text_answers() -> None:
 @retry_on_low_quality(returns="text")  # type: ignore[arg-type]
 def not_text(question: str) -> int:
     return 1
+
+
+async def streamed_replies() -> None:
+    """`fn.stream(...)` of a `@self_correct` function: partial values, resets, the final value."""
+    from collections.abc import AsyncIterator, Iterator
+
+    from openai import AsyncOpenAI, AsyncStream, OpenAI, Stream
+    from openai.types.chat import ChatCompletionChunk
+
+    client = OpenAI(api_key="x")
+    aclient = AsyncOpenAI(api_key="x")
+
+    @self_correct(schema=Invoice)
+    def extract_streamed(messages: list[dict[str, Any]]) -> Stream[ChatCompletionChunk]:
+        return client.chat.completions.create(model="m", messages=[], stream=True)
+
+    @self_correct(schema=Invoice)
+    async def aextract_streamed(
+        messages: list[dict[str, Any]],
+    ) -> AsyncStream[ChatCompletionChunk]:
+        return await aclient.chat.completions.create(model="m", messages=[], stream=True)
+
+    @self_correct(schema=Invoice)
+    def from_text(messages: list[dict[str, Any]]) -> Iterator[str]:
+        yield "{}"
+
+    @self_correct(schema=Invoice)
+    async def from_async_text(messages: list[dict[str, Any]]) -> AsyncIterator[str]:
+        yield "{}"
+
+    assert_type(extract_streamed([]), Invoice)
+    assert_type(await aextract_streamed([]), Invoice)
+    assert_type(from_text([]), Invoice)
+    assert_type(await from_async_text([]), Invoice)
+    for item in extract_streamed.stream([]):
+        assert_type(item, refinekit.Partial[Any] | refinekit.Final[Invoice] | refinekit.Reset)
+        if isinstance(item, refinekit.Final):
+            assert_type(item.value, Invoice)
+        elif isinstance(item, refinekit.Reset):
+            assert_type(item.cause, refinekit.ResetCause)
+    async for aitem in aextract_streamed.stream([]):
+        if aitem.final:
+            assert_type(aitem.value, Invoice)
+    async for titem in from_async_text.stream([]):
+        assert_type(titem, refinekit.Partial[Any] | refinekit.Final[Invoice] | refinekit.Reset)
+    with extract.stream([]) as items:  # a whole reply streams too: its Final value
+        for each in items:
+            assert_type(each.final, bool)
+    await aextract_streamed.stream([]).aclose()
+    extract_streamed.stream(42)  # type: ignore[arg-type]
+
+
+async def streamed_text_answers() -> None:
+    """`fn.stream(...)` of the text decorators over a stream: text pieces, resets, tool parts."""
+    from collections.abc import AsyncIterator, Iterator
+
+    from openai import OpenAI, Stream
+    from openai.types.chat import ChatCompletionChunk
+
+    from refinekit import guarded, reviewed
+
+    client = OpenAI(api_key="x")
+
+    @retry_on_low_quality(evaluator=checks.excludes("guaranteed"), stream_mode="provisional")
+    def answer(question: str) -> Stream[ChatCompletionChunk]:
+        return client.chat.completions.create(model="m", messages=[], stream=True)
+
+    @retry_on_low_quality(evaluator=checks.excludes("guaranteed"))
+    async def aanswer(question: str) -> AsyncIterator[str]:
+        yield "text"
+
+    @reviewed(judge=lambda request: True, max_revisions=0)
+    def review(question: str) -> Iterator[str]:
+        yield "text"
+
+    @guarded(screen=checks.excludes("secret"))
+    def screened(question: str) -> Iterator[str]:
+        yield "text"
+
+    assert_type(answer("q"), str)
+    assert_type(await aanswer("q"), str)
+    assert_type(review("q"), str)
+    for piece in answer.stream("q"):
+        assert_type(piece, str | refinekit.Reset)
+    async for apiece in aanswer.stream("q"):
+        assert_type(apiece, str | refinekit.Reset)
+    for part in review.stream("q"):
+        assert_type(part, str | refinekit.ToolCallChunk)
+    for text in screened.stream("q"):
+        assert_type(text, str)
+    answer.stream(42)  # type: ignore[arg-type]

@@ -1,0 +1,277 @@
+"""CPU per streamed reply: refinekit's partial validation against the bare `openai` stream and
+against instructor's `Partial` streaming, on the same chunks.
+
+Run it from the repository root::
+
+    .venv/bin/python benchmarks/bench_streaming.py           # the figures in docs/streaming.md
+    .venv/bin/python benchmarks/bench_streaming.py --quick   # a smoke run (1 and 10 KB, 1 round)
+
+Each reply is an extraction's JSON at about 1, 10 and 100 KB, streamed in pieces of 4
+characters (about a token each, as llama.cpp and the hosted APIs stream) as OpenAI's
+`chat.completion.chunk` server-sent events. The real `openai` client reads them from an
+in-memory HTTP transport (`httpx.MockTransport`: the SDK's whole path, its SSE decoder and
+chunk models, without a socket), so what is timed is the client's and the readers' CPU. Three
+readers of the same bytes:
+
+- bare: `for chunk in client.chat.completions.create(stream=True)`, each delta's text
+  appended (no validation at all: the floor);
+- refinekit: the same stream through refinekit's stream reader (`streams.read`), each delta
+  fed to a `PartialReader` (each top-level member validated once it closes), then the whole
+  text parsed by `Parser` (the final value), as `@self_correct`'s `fn.stream(...)` does;
+- instructor: the same stream's delta texts through `Partial[Invoice].model_from_chunks`
+  (instructor's partial streaming: a partial object per chunk, the final one validated).
+
+Two shapes: an invoice object (a few fields and a `lines` list that makes up its size: three
+readers) and a bare `list[Line]` (thousands of top-level members, each validated as it
+closes; instructor's `Partial` takes a model only, so two readers). CPU is
+`time.process_time` per reply (the process's CPU, so a busy machine's other work is not
+counted), rounds interleaved (bare, refinekit, instructor, in turn), the garbage collector on;
+the table gives the median over the rounds and each reader's ratio to bare in the same run.
+Instructor re-reads the whole text at each chunk (its cost grows with the square of the
+reply), so at 100 KB it is timed on one reply only (said in the table).
+
+This is a report, not a gate: the script exits 0 whatever the figures are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterator
+from datetime import date
+from decimal import Decimal
+from typing import Any, Literal
+
+import httpx
+import openai
+from _machine import loadavg, machine
+from pydantic import BaseModel
+
+from refinekit._providers import streams
+from refinekit._structure.parse import Parser
+from refinekit._structure.partial import PartialReader
+
+PIECE = 4
+"""Characters per streamed chunk (about one token)."""
+
+
+class Line(BaseModel):
+    sku: str
+    description: str
+    quantity: int
+    unit_price: Decimal
+
+
+class Invoice(BaseModel):
+    number: str
+    vendor: str
+    currency: Literal["EUR", "USD", "GBP"]
+    issued: date
+    total: Decimal
+    lines: list[Line]
+
+
+def line(i: int) -> dict[str, Any]:
+    return {
+        "sku": f"SKU-{i:05d}",
+        "description": f'Paper, A4, 80 g/m2, box of {i % 7 + 1} reams, "office" grade',
+        "quantity": i % 13 + 1,
+        "unit_price": round(3.5 + i % 17 * 1.25, 2),
+    }
+
+
+def reply(shape: str, kilobytes: int) -> str:
+    """A valid reply of about `kilobytes` KB (compact JSON, as models write it)."""
+    size = kilobytes * 1000
+    lines: list[dict[str, Any]] = []
+    while len(json.dumps(lines)) < size - 150:
+        lines.append(line(len(lines)))
+    if shape == "list":
+        return json.dumps(lines)
+    head = {"number": "FA-32135", "vendor": "Baltic Paper", "currency": "EUR"}
+    head |= {"issued": "2026-11-30", "total": 1234.5, "lines": lines}
+    return json.dumps(head)
+
+
+def sse(text: str) -> bytes:
+    """The reply as OpenAI's chunk events: a role chunk, 4-character pieces, the finish."""
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> str:
+        chunk = {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "bench",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        return f"data: {json.dumps(chunk)}\n\n"
+
+    events = [event({"role": "assistant", "content": ""})]
+    events += [event({"content": text[i : i + PIECE]}) for i in range(0, len(text), PIECE)]
+    events += [event({}, "stop"), "data: [DONE]\n\n"]
+    return "".join(events).encode()
+
+
+def client_for(body: bytes) -> openai.OpenAI:
+    """An `openai` client whose every request gets `body` back as a stream (no socket)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    http = httpx.Client(transport=httpx.MockTransport(handler))
+    return openai.OpenAI(api_key="bench", base_url="http://bench.invalid/v1", http_client=http)
+
+
+MESSAGES = [{"role": "user", "content": "Extract the invoice."}]
+
+
+def open_stream(client: openai.OpenAI) -> Any:
+    return client.chat.completions.create(model="bench", messages=MESSAGES, stream=True)  # type: ignore[arg-type]
+
+
+def bare(client: openai.OpenAI, schema: Any) -> Any:
+    parts = []
+    for chunk in open_stream(client):
+        if chunk.choices and chunk.choices[0].delta.content:
+            parts.append(chunk.choices[0].delta.content)
+    return "".join(parts)
+
+
+def refinekit_reader(client: openai.OpenAI, schema: Any) -> Any:
+    parser: Parser[Any] = Parser(schema)
+    partial: PartialReader[Any] = PartialReader(parser.adapter)
+    parts = []
+    shown = 0
+    with streams.read(open_stream(client)) as deltas:
+        for delta in deltas:
+            if delta.text:
+                parts.append(delta.text)
+                progress = partial.feed(delta.text)
+                if progress.failures:
+                    raise AssertionError(progress.failures)
+                shown += progress.changed
+    parsed = parser.parse("".join(parts), repair=True)
+    if not isinstance(parsed, tuple):
+        raise AssertionError(parsed.summary)
+    return parsed[0]
+
+
+def instructor_reader(client: openai.OpenAI, schema: Any) -> Any:
+    from instructor import Partial
+
+    def texts() -> Iterator[str]:
+        for chunk in open_stream(client):
+            if chunk.choices and chunk.choices[0].delta.content:
+                yield chunk.choices[0].delta.content
+
+    partials = Partial[schema].model_from_chunks(texts())  # type: ignore[index]
+    return deque(partials, maxlen=1).pop()  # the last partial: the final, validated one
+
+
+Reader = Callable[[openai.OpenAI, Any], Any]
+READERS: dict[str, Reader] = {
+    "bare": bare,
+    "refinekit": refinekit_reader,
+    "instructor": instructor_reader,
+}
+
+
+def cpu(reader: Reader, client: openai.OpenAI, schema: Any) -> float:
+    """CPU seconds of one reply read."""
+    gc.collect()
+    start = time.process_time()
+    reader(client, schema)
+    return time.process_time() - start
+
+
+def measure(shape: str, kilobytes: int, rounds: int, instructor_rounds: int) -> dict[str, Any]:
+    text = reply(shape, kilobytes)
+    body = sse(text)
+    schema: Any = Invoice if shape == "invoice" else list[Line]
+    names = ["bare", "refinekit"] + (["instructor"] if shape == "invoice" else [])
+    client = client_for(body)
+    for name in names:  # warm up: imports, schema building, caches (not timed)
+        if name != "instructor" or kilobytes <= 10:
+            READERS[name](client, schema)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        for name in order:
+            if name == "instructor" and r >= instructor_rounds:
+                continue
+            times[name].append(cpu(READERS[name], client, schema))
+    client.close()
+    median = {name: statistics.median(t) for name, t in times.items() if t}
+    return {
+        "shape": shape,
+        "kilobytes": kilobytes,
+        "chars": len(text),
+        "chunks": body.count(b"\n\ndata: ") + 1,
+        "median_s": median,
+        "runs": {name: len(t) for name, t in times.items()},
+        "ratio": {name: median[name] / median["bare"] for name in median},
+    }
+
+
+def table(results: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        "| reply | size | chunks | bare openai stream | refinekit | instructor Partial "
+        "| refinekit / bare | instructor / bare | refinekit added per chunk |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for res in results:
+        med, ratio, runs = res["median_s"], res["ratio"], res["runs"]
+        shape = "invoice object" if res["shape"] == "invoice" else "list[Line]"
+        ins = "n/a (a model only)"
+        ins_ratio = "n/a"
+        if "instructor" in med:
+            once = " (1 reply)" if runs["instructor"] == 1 else ""
+            ins = f"{med['instructor'] * 1000:.1f} ms{once}"
+            ins_ratio = f"{ratio['instructor']:.2f}x"
+        per_chunk = (med["refinekit"] - med["bare"]) / res["chunks"] * 1e6
+        rows.append(
+            f"| {shape} | {res['kilobytes']} KB | {res['chunks']} "
+            f"| {med['bare'] * 1000:.1f} ms | {med['refinekit'] * 1000:.1f} ms | {ins} "
+            f"| {ratio['refinekit']:.2f}x | {ins_ratio} | {per_chunk:.1f} us |"
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 and 10 KB, one round")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    sizes = [1, 10] if args.quick else [1, 10, 100]
+    rounds = 1 if args.quick else args.rounds
+    warnings.simplefilter("ignore")  # instructor's deprecation notices are not the figures
+    print("## Streaming: CPU per reply\n")
+    for line_ in machine(["openai", "instructor", "pydantic", "pydantic-core", "httpx"]):
+        print(f"    {line_}")
+    print(f"    load       {loadavg()} (1/5/15 min)")
+    print(f"    rounds     {rounds} per reply, the median shown; pieces of {PIECE} characters\n")
+    results = []
+    for shape in ("invoice", "list"):
+        for kb in sizes:
+            results.append(measure(shape, kb, rounds, 1 if kb >= 100 else rounds))
+    print("\n".join(table(results)))
+    print(
+        "\n`refinekit added per chunk`: refinekit's CPU above the bare stream's, per chunk: "
+        "flat across sizes when the cost per chunk does not grow with the reply's length."
+    )
+    summary = {
+        f"{r['shape']}_{r['kilobytes']}kb": {k: round(v, 3) for k, v in r["ratio"].items()}
+        for r in results
+    }
+    print(json.dumps({"ratios": summary}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""`@self_correct` over a streamed reply: partial values as fields complete, early abort.
+
+`correct`'s flow calls `read_reply` when the function returned a stream (see
+`refinekit._engine.streaming`): the reply's text (or its single tool call's arguments) is fed
+to a partial reader delta by delta; each time a field completes and passes its own validation
+a `Partial` is emitted; when a completed field fails (a wrong type, a `Literal` outside its
+choices, an `InSource` refusal, a field validator) and no lossless repair could fix it at the
+end, the stream is closed at once and the failure is the reply's, as if the whole reply had
+failed with it. A stream read to its end is parsed whole by the same `Parser` as any reply,
+so the final value and its repairs are the non-streamed path's. A stream that broke before its
+end is a reply cut off (`finish_reason` "length": a `cut_off` failure), whatever its text.
+
+`void` tells the consumer that what it saw of a failed reply is void (a `Reset`), before the
+correction turn is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic_core
+from pydantic import BaseModel
+
+from .._core.errtext import error_path
+from .._core.streamed import Final, Partial, Reset
+from .._engine.events import emit, make_event
+from .._engine.job import Job
+from .._engine.streaming import Emit, StreamRead, listening, read_stream
+from .._providers.streams import Delta
+from .._structure.parse import CorrectionFailure, Parser, parse_failure
+from .._structure.partial import PartialReader
+
+__all__ = ["StreamedReply", "final", "read_reply", "void"]
+
+
+# Error types a lossless value repair may fix at the end (`repair.value_fixes`): no abort.
+def _repairable(error: Mapping[str, Any]) -> bool:
+    kind = error.get("type")
+    if kind == "string_type":  # number_to_string: a JSON number where a string is expected
+        value = error.get("input")
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return kind == "extra_forbidden"  # wrapper: one object around the value
+
+
+class _FieldReader:
+    """The partial reader of a pydantic model schema's reply; other schemas wait for the end.
+
+    `refinekit._structure.partial.PartialReader` validates each top-level field once its
+    JSON value has closed, at a cost per delta that does not grow with the reply.
+    """
+
+    def __init__(self, parser: Parser[Any], context: Mapping[str, Any] | None) -> None:
+        schema = parser.schema
+        model = isinstance(schema, type) and issubclass(schema, BaseModel)
+        self.reader = PartialReader(parser.adapter, context=context) if model else None
+        self.value: Any = None
+
+    def feed(self, text: str) -> tuple[bool, list[dict[str, Any]]]:
+        """(whether a field completed and passed, the errors of the fields this text completed)."""
+        if self.reader is None:
+            return False, []
+        progress = self.reader.feed(text)
+        self.value = progress.value
+        return progress.changed, list(progress.failures)
+
+
+class _StructuredSink:
+    """Feeds a streamed reply to the partial reader; emits partials, aborts on a failed field."""
+
+    def __init__(
+        self, parser: Parser[Any], context: Mapping[str, Any] | None, repair: bool, number: int
+    ) -> None:
+        self.reader = _FieldReader(parser, context)
+        self.tools = _FieldReader(parser, context)
+        self.repair = repair
+        self.number = number
+        self.emit = listening()
+        self.failure: dict[str, Any] | None = None
+        self.value: Any = None
+
+    def feed(self, delta: Delta) -> tuple[Sequence[Any], str | None]:
+        piece = delta.tool_arguments if delta.tool_index == 0 else ""
+        reader = self.tools if piece else self.reader
+        piece = piece or delta.text
+        if not piece:
+            return (), None
+        changed, failures = reader.feed(piece)
+        for failure in failures:
+            if self.repair and _repairable(failure):
+                continue  # a lossless repair may fix it when the reply is parsed whole
+            self.failure = failure
+            self.value = reader.value
+            return (), f"{error_path(failure['loc'])}: {failure['msg']}"
+        if changed and self.emit:
+            return (Partial(reader.value, self.number),), None
+        return (), None
+
+
+@dataclass
+class StreamedReply:
+    """A streamed reply as `@self_correct`'s flow reads it: its text, and how it ended."""
+
+    read: StreamRead
+    text: str
+    failure: CorrectionFailure | None
+    """Why it failed before it was parsed whole (a failed field, a break); None: parse it."""
+
+    @property
+    def finish_reason(self) -> str | None:
+        """The stream's finish reason ("length" for one that broke before its end)."""
+        if self.read.interrupted is not None:
+            return "length"
+        return self.read.finish_reason
+
+
+def read_reply(
+    stream: Any,
+    job: Job,
+    parser: Parser[Any],
+    *,
+    context: Mapping[str, Any] | None,
+    repair: bool,
+    function: str,
+    number: int,
+    maximum: int,
+    prompt_chars: int,
+) -> Any:
+    """Read a streamed reply (a sub-flow): a `StreamedReply`, its usage counted in `job`."""
+    sink = _StructuredSink(parser, context, repair, number)
+    read: StreamRead = yield from read_stream(
+        stream,
+        job,
+        sink,
+        decorator="self_correct",
+        function=function,
+        number=number,
+        maximum=maximum,
+        prompt_chars=prompt_chars,
+    )
+    tool_text = read.tool_text()
+    if len(read.tools) > 1:
+        text = read.text
+        failure: CorrectionFailure | None = parse_failure(
+            text, f"the reply made {len(read.tools)} tool calls; exactly one was expected"
+        )
+        assert failure is not None
+        failure.shape_error = failure.summary
+    else:
+        text = tool_text if tool_text is not None else read.text
+        failure = None
+    if sink.failure is not None:
+        failure = _field_failure(text, sink.failure)
+    elif read.interrupted is not None:
+        failure = parse_failure(
+            text, f"the reply stopped before its end: {read.interrupted.reason}"
+        )
+    return StreamedReply(read, text, failure)
+
+
+def _field_failure(text: str, error: dict[str, Any]) -> CorrectionFailure:
+    """A completed field's failure as the reply's validation failure (cut where it stopped)."""
+    summary = f"1 validation error, first: {error_path(error['loc'])}: {error['msg']}"
+    plain = {k: v for k, v in error.items() if k != "ctx"}
+    try:
+        value = pydantic_core.from_json(text.strip(), allow_partial=True)
+    except ValueError:
+        value = None
+    failure = CorrectionFailure(summary, [plain], text=text, parsed=True, value=value)
+    failure.detailed = [error]
+    return failure
+
+
+def void(
+    reply: StreamedReply, job: Job, function: str, number: int, maximum: int, reason: str
+) -> Any:
+    """Tell the consumer that what it saw of this reply is void (a sub-flow): a `Reset`."""
+    if listening():
+        emit(make_event("reset", "self_correct", function, job, number, maximum, error=reason))
+        yield Emit(Reset("correction", number, reason, reply.read.aborted is not None))
+
+
+def final(value: Any, number: int) -> Any:
+    """Hand the validated value to the consumer, marked final (a sub-flow): a `Final`."""
+    if listening():
+        yield Emit(Final(value, number))

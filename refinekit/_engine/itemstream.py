@@ -1,0 +1,245 @@
+"""`fn.stream(...)`: a decorated call driven so that its flow's `Emit`s reach the caller.
+
+The two stream drivers run a flow as `run_sync` / `run_async` do (the budget checked before
+each command, the tracer's hooks, what the flow opened closed at its end), except that an
+`Emit` command's item is handed to the caller, and the flow resumes when the caller asks for
+the next item: nothing is read from the model ahead of the caller. When the flow returns, the
+decorator's `last(value)` gives the last item (`@self_correct`'s `Final`), if any.
+
+The caller gets an `ItemStream` (an iterator) or an `AsyncItemStream` (an async iterator).
+Each runs the call in a context of its own, copied when `fn.stream(...)` is called, so that the
+call's job, attempt and budget scope never leak into the caller's code between two items, and
+the call is cleaned up in its own context wherever the caller drops it. Closing it early
+(`close()` / `aclose()`, leaving a `with` block, `break` then garbage collection) closes the
+flow: the model's stream is closed at once, and the call ends without an error.
+
+The async stream runs the flow in one task of its own, started at the first item and handed
+each request for an item in turn; closing the stream (or cancelling the caller) cancels it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from . import budget as _budget
+from . import events as _hooks
+from .flow import OPENERS, Flow, _close_async, _close_sync
+from .streaming import Emit
+
+__all__ = ["AsyncItemStream", "ItemStream", "drive_async", "drive_sync"]
+
+I_co = TypeVar("I_co", covariant=True)
+
+Last = Callable[[Any], Any]
+"""The item a flow's return value gives the stream last (None: no item)."""
+
+
+def drive_sync(flow: Flow[Any], last: Last | None) -> Generator[Any, None, None]:
+    """Run `flow` blocking; yield each item it emits, then `last(value)` when there is one."""
+    tracing = _hooks.tracing
+    value: Any = None
+    error: Exception | None = None
+    opened: list[Any] = []
+    try:
+        while True:
+            try:
+                command = flow.send(value) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                item = None if last is None else last(stop.value)
+                if item is not None:
+                    yield item
+                return
+            error = None
+            if type(command) is Emit:
+                value = None
+                yield command.item
+                continue
+            try:
+                _budget.check()
+                value = command.run_sync() if tracing is None else tracing.run_sync(command)
+                if type(command) in OPENERS:
+                    opened.append(value)
+            except Exception as exc:
+                value, error = None, exc
+    finally:
+        flow.close()
+        if opened:
+            _close_sync(opened)
+
+
+async def drive_async(flow: Flow[Any], last: Last | None) -> AsyncGenerator[Any, None]:
+    """Run `flow` awaited; yield each item it emits, then `last(value)` when there is one."""
+    tracing = _hooks.tracing
+    value: Any = None
+    error: Exception | None = None
+    opened: list[Any] = []
+    try:
+        while True:
+            try:
+                command = flow.send(value) if error is None else flow.throw(error)
+            except StopIteration as stop:
+                item = None if last is None else last(stop.value)
+                if item is not None:
+                    yield item
+                return
+            error = None
+            if type(command) is Emit:
+                value = None
+                yield command.item
+                continue
+            try:
+                _budget.check()
+                if tracing is None:
+                    value = await command.run_async()
+                else:
+                    value = await tracing.run_async(command)
+                if type(command) in OPENERS:
+                    opened.append(value)
+            except Exception as exc:
+                value, error = None, exc
+    finally:
+        flow.close()
+        if opened:
+            await _close_async(opened)
+
+
+class ItemStream(Iterator[I_co], Generic[I_co]):
+    """The items of a decorated call as it runs: an iterator, closed early with `close()`.
+
+    A context manager too: leaving the block closes it (and the model's stream with it).
+    """
+
+    __slots__ = ("_context", "_items")
+
+    def __init__(self, items: Generator[Any, None, None]) -> None:
+        self._items = items
+        self._context = contextvars.copy_context()
+
+    def __iter__(self) -> ItemStream[I_co]:
+        return self
+
+    def __next__(self) -> I_co:
+        return self._context.run(next, self._items)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Stop the call: the model's stream is closed at once; no error is raised."""
+        self._context.run(self._items.close)
+
+    def __enter__(self) -> ItemStream[I_co]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+_ITEM, _END, _ERROR = 0, 1, 2
+
+
+class AsyncItemStream(AsyncIterator[I_co], Generic[I_co]):
+    """The items of an async decorated call as it runs: an async iterator; `aclose()` stops it.
+
+    An async context manager too: leaving the block closes it.
+    """
+
+    __slots__ = ("_context", "_done", "_items", "_requests", "_task")
+
+    def __init__(self, items: AsyncGenerator[Any, None]) -> None:
+        self._items = items
+        self._context = contextvars.copy_context()
+        self._task: asyncio.Task[None] | None = None
+        self._requests: asyncio.Queue[asyncio.Future[tuple[int, Any]]] | None = None
+        self._done = False
+
+    def __aiter__(self) -> AsyncItemStream[I_co]:
+        return self
+
+    async def _serve(self) -> None:
+        """The call's task: one item per request, until the flow ends."""
+        requests = self._requests
+        assert requests is not None
+        request: asyncio.Future[tuple[int, Any]] | None = None
+        try:
+            while True:
+                request = await requests.get()
+                try:
+                    item = await self._items.__anext__()
+                except StopAsyncIteration:
+                    request.set_result((_END, None))
+                    return
+                except Exception as exc:
+                    request.set_result((_ERROR, exc))
+                    return
+                request.set_result((_ITEM, item))
+                request = None
+        finally:
+            if request is not None and not request.done():
+                request.cancel()
+            await self._items.aclose()
+
+    async def __anext__(self) -> I_co:
+        if self._done:
+            raise StopAsyncIteration
+        loop = asyncio.get_running_loop()
+        if self._task is None:
+            self._requests = asyncio.Queue()
+            # The task runs in the stream's context (a copy of it on Python 3.10).
+            self._task = self._context.run(loop.create_task, self._serve())
+        assert self._requests is not None
+        request: asyncio.Future[tuple[int, Any]] = loop.create_future()
+        self._requests.put_nowait(request)
+        try:
+            kind, value = await request
+        except BaseException:
+            await self.aclose()
+            raise
+        if kind == _ITEM:
+            return value  # type: ignore[no-any-return]
+        self._done = True
+        with contextlib.suppress(BaseException):
+            await self._task
+        if kind == _END:
+            raise StopAsyncIteration
+        raise value
+
+    async def aclose(self) -> None:
+        """Stop the call: the model's stream is closed at once; no error is raised."""
+        self._done = True
+        task = self._task
+        if task is None:
+            await self._items.aclose()  # never started: nothing ran
+            return
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def __aenter__(self) -> AsyncItemStream[I_co]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        task = self._task
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception):  # its loop may be closed already
+                task.cancel()

@@ -1,0 +1,369 @@
+"""Streams inside the flows: the commands that read one, and the one sub-flow that reads it.
+
+A decorated function may return a stream (anything `refinekit._providers.streams.is_stream` or
+`is_async_stream` accepts: an `openai` or Anthropic stream, LiteLLM's wrapper, a LangChain
+iterator of chunks, a plain iterator of text). A decorator's flow reads it with `read_stream`,
+a sub-flow (`yield from`) written once for sync and async, on four commands:
+
+- `Open(stream)`: the stream's reader (`streams.read` on the sync side, `streams.aread` on the
+  async side); the drivers close it when the flow ends, however it ends (`flow.OPENERS`);
+- `Next(reader)`: its next `Delta`, or None at its end (`StreamInterrupted` when it broke);
+- `Close(reader)`: close it now, so that the server stops generating (an early abort);
+- `Emit(item)`: hand an item to the consumer of `fn.stream(...)`; the plain drivers
+  (`run_sync` / `run_async`) do nothing with it, the stream drivers (`itemstream`) yield it.
+
+`read_stream` hands each delta to a `Sink` (the decorator's: partial validation, a prefix
+rule, pass-through), which says what to emit and whether to abort; it counts the stream's usage
+in the job once, when the stream ends or is aborted (what the server reported; an estimate of
+characters / 4, said to be one, when it reported nothing), stops the stream when the job's
+budget runs out mid-way (`BudgetExceeded`, the stream closed first, its tokens counted), and
+emits one `stream` event (chunks, time to its first chunk, whether and why it was aborted).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeAlias
+
+from .._core.errors import MissingPrice, StreamInterrupted
+from .._core.types import Usage
+from .._providers import streams
+from .._providers.streams import Delta
+from . import budget as _budget
+from .events import emit, make_event, wants_debug_events
+from .flow import OPENERS, Flow
+from .job import Job, effective, in_use
+
+__all__ = [
+    "LISTENING",
+    "Close",
+    "Emit",
+    "Next",
+    "Open",
+    "Sink",
+    "StreamLike",
+    "StreamRead",
+    "SyncStreamLike",
+    "arguments_chars",
+    "is_streamed",
+    "listening",
+    "read_stream",
+]
+
+
+StreamLike: TypeAlias = (
+    "Iterator[Any] | AsyncIterator[Any] | AbstractContextManager[Any] | "
+    "AbstractAsyncContextManager[Any]"
+)
+"""A stream, for type checkers: an `openai` `Stream` / `AsyncStream` (iterators), an SDK's stream
+context manager (`client.messages.stream(...)`), a LangChain iterator, a plain (async)
+iterator of text."""
+
+SyncStreamLike: TypeAlias = "Iterator[Any] | AbstractContextManager[Any]"
+"""A stream a `def` function returns, for type checkers (see `StreamLike`)."""
+
+LISTENING: ContextVar[bool] = ContextVar("refinekit_stream_listening", default=False)
+"""Whether the flow runs under `fn.stream(...)`: its `Emit`s reach a consumer."""
+
+
+def listening() -> bool:
+    """Whether the current decorated call is consumed with `fn.stream(...)`."""
+    return LISTENING.get()
+
+
+def is_streamed(value: Any) -> bool:
+    """Whether a function's return value is a stream (sync or async) rather than a reply."""
+    return streams.is_stream(value) or streams.is_async_stream(value)
+
+
+def arguments_chars(args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
+    """The characters of a call's text arguments: its strings, and its messages' text.
+
+    What a streamed reply's prompt is estimated from (characters / 4) when the server reports
+    no usage (an aborted OpenAI stream never gets to its usage chunk): a lower bound, since the
+    function may add a system prompt or a template the decorator never sees.
+    """
+    total = 0
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, (list, tuple)) and all(isinstance(m, Mapping) for m in value):
+            total += _budget._request_chars({"messages": value})
+    return total
+
+
+class Emit:
+    """Hand `item` to the consumer of `fn.stream(...)`; nothing without one."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+
+    def run_sync(self) -> None:
+        return None
+
+    async def run_async(self) -> None:
+        return None
+
+
+class Open:
+    """The stream's reader: `streams.read` blocking, `streams.aread` awaited."""
+
+    __slots__ = ("function", "stream")
+
+    def __init__(self, stream: Any, function: str) -> None:
+        self.stream = stream
+        self.function = function
+
+    def run_sync(self) -> streams.Deltas:
+        if not streams.is_stream(self.stream) and streams.is_async_stream(self.stream):
+            raise TypeError(
+                f"{self.function} returned an async stream ({type(self.stream).__name__}) to a "
+                "sync refinekit decorator, which cannot read it: declare the function "
+                "`async def`, or return a sync stream"
+            )
+        return streams.read(self.stream)
+
+    async def run_async(self) -> streams.AsyncDeltas:
+        return streams.aread(self.stream)
+
+
+OPENERS.add(Open)
+
+
+class Next:
+    """The reader's next `Delta`; None at the end of the stream."""
+
+    __slots__ = ("reader",)
+
+    def __init__(self, reader: Any) -> None:
+        self.reader = reader
+
+    def run_sync(self) -> Delta | None:
+        return next(self.reader, None)
+
+    async def run_async(self) -> Delta | None:
+        try:
+            return await self.reader.__anext__()  # type: ignore[no-any-return]
+        except StopAsyncIteration:
+            return None
+
+
+class Close:
+    """Close the reader now (its HTTP response too: the server stops generating)."""
+
+    __slots__ = ("reader",)
+
+    def __init__(self, reader: Any) -> None:
+        self.reader = reader
+
+    def run_sync(self) -> None:
+        self.reader.close()
+
+    async def run_async(self) -> None:
+        await self.reader.aclose()
+
+
+class Sink(Protocol):
+    """What a decorator does with each delta of a stream it reads."""
+
+    def feed(self, delta: Delta) -> tuple[Sequence[Any], str | None]:
+        """The items to emit for `delta`, and why to abort the stream now (None: go on)."""
+        ...
+
+
+@dataclass
+class StreamRead:
+    """What reading one stream came to.
+
+    Attributes:
+        text: The text it streamed (what arrived before an abort or a break).
+        pieces: That text as it arrived, delta by delta (empty deltas left out).
+        tools: The tool calls it streamed, by index: `[name, arguments so far]`.
+        finish_reason: Why the model stopped, when the stream said (`"length"`: cut off).
+        usage: The usage counted in the job for it.
+        estimated: Whether `usage` is an estimate (characters / 4): the server reported none
+            (an aborted stream never gets to its usage).
+        model: The model, when a chunk named it.
+        chunks: The chunks read.
+        first_chunk: Seconds from opening the stream to its first chunk (None: none came).
+        aborted: Why it was closed before its end (None: it was read to its end or broke).
+        interrupted: How it broke before its end (the connection, a malformed chunk).
+    """
+
+    text: str = ""
+    pieces: list[str] = field(default_factory=list)
+    tools: dict[int, list[Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    estimated: bool = False
+    model: str | None = None
+    chunks: int = 0
+    first_chunk: float | None = None
+    aborted: str | None = None
+    interrupted: StreamInterrupted | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether the stream came to its own end (not aborted, not broken)."""
+        return self.aborted is None and self.interrupted is None
+
+    def tool_text(self) -> str | None:
+        """The arguments of its single tool call (what `@self_correct` parses); None: no call."""
+        if len(self.tools) != 1:
+            return None
+        return str(next(iter(self.tools.values()))[1])
+
+
+def _estimate(chars: int) -> int:
+    return _budget.estimate_tokens(chars)
+
+
+def _usage(read: StreamRead, reported: Usage | None, prompt_chars: int, chars: int) -> Usage:
+    """The stream's usage: the server's when the stream ended with it, else an estimate."""
+    if reported is not None and read.complete:
+        return Usage(1, reported.prompt_tokens, reported.completion_tokens)
+    read.estimated = True
+    prompt = reported.prompt_tokens if reported is not None and reported.prompt_tokens else 0
+    completion = reported.completion_tokens if reported is not None else 0
+    return Usage(1, prompt or _estimate(prompt_chars), max(completion, _estimate(chars)))
+
+
+def _over_budget(job: Job, running: Usage, model: str | None) -> bool:
+    """Whether the job's spending plus this stream's so far is over a token or cost limit."""
+    budget = effective(job)
+    if budget is None:
+        return False
+    tokens, _, cost = _budget.spent_of(job, budget)
+    if budget.max_tokens is not None and tokens + running.total_tokens > budget.max_tokens:
+        return True
+    if budget.max_cost is not None and budget.prices is not None and cost is not None:
+        try:
+            extra = budget.prices.cost(model, running.prompt_tokens, running.completion_tokens)
+        except MissingPrice:
+            return False  # the job's own check raises it when the usage is counted
+        return cost.total + extra > budget.max_cost
+    return False
+
+
+def read_stream(
+    stream: Any,
+    job: Job,
+    sink: Sink,
+    *,
+    decorator: str,
+    function: str,
+    number: int,
+    maximum: int,
+    prompt_chars: int = 0,
+    count: bool = True,
+) -> Flow[StreamRead]:
+    """Read `stream` to its end (or until `sink` aborts it); its usage counted in `job`.
+
+    Args:
+        stream: The function's stream.
+        job: The call's job.
+        sink: What to emit for each delta and when to abort.
+        decorator: The decorator's name, for the `stream` event.
+        function: The decorated function's name.
+        number: The attempt this stream is (for the event).
+        maximum: The most attempts there can be.
+        prompt_chars: The characters of the request's prompt, when known: the estimate of the
+            prompt's tokens when the server reports none.
+        count: Count its usage in the job (`@reviewed`'s mode "off" counts nothing).
+
+    Raises:
+        BudgetExceeded: The job's budget ran out mid-stream: the stream was closed first and
+            its tokens so far counted.
+    """
+    read = StreamRead()
+    reader = yield Open(stream, function)
+    opened = time.perf_counter()
+    parts: list[str] = []
+    tools = read.tools
+    chars = 0
+    reported: Usage | None = None
+    budgeted = count and in_use() and effective(job) is not None
+    stopped = False
+    while True:
+        try:
+            delta: Delta | None = yield Next(reader)
+        except StreamInterrupted as broken:
+            read.interrupted = broken
+            break
+        if delta is None:
+            break
+        if read.first_chunk is None:
+            read.first_chunk = time.perf_counter() - opened
+        if delta.text:
+            parts.append(delta.text)
+            chars += len(delta.text)
+        if delta.tool_name is not None or delta.tool_arguments:
+            call = tools.setdefault(delta.tool_index, [None, ""])
+            if delta.tool_name is not None:
+                call[0] = delta.tool_name
+            call[1] += delta.tool_arguments
+            chars += len(delta.tool_arguments)
+        if delta.usage is not None:
+            reported = delta.usage
+        if delta.finish_reason is not None:
+            read.finish_reason = delta.finish_reason
+        if delta.model:
+            read.model = delta.model
+        items, abort = sink.feed(delta)
+        for item in items:
+            yield Emit(item)
+        if abort is not None:
+            read.aborted = abort
+            yield Close(reader)
+            break
+        if budgeted:
+            running = Usage(
+                1,
+                reported.prompt_tokens if reported is not None else _estimate(prompt_chars),
+                max(reported.completion_tokens if reported is not None else 0, _estimate(chars)),
+            )
+            if _over_budget(job, running, read.model):
+                read.aborted = "budget"
+                stopped = True
+                yield Close(reader)
+                break
+    read.chunks = reader.chunks
+    read.text = "".join(parts)
+    read.pieces = parts
+    read.usage = _usage(read, reported, prompt_chars, chars)
+    if count:
+        job._add_usage(read.usage, model=read.model)
+    _event(read, job, decorator, function, number, maximum)
+    if stopped:
+        _budget.check()  # the job is over its budget now that the stream's tokens count
+    return read
+
+
+def _event(
+    read: StreamRead, job: Job, decorator: str, function: str, number: int, maximum: int
+) -> None:
+    why = read.aborted
+    if why is None and read.interrupted is not None:
+        why = f"interrupted: {read.interrupted.reason}"
+    if why is None and not wants_debug_events():
+        return
+    emit(
+        make_event(
+            "stream",
+            decorator,
+            function,
+            job,
+            number,
+            maximum,
+            chunks=read.chunks,
+            first_chunk=read.first_chunk,
+            aborted=why,
+            estimated=read.estimated,
+        )
+    )

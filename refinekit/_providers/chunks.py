@@ -1,0 +1,44 @@
+"""`Delta`: one piece of a streamed reply, whatever SDK streamed it (see `streams`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._core.types import Usage
+
+__all__ = ["Delta"]
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What one chunk of a streamed reply added (`refinekit._providers.streams` reads them).
+
+    Attributes:
+        text: The content text it adds ("" for none).
+        tool_arguments: The part of a tool call's arguments (JSON text) it adds ("" for none);
+            the call is `tool_index`'s.
+        usage: The reply's token usage so far, when the chunk reports it: each one replaces
+            the one before (SDKs that report usage in parts are added up by the reader), so
+            the last one read is the reply's. Its `model_calls` is 1.
+        finish_reason: Why the model stopped, when the chunk says (the last chunks do),
+            normalised as `replies.finish_reason_of` normalises a whole reply: `"length"` for a
+            reply cut off at its limit (Anthropic's `max_tokens`), `"stop"`, `"tool_calls"`.
+        model: The model name, when the chunk names it.
+        tool_name: The tool's name, on the delta that starts a tool call (None otherwise).
+        tool_index: Which of the reply's tool calls `tool_arguments` and `tool_name` belong
+            to: 0 for the first call the stream made, 1 for the second, ... (the SDK's own
+            index, which may count text blocks too, renumbered).
+        raw: The SDK's chunk (or event, or `str`) the delta was read from, as it came; not
+            compared. A chunk with parts of several tool calls gives one delta per call, all
+            with the same `raw`.
+    """
+
+    text: str = ""
+    tool_arguments: str = ""
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+    tool_name: str | None = None
+    tool_index: int = 0
+    raw: Any = field(default=None, compare=False, repr=False)
