@@ -54,7 +54,9 @@ class _FieldReader:
     def __init__(self, parser: Parser[Any], context: Mapping[str, Any] | None) -> None:
         schema = parser.schema
         model = isinstance(schema, type) and issubclass(schema, BaseModel)
-        self.reader = PartialReader(parser.adapter, context=context) if model else None
+        self.reader: PartialReader[Any] | None = (
+            PartialReader(parser.adapter, context=context) if model else None
+        )
         self.value: Any = None
 
     def feed(self, text: str) -> tuple[bool, list[dict[str, Any]]]:
