@@ -41,6 +41,7 @@ EventKind = Literal[
     "rejected",
     "judge_cache",
     "budget",
+    "grounding",
 ]
 """What happened:
 
@@ -66,6 +67,10 @@ EventKind = Literal[
   outside a job). Like `attempt` and `verdict`, it is logged at DEBUG only.
 - `budget`: the job's `refinekit.Budget` stopped the call: `BudgetExceeded` is raised, and
   `error` is its message (once per stop, from the innermost decorated call it left).
+- `grounding`: `response_format(..., source=...)` left a grounded field unconstrained
+  (`decorator` is "response_format", `function` the schema's name, `error` names the field
+  and why: no source text, no candidate, over a cap); the validator checks it afterwards.
+  `job_id` is the job it was called in, or "" outside one.
 """
 
 
@@ -75,7 +80,8 @@ class Event:
 
     Attributes:
         kind: What happened (see `EventKind`).
-        decorator: `retry_on_low_quality`, `self_correct`, `guarded` or `reviewed`.
+        decorator: `retry_on_low_quality`, `self_correct`, `guarded` or `reviewed` (`judge`
+            for `judge_cache`, `response_format` for `grounding`).
         function: The qualified name of the decorated function.
         job_id: The id of the job the call belongs to.
         attempt: The attempt number (for `correction`: the number of the correction).
@@ -357,6 +363,9 @@ def _log_event(event: Event) -> None:
     elif event.kind == "budget":
         if logger.isEnabledFor(logging.WARNING):
             logger.warning("%s: %s", event.function, _clip(event.error))
+    elif event.kind == "grounding":
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s: grounded decoding: %s", event.function, _clip(event.error))
     elif event.kind == "exhausted":
         if logger.isEnabledFor(logging.WARNING):
             logger.warning(
