@@ -38,6 +38,7 @@ __all__ = [
     "closest_span",
     "grounded_json_schema",
     "grounded_nodes",
+    "grounded_paths",
     "in_source",
     "node_kind",
     "provenance",
@@ -342,9 +343,27 @@ def provenance(value: Any, *, source: str | Mapping[str, Any]) -> tuple[ValueEvi
     adapter: TypeAdapter[Any] = TypeAdapter(kind)
     schema = grounded_json_schema(kind)
     dumped = adapter.dump_python(value, by_alias=True)
-    found: list[ValueEvidence] = []
-    _walk(schema, schema.get("$defs", {}), schema, dumped, (), texts, found)
-    return tuple(found)
+    return tuple(
+        _evidence(item, path, node, texts) for path, node, item in _grounded(schema, dumped)
+    )
+
+
+def grounded_paths(schema: Mapping[str, Any], value: Any) -> list[tuple[str | int, ...]]:
+    """The places of a value (a reply's JSON, say) that a marked schema's grounded nodes hold.
+
+    Args:
+        schema: A schema from `grounded_json_schema`.
+        value: A value of that schema's shape (JSON as Python reads it, or a dump).
+    """
+    return [path for path, _, _ in _grounded(schema, value)]
+
+
+def _grounded(
+    schema: Mapping[str, Any], value: Any
+) -> list[tuple[tuple[str | int, ...], Mapping[str, Any], Any]]:
+    found: list[tuple[tuple[str | int, ...], Mapping[str, Any], Any]] = []
+    _walk(schema.get("$defs", {}), schema, value, (), found)
+    return found
 
 
 def _resolve(node: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -356,42 +375,40 @@ def _resolve(node: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[str, A
 
 
 def _walk(
-    root: Mapping[str, Any],
     defs: Mapping[str, Any],
     node: Mapping[str, Any],
     value: Any,
     path: tuple[str | int, ...],
-    texts: Mapping[str, str],
-    found: list[ValueEvidence],
+    found: list[tuple[tuple[str | int, ...], Mapping[str, Any], Any]],
     depth: int = 0,
 ) -> None:
     if depth > 64 or value is None:
         return
     node = _resolve(node, defs)
     if MARK in node:
-        found.append(_evidence(value, path, node, texts))
+        found.append((path, node, value))
         return
     for option in node.get("anyOf", ()) or node.get("oneOf", ()):
         if isinstance(option, Mapping) and _fits(_resolve(option, defs), value):
-            _walk(root, defs, option, value, path, texts, found, depth + 1)
+            _walk(defs, option, value, path, found, depth + 1)
             return
     if isinstance(value, Mapping):
         properties = node.get("properties", {})
         for key, sub in properties.items():
             if key in value:
-                _walk(root, defs, sub, value[key], (*path, key), texts, found, depth + 1)
+                _walk(defs, sub, value[key], (*path, key), found, depth + 1)
         extra = node.get("additionalProperties")
         if isinstance(extra, Mapping):
             for key, item in value.items():
                 if key not in properties:
-                    _walk(root, defs, extra, item, (*path, key), texts, found, depth + 1)
+                    _walk(defs, extra, item, (*path, key), found, depth + 1)
     elif isinstance(value, list):
         items = node.get("items")
         prefix = node.get("prefixItems")
         for i, item in enumerate(value):
             sub = prefix[i] if isinstance(prefix, list) and i < len(prefix) else items
             if isinstance(sub, Mapping):
-                _walk(root, defs, sub, item, (*path, i), texts, found, depth + 1)
+                _walk(defs, sub, item, (*path, i), found, depth + 1)
 
 
 def _fits(node: Mapping[str, Any], value: Any) -> bool:
