@@ -23,6 +23,7 @@ __all__ = [
     "candidate_spans",
     "locate",
     "locate_number",
+    "locate_word_number",
     "normal",
     "number_value",
     "numbers",
@@ -167,6 +168,24 @@ def locate_number(value: Decimal, text: str, *, percent: bool | None = None) -> 
     for place, (number, is_percent) in numbers(text[:MAX_SOURCE_CHARS]):
         if number == value and (percent is None or percent == is_percent):
             return place
+    return None
+
+
+def locate_word_number(value: Decimal, text: str, *, percent: bool | None = None) -> Found | None:
+    """Where a number of `value` is first written as a word in `text` ("two", "twenty %").
+
+    The words are those of `word_numbers`: zero to twenty, the tens, hundred and thousand.
+
+    Args:
+        value: The number, normalised (`number_value`).
+        text: The text.
+        percent: Only a percentage (True), only a plain number (False), or either (None).
+    """
+    for match in _WORD_NUMBER.finditer(text[:MAX_SOURCE_CHARS]):
+        number = Decimal(_WORDS[match.group(1).lower()]).normalize()
+        is_percent = match.group(2) is not None
+        if number == value and (percent is None or percent == is_percent):
+            return Found(match.start(), match.end(), match.group(0))
     return None
 
 
