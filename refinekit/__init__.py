@@ -34,6 +34,7 @@ from ._core.types import (
     EvaluationRequest,
     ToolCall,
     Usage,
+    ValueEvidence,
     Verdict,
     VerdictStatus,
 )
@@ -46,13 +47,14 @@ from ._decorators.revisers import RevisionRequest
 from ._decorators.tools import tool
 from ._engine.evaluators import AsyncEvaluator, Evaluator, EvaluatorLike, all_of, any_of, weighted
 from ._engine.events import Event, EventKind, Subscription, subscribe
+from ._engine.grounded import response_format
 from ._engine.job import Job, current_attempt, current_job, job, record_context, record_usage
 from ._engine.outcome import Outcome
 from ._engine.prices import Budget, Prices
 from ._structure.corrections import CorrectionRequest
 from ._structure.diagnose import FailureKind, ReplyProblem
-from ._structure.formats import Dialect, response_format
-from ._structure.grounding import InSource, in_source
+from ._structure.formats import Dialect
+from ._structure.grounding import InSource, in_source, provenance
 from ._structure.template import schema_prompt
 
 __all__ = [
@@ -98,6 +100,7 @@ __all__ = [
     "ToolCall",
     "ToolCallChunk",
     "Usage",
+    "ValueEvidence",
     "Verdict",
     "VerdictStatus",
     "all_of",
@@ -109,6 +112,7 @@ __all__ = [
     "guarded",
     "in_source",
     "job",
+    "provenance",
     "record_context",
     "record_usage",
     "response_format",

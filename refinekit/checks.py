@@ -37,6 +37,7 @@ __all__ = [
     "max_length",
     "not_empty",
     "numbers_supported",
+    "values_supported",
     "weighted",
 ]
 
@@ -473,3 +474,63 @@ def numbers_supported() -> Check:
         return _verdict(not unsupported, feedback, score=score, unsupported=unsupported)
 
     return Check("numbers_supported", rule)
+
+
+# --- values_supported: every value the answer states, found in a context document ------------
+
+
+_WRITTEN_NUMBER = re.compile(r"-?[\d.,]+(?:\s?(?:%|per\s?cent|percent))?", re.IGNORECASE)
+
+
+def _shown_value(value: str, path: str) -> str:
+    """A stated value for the feedback: a number as written, a name quoted, with its field."""
+    shown = value if _WRITTEN_NUMBER.fullmatch(value) else repr(value)
+    return f"{shown} ({path})" if path else shown
+
+
+def values_supported() -> Check:
+    """Every value the answer states (a number, a quoted name) is in a context document.
+
+    The values are those `refinekit.evidence.stated_values(request)` reads: in a prose
+    answer, each number written in digits and each quoted name (`"Acme Ltd"`, `'Acme Ltd'`,
+    curly quotes, guillemets); in a JSON answer (an object or an array), every string and
+    number at its field path. Each is looked up as grounding compares (`InSource`): a string
+    case- and space-blind, a number by value (`12.5` is in `12.50 EUR`), a percentage only by
+    a percentage, and in prose a number written as a word in a document counts ("two hours"
+    supports 2). What counts as support: the context documents, the results of tool calls
+    that succeeded, and the question. An answer that states no value passes.
+
+    Where `numbers_supported()` checks figures only, this check also refuses a name the
+    documents never state (`"Globex Corp"` in an answer built on a document about Acme).
+
+    The score is the share of stated values that are supported; the feedback names the
+    others, as the answer wrote them: `Use only values from the context: 'Globex Corp' and
+    14 are not in it.` (a JSON answer's value with its field: `'USD' (currency)`).
+    `metadata["unsupported"]` lists them as written, `metadata["values"]` holds one evidence
+    record (`ValueEvidence.model_dump()`: path, value, and the span `text`, `start`, `end`
+    and `source` of the document that states it, or None) per stated value.
+
+    Returns:
+        The check.
+    """
+    # imported here, not at the top, to keep this block self-contained
+    from .evidence import stated_values
+
+    def rule(request: EvaluationRequest) -> Verdict:
+        records = stated_values(request)
+        missing = [r for r in records if not r.found]
+        shown = list(dict.fromkeys(_shown_value(r.value, r.path) for r in missing))
+        verb = "is" if len(shown) == 1 else "are"
+        feedback = (
+            f"Use only values from the context: {_and(shown)} {verb} not in it." if shown else ""
+        )
+        score = (len(records) - len(missing)) / len(records) if records else 1.0
+        return _verdict(
+            not missing,
+            feedback,
+            score=score,
+            unsupported=[r.value for r in missing],
+            values=[r.model_dump() for r in records],
+        )
+
+    return Check("values_supported", rule)

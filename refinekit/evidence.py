@@ -26,15 +26,26 @@ judge model is called. See docs/evidence.md.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from pydantic import field_validator
 
-from ._core.types import ContextDocument, EvaluationRequest, ToolCall, Verdict
+from ._core.errtext import error_path
+from ._core.types import ContextDocument, EvaluationRequest, ToolCall, ValueEvidence, Verdict
+from ._structure.spans import (
+    Found,
+    locate,
+    locate_number,
+    locate_word_number,
+    number_value,
+    numbers,
+)
 
-__all__ = ["JudgingState", "called", "from_messages"]
+__all__ = ["JudgingState", "called", "from_messages", "stated_values"]
 
 DEFAULT_MAX_CHARS = 20_000
 """The default `max_chars` of `from_messages`."""
@@ -407,3 +418,165 @@ def called(tool_name: str, *, ok: bool = True) -> Callable[[EvaluationRequest], 
 
     check.__name__ = check.__qualname__ = f"called({tool_name!r})"
     return check
+
+
+# --- the values an answer states, and where the context states them ---------------------------
+
+_QUOTED = re.compile(
+    r'"([^"\n]{1,120})"'  # "Acme Ltd"
+    r"|(?<!\w)'([^'\n]{1,120})'(?!\w)"  # 'Acme Ltd', not the apostrophe of "don't"
+    r"|\u201c([^\u201d\n]{1,120})\u201d"  # curly double quotes
+    r"|\u2018([^\u2019\n]{1,120})\u2019"  # curly single quotes
+    r"|\u00ab\s?([^\u00bb\n]{1,120}?)\s?\u00bb"  # guillemets
+)
+_MAX_JSON_VALUES = 500
+"""The most values of a JSON answer that are read (the rest are not stated values)."""
+
+
+@dataclass(frozen=True)
+class _Stated:
+    path: str
+    written: str
+    number: Decimal | None
+    percent: bool | None
+
+
+def _json_values(answer: str) -> list[_Stated] | None:
+    """Each string and number of a JSON answer (an object or an array), or None for prose."""
+    text = answer.strip()
+    if not text or text[0] not in "{[":
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    found: list[_Stated] = []
+
+    def visit(item: Any, path: tuple[str | int, ...], depth: int) -> None:
+        if depth > 32 or len(found) >= _MAX_JSON_VALUES:
+            return
+        if isinstance(item, dict):
+            for key, value in item.items():
+                visit(value, (*path, str(key)), depth + 1)
+        elif isinstance(item, list):
+            for i, value in enumerate(item):
+                visit(value, (*path, i), depth + 1)
+        elif isinstance(item, str):
+            if item.strip():
+                found.append(_Stated(error_path(path), item, None, None))
+        elif (number := number_value(item)) is not None:
+            found.append(_Stated(error_path(path), json.dumps(item), number, None))
+
+    visit(data, (), 0)
+    return found
+
+
+def _prose_values(answer: str) -> list[_Stated]:
+    """The numbers a prose answer writes in digits and the names it quotes, first seen first."""
+    found: list[tuple[int, _Stated]] = []
+    for place, (value, percent) in numbers(answer):
+        found.append((place.start, _Stated("", place.text, value, percent)))
+    for match in _QUOTED.finditer(answer):
+        quoted = next(g for g in match.groups() if g is not None).strip()
+        if any(c.isalnum() for c in quoted):
+            found.append((match.start(), _Stated("", quoted, None, None)))
+    found.sort(key=lambda pair: pair[0])
+    seen: set[tuple[Decimal | None, bool | None, str]] = set()
+    unique = []
+    for _, stated in found:
+        key: tuple[Decimal | None, bool | None, str]
+        if stated.number is not None:
+            key = (stated.number, stated.percent, "")
+        else:
+            key = (None, None, " ".join(stated.written.split()).casefold())
+        if key not in seen:
+            seen.add(key)
+            unique.append(stated)
+    return unique
+
+
+def _documents(request: EvaluationRequest) -> list[tuple[str, str]]:
+    """The texts an answer's values may come from, each with its name (`ValueEvidence.source`)."""
+    named = [(d.source or f"context[{i}]", d.text) for i, d in enumerate(request.context)]
+    held = {text for _, text in named}
+    for j, call in enumerate(request.tool_calls):
+        if call.ok and call.result is not None and call.result not in held:
+            named.append((f"tool_calls[{j}]", call.result))
+    if request.question:
+        named.append(("question", request.question))
+    return named
+
+
+def _where(stated: _Stated, text: str, words: bool) -> Found | None:
+    if stated.number is None:
+        return locate(stated.written, text)
+    place = locate_number(stated.number, text, percent=stated.percent)
+    if place is None and words:
+        place = locate_word_number(stated.number, text, percent=stated.percent)
+    return place
+
+
+def stated_values(request: EvaluationRequest) -> tuple[ValueEvidence, ...]:
+    """The values an answer states, each with where the context states it: a value-level record.
+
+    What a judge (or a code criterion, `judges.Criterion(name, function)`) can read to see
+    whether each value of an answer has a source, and which. The values an answer states:
+
+    - a JSON answer (an object or an array): every string and number in it, at its field
+      path (`vendor`, `lines[0].sku`; the first 500);
+    - a prose answer: every number written in digits (`12.50`, `1,020`, `15%`; not part of
+      a word or a code such as `FA00731`) and every quoted name (in straight or curly double
+      or single quotes, or guillemets: `"Acme Ltd"`, `'Acme Ltd'`), path "", each value
+      once; a citation of a context document's source (`[policies/warranty-1.md]`) states
+      no value.
+
+    Each is looked up as grounding compares (`InSource`, `refinekit.provenance`): a string
+    case- and space-blind, at word boundaries when it can be; a number by value (`12.5` is
+    stated by `12.50 EUR`), a percentage only by a percentage. A prose answer's number is
+    also stated by the same number written as a word in a document ("two hours" states 2).
+    The texts, in this order: the context documents (`source`: the document's source, or
+    its position `context[2]` when it has none), the results of tool calls that succeeded
+    and are not already a document (`tool_calls[1]`), and the question (`question`: an
+    answer may repeat the order number it was asked about). The first text that states the
+    value gives its span: `text[start:end]` of that document is `text`. A value no text
+    states has `text`, `start`, `end` and `source` None (`found` is False). Only the first
+    20,000 characters of each text are read.
+
+    Args:
+        request: The answer and its context (an `EvaluationRequest`, or a `JudgingState`).
+
+    Returns:
+        One `ValueEvidence` per stated value, in the order the answer states them.
+
+    Raises:
+        TypeError: `request` is not an `EvaluationRequest`.
+    """
+    if not isinstance(request, EvaluationRequest):
+        raise TypeError(f"stated_values() takes an EvaluationRequest, not {type(request).__name__}")
+    from_json = _json_values(request.answer)
+    if from_json is not None:
+        values = from_json
+    else:
+        # a citation of a document's source is no stated value (`warranty-1.md` holds no 1)
+        prose = request.answer
+        for source in sorted({d.source for d in request.context if d.source}, key=len)[::-1]:
+            prose = prose.replace(source, " " * len(source))
+        values = _prose_values(prose)
+    documents = _documents(request)
+    records = []
+    for stated in values:
+        record = ValueEvidence(path=stated.path, value=stated.written)
+        for name, text in documents:
+            place = _where(stated, text, words=from_json is None)
+            if place is not None:
+                record = ValueEvidence(
+                    path=stated.path,
+                    value=stated.written,
+                    text=place.text,
+                    start=place.start,
+                    end=place.end,
+                    source=name,
+                )
+                break
+        records.append(record)
+    return tuple(records)

@@ -6,6 +6,11 @@ itself with `--signal` (SIGSEGV: what a llama.cpp build crashing in its CPU kern
 before answering. `--crash-on 0` never crashes. It writes its pid to `--pid-file`.
 
     python tests/fake_llama_server.py --port 8080 --crash-on 1 --pid-file /tmp/pid
+
+With `--script FILE` (a JSON list of `{"contains": [...], "last": "...", "reply": "..."}`) a
+completion replies with the first rule whose `contains` texts all appear in the request's
+messages and whose `last` (optional) appears in its last message; "Hello" when none does.
+With `--requests FILE` each completion request's JSON body is appended to FILE, one a line.
 """
 
 from __future__ import annotations
@@ -28,12 +33,31 @@ def main() -> None:
     parser.add_argument("--crash-on", type=int, default=1)
     parser.add_argument("--signal", default="SIGSEGV")
     parser.add_argument("--pid-file")
+    parser.add_argument("--script")
+    parser.add_argument("--requests")
     args = parser.parse_args()
+    rules: list[dict[str, Any]] = []
+    if args.script:
+        with open(args.script) as f:
+            rules = json.load(f)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash leaves no core file
     if args.pid_file:
         with open(args.pid_file, "w") as f:
             f.write(str(os.getpid()))
     posts = 0
+
+    def reply_to(body: bytes) -> str:
+        try:
+            messages = json.loads(body).get("messages") or []
+        except ValueError:
+            messages = []
+        texts = [str(m.get("content") or "") for m in messages]
+        every = "\n".join(texts)
+        last = texts[-1] if texts else ""
+        for rule in rules:
+            if all(t in every for t in rule.get("contains", ())) and rule.get("last", "") in last:
+                return str(rule["reply"])
+        return "Hello"
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *log_args: Any) -> None:
@@ -52,12 +76,15 @@ def main() -> None:
 
         def do_POST(self) -> None:
             nonlocal posts
-            self.rfile.read(int(self.headers.get("content-length") or 0))
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
             posts += 1
+            if args.requests:
+                with open(args.requests, "a") as f:
+                    f.write(body.decode() + "\n")
             if posts == args.crash_on:
                 print("ggml_vec_dot: crashing now (stand-in)", file=sys.stderr, flush=True)
                 os.kill(os.getpid(), getattr(signal, args.signal))
-            message = {"role": "assistant", "content": "Hello"}
+            message = {"role": "assistant", "content": reply_to(body)}
             usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
             self.send(
                 {

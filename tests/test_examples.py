@@ -172,6 +172,17 @@ EXPECTED = {
         'unsafe answer: ["Sorry, I can\'t share that."]',
         "closed early: True",
     ],
+    "grounded_values.py": [
+        'correction template: {"number": "INV-7", "vendor": "Acme Audio Ltd", "total": 12.5, '
+        '"currency": "<EUR or USD>"}',
+        "caller got: Invoice(number='INV-7', vendor='Acme Audio Ltd', total=Decimal('12.5'), "
+        "currency='EUR')",
+        "  vendor = 'Acme Audio Ltd': 'ACME  Audio Ltd' at 19-34",
+        "  total = '12.5': '12.50' at 61-66",
+        "'\"Acme Audio Ltd\" asks 12.50 EUR.': passed",
+        "'\"Globex Corp\" asks 12.50 EUR.': refused: Use only values from the context: "
+        "'Globex Corp' is not in it.",
+    ],
     "guarded_example.py": [
         "caller got: Refunds are accepted within 30 days (policies/refunds.md).",
         "blocked: output blocked by screen 'no_card_numbers'",

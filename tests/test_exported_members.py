@@ -64,6 +64,7 @@ PUBLIC = {
     "ToolCall",
     "ToolCallChunk",
     "Usage",
+    "ValueEvidence",
     "Verdict",
     "VerdictStatus",
     "all_of",
@@ -75,6 +76,7 @@ PUBLIC = {
     "guarded",
     "in_source",
     "job",
+    "provenance",
     "record_context",
     "record_usage",
     "response_format",
@@ -115,6 +117,7 @@ def test_checks_names() -> None:
         "max_length",
         "not_empty",
         "numbers_supported",
+        "values_supported",
         "weighted",
     }
 
@@ -157,7 +160,12 @@ def test_judges_names() -> None:
 
 
 def test_evidence_names() -> None:
-    assert set(refinekit.evidence.__all__) == {"JudgingState", "called", "from_messages"}
+    assert set(refinekit.evidence.__all__) == {
+        "JudgingState",
+        "called",
+        "from_messages",
+        "stated_values",
+    }
     for name in refinekit.evidence.__all__:
         assert getattr(refinekit.evidence, name).__doc__, name
     assert issubclass(refinekit.evidence.JudgingState, refinekit.EvaluationRequest)

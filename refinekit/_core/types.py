@@ -21,6 +21,7 @@ __all__ = [
     "Outcome",
     "ToolCall",
     "Usage",
+    "ValueEvidence",
     "Verdict",
     "VerdictStatus",
 ]
@@ -140,6 +141,41 @@ class EvaluationRequest(BaseModel):
     tool_calls: tuple[ToolCall, ...] = ()
     trace_issues: tuple[str, ...] = ()
     max_chars: int | None = None
+
+
+class ValueEvidence(BaseModel):
+    """Where one value of an answer came from: the span of a source text that states it.
+
+    `refinekit.provenance(value, source=...)` gives one for each grounded field of a validated
+    object (offsets into the source text); `refinekit.evidence.stated_values(request)` and
+    `checks.values_supported()` give one for each value an answer states (offsets into the
+    context document that holds it).
+
+    Attributes:
+        path: Where the value is in the answer: a field path (`vendor`, `lines[0].sku`), or
+            "" for a value stated in prose.
+        value: The value as the answer states it (a number as JSON writes it).
+        text: The span of the source that states it, as written there; None when no source
+            does.
+        start: Where `text` starts in the source (`source_text[start:end] == text`).
+        end: Where it ends.
+        source: Which source: the validation context's key (`"source"`), or the context
+            document's `source` (its position, `"context[2]"`, when it has none).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    value: str
+    text: str | None = None
+    start: int | None = None
+    end: int | None = None
+    source: str | None = None
+
+    @property
+    def found(self) -> bool:
+        """Whether a source states the value."""
+        return self.text is not None
 
 
 class CriterionResult(BaseModel):

@@ -211,6 +211,7 @@ def _diagnosis(
         unrepaired=failure.summary if unrepaired else None,
         detail=None if failure.parsed else failure.summary,
         context=context,
+        grounded=parser.grounded,
     )
 
 
@@ -446,7 +447,11 @@ def self_correct(
     or validate, while the job's budget lasts, costs a correction: the function is called
     again with the original conversation plus one correction turn, a user message marked as an
     automated check that says what was wrong field by field and shows the expected reply as a
-    JSON instance to fill in, keeping the values the reply got right. Earlier failed replies
+    JSON instance to fill in. The instance keeps a value of the failed reply only when nothing
+    implicates it: a field an error is about, a field a validator's message names, and (when
+    the validation context holds the source text) a value the source does not hold are
+    placeholders, and an error of the whole reply that names no field keeps no value at all
+    (docs/self_correct.md). Earlier failed replies
     and corrections are not resent, and the JSON schema is never repeated. The caller's list is
     never mutated. Exceptions the function raises (timeouts, HTTP errors) propagate and cost no
     correction.

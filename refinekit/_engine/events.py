@@ -43,6 +43,7 @@ EventKind = Literal[
     "budget",
     "stream",
     "reset",
+    "grounding",
 ]
 """What happened:
 
@@ -74,6 +75,10 @@ EventKind = Literal[
   at INFO when it was aborted or broke, else at DEBUG only (and only built for a hook).
 - `reset`: the consumer of `fn.stream(...)` was told that what it got is void (a
   `refinekit.Reset`); `error` says why, `attempt` is the voided attempt.
+- `grounding`: `response_format(..., source=...)` left a grounded field unconstrained
+  (`decorator` is "response_format", `function` the schema's name, `error` names the field
+  and why: no source text, no candidate, over a cap); the validator checks it afterwards.
+  `job_id` is the job it was called in, or "" outside one.
 """
 
 
@@ -83,7 +88,8 @@ class Event:
 
     Attributes:
         kind: What happened (see `EventKind`).
-        decorator: `retry_on_low_quality`, `self_correct`, `guarded` or `reviewed`.
+        decorator: `retry_on_low_quality`, `self_correct`, `guarded` or `reviewed` (`judge`
+            for `judge_cache`, `response_format` for `grounding`).
         function: The qualified name of the decorated function.
         job_id: The id of the job the call belongs to.
         attempt: The attempt number (for `correction`: the number of the correction).
@@ -377,6 +383,9 @@ def _log_event(event: Event) -> None:
     elif event.kind == "budget":
         if logger.isEnabledFor(logging.WARNING):
             logger.warning("%s: %s", event.function, _clip(event.error))
+    elif event.kind == "grounding":
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s: grounded decoding: %s", event.function, _clip(event.error))
     elif event.kind == "exhausted":
         if logger.isEnabledFor(logging.WARNING):
             logger.warning(

@@ -33,7 +33,9 @@ class CorrectionRequest:
         json_schema: Its JSON schema, for a builder that wants to show it (the default does
             not: small models copy it back), or None when pydantic cannot write one.
         template: The expected reply as a JSON instance with `<...>` placeholders, keeping the
-            failed reply's valid values, or None when the type has no JSON schema.
+            failed reply's values that nothing implicates (no error is about them, no
+            validator's message names them, the source text holds them), or None when the
+            type has no JSON schema.
         messages: The conversation the call started from (copies; never the caller's objects).
     """
 
@@ -67,7 +69,7 @@ def default_correction(request: CorrectionRequest) -> str:
 
     The turn starts with `CHECK_MARKER`, lists each problem on its own line (`Use "total", not
     "amount_paid".`), and ends with the expected reply as a JSON instance to fill in, which keeps
-    the values the failed reply got right::
+    the failed reply's values that nothing implicates::
 
         [Automated format check, not a message from the user]
         Use "total", not "amount_paid".

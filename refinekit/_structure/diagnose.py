@@ -3,20 +3,27 @@
 `diagnose` names the kind of failure (cut off, the schema echoed back, no JSON, JSON that does
 not validate, a placeholder copied from the template, ...), lists the problems field by field
 ("use "total", not "amount_paid"", ""currency": got "Euro"; it should be ..."), and says which
-of the reply's values were valid, so the correction's template can keep them.
+of the reply's values nothing implicates, so the correction's template keeps those and no
+other: a value is implicated by an error at its place, by a validator's message that names
+its field ("total must equal subtotal + tax" implicates all three), or, when a source text is
+known, by not appearing in it. A reply-level error that names no field implicates every value.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core.core_schema import ErrorType
 
 from .._core.errtext import error_path, short_value
+from .grounding import MARK, grounded_nodes, grounded_paths
+from .spans import locate, locate_number, number_value
 from .template import Template
 
 __all__ = ["Diagnosis", "FailureKind", "ReplyProblem", "diagnose", "recover_object"]
@@ -59,6 +66,11 @@ _ROOT_TYPE_ERRORS = frozenset(
     }
 )
 _SCHEMA_WORDS = frozenset({"properties", "$defs", "$schema", "required", "additionalProperties"})
+_BUILTIN_ERRORS = frozenset(get_args(ErrorType)) - {"value_error", "assertion_error"}
+"""pydantic's own error types, whose messages never name a field; the others (a validator's
+`ValueError` or assertion, a `PydanticCustomError` of its own) may."""
+_OWN_ERRORS = frozenset({"not_in_source", "placeholder"})
+"""refinekit's own error types: their messages quote values, never name fields."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +255,97 @@ def _fits(node: Mapping[str, Any], value: Any) -> bool:
     return False
 
 
+def _named(template: Template | None, error: Mapping[str, Any]) -> list[str]:
+    """The top-level fields a validator's own message names (none for pydantic's messages)."""
+    if template is None or error.get("type") in _BUILTIN_ERRORS | _OWN_ERRORS:
+        return []
+    message = str(error.get("msg", ""))
+    given = error.get("input")
+    if isinstance(given, str) and len(given) >= 3:
+        message = message.replace(given, " ")  # a quoted value is no field's name
+    named = []
+    for key in template.field_names():
+        words = {key, key.replace("_", " ")}
+        if any(re.search(rf"(?<![\w]){re.escape(w)}(?![\w])", message, re.I) for w in words):
+            named.append(key)
+    return named
+
+
+def _implicated(
+    template: Template | None, value: Any, errors: Sequence[Mapping[str, Any]]
+) -> list[tuple[str | int, ...]] | None:
+    """The fields the errors' messages name, beyond their own places; None: every field.
+
+    None when an error of the whole reply (no `loc`: a model validator) names no field, so
+    nothing in the reply can be told apart from the values it objects to.
+    """
+    found: list[tuple[str | int, ...]] = []
+    for e in errors:
+        named = _named(template, e)
+        reply_level = not e.get("loc") and e.get("type") not in _BUILTIN_ERRORS
+        if reply_level and not named and isinstance(value, Mapping):
+            return None
+        found.extend((key,) for key in named)
+    return found
+
+
+def _conflict(message: str, names: Sequence[str], value: Any) -> str:
+    """A validator's message, with the values of the fields it names when it does not show them."""
+    if not isinstance(value, Mapping):
+        return message
+    shown = [(n, short_value(value[n])) for n in names if n in value]
+    if not shown or all(text in message for _, text in shown):
+        return message
+    listed = [f"{n} {text}" for n, text in shown]
+    joined = listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " and " + listed[-1]
+    return f"{message} (the reply had {joined})"
+
+
+def _source_conflicts(
+    value: Any,
+    context: Mapping[str, Any] | None,
+    grounded: Mapping[str, Any] | None,
+    bad: Sequence[tuple[str | int, ...]],
+) -> list[tuple[str | int, ...]]:
+    """The places of the reply's values that appear in none of the context's source texts.
+
+    The texts are the context's strings under "source" and under the keys of the schema's
+    grounded fields; without one, nothing conflicts. A grounded field's value was checked by
+    its validator (with its aliases), and a place already refused is skipped; booleans and
+    nulls never conflict.
+    """
+    if not isinstance(context, Mapping):
+        return []
+    keys = {"source"} | {str(n[MARK]) for n in grounded_nodes(grounded or {})}
+    texts = [t for k in keys if isinstance(t := context.get(k), str)]
+    if not texts:
+        return []
+    checked = set(grounded_paths(grounded, value)) if grounded else set()
+    conflicts: list[tuple[str | int, ...]] = []
+
+    def visit(item: Any, path: tuple[str | int, ...], depth: int) -> None:
+        if depth > 32 or path in checked or any(b == path[: len(b)] and b for b in bad):
+            return
+        if isinstance(item, Mapping):
+            for k, v in item.items():
+                visit(v, (*path, str(k)), depth + 1)
+        elif isinstance(item, list):
+            for i, v in enumerate(item):
+                visit(v, (*path, i), depth + 1)
+        elif isinstance(item, str) and path:
+            if item.strip() and all(locate(item, t) is None for t in texts):
+                conflicts.append(path)
+        elif (
+            path
+            and (number := number_value(item)) is not None
+            and all(locate_number(number, t) is None for t in texts)
+        ):
+            conflicts.append(path)
+
+    visit(value, (), 0)
+    return conflicts
+
+
 def _validation_problems(
     template: Template | None, value: Any, errors: Sequence[Mapping[str, Any]]
 ) -> list[ReplyProblem]:
@@ -275,7 +378,7 @@ def _validation_problems(
             message = f"the reply should be {_root_words(template)}, not {_json_kind(value)}"
         elif not loc:
             message = (
-                _said(e)
+                _conflict(_said(e), _named(template, e), value)
                 if isinstance(e.get("input"), (Mapping, list))
                 else (f"the reply: got {short_value(e.get('input'))}; {_said(e)}")
             )
@@ -300,6 +403,9 @@ def _validation_problems(
             message = f'"{path}": got {short_value(e.get("input"))}; use one of the choices shown'
         else:
             message = f'"{path}": got {short_value(e.get("input"))}; {_said(e)}'
+        others = [n for n in _named(template, e) if loc and (n,) != loc[:1]]
+        if others:
+            message = _conflict(message, others, value)
         problems.append(ReplyProblem(path if loc else "", message))
     return problems
 
@@ -370,6 +476,7 @@ def diagnose(
     unrepaired: str | None = None,
     detail: str | None = None,
     context: Mapping[str, Any] | None = None,
+    grounded: Mapping[str, Any] | None = None,
 ) -> Diagnosis:
     """Read a failed reply.
 
@@ -388,7 +495,11 @@ def diagnose(
             (`repair=False`); `value` is then the JSON it held.
         detail: What the JSON parser said of a reply that is not JSON, for when nothing more
             precise can be said.
-        context: The validation context, to validate recovered values with.
+        context: The validation context, to validate recovered values with; its source
+            texts (under "source" and the keys of the schema's grounded fields) are what a
+            kept value must appear in.
+        grounded: The schema's JSON schema with its grounded fields marked
+            (`grounded_json_schema`), or None: their values were checked by the validator.
     """
     problems: list[ReplyProblem] = []
     cut = finish_reason == "length"
@@ -437,9 +548,15 @@ def diagnose(
             ReplyProblem("", "reply with the JSON alone, without text or a code fence around it")
         )
     if parsed:
+        implicated = _implicated(template, value, errors)
         problems.extend(_validation_problems(template, value, errors))
         kept = value
         bad = [tuple(e.get("loc", ())) for e in errors]
+        if implicated is None:
+            kept = None  # an error of the whole reply that names no field: keep no value
+        else:
+            bad.extend(implicated)
+            bad.extend(_source_conflicts(value, context, grounded, bad))
     else:
         recovered, broken = recover_object(text)
         if looks_like_schema(recovered):
@@ -477,12 +594,19 @@ def diagnose(
             except ValidationError as e:
                 found = e.errors(include_url=False)
                 bad = [tuple(x["loc"]) for x in found]
+                implicated = _implicated(template, recovered, found)
                 problems.extend(
                     p
                     for p in _validation_problems(template, recovered, found)
                     if p.path not in broken and not _is_missing_broken(p, broken)
                 )
+                if implicated is None:
+                    kept = None
+                else:
+                    bad.extend(implicated)
             bad.extend((k,) for k in broken)
+            if kept is not None:
+                bad.extend(_source_conflicts(recovered, context, grounded, bad))
         if not cut and not broken and not problems:
             if detail and "unicode string" in detail:  # a lone surrogate (pydantic's words)
                 problems.append(

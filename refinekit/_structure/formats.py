@@ -1,24 +1,75 @@
-"""Constrained decoding: the request options that make a server emit JSON of a schema."""
+"""Constrained decoding: the request options that make a server emit JSON of a schema.
+
+With a source text, the grounded fields (`InSource`) are constrained to the values the text
+holds (grounded decoding): a string field to an `enum` of the text's spans, a number field to
+an `enum` of its numbers, within the caps below; a field past a cap is left as the schema
+says, and the validator checks it afterwards.
+"""
 
 from __future__ import annotations
 
 import copy
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import TypeAdapter
 from pydantic.errors import PydanticInvalidForJsonSchema, PydanticUserError
 
 from .._core.schema import require_type
+from .grounding import ALIASES, MARK, grounded_json_schema, node_kind, source_texts, stated
+from .spans import MAX_SOURCE_CHARS, candidate_numbers, candidate_spans
 
-__all__ = ["Dialect", "response_format"]
+__all__ = [
+    "MAX_CANDIDATES",
+    "MAX_SPAN_CHARS",
+    "MAX_SPAN_WORDS",
+    "OPENAI_MAX_ENUM_VALUES",
+    "Dialect",
+    "LeftFree",
+    "constrained_format",
+]
 
 Dialect = Literal["openai", "llama.cpp", "ollama", "vllm"]
 """Which server's way of asking for JSON of a schema (see `response_format`)."""
 
 _DIALECTS = ("openai", "llama.cpp", "ollama", "vllm")
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+MAX_SPAN_WORDS = 6
+"""The default longest span a grounded string may take, in words."""
+
+MAX_SPAN_CHARS = 200
+"""The longest span offered, in characters (longer spans are left out of the enum)."""
+
+MAX_CANDIDATES = 250
+"""The default most values one grounded field's enum may have (OpenAI limits an enum of more
+than 250 values to 15,000 characters in all)."""
+
+OPENAI_MAX_ENUM_VALUES = 500
+"""The most enum values, the schema's own included, sent in one OpenAI strict schema. OpenAI
+documents 1,000 across a schema; requests with more than 500 have been refused with "Expected
+at most 500 enum values in total", so the smaller figure is kept."""
+
+OPENAI_MAX_ENUM_CHARS = 100_000
+"""The most characters of enum values sent in one OpenAI strict schema (OpenAI documents
+120,000 for property names, definition names, enum and const values together)."""
+
+
+@dataclass(frozen=True)
+class LeftFree:
+    """A grounded field that grounded decoding left unconstrained, and why.
+
+    Attributes:
+        path: The field (`vendor`; `Line.sku` for a field of a nested model).
+        reason: Why (no source text under its key, no candidate, over a cap).
+    """
+
+    path: str
+    reason: str
 
 
 def _name(schema: Any, json_schema: Mapping[str, Any]) -> str:
@@ -50,54 +101,164 @@ def _nullable(node: Mapping[str, Any]) -> bool:
     return any(isinstance(a, Mapping) and a.get("type") == "null" for a in node.get("anyOf", ()))
 
 
-def response_format(schema: Any, *, dialect: Dialect = "openai") -> dict[str, Any]:
-    """The keyword arguments that ask a server to constrain its reply to JSON of `schema`.
+def _marked(node: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The grounded nodes of a schema, each with a readable path (`vendor`, `Line.sku`)."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _marked(item, path)
+        return
+    if not isinstance(node, dict):
+        return
+    if MARK in node:
+        yield path or "the reply", node
+        return
+    for key, value in node.items():
+        if key == "$defs" and isinstance(value, Mapping):
+            for name, sub in value.items():
+                yield from _marked(sub, str(name))
+        elif key == "properties" and isinstance(value, Mapping):
+            for name, sub in value.items():
+                yield from _marked(sub, f"{path}.{name}" if path else str(name))
+        elif key in ("items", "prefixItems", "additionalProperties"):
+            yield from _marked(value, f"{path}[]" if path else "[]")
+        elif key in ("anyOf", "oneOf", "allOf"):
+            yield from _marked(value, path)
 
-    Splat them into the request: ``client.chat.completions.create(model=..., messages=...,
-    **response_format(Invoice, dialect="llama.cpp"))``. A grammar makes the reply well-formed
-    JSON of the schema's shape; it does not make the values right, nor check validators:
-    `@self_correct` still validates and corrects what is left.
 
-    Dialects:
+def _strip(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_strip(n) for n in node]
+    if isinstance(node, dict):
+        return {k: _strip(v) for k, v in node.items() if k not in (MARK, ALIASES)}
+    return node
 
-    - `"openai"`: `response_format={"type": "json_schema", "json_schema": {..., "strict":
-      true}}`, OpenAI's structured outputs; the schema made strict as OpenAI requires (every
-      object closed, every key required, optional keys nullable). Servers that implement this
-      form (Ollama 0.5+ through its OpenAI-compatible endpoint, LM Studio, recent vLLM) take
-      it too.
-    - `"llama.cpp"`: `response_format={"type": "json_object", "schema": ...}`, which
-      llama-cpp-python's server (and llama.cpp's) turns into a grammar.
-    - `"ollama"`: `format=<schema>`, for Ollama's own API (the `ollama` Python library's
-      `chat(..., format=...)`).
-    - `"vllm"`: `extra_body={"guided_json": <schema>}`, vLLM's guided decoding.
 
-    Args:
-        schema: A pydantic model or any type `pydantic.TypeAdapter` accepts.
-        dialect: The server's dialect.
+def _json_number(value: Decimal) -> int | float:
+    return int(value) if value == value.to_integral_value() else float(value)
 
-    Returns:
-        A new dict of keyword arguments (a copy each call: change it freely).
 
-    Raises:
-        ValueError: `dialect` is not one of the four, or OpenAI's strict mode is asked for a
-            schema whose top is not an object.
-        TypeError: `schema` is not a type, or pydantic cannot write its JSON schema.
+def _enum_count(node: Any) -> tuple[int, int]:
+    """The enum values and their characters in a schema."""
+    if isinstance(node, list):
+        counts = [_enum_count(n) for n in node]
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
+    if not isinstance(node, dict):
+        return 0, 0
+    values, chars = 0, 0
+    enum = node.get("enum")
+    if isinstance(enum, list) and MARK not in node:
+        values += len(enum)
+        chars += sum(len(json.dumps(v)) for v in enum)
+    for key, sub in node.items():
+        if key != "enum":
+            more = _enum_count(sub)
+            values, chars = values + more[0], chars + more[1]
+    return values, chars
+
+
+def _ground(
+    schema: dict[str, Any],
+    texts: Mapping[str, str],
+    dialect: Dialect,
+    max_span_words: int,
+    max_candidates: int,
+) -> tuple[LeftFree, ...]:
+    """Replace each grounded node of `schema` (in place) by the enum of its source's values."""
+    free: list[LeftFree] = []
+    values, chars = _enum_count(schema)
+    for path, node in list(_marked(schema, "")):
+        key = str(node[MARK])
+        text = texts.get(key)
+        kind = node_kind(node)
+        if text is None:
+            free.append(LeftFree(path, f"no source text under {key!r}"))
+            continue
+        if len(text) > MAX_SOURCE_CHARS:
+            free.append(
+                LeftFree(path, f"the source has {len(text)} characters, over {MAX_SOURCE_CHARS}")
+            )
+            continue
+        aliases = node.get(ALIASES) or {}
+        enum: list[Any]
+        if kind == "choice":
+            enum = [c for c in node["enum"] if stated(c, text, aliases) is not None]
+        elif kind == "string":
+            enum = candidate_spans(text, max_words=max_span_words, max_chars=MAX_SPAN_CHARS)
+            enum += [v for v in aliases if v not in enum and stated(v, text, aliases)]
+        else:
+            enum = [_json_number(v) for v in candidate_numbers(text, integers=kind == "integer")]
+        what = {"choice": "choice", "string": "span"}.get(kind, "number")
+        if not enum:
+            said = "states no choice" if kind == "choice" else f"has no {what}"
+            free.append(LeftFree(path, f"the source {said}"))
+            continue
+        if len(enum) > max_candidates:
+            free.append(
+                LeftFree(path, f"{len(enum)} candidate {what}s, over the cap of {max_candidates}")
+            )
+            continue
+        size = sum(len(json.dumps(v)) for v in enum)
+        if dialect == "openai" and (
+            values + len(enum) > OPENAI_MAX_ENUM_VALUES
+            or chars + size > OPENAI_MAX_ENUM_CHARS
+            or (len(enum) > 250 and size > 15_000)
+        ):
+            free.append(
+                LeftFree(
+                    path,
+                    f"{len(enum)} more enum values would take the schema over OpenAI's limits "
+                    f"({OPENAI_MAX_ENUM_VALUES} values, {OPENAI_MAX_ENUM_CHARS} characters)",
+                )
+            )
+            continue
+        values, chars = values + len(enum), chars + size
+        kept: dict[str, Any] = {k: node[k] for k in ("title", "description") if k in node}
+        node.clear()
+        node.update(kept)
+        node["type"] = "string" if kind == "choice" else kind
+        node["enum"] = enum
+    return tuple(free)
+
+
+def constrained_format(
+    schema: Any,
+    *,
+    dialect: Dialect = "openai",
+    source: str | Mapping[str, Any] | None = None,
+    max_span_words: int = MAX_SPAN_WORDS,
+    max_candidates: int = MAX_CANDIDATES,
+) -> tuple[dict[str, Any], tuple[LeftFree, ...]]:
+    """`response_format`'s keyword arguments, and the grounded fields it left unconstrained.
+
+    See `refinekit.response_format` for the arguments and errors.
     """
     if dialect not in _DIALECTS:
         choices = ", ".join(map(repr, _DIALECTS))
         raise ValueError(f"dialect must be one of {choices}; got {dialect!r}")
+    for name, number in (("max_span_words", max_span_words), ("max_candidates", max_candidates)):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+            raise ValueError(f"response_format({name}=...) takes a positive int, got {number!r}")
     require_type(schema, "response_format(schema=...)")
+    texts = source_texts(source)
     try:
-        json_schema = TypeAdapter(schema).json_schema()
+        if source is None:
+            json_schema = TypeAdapter(schema).json_schema()
+        else:
+            json_schema = grounded_json_schema(schema)
     except (PydanticInvalidForJsonSchema, PydanticUserError) as e:
         raise TypeError(f"response_format: pydantic cannot describe {schema!r} ({e})") from e
+    free: tuple[LeftFree, ...] = ()
+    if source is not None:
+        json_schema = copy.deepcopy(json_schema)
+        free = _ground(json_schema, texts, dialect, max_span_words, max_candidates)
+        json_schema = _strip(json_schema)
     if dialect == "openai":
         if json_schema.get("type") != "object":
             raise ValueError(
                 "response_format(dialect='openai'): OpenAI's strict mode needs a JSON object "
                 f"at the top, and {schema!r} is not one; wrap it in a model"
             )
-        return {
+        made = {
             "response_format": {
                 "type": "json_schema",
                 "json_schema": {
@@ -107,8 +268,10 @@ def response_format(schema: Any, *, dialect: Dialect = "openai") -> dict[str, An
                 },
             }
         }
-    if dialect == "llama.cpp":
-        return {"response_format": {"type": "json_object", "schema": json_schema}}
-    if dialect == "ollama":
-        return {"format": json_schema}
-    return {"extra_body": {"guided_json": json_schema}}
+    elif dialect == "llama.cpp":
+        made = {"response_format": {"type": "json_object", "schema": json_schema}}
+    elif dialect == "ollama":
+        made = {"format": json_schema}
+    else:
+        made = {"extra_body": {"guided_json": json_schema}}
+    return made, free

@@ -25,6 +25,7 @@ from pydantic.errors import (
 from .._core.errors import CorrectionExhausted, JsonParseError, ResponseValidationError
 from .._core.errtext import error_path
 from .._core.schema import require_type
+from .grounding import grounded_json_schema, grounded_nodes
 from .repair import balanced_end, loads_raw, syntax_fixes, value_fixes
 from .template import Template
 
@@ -231,7 +232,7 @@ Parsed = tuple[Any, tuple[str, ...]]
 
 
 class Parser(Generic[T]):
-    __slots__ = ("adapter", "json_schema", "schema", "template", "validate_json")
+    __slots__ = ("adapter", "grounded", "json_schema", "schema", "template", "validate_json")
 
     def __init__(self, schema: Any) -> None:
         require_type(schema, "self_correct(schema=...)")
@@ -257,6 +258,11 @@ class Parser(Generic[T]):
         except (PydanticInvalidForJsonSchema, PydanticUserError):
             self.json_schema = None
         self.template = None if self.json_schema is None else Template(self.json_schema)
+        # the same schema with its grounded fields marked, for the correction's template
+        self.grounded: dict[str, Any] | None = None
+        if self.json_schema is not None:
+            marked = grounded_json_schema(schema)
+            self.grounded = marked if any(True for _ in grounded_nodes(marked)) else None
 
     def parse(
         self, text: str, *, repair: bool, context: Mapping[str, Any] | None = None

@@ -3,8 +3,8 @@
 A small model shown a JSON schema tends to answer with the schema itself. Shown an *instance*
 with placeholders where values go (``{"number": "<string>", "total": <number>}``), it fills the
 placeholders in. `Template` builds that text from a type's JSON schema (names, types, enums,
-nesting, aliases as the validator expects them) and can keep the values a failed reply got
-right, so a correction asks only for what is missing.
+nesting, aliases as the validator expects them) and can keep the values of a failed reply that
+nothing implicates, so a correction asks only for what is missing or in doubt.
 """
 
 from __future__ import annotations

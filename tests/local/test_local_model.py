@@ -20,8 +20,9 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import openai
 import pytest
@@ -32,10 +33,14 @@ from refinekit import (
     ContextDocument,
     CorrectionExhausted,
     EvaluationRequest,
+    InSource,
     JudgeMisconfigured,
     JudgeReplyError,
     LowQualityAnswer,
     Verdict,
+    in_source,
+    provenance,
+    response_format,
     retry_on_low_quality,
     self_correct,
 )
@@ -291,6 +296,42 @@ def test_json_object_mode_constrains_the_reply_to_json(local: LocalModel) -> Non
     json.loads(choice.message.content or "")  # JSON, whatever its fields
 
 
+class GroundedInvoice(BaseModel):
+    number: Annotated[str, InSource]
+    total: Annotated[Decimal, InSource]
+    currency: Annotated[
+        Literal["EUR", "USD", "GBP"],
+        in_source(aliases={"EUR": ["€", "euro"], "USD": ["$", "dollar"], "GBP": ["£", "pound"]}),
+    ]
+
+
+def test_grounded_decoding_gives_only_values_of_the_text(local: LocalModel) -> None:
+    """llama.cpp's grammar from the grounded schema: every reply validates against its text."""
+    with local.client() as client:
+        for text in INVOICES[:4]:
+            reply = client.chat.completions.create(
+                model=local.model,
+                messages=[
+                    {"role": "system", "content": "Extract the invoice as JSON."},
+                    {"role": "user", "content": text},
+                ],
+                max_tokens=120,
+                temperature=0,
+                **response_format(GroundedInvoice, dialect="llama.cpp", source=text),
+            )
+            choice = reply.choices[0]
+            if choice.finish_reason == "length":  # a grammar constrains; a cut reply is cut
+                continue
+            # no value the validator can refuse: each is a span, a number or a choice the
+            # text states
+            invoice = GroundedInvoice.model_validate_json(
+                choice.message.content or "", context={"source": text}
+            )
+            spans = provenance(invoice, source=text)
+            assert [s.path for s in spans] == ["number", "total", "currency"]
+            assert all(s.found and text[s.start : s.end] == s.text for s in spans)
+
+
 # --- judges on a real model ------------------------------------------------------------------
 
 
@@ -387,8 +428,10 @@ def test_demo_local_runs_against_the_real_model(capsys: pytest.CaptureFixture[st
     code = main(["demo", "--local"])
     out = capsys.readouterr().out
     assert "a REAL tiny model on this machine" in out
-    assert "weaker judge" in out
-    assert code == 0, out  # each scenario: a value, or a typed refusal
+    for row in ("bare (1 call)", "grounded decoding + @self_correct", "bare (attempt 1 only)"):
+        assert row in out
+    assert "What the decorators changed on this batch" in out
+    assert code == 0, out  # no item crashed: each a value, a pass or a typed refusal
 
 
 def test_demo_local_refuses_an_endpoint_too(capsys: pytest.CaptureFixture[str]) -> None:

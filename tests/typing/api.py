@@ -142,6 +142,7 @@ def retry_prompts() -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "q"}]
     assert_type(retry_prompt(messages), list[dict[str, Any]])
     assert_type(checks.numbers_supported(), checks.Check)
+    assert_type(checks.values_supported(), checks.Check)
 
 
 async def outcomes_and_variants() -> None:

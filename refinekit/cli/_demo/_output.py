@@ -114,12 +114,12 @@ def header_real(say: Output, endpoint: Endpoint) -> None:
 def header_local(say: Output, local: Any) -> None:
     say(say.head(f"refinekit demo: a REAL tiny model on this machine, {local.base_url}"))
     for line in textwrap.wrap(
-        "llama.cpp's OpenAI-compatible server runs SmolLM2-135M-Instruct on the CPU, as both "
-        "the answering model and the judge. A 135M-parameter model is a weak answerer and a "
-        "weaker judge: its verdicts are close to noise, and its answers are often wrong. The "
-        "point of this run is the real protocol and real failures (invalid JSON, wrong "
-        "types, a judge disagreeing with itself), handled by the decorators: the caller gets "
-        "an answer that passed or a typed error, never a value with a hole in it.",
+        "llama.cpp's OpenAI-compatible server runs SmolLM2-135M-Instruct on the CPU. A small "
+        "batch runs on it twice, bare and decorated, with the quality benchmark's code: the "
+        "figures below are what this run produced, for every item of the batch, with a line "
+        "for each item a correction or a retry changed. A 135M-parameter model gets many "
+        "values wrong; what the decorators guarantee is that the caller gets a valid value, "
+        "an answer that passed, or a typed error, never a value with a hole in it.",
         _WIDTH - 2,
     ):
         say(f"  {line}")
