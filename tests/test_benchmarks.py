@@ -142,3 +142,11 @@ def test_bench_eval_cache_second_run_sends_no_judge_request() -> None:
     assert rows["2. same eval again, --cache"][:4] == ["0", "0.00", "0", "0.00"]
     assert rows["4. --repeat 2, --cache"][4:6] == ["20", "hits,"]
     assert rows["5. same eval, no --cache"][:1] == ["20"]
+
+
+def test_bench_corrected_gate_quick_run_covers_the_true_rate() -> None:
+    # exits 1 when a cell's corrected coverage is under 0.95 (quick_run checks the exit)
+    out = quick_run("bench_corrected_gate.py", timeout=120)
+    assert "| judge (Se, Sp) | answers n | labelled m | corrected covers |" in out
+    assert "| lenient (0.95, 0.70) | 1000 | 200 |" in out
+    assert "targets: corrected coverage >= 0.95 in every cell: met" in out
