@@ -72,9 +72,7 @@ def cell(
         true_fails = binomial(rng, negatives, sp)
         good = binomial(rng, n, TRUE_RATE)
         passed = binomial(rng, good, se) + binomial(rng, n - good, 1 - sp)
-        _, low, high = corrected_interval(
-            passed, n, true_passes, positives, true_fails, negatives
-        )
+        _, low, high = corrected_interval(passed, n, true_passes, positives, true_fails, negatives)
         covered += low <= TRUE_RATE <= high
         lower_ok += low <= TRUE_RATE
         width += high - low
