@@ -273,3 +273,48 @@ def test_the_cli_prints_each_member_and_what_adds_nothing(
         "without them): never"
     ) in lines
     assert "adds nothing</span>" in report.read_text(encoding="utf-8")
+
+
+def _slot_reply(request: Any) -> str:
+    """A pairwise judge's reply: consistent on good answers, always "A" on the others."""
+    content = str(request.body["messages"][-1]["content"])
+    first = content[content.index("<answer_a>") : content.index("</answer_a>")]
+    if "biased" in content:
+        return "A"  # position bias: whichever answer comes first
+    return "A" if "good" in first else "B"
+
+
+def test_position_consistency_of_a_pairwise_judge_alone_and_in_a_panel(
+    tmp_path: Path, scripted_openai: ScriptedOpenAI, judge_client: openai.OpenAI
+) -> None:
+    rows = [
+        {
+            "question": f"q{i}",
+            "answer": f"good {i}" if i < 6 else f"biased {i}",
+            "reference": f"reference {i}",
+            "label": "pass",
+        }
+        for i in range(10)
+    ]
+    data = write_csv(tmp_path / "labelled.csv", rows)
+    versus = judges.pairwise(judges.JudgeModel(judge_client, "judge")).against("reference")
+    scripted_openai.script("judge", [_slot_reply] * 40)
+
+    alone = refinekit.eval.calibrate(data, judge=versus, db=tmp_path / "a.db").calibration
+    both = refinekit.eval.calibrate(
+        data,
+        judge=judges.panel([("versus", versus), ("exact", exact)]),
+        db=tmp_path / "b.db",
+    ).calibration
+
+    [position] = alone.position
+    assert (position.judge, position.items, position.consistent) == ("pairwise", 10, 6)
+    assert position.rate == pytest.approx(0.6)
+    assert any(
+        w == "position bias: swapping the two answers changed pairwise's vote on 4 of 10 items "
+        "(consistent 0.60)"
+        for w in alone.warnings
+    )
+    [member] = both.position
+    assert (member.judge, member.items, member.consistent) == ("versus", 10, 6)
+    assert len(scripted_openai.requests_for("judge")) == 40  # both orders, both runs
