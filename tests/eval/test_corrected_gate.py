@@ -306,3 +306,37 @@ def test_the_cli_prints_the_corrected_rate_and_gates_on_it(
     assert "the judge is uncalibrated" in uncalibrated.err
     with SQLiteStore(files["db"]) as store:
         assert [r.kind for r in store.runs()] == ["calibrate", "eval"]  # the strict run: none
+
+
+def test_the_report_holds_the_gate_against_the_corrected_bound(files: dict[str, Path]) -> None:
+    from refinekit.eval.report import eval_report
+
+    run = calibrated(files)
+    corrected = refinekit.eval.run(
+        files["golden"],
+        target=answer,
+        judge=lenient,
+        db=files["db"],
+        calibration=run,
+        min_pass_rate=0.45,
+    )
+    warned = refinekit.eval.run(
+        files["golden"],
+        target=answer,
+        judge=lenient,
+        db=files["db"],
+        min_pass_rate=0.45,
+        resume=False,
+    )
+
+    with SQLiteStore(files["db"]) as store:
+        html = eval_report(store, corrected.run_id, min_pass_rate=0.45)
+        plain = eval_report(store, warned.run_id, min_pass_rate=0.45)
+
+    assert corrected.corrected is not None
+    assert f"corrected lower bound {corrected.corrected.lower:.3f}" in html
+    assert "with <code>--calibration 1</code>" in html
+    assert '<span class="badge failed">failed</span>' in html  # as the run's own gate
+    assert "Wilson lower bound" in plain
+    assert '<span class="badge held">held</span>' in plain
+    assert "<b>Warning:</b> the judge is uncalibrated: no calibration" in plain
