@@ -150,7 +150,7 @@ class Calibration:
             against `--min-judge-kappa`.
         kappa_upper: Its upper bound.
         panel: For a panel judge: each member's kappa, each pair's agreement, and which
-            member adds nothing (`refinekit.eval._agreement.PanelAgreement`); else None.
+            member adds nothing (`refinekit.eval.PanelAgreement`); else None.
         length_bands: Agreement by answer length, in thirds (verbosity bias); empty under
             9 items.
         position: For a pairwise judge (`Pairwise.against`), alone or in a panel: how often
