@@ -90,7 +90,7 @@ def main() -> int:
     runs = args.runs or (300 if args.quick else 2000)
     rng = random.Random(args.seed)
     print("refinekit corrected gate: coverage of the true pass rate by simulation")
-    for line in machine([]):
+    for line in machine(["refinekit"]):
         print(line)
     print(
         f"true pass rate {TRUE_RATE}, people pass {CALIBRATION_PASS} of the calibration's "
