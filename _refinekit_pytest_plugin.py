@@ -9,6 +9,9 @@ Installing refinekit is enough to get:
   column passed as the argument of the same name;
 - a pass-rate gate over the golden cases (`--refinekit-min-pass-rate`, or the ini option
   `refinekit_min_pass_rate`) on the lower end of the 95% Wilson score interval;
+- `--refinekit-trials K` (or the ini option `refinekit_trials`): each golden case runs K
+  times (ids ending `-trial1` to `-trialK`), passes only when every trial passed (pass^K,
+  what the gate counts), and the summary gives pass@K (at least one trial passed) too;
 - `@pytest.mark.live` tests, skipped unless `--refinekit-live` is given.
 
 pytest imports this module in every session of every project that has refinekit installed,
@@ -21,6 +24,7 @@ plugin costs nothing to a test run that does not use it (`tests/testing/test_plu
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +53,8 @@ LIVE_SKIP_REASON = (
     "live model test: run with --refinekit-live (uses OPENAI_BASE_URL / OPENAI_API_KEY)"
 )
 _MIN_PASS_RATE = "refinekit_min_pass_rate"
+_TRIALS = "refinekit_trials"
+_TRIAL_ID = re.compile(r"-trial\d+(?=[-\]])")  # a trial's part of a golden case's node id
 _SESSION_SERVER = "scripted_openai_session"
 _session_server_key = pytest.StashKey["ScriptedOpenAI"]()
 _CONFIDENCE = 0.95
@@ -61,11 +67,31 @@ class _Gate:
     """The golden cases' results over a session, and the gate's threshold."""
 
     threshold: float | None
+    trials: int = 1  # each golden case's runs (--refinekit-trials)
     golden: set[str] = field(default_factory=set)  # node ids of golden cases
-    passed: int = 0
+    outcomes: dict[str, str] = field(default_factory=dict)  # node id -> passed/failed/skipped
+    passed: int = 0  # cases whose every trial passed (pass^k), once counted
     failed: int = 0
-    skipped: int = 0
+    skipped: int = 0  # cases every trial of which was skipped
+    any_passed: int = 0  # cases with at least one trial passed (pass@k)
     lower: float | None = None  # the Wilson lower bound, once computed
+
+    def count(self) -> None:
+        """The cases' counts from their trials' outcomes (a case is its trials' node ids)."""
+        cases: dict[str, list[str]] = {}
+        for nodeid, outcome in self.outcomes.items():
+            key = _TRIAL_ID.sub("", nodeid) if self.trials > 1 else nodeid
+            cases.setdefault(key, []).append(outcome)
+        self.passed = self.failed = self.skipped = self.any_passed = 0
+        for outcomes in cases.values():
+            run = [o for o in outcomes if o != "skipped"]
+            if not run:
+                self.skipped += 1
+            elif all(o == "passed" for o in run):
+                self.passed += 1
+            else:
+                self.failed += 1
+            self.any_passed += "passed" in run
 
     @property
     def total(self) -> int:
@@ -115,11 +141,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run tests marked live against the real endpoint in OPENAI_BASE_URL / "
         "OPENAI_API_KEY (skipped otherwise)",
     )
+    group.addoption(
+        "--refinekit-trials",
+        dest=_TRIALS,
+        default=None,
+        metavar="K",
+        help="run each golden case K times (1 to 50): a case passes only when every trial "
+        "passed (pass^K, what the gate counts); the summary gives pass@K too; overrides the "
+        "ini option refinekit_trials",
+    )
     parser.addini(
         _MIN_PASS_RATE,
         "minimum 95% Wilson lower bound of the golden cases' pass rate (0 to 1)",
         default=None,
     )
+    parser.addini(_TRIALS, "runs of each golden case (1 to 50; pass^K gates)", default=None)
+
+
+def _trials(config: pytest.Config) -> int:
+    raw: Any = config.getoption(_TRIALS)
+    where = "--refinekit-trials"
+    if raw is None:
+        raw = config.getini(_TRIALS)
+        where = "the ini option refinekit_trials"
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return 1
+    text = str(raw).strip()
+    if not text.isdigit() or not 1 <= int(text) <= 50:
+        raise pytest.UsageError(f"{where} must be a whole number from 1 to 50, got {raw!r}")
+    return int(text)
 
 
 def _threshold(config: pytest.Config) -> float | None:
@@ -150,7 +200,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "live: runs against a real model endpoint; skipped unless --refinekit-live is given",
     )
-    config.pluginmanager.register(_GateHooks(_Gate(threshold=_threshold(config))), "refinekit-gate")
+    gate = _Gate(threshold=_threshold(config), trials=_trials(config))
+    config.pluginmanager.register(_GateHooks(gate), "refinekit-gate")
 
 
 # golden sets
@@ -240,6 +291,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         values, ids = _golden_cases(test, path, rows, wanted)
     except GoldenFileError as e:
         raise pytest.Collector.CollectError(f"@pytest.mark.golden: {e}") from None
+    trials = _trials(metafunc.config)
+    if trials > 1:  # each case K times, its trials side by side
+        values = [v for v in values for _ in range(trials)]
+        ids = [f"{i}-trial{t}" for i in ids for t in range(1, trials + 1)]
     metafunc.parametrize(wanted, values, ids=ids)
 
 
@@ -273,20 +328,19 @@ class _GateHooks:
             return
         if report.when == "call":
             if report.passed:
-                gate.passed += 1
+                gate.outcomes[report.nodeid] = "passed"
             elif report.failed:
-                gate.failed += 1
+                gate.outcomes[report.nodeid] = "failed"
             else:  # skipped in the call (pytest.skip(), xfail)
-                gate.skipped += 1
+                gate.outcomes[report.nodeid] = "skipped"
         elif report.when == "setup" and not report.passed:
-            if report.skipped:
-                gate.skipped += 1
-            else:  # a setup error: the case did not pass
-                gate.failed += 1
+            # skipped, or a setup error: the case did not pass
+            gate.outcomes[report.nodeid] = "skipped" if report.skipped else "failed"
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         """Fail an otherwise passing run whose pass rate's lower bound is under threshold."""
         gate = self.gate
+        gate.count()
         if gate.total == 0:
             return
         from refinekit.eval._stats import wilson_interval
@@ -326,6 +380,17 @@ class _GateHooks:
             terminalreporter.write_line(f"no golden case passed or failed{skipped}")
             return
         rate = gate.passed / gate.total
+        if gate.trials > 1:
+            k = gate.trials
+            from refinekit.eval._stats import wilson_interval
+
+            low, high = wilson_interval(gate.any_passed, gate.total, _CONFIDENCE)
+            terminalreporter.write_line(
+                f"each case run {k} times: pass^{k} {gate.passed}/{gate.total} (every trial "
+                f"passed: the rate below, what the gate holds), pass@{k} "
+                f"{gate.any_passed}/{gate.total} (at least one passed, 95% Wilson {low:.3f} to "
+                f"{high:.3f})"
+            )
         terminalreporter.write_line(
             f"{gate.passed}/{gate.total} passed, rate {rate:.3f}, "
             f"95% Wilson lower bound {gate.lower:.3f}{skipped}"

@@ -155,3 +155,45 @@ def test_bench_streaming_quick_run_reads_every_reply_and_prints_the_ratios() -> 
     assert set(ratios) == {"invoice_1kb", "invoice_10kb", "list_1kb", "list_10kb"}
     assert set(ratios["invoice_10kb"]) == {"bare", "refinekit", "instructor"}
     assert all(r["refinekit"] > 0 for r in ratios.values())
+
+
+def test_bench_corrected_gate_quick_run_covers_the_true_rate() -> None:
+    # exits 1 when a cell's corrected coverage is under 0.95 (quick_run checks the exit)
+    out = quick_run("bench_corrected_gate.py", timeout=120)
+    assert "| judge (Se, Sp) | answers n | labelled m | corrected covers |" in out
+    assert "| lenient (0.95, 0.70) | 1000 | 200 |" in out
+    assert "targets: corrected coverage >= 0.95 in every cell: met" in out
+
+
+def test_bench_panel_judges_smoke_run_over_the_scripted_server() -> None:
+    # the real model is not needed for the smoke run: a scripted judge that always says
+    # Yes at P 0.7 (a pass at the benchmark's 0.5 threshold)
+    from refinekit.testing import Reply, ScriptedOpenAI
+
+    with ScriptedOpenAI() as server:
+        server.script("smollm2-135m-instruct", [Reply.text("Yes", {"Yes": 0.7, "No": 0.3})] * 12)
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(BENCHMARKS / "bench_panel_judges.py"),
+                "--quick",
+                "--base-url",
+                server.base_url,
+                "--panel",
+                "all(numbers, one claim)",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        asked = len(server.requests)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "| judge | items | no verdict | kappa | 95% interval | model calls / verdict |" in out
+    assert "| all(numbers, one claim) (chosen on the tuning seed) | 6 | 0 |" in out
+    # a calibration asks every model member of every item: 2 model members x 6 items
+    assert asked == 12
+    # all(numbers, default, one claim): both model members, whenever numbers passes
+    assert "| numbers | 6 | 0 |" in out
+    assert out.count("| 0.00 |") == 1  # only the rule check costs no model call

@@ -13,6 +13,7 @@ from ._output import (
     EXIT_SETUP,
     EXIT_USAGE,
     Io,
+    clean,
     cost_line,
     pct,
     setup_failure,
@@ -73,6 +74,44 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
     return 0
 
 
+def _print_agreement(io: Io, c: Calibration) -> None:
+    """A panel's members, the length bands, position consistency and the warnings."""
+    if c.panel is not None:
+        p = c.panel
+        io.say(f"panel ({p.rule}, quorum {p.quorum}), each member against people:")
+        io.say(
+            f"  {'member':<28}{'votes':>6}{'abst.':>6}{'agree':>7}{'kappa':>8}{'low':>8}"
+            f"{'panel without it':>18}"
+        )
+        for m in p.members:
+            io.say(
+                f"  {clean(m.name, 27):<28}{m.items:>6}{m.abstained:>6}{pct(m.agreement, 2):>7}"
+                f"{pct(m.kappa):>8}{pct(m.kappa_lower):>8}{pct(m.kappa_without):>18}"
+                + ("  adds nothing" if m.adds_nothing else "")
+            )
+        for pair in p.pairs:
+            io.say(
+                f"  {clean(pair.first, 27)} and {clean(pair.second, 27)} agree on "
+                f"{pct(pair.agreement, 2)} of {pair.items} items (kappa {pct(pair.kappa)})"
+            )
+    if c.length_bands:
+        io.say("by answer length (verbosity):")
+        for b in c.length_bands:
+            io.say(
+                f"  {b.band:<7}{b.shortest:>5}-{b.longest:<5} chars {b.items:>4} items: people "
+                f"pass {b.people_pass:.2f}, judge passes {b.judge_pass:.2f}, agree "
+                f"{b.agreement:.2f}, kappa {pct(b.kappa)}"
+            )
+    for p_ in c.position:
+        io.say(
+            f"position consistency of {clean(p_.judge, 40)}: {p_.consistent} of {p_.items} "
+            f"votes survived swapping the answers ({p_.rate:.3f}, 95% {p_.lower:.3f} to "
+            f"{p_.upper:.3f})"
+        )
+    for warning in c.warnings:
+        io.say(f"warning: {warning}")
+
+
 def _print_calibration(io: Io, c: Calibration) -> None:
     io.say()
     left = c.unavailable + c.inconclusive
@@ -90,7 +129,18 @@ def _print_calibration(io: Io, c: Calibration) -> None:
     io.say(
         f"accuracy {pct(c.accuracy)}, precision on failures {pct(c.precision_fail)}, "
         f"recall on failures {pct(c.recall_fail)}, Cohen's kappa {pct(c.kappa)}"
+        + (
+            f" (95% {pct(c.kappa_lower)} to {pct(c.kappa_upper)})"
+            if c.kappa_lower is not None
+            else ""
+        )
     )
+    io.say(
+        f"sensitivity {pct(c.sensitivity)} (of the answers people passed, the judge passed), "
+        f"specificity {pct(c.specificity)} (of those people failed, the judge failed): "
+        "what `refinekit eval --calibration` corrects the pass rate with"
+    )
+    _print_agreement(io, c)
     if c.reliability is None or c.thresholds is None:
         io.say(
             f"probabilities: {c.with_probability} of {c.items} verdicts carried one; a "

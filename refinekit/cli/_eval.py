@@ -20,6 +20,7 @@ from ._output import (
     cases,
     clean,
     cost_line,
+    pct,
     setup_failure,
     streams,
     watched_run,
@@ -81,7 +82,9 @@ _MARK = {
 
 def _print_cases(io: Io, records: Sequence[CaseRecord]) -> None:
     io.say()
-    io.say(f"{'#':>4}  {'outcome':<8} {'verdicts':>8} {'att':>3} {'corr':>4}  question / note")
+    # with --trials the count is of the case's trials passed, one row per case
+    column = "trials" if any(r.trials for r in records) else "verdicts"
+    io.say(f"{'#':>4}  {'outcome':<8} {column:>8} {'att':>3} {'corr':>4}  question / note")
     for r in records:
         verdicts = f"{r.passes}/{r.judgements}" if r.judgements else "-"
         io.say(
@@ -110,12 +113,18 @@ def _print_summary(io: Io, result: EvalResult, judge: str | None) -> int:
         f"not counted: {s.unavailable} unavailable (the judge could not judge), "
         f"{s.inconclusive} inconclusive"
     )
-    if s.repeated:
+    if s.trials is not None:
+        _print_trials(io, s.trials)
+    elif s.repeated:
         lo, hi = s.flip_interval
         io.say(
             f"judge consistency: {s.flipped} of {s.repeated} answers judged more than once got "
             f"differing verdicts (flip rate {s.flipped / s.repeated:.3f}, 95% {lo:.3f} to {hi:.3f})"
         )
+    if result.corrected is not None:
+        _print_corrected(io, result)
+    if result.judge_warning:
+        io.say(f"warning: {result.judge_warning}")
     if s.criteria:
         parts = []
         for name, c in s.criteria.items():
@@ -156,11 +165,53 @@ def _print_summary(io: Io, result: EvalResult, judge: str | None) -> int:
     floor = result.min_pass_rate
     if floor is None:
         return 0
+    bound = "corrected lower bound" if result.corrected is not None else "lower bound"
+    lower = result.gate_lower
     if not result.pass_rate_held:
-        io.say(f"gate: lower bound {s.lower:.3f} is under --min-pass-rate {floor:.3f}: FAIL")
+        io.say(f"gate: {bound} {lower:.3f} is under --min-pass-rate {floor:.3f}: FAIL")
         return EXIT_GATE
-    io.say(f"gate: lower bound {s.lower:.3f} >= --min-pass-rate {floor:.3f}: pass")
+    io.say(f"gate: {bound} {lower:.3f} >= --min-pass-rate {floor:.3f}: pass")
     return 0
+
+
+def _print_trials(io: Io, t: dict[str, Any]) -> None:
+    """pass^k, pass@k, the rate per trial and the flip rates of a run with --trials."""
+    k, every, some = t["k"], t["pass_all"], t["pass_any"]
+
+    def rate(part: dict[str, Any]) -> str:
+        if part["rate"] is None:
+            return "n/a"
+        return (
+            f"{part['rate']:.3f} ({part['cases']}/{t['counted']}, 95% {part['lower']:.3f} to "
+            f"{part['upper']:.3f})"
+        )
+
+    io.say(
+        f"trials: {k} per case; pass^{k} {rate(every)}: every trial passed (the pass rate); "
+        f"pass@{k} {rate(some)}: at least one passed"
+    )
+    per = "n/a" if t["per_trial"] is None else f"{t['per_trial']:.3f}"
+    flip = "n/a" if t["flip_rate"] is None else f"{t['flip_rate']:.3f}"
+    io.say(
+        f"  per trial {per} ({t['trials_counted']} trials); {t['flipped']} of {t['counted']} "
+        f"cases flipped between trials (mean flip rate {flip}: the chance two trials of a "
+        "case disagree)"
+    )
+
+
+def _print_corrected(io: Io, result: EvalResult) -> None:
+    c = result.corrected
+    assert c is not None
+    j = c.calibration
+    se_lo, se_hi = c.sensitivity_interval
+    sp_lo, sp_hi = c.specificity_interval
+    rate = "n/a (the judge is no better than chance)" if c.rate is None else f"{c.rate:.3f}"
+    io.say(
+        f"corrected for the judge (calibration run {j.run}: sensitivity {j.sensitivity:.3f}, "
+        f"95% {se_lo:.3f} to {se_hi:.3f}; specificity {j.specificity:.3f}, 95% {sp_lo:.3f} to "
+        f"{sp_hi:.3f}; kappa {pct(j.kappa)}, lower bound {pct(j.kappa_lower)}): pass rate "
+        f"{rate}, 95% {c.lower:.3f} to {c.upper:.3f} (the judge's uncertainty included)"
+    )
 
 
 def _print_cost(io: Io, c: dict[str, Any]) -> None:

@@ -283,6 +283,38 @@ def _add_workflow_commands(commands: Any) -> None:
         "is the majority, and an even split is inconclusive, so prefer an odd K (default 1)",
     )
     evaluate.add_argument(
+        "--trials",
+        type=_bounded(int, 1, 50, "a whole number from 1 to 50"),
+        default=1,
+        metavar="K",
+        help="run the answer function K times per case, each answer judged on its own: a case "
+        "passes only when every trial passed (pass^K, what --min-pass-rate gates), and "
+        "pass@K (at least one passed) and each case's flip rate are reported (default 1)",
+    )
+    evaluate.add_argument(
+        "--calibration",
+        metavar="RUN|latest",
+        help="a `refinekit calibrate` run of this judge: correct the pass rate for the "
+        "judge's errors (its sensitivity and specificity against people's labels) and gate "
+        "--min-pass-rate on the corrected interval's lower bound; latest: the newest "
+        "calibration of a judge of this name in the store",
+    )
+    evaluate.add_argument(
+        "--min-judge-kappa",
+        type=_bounded(float, -1.0, 1.0, "a number from -1 to 1"),
+        default=0.2,
+        metavar="K",
+        help="with --calibration: the lowest 95%% lower bound of the judge's kappa that lets "
+        "its calibration correct the rate; under it the judge is uncalibrated (default 0.2)",
+    )
+    evaluate.add_argument(
+        "--strict-calibration",
+        action="store_true",
+        help="an uncalibrated judge (no --calibration with --min-pass-rate, a calibration of "
+        "another judge, a kappa under --min-judge-kappa) is a usage error (exit 2) before "
+        "anything runs, not a warning",
+    )
+    evaluate.add_argument(
         "--compare",
         metavar="previous|ID",
         help="compare with the previous complete run of this golden file, or run ID, on the "

@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from .._core.errors import CostLimitReached, DataFileError, RunAborted, RunStoreError, UsageProblem
 from .._core.package import rehome
+from ._agreement import (
+    LengthBand,
+    MemberAgreement,
+    PairAgreement,
+    PanelAgreement,
+    PositionConsistency,
+)
 from ._calibration import Calibration, Thresholds
+from ._corrected import CorrectedRate, JudgeCalibration
 from ._options import CalibrateOptions, EvalOptions, RunOptions
 from ._results import (
     CalibrationResult,
@@ -52,10 +60,17 @@ __all__ = [
     "CaseOutcome",
     "CaseRecord",
     "Comparison",
+    "CorrectedRate",
     "CostLimitReached",
     "DataFileError",
     "EvalOptions",
     "EvalResult",
+    "JudgeCalibration",
+    "LengthBand",
+    "MemberAgreement",
+    "PairAgreement",
+    "PanelAgreement",
+    "PositionConsistency",
     "ReliabilityBin",
     "RunAborted",
     "RunEvent",

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
+from ._agreement import (
+    LengthBand,
+    PanelAgreement,
+    PositionConsistency,
+    length_bands,
+    members_of,
+    position_consistency,
+    self_judged,
+    verbosity_warning,
+)
 from ._stats import (
     ReliabilityBin,
     cohen_kappa,
     expected_calibration_error,
+    kappa_interval,
     reliability_table,
     wilson_interval,
 )
@@ -132,6 +143,24 @@ class Calibration:
         reliability: The reliability table, when every judged item had a probability.
         ece: The expected calibration error, likewise.
         thresholds: The recommended thresholds, likewise.
+        sensitivity: Of the items people passed, the share the judge passed; None without.
+        specificity: Of the items people failed, the share the judge failed; None without.
+        kappa_lower: The kappa's 95% lower bound (Fleiss, Cohen and Everitt); None without
+            a kappa, or when it is undefined. What `refinekit eval --calibration` holds
+            against `--min-judge-kappa`.
+        kappa_upper: Its upper bound.
+        panel: For a panel judge: each member's kappa, each pair's agreement, and which
+            member adds nothing (`refinekit.eval.PanelAgreement`); else None.
+        length_bands: Agreement by answer length, in thirds (verbosity bias); empty under
+            9 items.
+        position: For a pairwise judge (`Pairwise.against`), alone or in a panel: how often
+            swapping the two answers changed its vote.
+        self_judged: Items whose answer was written (a labelled row's `answer_model` or
+            `model` column) by a model that judged it.
+        self_judge_models: Those models.
+        warnings: What a person should look at: verbosity bias, answers judged by the model
+            that wrote them, a pairwise judge whose vote often depends on the order, a panel
+            member that adds nothing.
     """
 
     items: int
@@ -149,6 +178,16 @@ class Calibration:
     reliability: list[ReliabilityBin] | None
     ece: float | None
     thresholds: Thresholds | None
+    sensitivity: float | None = None
+    specificity: float | None = None
+    kappa_lower: float | None = None
+    kappa_upper: float | None = None
+    panel: PanelAgreement | None = None
+    length_bands: list[LengthBand] = field(default_factory=list)
+    position: list[PositionConsistency] = field(default_factory=list)
+    self_judged: int = 0
+    self_judge_models: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -158,7 +197,13 @@ def _ratio(a: int, b: int) -> float | None:
     return a / b if b else None
 
 
-def calibrate(cases: Sequence[CaseRecord], *, target_error: float, bins: int = 10) -> Calibration:
+POSITION_FLOOR = 0.8
+"""The position-consistency rate under which a calibration warns of position bias."""
+
+
+def calibrate(
+    cases: Sequence[CaseRecord], *, target_error: float, bins: int = 10, judge: str | None = None
+) -> Calibration:
     """The figures of a calibration run's cases (each with its human `label`)."""
     judged = [c for c in cases if c.outcome in ("passed", "failed") and c.label is not None]
     pairs = [(c.outcome == "passed", c.label == "pass") for c in judged]
@@ -174,6 +219,30 @@ def calibrate(cases: Sequence[CaseRecord], *, target_error: float, bins: int = 1
         reliability = reliability_table(probabilities, labels, bins)
         ece = expected_calibration_error(probabilities, labels, bins)
         thresholds = recommend_thresholds(probabilities, labels, target_error)
+    bounds = kappa_interval(both_pass, human_fail_only, judge_fail_only, both_fail)
+    kappa = cohen_kappa(pairs) if pairs else None
+    panel = members_of(cases, kappa)
+    bands = length_bands(cases)
+    position = position_consistency(cases, judge or "judge")
+    self_count, self_models = self_judged(cases)
+    warnings = [w for w in (verbosity_warning(bands),) if w]
+    if self_count:
+        warnings.append(
+            f"self-preference: {self_count} answers were judged by the model that wrote them "
+            f"({', '.join(self_models)}); a model tends to rate its own answers higher: judge "
+            "with another model, or calibrate on answers of another"
+        )
+    for p in position:
+        if p.items and p.rate < POSITION_FLOOR:
+            warnings.append(
+                f"position bias: swapping the two answers changed {p.judge}'s vote on "
+                f"{p.items - p.consistent} of {p.items} items (consistent {p.rate:.2f})"
+            )
+    if panel is not None and panel.adds_nothing:
+        warnings.append(
+            "panel members that add nothing (the panel agrees with people as well without "
+            f"them): {', '.join(panel.adds_nothing)}"
+        )
     return Calibration(
         items=len(judged),
         unavailable=sum(c.outcome == "unavailable" for c in cases),
@@ -185,9 +254,19 @@ def calibrate(cases: Sequence[CaseRecord], *, target_error: float, bins: int = 1
         accuracy=_ratio(both_fail + both_pass, len(judged)),
         precision_fail=_ratio(both_fail, both_fail + judge_fail_only),
         recall_fail=_ratio(both_fail, both_fail + human_fail_only),
-        kappa=cohen_kappa(pairs) if pairs else None,
+        kappa=kappa,
         with_probability=len(probable),
         reliability=reliability,
         ece=ece,
         thresholds=thresholds,
+        sensitivity=_ratio(both_pass, both_pass + judge_fail_only),
+        specificity=_ratio(both_fail, both_fail + human_fail_only),
+        kappa_lower=None if bounds is None else bounds[0],
+        kappa_upper=None if bounds is None else bounds[1],
+        panel=panel,
+        length_bands=bands,
+        position=position,
+        self_judged=self_count,
+        self_judge_models=self_models,
+        warnings=warnings,
     )

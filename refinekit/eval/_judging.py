@@ -20,6 +20,7 @@ from .._engine.events import Event
 from .._engine.job import job
 from ..judges._cache import cache_salt, use_cache
 from ..judges._cache_backends import JudgeCache
+from ..judges._panel import every_member
 from ._cases import Case
 from ._column_checks import column_checks
 from ._ratelimit import RateLimiter
@@ -111,8 +112,11 @@ class Judging:
         repeat: int,
         limiter: RateLimiter,
         cache: JudgeCache | None = None,
+        *,
+        every_member: bool = False,
     ):
         self.evaluator = None if judge is None else as_evaluator(judge)
+        self.every_member = every_member  # a calibration measures every panel member
         self.name = name or (self.evaluator.name if self.evaluator is not None else "checks")
         self.repeat = repeat
         self.limiter = limiter
@@ -137,8 +141,10 @@ class Judging:
             # The judge could not judge: the case is unavailable, never counted as passed.
             # Not `_policy.judge_failure(e, "fail_open")`: that raises a failure a judge's own
             # "fail_closed" policy marked (so that no answer goes through unjudged), and here
-            # no answer goes through; the run records the case and goes on.
-            return Verdict.unjudged(error_text(e))
+            # no answer goes through; the run records the case and goes on. A panel below
+            # its quorum says how its members voted: kept, for the calibration of each.
+            votes = getattr(e, "panel", None)
+            return Verdict.unjudged(error_text(e), **({"panel": votes} if votes else {}))
         except Exception as e:
             raise RunAborted(f"the judge raised {error_text(e)} (a bug in the judge?)") from e
 
@@ -153,6 +159,8 @@ class Judging:
             else:
                 for number in range(1, self.repeat + 1):
                     with contextlib.ExitStack() as scope:
+                        if self.every_member:
+                            scope.enter_context(every_member())
                         if self.cache is not None:
                             scope.enter_context(use_cache(self.cache))
                             if number > 1:  # each repeat its own verdict, never the first's

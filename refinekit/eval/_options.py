@@ -104,9 +104,27 @@ class EvalOptions(RunOptions):
         judge: An evaluator (a refinekit judge, a check, a function) or its `module:name`;
             None to judge by the file's columns only.
         repeat: Judge each answer this many times (1 to 50) and count how often the
-            verdicts flip; the outcome is the majority, an even split inconclusive.
-        min_pass_rate: A gate: `EvalResult.passed` is False when the pass rate's 95% Wilson
-            lower bound is under it.
+            verdicts flip (the judge's consistency); the outcome is the majority, an even
+            split inconclusive.
+        trials: Run the answer function this many times per case (1 to 50), each answer
+            judged on its own: the system's consistency. A case then passes only when every
+            trial passed (pass^k), so the pass rate and `min_pass_rate` are pass^k's; the
+            summary's `trials` gives pass@k (passed at least once), pass^k and the rate per
+            trial, each with its 95% Wilson interval, and each case's flip rate.
+        min_pass_rate: A gate: `EvalResult.passed` is False when the pass rate's 95% lower
+            bound is under it: the Wilson bound, or with `calibration` the bound of the rate
+            corrected for the judge's errors.
+        calibration: The id of a stored `calibrate` run of this judge (or `"latest"`: the
+            newest complete one of a judge of the same name): its sensitivity and
+            specificity against people's labels correct the pass rate (Rogan-Gladen), and
+            the interval includes their uncertainty (`EvalResult.corrected`). Without one,
+            or with a judge whose kappa's 95% lower bound is under `min_judge_kappa`, the
+            gate says the judge is uncalibrated (`EvalResult.judge_warning`), and gates on
+            the Wilson bound. Needs `repeat` and `trials` of 1.
+        min_judge_kappa: The lowest 95% lower bound of the calibrated judge's kappa that
+            lets its calibration correct the rate, from -1 to 1.
+        strict_calibration: Make an uncalibrated judge an error (`UsageProblem`, before
+            anything runs) instead of a warning, when a judge and `min_pass_rate` are given.
         compare: Compare with `"previous"` (the newest earlier complete run of this file with
             the same judge that measured something) or a run id, on the questions both share.
         alpha: The comparison's gate: a regression with exact McNemar p under `alpha`, with
@@ -124,7 +142,11 @@ class EvalOptions(RunOptions):
     target: Callable[..., Any] | str
     judge: EvaluatorLike | str | None = None
     repeat: int = 1
+    trials: int = 1
     min_pass_rate: float | None = None
+    calibration: int | Literal["latest"] | str | None = None
+    min_judge_kappa: float = 0.2
+    strict_calibration: bool = False
     compare: int | Literal["previous"] | str | None = None
     alpha: float = 0.05
     max_cost: float | None = None

@@ -18,6 +18,7 @@ from .._engine.evaluators import EvaluatorLike
 from ._calibration import calibrate as calibration_of
 from ._cases import Case, labels_of, load_cases
 from ._column_checks import has_column_checks
+from ._corrected import JudgeCalibration, correct, load_calibration, uncalibrated
 from ._money import check_max_cost, load_prices, money
 from ._options import CalibrateOptions, EvalOptions
 from ._ray import check_backend, run_on_ray
@@ -171,7 +172,13 @@ def for_worker(plan: EvalPlan | CalibratePlan, run_id: int) -> EvalOptions | Cal
         # a `module:name` (or `path.py:name`) as the module it names, from any folder
         target = plan.target.spec if isinstance(options.target, str) else options.target
         return dataclasses.replace(
-            options, target=target, min_pass_rate=None, compare=None, **common
+            options,
+            target=target,
+            min_pass_rate=None,
+            compare=None,
+            calibration=None,
+            strict_calibration=False,
+            **common,
         )
     return dataclasses.replace(options, min_kappa=None, **common)
 
@@ -212,7 +219,18 @@ class EvalPlan:
         self.run_id = _run_id(o.run_id)
         self.concurrency = _whole("concurrency", o.concurrency, 1, 256)
         self.repeat = _whole("repeat", o.repeat, 1, 50)
+        self.trials = _whole("trials", o.trials, 1, 50)
         self.min_pass_rate = _fraction("min_pass_rate", o.min_pass_rate, 0.0, 1.0)
+        min_judge_kappa = _fraction("min_judge_kappa", o.min_judge_kappa, -1.0, 1.0)
+        assert min_judge_kappa is not None
+        self.min_judge_kappa = min_judge_kappa
+        self.strict_calibration = _flag("strict_calibration", o.strict_calibration)
+        self.calibration_of = _calibration_option(o.calibration)
+        if self.calibration_of is not None and (self.repeat > 1 or self.trials > 1):
+            raise UsageProblem(
+                "--calibration corrects one verdict per answer, as the judge was calibrated: "
+                "it cannot be combined with --repeat or --trials above 1"
+            )
         alpha = _fraction("alpha", o.alpha, 0.0, 1.0, open_low=True)
         assert alpha is not None
         self.alpha = alpha
@@ -240,16 +258,49 @@ class EvalPlan:
                 "--repeat measures a judge's consistency; without --judge the column checks "
                 "always agree with themselves"
             )
+        if self.calibration_of is not None and self.judge is None:
+            raise UsageProblem("--calibration corrects for a judge's errors: give --judge too")
+        self.judge_warning: str | None = None
+        self.judge_calibration: JudgeCalibration | None = None
+        if (
+            self.calibration_of is None
+            and self.judge is not None
+            and self.min_pass_rate is not None
+        ):
+            self._uncalibrated(
+                "no calibration of it was given (--calibration RUN, a `refinekit calibrate` "
+                "run of this judge), so the pass rate is the judge's, errors included"
+            )
+
+    def _uncalibrated(self, why: str) -> None:
+        """Warn that the judge is uncalibrated, or with `strict_calibration` refuse to run."""
+        text = f"the judge is uncalibrated: {why}"
+        if self.strict_calibration:
+            raise UsageProblem(f"{text} (--strict-calibration)")
+        self.judge_warning = text
+
+    def _calibrate(self, store: RunStore) -> None:
+        """The stored calibration `--calibration` names, checked before the run starts."""
+        if self.calibration_of is None:
+            return
+        found, note = load_calibration(store, self.calibration_of, self.judge_name)
+        why = note or uncalibrated(found, self.min_judge_kappa)
+        if why is not None:
+            self._uncalibrated(why)
+            return
+        self.judge_calibration = found
 
     def session(self, store: RunStore) -> tuple[Session, RunInfo | None]:
         """The run started (or resumed) in `store`, and the run `compare=ID` names."""
         before = _before(store, self.compare) if self.compare not in (None, "previous") else None
+        self._calibrate(store)
         plan = RunPlan(
             dataset=self.dataset,
             target=self.target.spec,
             judge=self.judge_name,
             concurrency=self.concurrency,
             repeat=self.repeat,
+            trials=self.trials,
             retry=self.retry,
             cache=self.cache,
             prices=self.prices,
@@ -274,6 +325,9 @@ class EvalPlan:
         records = session.records()
         summary = summarise(records)
         setup_failed = not any(measured(r) for r in records)
+        corrected = (
+            None if self.judge_calibration is None else correct(summary, self.judge_calibration)
+        )
         run = session.complete(
             summary.as_dict()
             | {
@@ -283,6 +337,8 @@ class EvalPlan:
                 "setup_failed": setup_failed,
             }
             | ({"judge_cache": cache_counts(records)} if self.cache else {})
+            | ({"corrected": corrected.as_dict()} if corrected is not None else {})
+            | ({"judge_warning": self.judge_warning} if self.judge_warning else {})
         )
         comparison = None
         if self.compare is not None and not setup_failed:  # a failed setup measured nothing
@@ -303,7 +359,25 @@ class EvalPlan:
             retried=session.retried,
             rate_limit_waits=session.limiter.waits,
             rate_limit_seconds=session.limiter.waited,
+            corrected=corrected,
+            judge_warning=self.judge_warning,
         )
+
+
+def _calibration_option(value: object) -> int | str | None:
+    """A `calibration=` argument: None, a run's id, or "latest"."""
+    if value is None or value == "latest":
+        return value
+    if isinstance(value, bool):
+        raise UsageProblem(f"calibration takes a calibrate run's id or 'latest', not {value!r}")
+    if isinstance(value, int) and value >= 1:
+        return value
+    if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
+        return int(value)
+    raise UsageProblem(
+        "--calibration takes a calibrate run's id (see `refinekit runs --kind calibrate`) or "
+        f"'latest', not {value!r}"
+    )
 
 
 # --- calibrate ----------------------------------------------------------------------------------
@@ -360,7 +434,9 @@ class CalibratePlan:
 
     def result(self, session: Session) -> CalibrationResult:
         records = session.records()
-        figures = calibration_of(records, target_error=self.target_error, bins=self.bins)
+        figures = calibration_of(
+            records, target_error=self.target_error, bins=self.bins, judge=self.judge_name
+        )
         setup_failed = not any(measured(r) for r in records)
         spent = money(records)
         run = session.complete(

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._calibration import Calibration
+from ._corrected import CorrectedRate
 from ._summary import Comparison, Summary
 from .store import CaseRecord, RunInfo, StoreURL
 
@@ -140,6 +141,12 @@ class EvalResult:
         rate_limit_waits: How often a rate-limited model call was backed off.
         rate_limit_seconds: The seconds those backoffs took, in all (computed, and not slept
             under the testing switch).
+        corrected: With `calibration=`, the pass rate corrected for the judge's errors and
+            its interval (what `min_pass_rate` holds then); None without, or when the
+            calibration could not correct it (`judge_warning` says why).
+        judge_warning: Why the judge is uncalibrated (no calibration given with a gate, a
+            calibration of another judge, or a kappa whose lower bound is under
+            `min_judge_kappa`); None when it is calibrated, or no gate asked.
     """
 
     run: RunInfo
@@ -154,6 +161,8 @@ class EvalResult:
     retried: int
     rate_limit_waits: int
     rate_limit_seconds: float
+    corrected: CorrectedRate | None = None
+    judge_warning: str | None = None
 
     @property
     def judge_cache(self) -> dict[str, int] | None:
@@ -176,14 +185,21 @@ class EvalResult:
         return not self.setup_failed and self.summary.rate is not None
 
     @property
+    def gate_lower(self) -> float:
+        """The lower bound `min_pass_rate` is held against: the corrected one, else Wilson's."""
+        return self.corrected.lower if self.corrected is not None else self.summary.lower
+
+    @property
     def pass_rate_held(self) -> bool | None:
         """Whether the pass rate's 95% lower bound is at least `min_pass_rate`.
 
-        None when no `min_pass_rate` was given; False when the run measured nothing.
+        The bound of the rate corrected for the judge's errors with `calibration=`, else the
+        Wilson bound. None when no `min_pass_rate` was given; False when the run measured
+        nothing.
         """
         if self.min_pass_rate is None:
             return None
-        return self.measured and self.summary.lower >= self.min_pass_rate
+        return self.measured and self.gate_lower >= self.min_pass_rate
 
     @property
     def regressed(self) -> bool:

@@ -31,6 +31,7 @@ class RunPlan:
     judge: str | None
     concurrency: int = 4
     repeat: int = 1
+    trials: int = 1  # the answer function's runs per case (`--trials`)
     kind: Literal["eval", "calibrate"] = "eval"
     retry: frozenset[str] = frozenset()  # outcomes whose stored cases a resume runs again
     prices: Prices | None = None  # not in the fingerprint: a resume may price differently
@@ -83,6 +84,7 @@ def _named(store: RunStore, plan: RunPlan, run_id: int) -> RunInfo:
             ("target", run.target, plan.target),
             ("judge", run.judge, plan.judge),
             ("repeat", run.options.get("repeat", 1), plan.repeat),
+            ("trials", run.options.get("trials", 1), plan.trials),
         )
         if stored != given
     ]
@@ -121,7 +123,11 @@ def start(
             another version of the data file.
     """
     sha = file_sha256(plan.dataset)
-    key = fingerprint(plan.kind, str(plan.dataset.resolve()), plan.target, plan.judge, plan.repeat)
+    # trials join the fingerprint only when asked for: the runs of before keep theirs
+    trials = (plan.trials,) if plan.trials > 1 else ()
+    key = fingerprint(
+        plan.kind, str(plan.dataset.resolve()), plan.target, plan.judge, plan.repeat, *trials
+    )
     keys = {c.key for c in cases}
     with store.locked():  # one process at a time decides, so two never start the same run
         if run_id is not None:
@@ -154,6 +160,7 @@ def start(
                 target=plan.target,
                 judge=plan.judge,
                 options={"concurrency": plan.concurrency, "repeat": plan.repeat}
+                | ({"trials": plan.trials} if plan.trials > 1 else {})
                 | plan.priced_options(),
                 fingerprint=key,
                 version=version,

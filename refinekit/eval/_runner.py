@@ -43,7 +43,7 @@ from ._money import added, case_cost, usd
 from ._ratelimit import RateLimiter
 from ._resume import RunPlan
 from ._target import Target
-from .store import CappedClaim, CaseRecord, RunInfo, RunStore
+from .store import CappedClaim, CaseOutcome, CaseRecord, RunInfo, RunStore
 from .store._claims import LEASE_SECONDS
 
 __all__ = ["Progress", "renewing", "run_cases"]
@@ -99,18 +99,125 @@ async def _call(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dic
 
 
 def _request_of(result: Any, case: Case, context: tuple[ContextDocument, ...]) -> EvaluationRequest:
-    """What the judge sees: the function's own request (a `JudgingState`), or one built here."""
+    """What the judge sees: the function's own request (a `JudgingState`), or one built here.
+
+    Its metadata has the golden row (`row`), for judges that read a column of it (a
+    reference answer: `Pairwise.against`); a request the function made keeps its own.
+    """
     if isinstance(result, EvaluationRequest):
         return result.model_copy(
             update={
                 "question": result.question or case.question,
                 "context": result.context or context,
+                "metadata": {"row": dict(case.row)} | result.metadata,
             }
         )
-    return EvaluationRequest(question=case.question, answer=answer_text(result), context=context)
+    return EvaluationRequest(
+        question=case.question,
+        answer=answer_text(result),
+        context=context,
+        metadata={"row": dict(case.row)},
+    )
+
+
+def _models(
+    answer_models: Mapping[tuple[bool, str | None], Usage],
+    judge_models: Mapping[tuple[bool, str | None], Usage],
+) -> dict[str, list[str]]:
+    """The models that answered and that judged a case, as their replies name them."""
+    answer = sorted({m for (judge, m) in answer_models if not judge and m})
+    judge = sorted({m for (judge, m) in judge_models if judge and m})
+    return {k: v for k, v in (("answer", answer), ("judge", judge)) if v}
 
 
 async def _eval_case(
+    case: Case,
+    target: Target,
+    judging: Judging,
+    attempts: _Attempts,
+    prices: Prices | None,
+    trials: int = 1,
+) -> CaseRecord:
+    """The case answered and judged; with `trials` above 1, answered that many times.
+
+    Each trial is a call of the answer function in a job of its own, judged on its own
+    (`judging.repeat` times); the case's record is then made of its trials (`_of_trials`).
+    """
+    if trials <= 1:
+        return await _answer_once(case, target, judging, attempts, prices)
+    done = []
+    for _ in range(trials):
+        done.append(await _answer_once(case, target, judging, attempts, prices))
+    return _of_trials(done)
+
+
+_FIRST_OF = ("failed", "raised", "unavailable", "inconclusive")
+"""A case's outcome over its trials: the first of these any trial had, else passed."""
+
+
+def _of_trials(records: Sequence[CaseRecord]) -> CaseRecord:
+    """One record of a case's trials: passed only when every trial passed (pass^k).
+
+    A trial that failed fails the case; else one that raised makes it raised (the user got
+    no answer that time); else one the judge could not judge, or left inconclusive, makes it
+    that. `passes` and `judgements` count the trials passed and the trials counted (passed,
+    failed or raised), `flipped` says whether they disagreed; the record shows the first
+    trial that did not pass (its answer, error and feedback), or else the first trial;
+    `trials` keeps each.
+    """
+    outcomes = [r.outcome for r in records]
+    outcome: CaseOutcome = next((o for o in _FIRST_OF if o in outcomes), "passed")
+    shown = next((r for r in records if r.outcome == outcome), records[0])
+    counted = [r for r in records if r.outcome in ("passed", "failed", "raised")]
+    passes = sum(r.outcome == "passed" for r in counted)
+    models: dict[str, list[str]] = {}
+    for r in records:
+        for role, names in r.models.items():
+            models[role] = sorted({*models.get(role, ()), *names})
+    cost: dict[str, float] = {}
+    for r in records:
+        cost = added(cost, r.cost)
+    scores = [r.score for r in records if r.score is not None]
+    probabilities = [r.probability for r in records if r.probability is not None]
+    return replace(
+        shown,
+        outcome=outcome,
+        score=sum(scores) / len(scores) if scores else None,
+        probability=sum(probabilities) / len(probabilities) if probabilities else None,
+        verdicts=[v for r in records for v in r.verdicts],
+        passes=passes,
+        judgements=len(counted),
+        flipped=0 < passes < len(counted),
+        attempts=max(r.attempts for r in records),
+        corrections=sum(r.corrections for r in records),
+        answer_usage=sum((r.answer_usage for r in records), Usage()),
+        answer_judge_usage=sum((r.answer_judge_usage for r in records), Usage()),
+        judge_usage=sum((r.judge_usage for r in records), Usage()),
+        answer_seconds=sum(r.answer_seconds for r in records),
+        judge_seconds=sum(r.judge_seconds for r in records),
+        cost=cost,
+        judge_cache={
+            k: sum(r.judge_cache.get(k, 0) for r in records)
+            for k in {k for r in records for k in r.judge_cache}
+        },
+        models=models,
+        trials=[
+            {
+                "outcome": r.outcome,
+                "answer": r.answer,
+                "passes": r.passes,
+                "judgements": r.judgements,
+                "flipped": r.flipped,
+                "error": r.error,
+                "feedback": r.feedback,
+                "attempts": r.attempts,
+            }
+            for r in records
+        ],
+    )
+
+
+async def _answer_once(
     case: Case, target: Target, judging: Judging, attempts: _Attempts, prices: Prices | None
 ) -> CaseRecord:
     args, kwargs = target.arguments(case)
@@ -143,6 +250,7 @@ async def _eval_case(
         ) from error
     context = merged(attempt._context, context_of(case))
     tried = max(1, attempts.by_job.pop(answer_job.id, 1))
+    answered_by = answer_job._per_model()
     cost: dict[str, Any] = {
         "corrections": answer_job.corrections_used,
         "answer_usage": answer_job.usage,
@@ -166,6 +274,7 @@ async def _eval_case(
             feedback=redact(feedback or ""),
             attempts=tried,
             cost=_priced(answer_job, {}, prices),
+            models=_models(answered_by, {}),
             **cost,
         )
     request = _request_of(result, case, context)
@@ -177,6 +286,7 @@ async def _eval_case(
         judging.evaluator is not None,
         attempts=tried,
         cost=_priced(answer_job, judgement[5], prices),
+        models=_models(answered_by, judgement[5]),
         **cost,
     )
 
@@ -239,6 +349,7 @@ async def _calibrate_case(
         question=case.question,
         answer=as_text(case.row[answer_column]),
         context=context_of(case),
+        metadata={"row": dict(case.row)},
     )
     judgement = await judging.judge(case, request)
     record = _record(
@@ -248,6 +359,7 @@ async def _calibrate_case(
         True,
         answer_seconds=0.0,
         cost=_priced(None, judgement[5], prices),
+        models=_models({}, judgement[5]),
     )
     return replace(record, label=label)
 
@@ -392,14 +504,16 @@ async def run_cases(
             it (by the reservations in the store: every worker's cases in flight count), and
             no case of the run was in flight: no more cases were started.
     """
-    judging = Judging(judge, plan.judge, plan.repeat, limiter, cache)
+    judging = Judging(
+        judge, plan.judge, plan.repeat, limiter, cache, every_member=plan.kind == "calibrate"
+    )
     attempts = _Attempts()
     prices = plan.prices
     if target is not None:
         tgt = target
 
         async def once(case: Case) -> CaseRecord:
-            return await _eval_case(case, tgt, judging, attempts, prices)
+            return await _eval_case(case, tgt, judging, attempts, prices, plan.trials)
     else:
         assert labels is not None
         lab = labels

@@ -9,7 +9,7 @@ from typing import Any
 from .._core.types import Usage
 from ..checks import _NO_SOURCE
 from ._money import money
-from ._stats import mcnemar_exact, wilson_interval
+from ._stats import flip_rate, mcnemar_exact, wilson_interval
 from .store import CaseRecord, RunInfo
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "measured",
     "no_context_advice",
     "summarise",
+    "trial_figures",
 ]
 
 CONFIDENCE = 0.95
@@ -118,6 +119,12 @@ class Summary:
         no_context: Cases a check failed because no context document with a source reached
             it (`lacks_context`): the target recorded none and the row gave none. They count
             as failed (see `no_context_advice` for the way out).
+        trials: With `trials` above 1 (`trial_figures`): `k`; over the counted cases,
+            `pass_all` (pass^k: every trial passed; the pass rate itself) and `pass_any`
+            (pass@k: at least one passed), each with its rate and 95% Wilson `lower` and
+            `upper`; `per_trial` (the share of counted trials that passed, pass^1);
+            `flipped` (cases whose trials disagreed) and `flip_rate` (the mean over the
+            cases of the chance that two of its trials disagree). None otherwise.
     """
 
     cases: int
@@ -140,6 +147,7 @@ class Summary:
     seconds: float
     cost: dict[str, Any] | None = None
     no_context: int = 0
+    trials: dict[str, Any] | None = None
 
     @property
     def counted(self) -> int:
@@ -154,8 +162,9 @@ class Summary:
     def as_dict(self) -> dict[str, Any]:
         """The figures as a JSON-ready dict, as the run store keeps them (no `cost` unpriced)."""
         figures = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        if figures["cost"] is None:
-            del figures["cost"]
+        for optional in ("cost", "trials"):
+            if figures[optional] is None:
+                del figures[optional]
         return figures
 
 
@@ -200,8 +209,49 @@ def summarise(cases: Sequence[CaseRecord]) -> Summary:
         seconds=sum(c.answer_seconds + c.judge_seconds for c in cases),
         cost=money(cases),
         no_context=sum(lacks_context(c) for c in cases),
+        trials=trial_figures(cases),
         **count,
     )
+
+
+_COUNTED = ("passed", "failed", "raised")
+
+
+def trial_figures(cases: Sequence[CaseRecord]) -> dict[str, Any] | None:
+    """pass@k, pass^k and the flip rates of a run whose cases had several trials.
+
+    Over the cases the pass rate counts (passed, failed, raised): pass^k is the share whose
+    every trial passed (the cases that passed), pass@k the share with at least one trial
+    passed; each gets its 95% Wilson interval over those cases. A case's flip rate is the
+    chance that two of its trials disagree (`flip_rate`), from its counted trials. None when
+    no case had more than one trial.
+    """
+    tried = [c for c in cases if len(c.trials) > 1]
+    if not tried:
+        return None
+    counted = [c for c in tried if c.outcome in _COUNTED]
+    every = sum(c.outcome == "passed" for c in counted)
+    some = sum(any(t.get("outcome") == "passed" for t in c.trials) for c in counted)
+    runs = [[t.get("outcome") for t in c.trials if t.get("outcome") in _COUNTED] for c in counted]
+    flips = (flip_rate(outcomes.count("passed"), len(outcomes)) for outcomes in runs)
+    rates = [r for r in flips if r is not None]
+    total_trials = sum(len(o) for o in runs)
+
+    def share(hits: int) -> dict[str, Any]:
+        lower, upper = wilson_interval(hits, len(counted), CONFIDENCE)
+        rate = hits / len(counted) if counted else None
+        return {"cases": hits, "rate": rate, "lower": lower, "upper": upper}
+
+    return {
+        "k": max(len(c.trials) for c in tried),
+        "counted": len(counted),
+        "pass_all": share(every),
+        "pass_any": share(some),
+        "per_trial": sum(o.count("passed") for o in runs) / total_trials if total_trials else None,
+        "trials_counted": total_trials,
+        "flipped": sum(c.flipped for c in counted),
+        "flip_rate": sum(rates) / len(rates) if rates else None,
+    }
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,10 @@ Every prompt puts the question, the context and the answer inside delimiters and
 judge that text inside them is data, never instructions. Judge calls' tokens are counted in
 the job's `judge_usage`, apart from the answering model's `usage`.
 
+`panel([...], rule="majority")` makes one verdict of several evaluators' votes (rule checks,
+model judges, other panels), cheapest first, stopping once the outcome cannot change:
+see docs/panels.md.
+
 `JudgeModel(..., cache=MemoryCache())` (or `SQLiteCache(path)`) answers a request asked
 before from the cache, with no model call: see docs/judge_cache.md.
 """
@@ -30,6 +34,7 @@ from ._cache_backends import JudgeCache, MemoryCache, PostgresCache, SQLiteCache
 from ._client import JudgeModel
 from ._criteria import Criterion, criteria
 from ._pairwise import Pairwise, Winner, pairwise
+from ._panel import Panel, PanelRule, panel
 from ._rating import rating
 from ._yesno import fact_check, relevancy
 
@@ -41,6 +46,8 @@ __all__ = [
     "JudgeModel",
     "MemoryCache",
     "Pairwise",
+    "Panel",
+    "PanelRule",
     "PostgresCache",
     "SQLiteCache",
     "Winner",
@@ -49,6 +56,7 @@ __all__ = [
     "criteria",
     "fact_check",
     "pairwise",
+    "panel",
     "rating",
     "relevancy",
 ]

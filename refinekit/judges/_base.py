@@ -47,7 +47,12 @@ class Judge(FlowEvaluator):
     (`@retry_on_low_quality`'s `judge_error_policy`) to decide; `"fail_open"` makes the judge
     itself return an unjudged verdict on `JudgeUnavailable` and `JudgeReplyError`;
     `"fail_closed"` raises them past any outer policy. `JudgeMisconfigured` always raises.
+
+    `expected_calls` is the model calls one verdict takes (at most, without instructor's
+    retries): what a panel runs its cheapest members first by.
     """
+
+    expected_calls: float = 1.0
 
     def __init__(
         self, judge_model: JudgeModel, judge_error_policy: JudgeErrorPolicy | None

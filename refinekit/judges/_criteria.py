@@ -142,6 +142,7 @@ class _Criteria(Judge):
                 model=judge_model.model,
             )
         self.criteria = tuple(criteria)
+        self.expected_calls = float(sum(not c.is_code for c in criteria))
         self.uncertain = uncertain
         self.probabilities = probabilities
 

@@ -90,10 +90,15 @@ def test_calibrate_a_criteria_judge_with_logprob_probabilities(
     assert "judged 8 items" in lines
     assert "  judge pass            2            1" in lines
     assert "  judge fail            2            3" in lines
-    # accuracy 5/8; failures: precision 3/5, recall 3/4; kappa (5/8 - 1/2) / (1 - 1/2)
+    # accuracy 5/8; failures: precision 3/5, recall 3/4; kappa (5/8 - 1/2) / (1 - 1/2), its
+    # interval 0.25 +- 1.96 sqrt(0.10986) (Fleiss, Cohen and Everitt's variance, by hand)
     assert (
-        "accuracy 0.625, precision on failures 0.600, recall on failures 0.750, Cohen's kappa 0.250"
+        "accuracy 0.625, precision on failures 0.600, recall on failures 0.750, Cohen's kappa "
+        "0.250 (95% -0.400 to 0.900)"
     ) in lines
+    # sensitivity: people passed 4, the judge 2 of them; specificity: people failed 4, judge 3
+    assert lines[lines.index("judged 8 items") + 5].startswith("sensitivity 0.500 (of the")
+    assert "specificity 0.750 (of those people failed" in result.out
     start = lines.index("reliability (8 items):")
     assert lines[start + 1 : start + 7] == [
         "  bin         items   mean p   passed",

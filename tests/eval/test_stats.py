@@ -10,9 +10,13 @@ from hypothesis import strategies as st
 from refinekit.eval._stats import (
     ReliabilityBin,
     cohen_kappa,
+    corrected_interval,
     expected_calibration_error,
+    flip_rate,
+    kappa_interval,
     mcnemar_exact,
     reliability_table,
+    rogan_gladen,
     wilson_interval,
 )
 
@@ -226,3 +230,85 @@ def test_ece_and_wilson_bounds(
     successes = round(fraction * total)
     low, high = wilson_interval(successes, total)
     assert 0.0 <= low <= successes / total <= high <= 1.0
+
+
+# --- the judge-corrected pass rate (Rogan-Gladen) ---------------------------------------------
+
+
+def test_rogan_gladen_undoes_a_known_judge_error() -> None:
+    # true rate 0.5, Se 0.9, Sp 0.8: the judge passes 0.5 * 0.9 + 0.5 * 0.2 = 0.55
+    assert rogan_gladen(0.55, 0.9, 0.8) == pytest.approx(0.5)
+    # a perfect judge needs no correction
+    assert rogan_gladen(0.37, 1.0, 1.0) == pytest.approx(0.37)
+
+
+def test_rogan_gladen_clips_and_refuses_a_judge_no_better_than_chance() -> None:
+    assert rogan_gladen(0.1, 0.9, 0.8) == 0.0  # under the lenient judge's floor of 0.2
+    assert rogan_gladen(0.99, 0.9, 0.95) == 1.0
+    assert rogan_gladen(0.5, 0.5, 0.5) is None
+    assert rogan_gladen(0.5, 0.3, 0.6) is None
+
+
+def test_corrected_interval_holds_every_rate_its_three_intervals_allow() -> None:
+    estimate, lower, upper = corrected_interval(110, 200, 45, 50, 40, 50)
+    assert estimate == pytest.approx(rogan_gladen(110 / 200, 45 / 50, 40 / 50))
+    rate = wilson_interval(110, 200)
+    se = wilson_interval(45, 50)
+    sp = wilson_interval(40, 50)
+    grid = [lo + (hi - lo) * i / 4 for lo, hi in (rate, se, sp) for i in range(5)]
+    for r in grid[0:5]:
+        for a in grid[5:10]:
+            for b in grid[10:15]:
+                value = rogan_gladen(r, a, b)
+                assert value is not None
+                assert lower - 1e-12 <= value <= upper + 1e-12
+    assert estimate is not None
+    assert lower < estimate < upper
+    # the judge's uncertainty widens the interval past the observed rate's own
+    assert upper - lower > rate[1] - rate[0]
+
+
+def test_corrected_interval_narrows_with_a_bigger_calibration() -> None:
+    _, small_low, small_high = corrected_interval(110, 200, 18, 20, 16, 20)
+    _, big_low, big_high = corrected_interval(110, 200, 450, 500, 400, 500)
+    assert big_high - big_low < small_high - small_low
+
+
+def test_corrected_interval_without_counts_is_uninformative() -> None:
+    assert corrected_interval(0, 0, 45, 50, 40, 50) == (None, 0.0, 1.0)
+    assert corrected_interval(10, 20, 0, 0, 40, 50) == (None, 0.0, 1.0)
+    assert corrected_interval(10, 20, 45, 50, 0, 0) == (None, 0.0, 1.0)
+
+
+def test_corrected_interval_of_a_chance_judge_spans_everything() -> None:
+    # Se 0.5 and Sp 0.5: chance is inside the judge's uncertainty on both sides
+    assert corrected_interval(50, 100, 10, 20, 10, 20) == (None, 0.0, 1.0)
+
+
+# --- kappa's interval, flip rate ------------------------------------------------------------
+
+
+def test_kappa_interval_matches_the_hand_computed_large_sample_variance() -> None:
+    # p11 2/8, judge-only 1/8, people-only 2/8, p00 3/8: kappa 0.25, variance 0.10986
+    # (Fleiss, Cohen and Everitt 1969, worked by hand)
+    bounds = kappa_interval(2, 1, 2, 3)
+    assert bounds is not None
+    half = 1.959964 * math.sqrt(0.219726 / 2)
+    assert bounds[0] == pytest.approx(0.25 - half, abs=1e-4)
+    assert bounds[1] == pytest.approx(0.25 + half, abs=1e-4)
+
+
+def test_kappa_interval_is_undefined_without_items_or_with_one_label() -> None:
+    assert kappa_interval(0, 0, 0, 0) is None
+    assert kappa_interval(5, 0, 0, 0) is None
+    low, high = kappa_interval(50, 0, 0, 50) or (0.0, 0.0)
+    assert high == 1.0
+    assert low == 1.0
+
+
+def test_flip_rate_is_the_share_of_pairs_of_runs_that_disagree() -> None:
+    assert flip_rate(3, 3) == 0.0
+    assert flip_rate(0, 4) == 0.0
+    assert flip_rate(1, 2) == 1.0
+    assert flip_rate(2, 4) == pytest.approx(4 / 6)  # 4 of the 6 pairs differ
+    assert flip_rate(1, 1) is None

@@ -544,3 +544,58 @@ def test_refinekit_testing_instant_waits_and_a_job_per_test(tester: pytest.Pytes
     )
     result = run(tester)
     result.assert_outcomes(passed=3)
+
+
+# pass^k: --refinekit-trials
+
+
+def flaky_golden(tester: pytest.Pytester) -> pytest.Pytester:
+    """4 cases: 2 always pass, 1 passes on its first trial only, 1 never passes."""
+    (tester.path / "cases.csv").write_text("question,plan\nq1,yes\nq2,yes\nq3,once\nq4,no\n")
+    tester.makepyfile(
+        """
+        import pytest
+
+        seen = {}
+
+        @pytest.mark.golden("cases.csv")
+        def test_case(question, plan):
+            seen[question] = seen.get(question, 0) + 1
+            assert plan == "yes" or (plan == "once" and seen[question] == 1)
+        """
+    )
+    return tester
+
+
+def test_trials_run_each_case_k_times_and_the_gate_counts_pass_k(tester: pytest.Pytester) -> None:
+    tester = flaky_golden(tester)
+
+    result = run(tester, "--refinekit-trials", "3", "--refinekit-min-pass-rate", "0.1", "-v")
+
+    result.assert_outcomes(passed=7, failed=5)  # 12 runs: 4 cases x 3 trials
+    result.stdout.fnmatch_lines(["*test_case?3-q3-trial1? PASSED*"])
+    result.stdout.fnmatch_lines(["*test_case?3-q3-trial2? FAILED*"])
+    # pass^3: q1 q2 (2 of 4); pass@3: q1 q2 q3 (3 of 4)
+    result.stdout.fnmatch_lines(
+        [
+            "each case run 3 times: pass^3 2/4 (every trial passed: the rate below, what the "
+            "gate holds), pass@3 3/4 (at least one passed, 95% Wilson 0.301 to 0.954)",
+            "2/4 passed, rate 0.500, 95% Wilson lower bound 0.150",
+            "gate: lower bound 0.150 vs minimum pass rate 0.100: PASS",
+        ]
+    )
+    failing = run(tester, "--refinekit-trials", "3", "--refinekit-min-pass-rate", "0.2")
+    failing.stdout.fnmatch_lines(["gate: lower bound 0.150 vs minimum pass rate 0.200: FAIL"])
+    once = run(tester, "--refinekit-min-pass-rate", "0.2")  # one trial: q3 passes, 3 of 4
+    once.stdout.fnmatch_lines(["3/4 passed, rate 0.750, 95% Wilson lower bound 0.301", "*PASS"])
+
+
+def test_trials_read_the_ini_option_and_are_validated(tester: pytest.Pytester) -> None:
+    tester = flaky_golden(tester)
+    tester.makeini(INI + "refinekit_trials = 2\n")
+    result = run(tester)
+    result.assert_outcomes(passed=5, failed=3)
+    result.stdout.fnmatch_lines(["each case run 2 times: pass^2 2/4*pass@2 3/4*"])
+    for bad in ("0", "51", "two"):
+        refused = run(tester, f"--refinekit-trials={bad}")
+        refused.stderr.fnmatch_lines(["*--refinekit-trials must be a whole number from 1 to 50*"])

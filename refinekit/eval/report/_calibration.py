@@ -80,6 +80,8 @@ def calibration_report(
     sections = [
         ("gates", "Gates", gates),
         ("agreement", "Agreement with people", _agreement(c)),
+        *([("panel", "Panel members", _panel(c))] if c.panel is not None else []),
+        ("bias", "Bias checks", _bias(c)),
         ("reliability", "Reliability diagram", _reliability(c)),
         ("thresholds", "Recommended thresholds", _thresholds(c)),
         ("history", "Kappa over the stored runs", _kappa_history(run, c, history)),
@@ -178,14 +180,124 @@ def _agreement(c: Calibration) -> str:
         + _rate_figure(c.precision_fail, "precision on failures", c.both_fail, judge_fails)
         + _rate_figure(c.recall_fail, "recall on failures", c.both_fail, human_fails)
         + f'<div class="figure"><div class="value">{fmt3(c.kappa)}</div>'
-        '<div class="label">Cohen\'s kappa<br>agreement corrected for chance</div></div>'
-        "</div>"
+        '<div class="label">Cohen\'s kappa<br>agreement corrected for chance'
+        + (
+            f"<br>95% {c.kappa_lower:.3f} to {c.kappa_upper:.3f}"
+            if c.kappa_lower is not None and c.kappa_upper is not None
+            else ""
+        )
+        + "</div></div>"
+        + _rate_figure(
+            c.sensitivity,
+            "sensitivity<br>of people's passes, the judge's",
+            c.both_pass,
+            c.both_pass + c.judge_fail_only,
+        )
+        + _rate_figure(
+            c.specificity,
+            "specificity<br>of people's failures, the judge's",
+            c.both_fail,
+            c.both_fail + c.human_fail_only,
+        )
+        + "</div>"
     )
     return (
         "<p>Failures are the positive class: precision on failures is the share of the "
         "judge's failures that people failed too; recall on failures, the share of people's "
         "failures the judge caught.</p>" + matrix + figures
     )
+
+
+_ADDS_NOTHING = '<span class="badge fail">adds nothing</span>'
+_WARNING = '<span class="badge fail">warning</span>'
+
+
+def _panel(c: Calibration) -> str:
+    """Each member's agreement with people, each pair's with each other, what adds nothing."""
+    p = c.panel
+    assert p is not None
+    rows = "".join(
+        f'<tr><td>{esc(m.name)}</td><td class="n">{whole(m.items)}</td>'
+        f'<td class="n">{whole(m.abstained)}</td><td class="n">{fmt3(m.agreement)}</td>'
+        f'<td class="n">{fmt3(m.kappa)}</td><td class="n">{fmt3(m.kappa_lower)}</td>'
+        f'<td class="n">{fmt3(m.kappa_without)}</td>'
+        f"<td>{_ADDS_NOTHING if m.adds_nothing else ''}</td></tr>"
+        for m in p.members
+    )
+    pairs = "".join(
+        f"<tr><td>{esc(x.first)}</td><td>{esc(x.second)}</td>"
+        f'<td class="n">{whole(x.items)}</td><td class="n">{fmt3(x.agreement)}</td>'
+        f'<td class="n">{fmt3(x.kappa)}</td></tr>'
+        for x in p.pairs
+    )
+    nothing = (
+        "<p>Members that add nothing (the panel agrees with people as well or better "
+        f"without them): {esc(', '.join(p.adds_nothing))}.</p>"
+        if p.adds_nothing
+        else "<p>Every member adds agreement: without any one, the panel agrees with "
+        "people less.</p>"
+    )
+    return (
+        f"<p>The panel ({esc(p.rule)}, quorum {whole(p.quorum)}) has kappa {fmt3(p.kappa)}. "
+        "Every member voted on every item (a calibration runs them all). "
+        "<em>panel without it</em>: the panel's kappa when that member's votes are taken "
+        "away and the rest decide by the same rule.</p>"
+        '<table><tr><th>member</th><th class="n">votes</th><th class="n">abstained</th>'
+        '<th class="n">agreement</th><th class="n">kappa</th><th class="n">95% lower</th>'
+        '<th class="n">panel without it</th><th></th></tr>'
+        + rows
+        + "</table>"
+        + (
+            "<h3>Members against each other</h3><table><tr><th>member</th><th>member</th>"
+            '<th class="n">items</th><th class="n">agreement</th><th class="n">kappa</th></tr>'
+            + pairs
+            + "</table>"
+            if pairs
+            else ""
+        )
+        + nothing
+    )
+
+
+def _bias(c: Calibration) -> str:
+    """Agreement by answer length, position consistency, self-judged answers, the warnings."""
+    parts: list[str] = []
+    if c.length_bands:
+        rows = "".join(
+            f'<tr><td>{esc(b.band)}</td><td class="n">{whole(b.shortest)} to '
+            f'{whole(b.longest)}</td><td class="n">{whole(b.items)}</td>'
+            f'<td class="n">{b.people_pass:.3f}</td><td class="n">{b.judge_pass:.3f}</td>'
+            f'<td class="n">{b.agreement:.3f}</td><td class="n">{fmt3(b.kappa)}</td></tr>'
+            for b in c.length_bands
+        )
+        parts.append(
+            "<h3>By answer length (verbosity)</h3>"
+            '<table><tr><th>band</th><th class="n">characters</th><th class="n">items</th>'
+            '<th class="n">people pass</th><th class="n">judge passes</th>'
+            '<th class="n">agreement</th><th class="n">kappa</th></tr>' + rows + "</table>"
+        )
+    else:
+        parts.append("<p>Agreement by answer length needs at least 9 judged items.</p>")
+    for p in c.position:
+        parts.append(
+            f"<p>Position consistency of {esc(p.judge)}: {whole(p.consistent)} of "
+            f"{whole(p.items)} votes survived swapping the two answers ({p.rate:.3f}, 95% "
+            f"{p.lower:.3f} to {p.upper:.3f}).</p>"
+        )
+    parts.append(
+        f"<p>Answers judged by the model that wrote them: {whole(c.self_judged)}"
+        + (f" ({esc(', '.join(c.self_judge_models))})" if c.self_judge_models else "")
+        + ".</p>"
+    )
+    if c.warnings:
+        parts.append(
+            '<ul class="warnings">'
+            + "".join(f"<li>{_WARNING} {esc(w)}</li>" for w in c.warnings)
+            + "</ul>"
+        )
+    else:
+        parts.append("<p>No bias check warned.</p>")
+    return "".join(parts)
 
 
 def _reliability(c: Calibration) -> str:

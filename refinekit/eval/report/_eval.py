@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .._money import total as total_cost
 from .._money import usd
@@ -26,9 +27,11 @@ from ._html import (
     badge,
     count,
     esc,
+    fmt3,
     fmt_p,
     gate_results,
     incomplete_note,
+    number,
     one_line,
     page,
     run_meta,
@@ -84,7 +87,16 @@ def eval_report(
     ]
     failing = [(i, c) for i, c in enumerate(cases) if c.outcome != "passed"]
     setup_failed = bool(run.summary.get("setup_failed"))
-    verdict, gates = _gates(summary, setup_failed, min_pass_rate, comparison, alpha)
+    corrected = run.summary.get("corrected")
+    verdict, gates = _gates(
+        summary,
+        setup_failed,
+        min_pass_rate,
+        comparison,
+        alpha,
+        corrected if isinstance(corrected, dict) else None,
+        run.summary.get("judge_warning"),
+    )
     # What a reviewer acts on comes first, on the first screen: the gates, the regressions,
     # the failing cases (each a line, linked to its card below); then the figures, each
     # section's definitions behind a disclosure.
@@ -102,7 +114,9 @@ def eval_report(
         ("pass-rate", "Pass rate", pass_rate_section(summary, setup_failed)),
         ("history", "Pass rate over the stored runs", eval_history_section(run, summary, history)),
     ]
-    if summary.repeated:
+    if summary.trials is not None:
+        sections.append(("trials", "Trials: pass^k and pass@k", _trials(summary.trials)))
+    elif summary.repeated:
         sections.append(("consistency", "Judge consistency", consistency_section(summary, cases)))
     sections += [
         ("criteria", "Per-criterion pass rates", criteria_section(summary)),
@@ -246,10 +260,14 @@ def _gates(
     min_pass_rate: float | None,
     comparison: Comparison | None,
     alpha: float,
+    corrected: dict[str, Any] | None = None,
+    judge_warning: object = None,
 ) -> tuple[str, str]:
     """The gates the run was held to and whether each held: the exit status's reasons.
 
-    Returns the one-line verdict for the page's header and the section's body.
+    With `corrected` (the run's `--calibration` figures) the pass-rate gate is held against
+    the corrected lower bound, as the run was. Returns the one-line verdict for the page's
+    header and the section's body.
     """
     rows: list[tuple[str, str, bool]] = []  # (gate, the figures against it, held)
     measured = not setup_failed and s.rate is not None
@@ -269,7 +287,25 @@ def _gates(
                 False,
             )
         )
-    if min_pass_rate is not None and not setup_failed:
+    lower = number(corrected.get("lower")) if corrected is not None else None
+    if min_pass_rate is not None and not setup_failed and lower is not None:
+        assert corrected is not None
+        rate = number(corrected.get("rate"))
+        rows.append(
+            (
+                f"<code>--min-pass-rate {min_pass_rate:.3f}</code> with <code>--calibration "
+                f"{esc(str(corrected.get('calibration_run')))}</code>: the pass rate corrected "
+                "for the judge's errors has a 95% lower bound (the judge's uncertainty "
+                "included) of at least this",
+                f"corrected lower bound {lower:.3f} (corrected rate {fmt3(rate)}, observed "
+                f"{fmt3(s.rate)}; judge sensitivity {fmt3(number(corrected.get('sensitivity')))}"
+                f", specificity {fmt3(number(corrected.get('specificity')))}) "
+                + (">=" if lower >= min_pass_rate else "&lt;")
+                + f" {min_pass_rate:.3f}",
+                measured and lower >= min_pass_rate,
+            )
+        )
+    elif min_pass_rate is not None and not setup_failed:
         figures = (
             f"95% Wilson lower bound {s.lower:.3f} (pass rate {s.rate:.3f}, "
             f"{whole(s.passed)}/{whole(s.counted)}) "
@@ -299,12 +335,49 @@ def _gates(
                 not regressed,
             )
         )
-    return gate_results(
+    warning = (
+        f'<p class="warning"><b>Warning:</b> {esc(judge_warning)}</p>'
+        if isinstance(judge_warning, str) and judge_warning
+        else ""
+    )
+    verdict, body = gate_results(
         rows,
         "eval",
         "--min-pass-rate</code>, <code>--compare",
         status=4 if setup_failed else 1,
         intro=False,  # the verdict above the table says why the command exited as it did
+    )
+    return verdict, body + warning
+
+
+def _trials(t: dict[str, Any]) -> str:
+    """pass^k, pass@k, the rate per trial and the flips of a run with `--trials`."""
+    k = t.get("k")
+
+    def row(name: str, what: str, part: Any) -> str:
+        part = part if isinstance(part, dict) else {}
+        return (
+            f'<tr><td>{name}</td><td>{what}</td><td class="n">{whole(part.get("cases") or 0)}'
+            f'/{whole(t.get("counted") or 0)}</td><td class="n"><b>{fmt3(number(part.get("rate")))}'
+            f'</b></td><td class="n">{fmt3(number(part.get("lower")))} to '
+            f"{fmt3(number(part.get('upper')))}</td></tr>"
+        )
+
+    return (
+        f"<p>The answer function ran {esc(str(k))} times per case, each answer judged on its "
+        "own; a case passed only when every trial passed (pass^k), so the pass rate and the "
+        "gate are pass^k's. One row per case below; its trials passed / counted in the "
+        "<em>verdicts</em> column.</p>"
+        '<table><tr><th></th><th>the case passed</th><th class="n">cases</th>'
+        '<th class="n">rate</th><th class="n">95% interval</th></tr>'
+        + row(f"pass^{esc(str(k))}", "every trial", t.get("pass_all"))
+        + row(f"pass@{esc(str(k))}", "at least one trial", t.get("pass_any"))
+        + "</table>"
+        f"<p>Per trial: {fmt3(number(t.get('per_trial')))} of "
+        f"{whole(t.get('trials_counted') or 0)} trials passed. "
+        f"{whole(t.get('flipped') or 0)} of {whole(t.get('counted') or 0)} cases flipped "
+        f"between trials; mean flip rate {fmt3(number(t.get('flip_rate')))} (the chance that "
+        "two trials of a case disagree).</p>"
     )
 
 

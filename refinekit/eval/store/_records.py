@@ -117,6 +117,13 @@ class CaseRecord:
             and corrections); empty without prices.
         judge_cache: With `--cache`: the run judge's requests answered from the judge cache
             (`hits`) and sent to the model (`misses`); empty without it.
+        models: The models whose replies were counted: `answer` (the answer function's,
+            as the replies name them) and `judge` (the run's judge's); what the
+            self-preference warning compares. Empty for a case stored before schema 5.
+        trials: With `trials` above 1, each trial of the case, in order: its `outcome`,
+            `answer`, `passes`, `judgements`, `error` and `feedback`; the case's own fields
+            are then its figures over the trials (see `refinekit.eval.EvalOptions.trials`).
+            Empty otherwise.
     """
 
     key: str
@@ -143,6 +150,8 @@ class CaseRecord:
     judge_seconds: float = 0.0
     cost: dict[str, float] = field(default_factory=dict)
     judge_cache: dict[str, int] = field(default_factory=dict)
+    models: dict[str, list[str]] = field(default_factory=dict)
+    trials: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def criteria(self) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ _ROLES = ("answer", "answer_judge", "judge")
 _CASE_COLUMNS = (
     "run_id, key, position, question, row, outcome, answer, error, feedback, score, "
     "probability, label, verdicts, passes, judgements, flipped, attempts, corrections, "
-    "answer_seconds, judge_seconds, finished_at, cost, judge_cache, total_cost"
+    "answer_seconds, judge_seconds, finished_at, cost, judge_cache, total_cost, models, trials"
 )
 
 
@@ -222,7 +222,7 @@ class SQLStore(Claims):
             self._delete(run_id, case.key)
             self._exec(
                 f"INSERT INTO cases ({_CASE_COLUMNS}) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     case.key,
@@ -248,6 +248,8 @@ class SQLStore(Claims):
                     _dumps(case.cost),
                     _dumps(case.judge_cache),
                     sum(float(case.cost.get(r, 0.0)) for r in _ROLES) if case.cost else None,
+                    _dumps(case.models),
+                    _dumps(case.trials),
                 ),
             )
             for role, usage in usages:
@@ -334,6 +336,8 @@ class SQLStore(Claims):
             judge_seconds=r["judge_seconds"],
             cost=_json(r, "cost", r["run_id"], r["position"]),
             judge_cache=_json(r, "judge_cache", r["run_id"], r["position"]),
+            models=_json(r, "models", r["run_id"], r["position"]),
+            trials=_json(r, "trials", r["run_id"], r["position"]),
         )
 
 

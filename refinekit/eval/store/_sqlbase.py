@@ -57,6 +57,12 @@ ALTER TABLE cases ADD COLUMN judge_cache TEXT NOT NULL DEFAULT '{{}}'
 ALTER TABLE claims ADD COLUMN reserved {real};
 ALTER TABLE cases ADD COLUMN total_cost {real}
 """,
+    # 5: the models that answered and judged each case (self-preference), and with
+    # `--trials` each trial of the case (its answer, outcome and verdicts)
+    """
+ALTER TABLE cases ADD COLUMN models TEXT NOT NULL DEFAULT '{{}}';
+ALTER TABLE cases ADD COLUMN trials TEXT NOT NULL DEFAULT '[]'
+""",
 )
 
 
