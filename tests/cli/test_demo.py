@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from refinekit.cli import _demo, main
+from refinekit.cli._demo import idle_cores
 from refinekit.testing import Reply, ScriptedOpenAI
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -420,3 +421,16 @@ def test_the_refund_scenario_says_when_the_model_ignored_the_feedback_and_the_ju
         ],
     )
     assert "acted on the feedback" not in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("cores", "load", "threads"),
+    [(2, 0.1, 2), (2, 0.9, 1), (2, 2.5, 1), (8, 3.2, 5), (None, 0.0, 1)],
+)
+def test_the_local_model_gets_the_cores_other_work_leaves_idle(
+    monkeypatch: pytest.MonkeyPatch, cores: int | None, load: float, threads: int
+) -> None:
+    # llama.cpp's threads spin-wait: one on a busy core slows every token (docstring figures)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    assert idle_cores() == threads
