@@ -85,6 +85,7 @@ class _CorrectConfig(Generic[T]):
     __slots__ = (
         "context",
         "correction",
+        "early_abort",
         "function",
         "job_budget",
         "max_corrections",
@@ -103,6 +104,7 @@ class _CorrectConfig(Generic[T]):
         repair: bool,
         correction: CorrectionBuilder | None,
         context: Any,
+        early_abort: bool = True,
     ) -> None:
         self.function = function_name(fn)
         self.signature = inspect.signature(fn)
@@ -123,6 +125,7 @@ class _CorrectConfig(Generic[T]):
         self.repair = repair
         self.correction = correction
         self.context = context
+        self.early_abort = early_abort
         self.job_budget: Budget | None = None
 
     def split(
@@ -254,6 +257,7 @@ def _correct_flow(
                     cfg.parser,
                     context=context,
                     repair=cfg.repair,
+                    early_abort=cfg.early_abort,
                     function=cfg.function,
                     number=call,
                     maximum=call + max(0, cfg.max_corrections - job.corrections_used),
@@ -431,6 +435,7 @@ def self_correct(
     | Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
     | None = None,
     budget: Budget | None = None,
+    early_abort: bool = True,
 ) -> SelfCorrecting[T]:
     """Parse and validate the decorated function's reply; correct a bad one in conversation.
 
@@ -476,6 +481,12 @@ def self_correct(
             judge calls included): the call raises `refinekit.BudgetExceeded` as soon as a
             reply has taken the job over it. Inside another refinekit call it can only
             tighten that job's budget. See docs/budgets.md.
+        early_abort: For a function that returns a stream: whether a field that completes and
+            fails closes the stream there, its correction sent at once (True: fewer tokens
+            generated for a reply that failed), or the failed reply is read to its end first,
+            so that its correction names every field that failed, as for a whole reply (False:
+            no partial value is shown after the failure). docs/streaming.md has the
+            trade-off as measured on a real model.
 
     Returns:
         A decorator; the decorated function returns the schema's type (awaitable for
@@ -492,6 +503,10 @@ def self_correct(
     job_budget = check_budget_option(budget)
     if not isinstance(repair, bool):
         raise TypeError(f"repair must be True or False, got {type(repair).__name__}")
+    if not isinstance(early_abort, bool):
+        raise TypeError(
+            f"early_abort must be True or False, got {type(early_abort).__name__}"
+        )
     if correction is not None and not callable(correction):
         raise TypeError(
             "correction= must be a callable taking a refinekit.CorrectionRequest, got "
@@ -512,6 +527,7 @@ def self_correct(
         "correction": correction,
         "validation_context": validation_context,
         "budget": budget,
+        "early_abort": early_abort,
     }
 
     def configure(fn: Callable[..., Any]) -> _CorrectConfig[T]:
@@ -522,6 +538,7 @@ def self_correct(
             repair=repair,
             correction=correction,
             context=validation_context,
+            early_abort=early_abort,
         )
         cfg.job_budget = job_budget
         return cfg

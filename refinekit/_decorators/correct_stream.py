@@ -72,12 +72,19 @@ class _StructuredSink:
     """Feeds a streamed reply to the partial reader; emits partials, aborts on a failed field."""
 
     def __init__(
-        self, parser: Parser[Any], context: Mapping[str, Any] | None, repair: bool, number: int
+        self,
+        parser: Parser[Any],
+        context: Mapping[str, Any] | None,
+        repair: bool,
+        number: int,
+        early_abort: bool,
     ) -> None:
         self.reader = _FieldReader(parser, context)
         self.tools = _FieldReader(parser, context)
         self.repair = repair
         self.number = number
+        self.early_abort = early_abort
+        self.failed = False  # a field failed: the reply is void, whether it is read on or not
         self.emit = listening()
         self.failure: dict[str, Any] | None = None
         self.value: Any = None
@@ -86,12 +93,15 @@ class _StructuredSink:
         piece = delta.tool_arguments if delta.tool_index == 0 else ""
         reader = self.tools if piece else self.reader
         piece = piece or delta.text
-        if not piece:
-            return (), None
+        if not piece or self.failed and not self.early_abort:
+            return (), None  # read on to its end: parsed whole, its correction names all
         changed, failures = reader.feed(piece)
         for failure in failures:
             if self.repair and _repairable(failure):
                 continue  # a lossless repair may fix it when the reply is parsed whole
+            self.failed = True
+            if not self.early_abort:
+                return (), None
             self.failure = failure
             self.value = reader.value
             return (), f"{error_path(failure['loc'])}: {failure['msg']}"
@@ -128,9 +138,10 @@ def read_reply(
     number: int,
     maximum: int,
     prompt_chars: int,
+    early_abort: bool = True,
 ) -> Any:
     """Read a streamed reply (a sub-flow): a `StreamedReply`, its usage counted in `job`."""
-    sink = _StructuredSink(parser, context, repair, number)
+    sink = _StructuredSink(parser, context, repair, number, early_abort)
     read: StreamRead = yield from read_stream(
         stream,
         job,

@@ -203,6 +203,42 @@ def test_grounding_and_field_validators_abort_as_their_field_completes(kind: str
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_without_early_abort_a_failed_reply_is_read_to_its_end_and_every_failure_named(
+    kind: str,
+) -> None:
+    source_text = "Invoice A-1 from ACME, total 12.50 EUR"
+    # two fields fail: the number as it completes, the total after it
+    twice = '{"number": "Z-9", "total_cents": 0, "note": "' + "y" * 40 + '"}'
+    good = '{"number": "A-1", "total_cents": 1250}'
+    for early_abort in (True, False):
+        bad = Source(*chunked(twice, 5))
+        model = StreamingModel(kind, bad, Source(*chunked(good, 5)))
+        extract = self_correct(
+            schema=Checked, validation_context={"source": source_text}, early_abort=early_abort
+        )(model.function())
+        items = collect(kind, extract, USER)
+        assert items[-1] == Final(Checked(number="A-1", total_cents=1250), 2)
+        (reset,) = [i for i in items if isinstance(i, Reset)]
+        first_try = items[: items.index(reset)]
+        correction = model.received[1][-1]["content"]
+        assert "number" in correction
+        if early_abort:
+            assert bad.given < len(bad.parts)
+            assert reset.aborted
+            assert "total of zero" not in correction  # the stream stopped before the total
+        else:
+            assert bad.given == len(bad.parts)  # read to its end, as a whole reply
+            assert not reset.aborted
+            assert "total of zero" in correction  # its correction names both failures
+            assert first_try == []  # nothing shown of a reply known to have failed
+
+
+def test_early_abort_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="early_abort must be True or False, got str"):
+        self_correct(schema=Invoice, early_abort="no")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_stream_that_breaks_is_a_cut_off_reply(kind: str) -> None:
     broken = Source('{"number": "A-1", ', '"currency": "EU', error=ConnectionError("reset"))
     model = StreamingModel(kind, broken, GOOD)
