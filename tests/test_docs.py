@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import importlib
 import inspect
 import io
@@ -329,6 +330,28 @@ def _joined(earlier: str, code: str) -> str:
     return f"{earlier.rstrip()}\n\n\n{code}\n" if earlier.strip() else f"{code}\n"
 
 
+@functools.cache
+def _warm_http_stack() -> None:
+    """Import what the openai clients import at their first request, in this process.
+
+    The pytester fixture removes the modules first imported while it was set up when it ends. The
+    HTTP core (httpcore, h11, anyio's backends) is imported at a client's first request, so a
+    block run first would import it, lose it, and leave the next run's fresh copy raising
+    exception classes the retained openai and httpx modules do not know (a read timeout then
+    surfaced as `APIConnectionError`, not `APITimeoutError`).
+    """
+    with ScriptedOpenAI() as server:
+        server.script("warm", ["ok", "ok"])
+        with server.client() as client:
+            client.chat.completions.create(model="warm", messages=[])
+
+        async def warm() -> None:
+            async with server.async_client() as client:
+                await client.chat.completions.create(model="warm", messages=[])
+
+        asyncio.run(warm())
+
+
 def _run_pytest_block(block: Block, page_blocks: list[Block], pytester: pytest.Pytester) -> None:
     """The block as a test module, after the page's earlier `pytest` blocks: all must pass.
 
@@ -380,6 +403,7 @@ def test_block_runs(
     if block.skip is not None:
         pytest.skip(f"{block.id}: {block.skip}")
     if block.pytest:
+        _warm_http_stack()  # before pytester's fixture takes its snapshot of sys.modules
         _run_pytest_block(block, BY_PAGE[block.page], request.getfixturevalue("pytester"))
     else:
         _run_exec_block(block, page_runs, docs_env)
