@@ -137,6 +137,29 @@ async def test_self_correct_closes_the_http_stream_at_a_failed_field_and_correct
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+async def test_without_early_abort_the_failed_http_stream_is_read_to_its_end(
+    server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
+) -> None:
+    server.script("m", [Reply.text("".join(BAD), chunks=BAD), Reply.text(GOOD, chunks=8)])
+    extract = self_correct(schema=Invoice, early_abort=False)(streaming(sdk, kind, clients))
+    items = await collect(kind, extract, USER)
+    first, second = streams(server)
+    assert first.finished  # every chunk read, the stream ended
+    assert not first.client_closed
+    assert first.sent == len(BAD)
+    assert second.finished
+    assert items[0] == Partial({"number": "A-1"}, 1)  # shown before the currency failed
+    assert items[1].cause == "correction"
+    assert not items[1].aborted
+    assert items[-1] == Final(INVOICE, 2)
+    # parsed whole: its correction keeps the total read after the failed currency
+    correction = server.requests[1].body["messages"][-1]["content"]  # type: ignore[index]
+    assert '"currency": got "GBP"' in correction
+    assert '"total_cents": 1250}' in correction
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 async def test_streamed_usage_is_what_the_server_reported_and_an_aborted_stream_is_estimated(
     server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
 ) -> None:
