@@ -3,7 +3,9 @@
 A ScriptedOpenAI server on 127.0.0.1 streams the replies over real HTTP (server-sent events,
 as OpenAI sends them). The first reply writes a currency outside the schema's choices: the
 stream is closed at that field, before the rest of the reply is generated, the consumer gets a
-Reset (clear the form), and the correction's stream fills the form again.
+Reset (clear the form), and the correction's stream fills the form again. With
+early_abort=False the failed reply is read to its end instead, so its correction keeps the
+total written after the bad currency (fewer corrections, more tokens generated).
 Run: python examples/stream_self_correct.py
 """
 
@@ -35,14 +37,15 @@ def main() -> None:
         bad = Reply.hang(after=2, then=Reply.text("".join(BAD), chunks=BAD))
         server.script("m", [bad, Reply.text(GOOD, chunks=6), Reply.text(GOOD)])
 
-        @self_correct(schema=Invoice)
-        def extract(messages: list[dict[str, Any]]) -> Any:
+        def create(messages: list[dict[str, Any]]) -> Any:
             return client.chat.completions.create(
                 model="m",
                 messages=messages,  # type: ignore[arg-type]
                 stream=True,
                 stream_options={"include_usage": True},
             )
+
+        extract = self_correct(schema=Invoice)(create)
 
         conversation = [{"role": "user", "content": "Extract the invoice: INV-7, 12.50 EUR"}]
         for item in extract.stream(conversation):
@@ -56,6 +59,18 @@ def main() -> None:
         sent, closed = f"{first.sent} of {first.chunks}", first.client_closed
         print(f"first stream: {sent} chunks sent; closed: {closed}")
         print("the plain call returns the value:", repr(extract(conversation)))
+
+        server.reset()
+        server.script("m", [Reply.text("".join(BAD), chunks=BAD), Reply.text(GOOD, chunks=6)])
+
+        read_on = self_correct(schema=Invoice, early_abort=False)(create)
+        items = list(read_on.stream(conversation))
+        reset = next(item for item in items if isinstance(item, Reset))
+        first = server.streamed("m")[0]
+        print(f"early_abort=False: {first.sent} of {first.chunks} chunks read", end="; ")
+        print(f"closed early: {reset.aborted}; final: {items[-1].value!r}")
+        body = server.requests[1].body or {}
+        print("the correction's template:", body["messages"][-1]["content"].splitlines()[-1])
 
 
 if __name__ == "__main__":

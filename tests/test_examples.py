@@ -152,6 +152,10 @@ EXPECTED = {
         "first stream: 2 of 4 chunks sent; closed: True",
         "the plain call returns the value: Invoice(number='INV-7', currency='EUR', "
         "total_cents=1250)",
+        "early_abort=False: 4 of 4 chunks read; closed early: False; final: "
+        "Invoice(number='INV-7', currency='EUR', total_cents=1250)",
+        'the correction\'s template: {"number": "INV-7", "currency": "<EUR or USD>", '
+        '"total_cents": 1250}',
     ],
     "stream_retry.py": [
         "buffered: ['Refunds', ' are', ' accepted', ' within', ' 30', ' days', "
