@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from streaming_helpers import Source
 
 from refinekit import Usage
 from refinekit._providers import streams
@@ -26,39 +27,6 @@ def read_all(kind: str, stream: Any) -> list[Delta]:
         return [delta async for delta in streams.aread(stream)]
 
     return asyncio.run(main())
-
-
-class Source:
-    """A text stream, sync and async, that records whether it was closed and what it yielded."""
-
-    def __init__(self, *texts: str, error: Exception | None = None) -> None:
-        self.texts = texts
-        self.error = error
-        self.yielded = 0
-        self.closed = False
-
-    def sync(self) -> Iterator[str]:
-        try:
-            for text in self.texts:
-                self.yielded += 1
-                yield text
-            if self.error is not None:
-                raise self.error
-        finally:
-            self.closed = True
-
-    async def async_(self) -> AsyncIterator[str]:
-        try:
-            for text in self.texts:
-                self.yielded += 1
-                yield text
-            if self.error is not None:
-                raise self.error
-        finally:
-            self.closed = True
-
-    def of(self, kind: str) -> Any:
-        return self.sync() if kind == "sync" else self.async_()
 
 
 def first_then_close(kind: str, stream: Any) -> Delta:
@@ -99,7 +67,7 @@ def test_closing_the_reader_closes_the_stream_and_nothing_more_is_read(kind: str
     delta = first_then_close(kind, source.of(kind))
     assert delta.text == "a"
     assert source.closed
-    assert source.yielded == 1
+    assert source.given == 1
 
 
 def test_a_reader_is_a_context_manager_that_closes_the_stream(kind: str) -> None:
@@ -115,7 +83,7 @@ def test_a_reader_is_a_context_manager_that_closes_the_stream(kind: str) -> None
 
         asyncio.run(main())
     assert source.closed
-    assert source.yielded == 1
+    assert source.given == 1
 
 
 def test_the_reader_counts_the_chunks_read(kind: str) -> None:
