@@ -361,6 +361,35 @@ def test_langchain_chunks_give_text_tool_call_chunks_and_added_up_usage(kind: st
     assert deltas[-1].model == "gpt-lc"
 
 
+@pytest.mark.parametrize("sdk", ["openai", "langchain"])
+def test_tool_call_parts_without_an_index_go_by_id_and_without_either_continue_the_latest(
+    kind: str, sdk: str
+) -> None:
+    def chunk(name: str | None, call_id: str | None, arguments: str) -> dict[str, Any]:
+        """A dict chunk with one part of a tool call that has no `index`."""
+        part: dict[str, Any] = {"id": call_id} if call_id else {}
+        if sdk == "openai":
+            function = {"arguments": arguments, **({"name": name} if name else {})}
+            delta = {"tool_calls": [{**part, "function": function}]}
+            return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+        part = {**part, "args": arguments, **({"name": name} if name else {})}
+        return {"type": "AIMessageChunk", "content": "", "tool_call_chunks": [part]}
+
+    chunks = [
+        chunk("first", "call-a", '{"x": '),
+        chunk(None, None, "1}"),  # neither an index nor an id: the latest call's
+        chunk("second", "call-b", "{"),
+        chunk(None, None, "}"),
+    ]
+    deltas = read_all(kind, iter(chunks) if kind == "sync" else aiter_of(chunks))
+    assert [d.tool_index for d in deltas] == [0, 0, 1, 1]
+    assert [d.tool_arguments for d in deltas] == ['{"x": ', "1}", "{", "}"]
+    assert [(d.tool_name, d.tool_index) for d in deltas if d.tool_name] == [
+        ("first", 0),
+        ("second", 1),
+    ]
+
+
 def usage_metadata(inputs: int, outputs: int) -> Any:
     return {"input_tokens": inputs, "output_tokens": outputs, "total_tokens": inputs + outputs}
 
