@@ -24,6 +24,7 @@ from ._core.errtext import error_lines
 from ._core.schema import require_type
 from ._core.types import EvaluationRequest, Verdict
 from ._engine.evaluators import all_of, any_of, weighted
+from .evidence import stated_values
 
 __all__ = [
     "Check",
@@ -513,8 +514,6 @@ def values_supported() -> Check:
     Returns:
         The check.
     """
-    # imported here, not at the top, to keep this block self-contained
-    from .evidence import stated_values
 
     def rule(request: EvaluationRequest) -> Verdict:
         records = stated_values(request)

@@ -30,8 +30,10 @@ quality.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
+import ctypes
 import importlib.metadata
 import importlib.util
 import json
@@ -124,8 +126,6 @@ def _free_port() -> int:
 
 def _die_with_parent() -> None:
     """In the child, before exec: ask Linux to kill it when its parent dies (even by SIGKILL)."""
-    import ctypes
-
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -456,8 +456,6 @@ class LocalModel:
             raise error from exc
 
     async def __aenter__(self) -> LocalModel:
-        import asyncio
-
         starting = asyncio.ensure_future(in_thread(self.start))
         try:
             return await asyncio.shield(starting)

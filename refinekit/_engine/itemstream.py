@@ -6,7 +6,9 @@ each command, the tracer's hooks, what the flow opened closed at its end), excep
 the next item: nothing is read from the model ahead of the caller. When the flow returns, the
 decorator's `last(value)` gives the last item (`@self_correct`'s `Final`), if any.
 
-The caller gets an `ItemStream` (an iterator) or an `AsyncItemStream` (an async iterator).
+`stream_sync` / `stream_async` make one call's items: the call's job and the tracer's `call`
+span around a driver (the wrapper's `fn.stream(...)` hands them its flow). The caller gets an
+`ItemStream` (an iterator) or an `AsyncItemStream` (an async iterator) of them.
 Each runs the call in a context of its own, copied when `fn.stream(...)` is called, so that the
 call's job, attempt and budget scope never leak into the caller's code between two items, and
 the call is cleaned up in its own context wherever the caller drops it. Closing it early
@@ -29,9 +31,17 @@ from typing import Any, Generic, TypeVar
 from . import budget as _budget
 from . import events as _hooks
 from .flow import OPENERS, Flow, _close_async, _close_sync
-from .streaming import Emit
+from .job import enter_job, leave_job
+from .streaming import LISTENING, Emit
 
-__all__ = ["AsyncItemStream", "ItemStream", "drive_async", "drive_sync"]
+__all__ = [
+    "AsyncItemStream",
+    "ItemStream",
+    "drive_async",
+    "drive_sync",
+    "stream_async",
+    "stream_sync",
+]
 
 I_co = TypeVar("I_co", covariant=True)
 
@@ -106,6 +116,64 @@ async def drive_async(flow: Flow[Any], last: Last | None) -> AsyncGenerator[Any,
         flow.close()
         if opened:
             await _close_async(opened)
+
+
+def stream_sync(
+    flow: Callable[..., Flow[Any]],
+    cfg: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    last: Last | None,
+) -> Generator[Any, None, None]:
+    """The items of one call, in the stream's own context (an `ItemStream`'s generator).
+
+    The call joins the job current in that context (or opens one, closed at its end) and its
+    flow is driven with `drive_sync`, inside the tracer's `call` span when one is installed.
+    """
+    LISTENING.set(True)
+    job, token = enter_job(getattr(cfg, "job_budget", None))
+    try:
+        made = flow(cfg, fn, args, kwargs, job, None)
+        tracing = _hooks.tracing
+        if tracing is None:
+            yield from drive_sync(made, last)
+        else:
+            with tracing.call(flow, cfg, job):
+                yield from drive_sync(made, last)
+    finally:
+        leave_job(token)
+
+
+async def stream_async(
+    flow: Callable[..., Flow[Any]],
+    cfg: Any,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    last: Last | None,
+) -> AsyncGenerator[Any, None]:
+    """The items of one async call, in the stream's own task (an `AsyncItemStream`'s).
+
+    As `stream_sync`, driven with `drive_async`.
+    """
+    LISTENING.set(True)
+    job, token = enter_job(getattr(cfg, "job_budget", None))
+    try:
+        items = drive_async(flow(cfg, fn, args, kwargs, job, None), last)
+        try:
+            tracing = _hooks.tracing
+            if tracing is None:
+                async for item in items:
+                    yield item
+            else:
+                with tracing.call(flow, cfg, job):
+                    async for item in items:
+                        yield item
+        finally:
+            await items.aclose()
+    finally:
+        leave_job(token)
 
 
 class ItemStream(Iterator[I_co], Generic[I_co]):

@@ -31,17 +31,16 @@ import inspect
 import pickle
 import sys
 import threading
-from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine
 from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, cast
 
 from . import events as _hooks
 from .bridge import is_async_callable
 from .flow import Flow, run_async, run_sync
-from .itemstream import AsyncItemStream, ItemStream, Last, drive_async, drive_sync
+from .itemstream import AsyncItemStream, ItemStream, Last, stream_async, stream_sync
 from .job import Job, enter_job, leave_job
 from .outcome import Outcome, Record
 from .request import function_name
-from .streaming import LISTENING
 
 __all__ = [
     "AsyncDecoratedFunction",
@@ -160,57 +159,6 @@ async def _drive_async(
         return await run_async(flow(cfg, fn, args, kwargs, job, record))
     with tracing.call(flow, cfg, job):
         return await run_async(flow(cfg, fn, args, kwargs, job, record))
-
-
-def _stream_sync(
-    flow: FlowOf[Any],
-    cfg: Any,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    last: Last | None,
-) -> Generator[Any, None, None]:
-    """The items of one call, in the stream's own context (see `itemstream.ItemStream`)."""
-    LISTENING.set(True)
-    job, token = enter_job(getattr(cfg, "job_budget", None))
-    try:
-        made = flow(cfg, fn, args, kwargs, job, None)
-        tracing = _hooks.tracing
-        if tracing is None:
-            yield from drive_sync(made, last)
-        else:
-            with tracing.call(flow, cfg, job):
-                yield from drive_sync(made, last)
-    finally:
-        leave_job(token)
-
-
-async def _stream_async(
-    flow: FlowOf[Any],
-    cfg: Any,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    last: Last | None,
-) -> AsyncGenerator[Any, None]:
-    """The items of one async call, in the stream's own task (see `itemstream`)."""
-    LISTENING.set(True)
-    job, token = enter_job(getattr(cfg, "job_budget", None))
-    try:
-        items = drive_async(flow(cfg, fn, args, kwargs, job, None), last)
-        try:
-            tracing = _hooks.tracing
-            if tracing is None:
-                async for item in items:
-                    yield item
-            else:
-                with tracing.call(flow, cfg, job):
-                    async for item in items:
-                        yield item
-        finally:
-            await items.aclose()
-    finally:
-        leave_job(token)
 
 
 class _Receiverless:
@@ -471,7 +419,7 @@ class SyncDecorated(Decorated[C]):
     def _stream(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> ItemStream[Any]:
-        return ItemStream(_stream_sync(self._flow, cfg, fn, args, kwargs, self._last))
+        return ItemStream(stream_sync(self._flow, cfg, fn, args, kwargs, self._last))
 
 
 class AsyncDecorated(Decorated[C]):
@@ -545,7 +493,7 @@ class AsyncDecorated(Decorated[C]):
     def _stream(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> AsyncItemStream[Any]:
-        return AsyncItemStream(_stream_async(self._flow, cfg, fn, args, kwargs, self._last))
+        return AsyncItemStream(stream_async(self._flow, cfg, fn, args, kwargs, self._last))
 
 
 class _PicklingByValue(threading.local):

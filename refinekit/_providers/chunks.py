@@ -1,13 +1,19 @@
-"""`Delta`: one piece of a streamed reply, whatever SDK streamed it (see `streams`)."""
+"""`Delta`: one piece of a streamed reply, whatever SDK streamed it (see `streams`).
+
+And what the chunk readers of OpenAI's and LangChain's shapes share (`ToolCalls`,
+`with_calls`): both stream a tool call in parts named by an index (or an id), several calls'
+parts in one chunk.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._core.types import Usage
+from .fields import get
 
-__all__ = ["Delta"]
+__all__ = ["Delta", "ToolCalls", "with_calls"]
 
 
 @dataclass(frozen=True)
@@ -42,3 +48,40 @@ class Delta:
     tool_name: str | None = None
     tool_index: int = 0
     raw: Any = field(default=None, compare=False, repr=False)
+
+
+class ToolCalls:
+    """One stream's tool calls, numbered from 0 in the order they start (sans-I/O).
+
+    A streamed part of a call names its call by `index`, else by `id`; a part with neither
+    continues the latest call.
+    """
+
+    def __init__(self) -> None:
+        self._numbers: dict[Any, int] = {}  # the SDK's index (or id) -> ours
+
+    def number(self, call: Any) -> int:
+        """The number of the call that `call` (one streamed part of a tool call) adds to."""
+        index = get(call, "index")
+        key = index if index is not None else get(call, "id")
+        if key is None:  # neither: a continuation of the latest call
+            return max(self._numbers.values(), default=0)
+        return self._numbers.setdefault(key, len(self._numbers))
+
+
+def with_calls(first: Delta, calls: list[Delta]) -> list[Delta]:
+    """One chunk's deltas: `first` (its text, usage, finish reason, model), then its calls'.
+
+    The first call's part (its arguments, name and number) is given on `first` itself; each
+    further call's part is a delta of its own.
+    """
+    if not calls:
+        return [first]
+    head = calls[0]
+    merged = replace(
+        first,
+        tool_arguments=head.tool_arguments,
+        tool_name=head.tool_name,
+        tool_index=head.tool_index,
+    )
+    return [merged, *calls[1:]]

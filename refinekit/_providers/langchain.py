@@ -16,7 +16,7 @@ from typing import Any
 
 from .._core.types import Usage
 from .anthropic import STOP_REASONS
-from .chunks import Delta
+from .chunks import Delta, ToolCalls, with_calls
 from .fields import get, tokens
 
 __all__ = [
@@ -95,7 +95,7 @@ class ChunkReader:
     def __init__(self) -> None:
         self._prompt = 0
         self._output = 0
-        self._calls: dict[Any, int] = {}  # tool_call_chunks' index (or id) -> ours
+        self._calls = ToolCalls()  # tool_call_chunks' index (or id) -> ours
 
     def read(self, chunk: Any) -> list[Delta]:
         """The deltas of one chunk: one, or one per tool call it adds to."""
@@ -126,28 +126,10 @@ class ChunkReader:
             raw=chunk,
         )
         calls = [self._call(call, chunk) for call in get(chunk, "tool_call_chunks") or ()]
-        if not calls:
-            return [first]
-        head = calls[0]
-        merged = Delta(
-            first.text,
-            head.tool_arguments,
-            first.usage,
-            first.finish_reason,
-            first.model,
-            head.tool_name,
-            head.tool_index,
-            chunk,
-        )
-        return [merged, *calls[1:]]
+        return with_calls(first, calls)
 
     def _call(self, call: Any, chunk: Any) -> Delta:
-        index = get(call, "index")
-        key = index if index is not None else get(call, "id")
-        if key is None:  # neither: a continuation of the latest call
-            number = max(self._calls.values(), default=0)
-        else:
-            number = self._calls.setdefault(key, len(self._calls))
+        number = self._calls.number(call)
         name = get(call, "name")
         arguments = get(call, "args")
         return Delta(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._core.types import Usage
-from .chunks import Delta
+from .chunks import Delta, ToolCalls, with_calls
 from .fields import get, tokens
 
 __all__ = [
@@ -116,7 +116,7 @@ class ChunkReader:
     """
 
     def __init__(self) -> None:
-        self._calls: dict[Any, int] = {}  # the SDK's tool call index -> ours
+        self._calls = ToolCalls()  # the SDK's tool call index (or id) -> ours
         self._named: set[int] = set()  # the calls whose name was given
 
     def read(self, chunk: Any) -> list[Delta] | None:
@@ -154,28 +154,10 @@ class ChunkReader:
             raw=chunk,
         )
         calls = [self._call(call, chunk) for call in get(delta, "tool_calls") or ()]
-        if not calls:
-            return [first]
-        head = calls[0]
-        merged = Delta(
-            first.text,
-            head.tool_arguments,
-            first.usage,
-            first.finish_reason,
-            first.model,
-            head.tool_name,
-            head.tool_index,
-            chunk,
-        )
-        return [merged, *calls[1:]]
+        return with_calls(first, calls)
 
     def _call(self, call: Any, chunk: Any) -> Delta:
-        index = get(call, "index")
-        key = index if index is not None else get(call, "id")
-        if key is None:  # neither: a continuation of the latest call
-            number = max(self._calls.values(), default=0)
-        else:
-            number = self._calls.setdefault(key, len(self._calls))
+        number = self._calls.number(call)
         function = get(call, "function")
         name = get(function, "name")
         if not isinstance(name, str) or not name or number in self._named:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from .._core.errors import DemoConfigError
+from .._core.errors import DemoConfigError, LocalModelError
 from .._core.package import version
 from .._core.redact import redact
 from ._pipe import ReaderGone, flush_quietly
@@ -457,8 +457,6 @@ def _main(argv: Sequence[str] | None) -> int:
                     file=sys.stderr,
                 )
                 return 2
-            from ..local import LocalModelError
-
             try:
                 return run_demo(sys.stdout, local=True)
             except LocalModelError as e:

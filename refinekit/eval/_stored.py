@@ -9,6 +9,7 @@ from .._core.errors import RunStoreError, UsageProblem
 from ._options import PathLike
 from ._results import CalibrationResult, EvalResult
 from ._summary import Comparison, compare_runs
+from .report import calibration_report, eval_report
 from .store import RunInfo, StoreURL, open_store, store_location
 
 __all__ = ["compare", "html_report", "runs"]
@@ -78,8 +79,6 @@ def html_report(result: EvalResult | CalibrationResult, path: PathLike | None = 
         OSError: `path` cannot be written.
         RunStoreError: The run's store cannot be used.
     """
-    from .report import calibration_report, eval_report
-
     with open_store(_existing(result.db)) as store:
         if isinstance(result, EvalResult):
             document = eval_report(

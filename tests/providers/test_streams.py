@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from streaming_helpers import Source
 
 from refinekit import Usage
 from refinekit._providers import streams
@@ -26,39 +27,6 @@ def read_all(kind: str, stream: Any) -> list[Delta]:
         return [delta async for delta in streams.aread(stream)]
 
     return asyncio.run(main())
-
-
-class Source:
-    """A text stream, sync and async, that records whether it was closed and what it yielded."""
-
-    def __init__(self, *texts: str, error: Exception | None = None) -> None:
-        self.texts = texts
-        self.error = error
-        self.yielded = 0
-        self.closed = False
-
-    def sync(self) -> Iterator[str]:
-        try:
-            for text in self.texts:
-                self.yielded += 1
-                yield text
-            if self.error is not None:
-                raise self.error
-        finally:
-            self.closed = True
-
-    async def async_(self) -> AsyncIterator[str]:
-        try:
-            for text in self.texts:
-                self.yielded += 1
-                yield text
-            if self.error is not None:
-                raise self.error
-        finally:
-            self.closed = True
-
-    def of(self, kind: str) -> Any:
-        return self.sync() if kind == "sync" else self.async_()
 
 
 def first_then_close(kind: str, stream: Any) -> Delta:
@@ -99,7 +67,7 @@ def test_closing_the_reader_closes_the_stream_and_nothing_more_is_read(kind: str
     delta = first_then_close(kind, source.of(kind))
     assert delta.text == "a"
     assert source.closed
-    assert source.yielded == 1
+    assert source.given == 1
 
 
 def test_a_reader_is_a_context_manager_that_closes_the_stream(kind: str) -> None:
@@ -115,7 +83,7 @@ def test_a_reader_is_a_context_manager_that_closes_the_stream(kind: str) -> None
 
         asyncio.run(main())
     assert source.closed
-    assert source.yielded == 1
+    assert source.given == 1
 
 
 def test_the_reader_counts_the_chunks_read(kind: str) -> None:
@@ -391,6 +359,35 @@ def test_langchain_chunks_give_text_tool_call_chunks_and_added_up_usage(kind: st
     assert deltas[-1].usage == Usage(model_calls=1, prompt_tokens=15, completion_tokens=7)
     assert deltas[-1].finish_reason == "stop"
     assert deltas[-1].model == "gpt-lc"
+
+
+@pytest.mark.parametrize("sdk", ["openai", "langchain"])
+def test_tool_call_parts_without_an_index_go_by_id_and_without_either_continue_the_latest(
+    kind: str, sdk: str
+) -> None:
+    def chunk(name: str | None, call_id: str | None, arguments: str) -> dict[str, Any]:
+        """A dict chunk with one part of a tool call that has no `index`."""
+        part: dict[str, Any] = {"id": call_id} if call_id else {}
+        if sdk == "openai":
+            function = {"arguments": arguments, **({"name": name} if name else {})}
+            delta = {"tool_calls": [{**part, "function": function}]}
+            return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+        part = {**part, "args": arguments, **({"name": name} if name else {})}
+        return {"type": "AIMessageChunk", "content": "", "tool_call_chunks": [part]}
+
+    chunks = [
+        chunk("first", "call-a", '{"x": '),
+        chunk(None, None, "1}"),  # neither an index nor an id: the latest call's
+        chunk("second", "call-b", "{"),
+        chunk(None, None, "}"),
+    ]
+    deltas = read_all(kind, iter(chunks) if kind == "sync" else aiter_of(chunks))
+    assert [d.tool_index for d in deltas] == [0, 0, 1, 1]
+    assert [d.tool_arguments for d in deltas] == ['{"x": ', "1}", "{", "}"]
+    assert [(d.tool_name, d.tool_index) for d in deltas if d.tool_name] == [
+        ("first", 0),
+        ("second", 1),
+    ]
 
 
 def usage_metadata(inputs: int, outputs: int) -> Any:
