@@ -49,18 +49,17 @@ from typing import Any
 
 from _machine import loadavg, machine
 from _synthetic import Invoice, InvoiceItem, invoices
-from bench_local_quality import (
+from bench_local_quality import paired, rate
+
+from refinekit import CorrectionExhausted, Final, Partial, Reset, self_correct
+from refinekit.cli._demo._batch import (
     FIELDS,
     REQUEST_SEED,
     TIMEOUT_S,
     CheckedInvoice,
     extraction_messages,
-    paired,
-    rate,
     source_of,
 )
-
-from refinekit import CorrectionExhausted, Final, Partial, Reset, self_correct
 from refinekit.local import LocalModel, LocalModelError, default_model_path
 
 try:  # the HTTP library the openai client is built on

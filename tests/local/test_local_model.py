@@ -457,6 +457,25 @@ def test_the_quality_benchmark_quick_run(tmp_path: Path) -> None:
     assert "Wilson" in done.stdout or "wilson" in done.stdout
 
 
+def test_the_streaming_benchmark_quick_run(tmp_path: Path) -> None:
+    script = ROOT / "benchmarks" / "bench_local_streaming.py"
+    dump = tmp_path / "items.jsonl"
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick", "--schema", "CheckedInvoice", "--dump", str(dump)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for way in ("whole", "streamed, early abort", "streamed, early_abort=False"):
+        assert f"| CheckedInvoice | {way} | " in done.stdout
+    rows = [json.loads(line) for line in dump.read_text().splitlines()]
+    assert sorted({r["way"] for r in rows}) == ["no-abort", "streamed", "whole"]
+    assert len(rows) == 9
+
+
 def test_openai_client_errors_are_not_swallowed(local: LocalModel) -> None:
     with local.client() as client, pytest.raises(openai.InternalServerError):
         client.chat.completions.create(

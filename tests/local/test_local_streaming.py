@@ -164,3 +164,20 @@ def test_a_failed_field_closes_the_real_stream_and_the_server_stops(
     # llama.cpp's server saw the client leave and stopped generating
     local.check(wait=2.0)
     assert "Disconnected from client" in local.log_tail()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_without_early_abort_the_real_stream_is_read_to_its_end(
+    local: LocalModel, kind: str
+) -> None:
+    seen: list[refinekit.Event] = []
+    extract = streamed(local, kind, Impossible, max_corrections=0, early_abort=False)
+    with refinekit.subscribe(seen.append):
+        items, error = collect(kind, extract, messages(TEXTS[0]))
+    assert isinstance(error, refinekit.ResponseValidationError)
+    assert "number" in str(error)
+    (event,) = [e for e in seen if e.kind == "stream"]
+    assert event.aborted is None  # read to the end the model gave it, not closed early
+    assert event.chunks
+    # nothing is shown after the number failed: at most the partials before it (none here)
+    assert not [i for i in items if isinstance(i, (Partial, Final))]
