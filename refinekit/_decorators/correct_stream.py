@@ -6,9 +6,11 @@ to a partial reader delta by delta; each time a field completes and passes its o
 a `Partial` is emitted; when a completed field fails (a wrong type, a `Literal` outside its
 choices, an `InSource` refusal, a field validator) and no lossless repair could fix it at the
 end, the stream is closed at once and the failure is the reply's, as if the whole reply had
-failed with it. A stream read to its end is parsed whole by the same `Parser` as any reply,
-so the final value and its repairs are the non-streamed path's. A stream that broke before its
-end is a reply cut off (`finish_reason` "length": a `cut_off` failure), whatever its text.
+failed with it; with `early_abort=False` the reply is read on to its end (no more partials)
+and parsed whole, so its failure names every field that failed. A stream read to its end is
+parsed whole by the same `Parser` as any reply, so the final value and its repairs are the
+non-streamed path's. A stream that broke before its end is a reply cut off (`finish_reason`
+"length": a `cut_off` failure), whatever its text.
 
 `void` tells the consumer that what it saw of a failed reply is void (a `Reset`), before the
 correction turn is sent.
@@ -93,7 +95,7 @@ class _StructuredSink:
         piece = delta.tool_arguments if delta.tool_index == 0 else ""
         reader = self.tools if piece else self.reader
         piece = piece or delta.text
-        if not piece or self.failed and not self.early_abort:
+        if not piece or (self.failed and not self.early_abort):
             return (), None  # read on to its end: parsed whole, its correction names all
         changed, failures = reader.feed(piece)
         for failure in failures:

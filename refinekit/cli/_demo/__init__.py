@@ -150,7 +150,7 @@ def idle_cores() -> int:
 
     llama.cpp's threads spin while they wait for each other, so a thread on a core another
     process holds slows every token: on 2 cores the demo's batch took 71 s with 2 threads on
-    an idle machine, 120 s with 1, and over 300 s with 2 under a load of 2.
+    an idle machine, 120 s with 1, and 322 s with 2 under a load average of about 3.
     """
     cores = os.cpu_count() or 1
     busy = round(os.getloadavg()[0])
