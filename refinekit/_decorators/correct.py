@@ -504,9 +504,7 @@ def self_correct(
     if not isinstance(repair, bool):
         raise TypeError(f"repair must be True or False, got {type(repair).__name__}")
     if not isinstance(early_abort, bool):
-        raise TypeError(
-            f"early_abort must be True or False, got {type(early_abort).__name__}"
-        )
+        raise TypeError(f"early_abort must be True or False, got {type(early_abort).__name__}")
     if correction is not None and not callable(correction):
         raise TypeError(
             "correction= must be a callable taking a refinekit.CorrectionRequest, got "
