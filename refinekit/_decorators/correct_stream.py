@@ -166,7 +166,7 @@ def read_reply(
         text = tool_text if tool_text is not None else read.text
         failure = None
     if sink.failure is not None:
-        failure = _field_failure(text, sink.failure)
+        failure = _field_failure(text, sink.failure, sink.value)
     elif read.interrupted is not None:
         failure = parse_failure(
             text, f"the reply stopped before its end: {read.interrupted.reason}"
@@ -174,14 +174,25 @@ def read_reply(
     return StreamedReply(read, text, failure)
 
 
-def _field_failure(text: str, error: dict[str, Any]) -> CorrectionFailure:
-    """A completed field's failure as the reply's validation failure (cut where it stopped)."""
+def _field_failure(text: str, error: dict[str, Any], completed: Any) -> CorrectionFailure:
+    """A completed field's failure as the reply's validation failure (cut where it stopped).
+
+    Its value is the reply's own JSON of the fields that completed before the failed one and
+    of the failed one: never what the text had begun of a field after it (`"total": 87` of
+    872.00, which a template would otherwise send back as if right).
+    """
     summary = f"1 validation error, first: {error_path(error['loc'])}: {error['msg']}"
     plain = {k: v for k, v in error.items() if k != "ctx"}
     try:
-        value = pydantic_core.from_json(text.strip(), allow_partial=True)
+        whole = pydantic_core.from_json(text.strip(), allow_partial=True)
     except ValueError:
-        value = None
+        whole = None
+    value: Any = None
+    if isinstance(whole, dict):
+        loc = error.get("loc") or ()
+        done = set(completed) if isinstance(completed, Mapping) else set()
+        done.update(loc[:1])
+        value = {k: v for k, v in whole.items() if k in done}
     failure = CorrectionFailure(summary, [plain], text=text, parsed=True, value=value)
     failure.detailed = [error]
     return failure

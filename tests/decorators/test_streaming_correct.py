@@ -233,6 +233,48 @@ def test_without_early_abort_a_failed_reply_is_read_to_its_end_and_every_failure
             assert first_try == []  # nothing shown of a reply known to have failed
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_aborted_replys_correction_shows_the_start_it_wrote_never_a_half_written_value(
+    kind: str,
+) -> None:
+    # the chunk that closes the bad currency also begins the total: 87 of 1250
+    bad = Source('{"number": "A-1", "currency": "GBP", "total_cents": 87', '50, "note": "x"}')
+    model = StreamingModel(kind, bad, GOOD)
+    requests: list[refinekit.CorrectionRequest] = []
+
+    def builder(request: refinekit.CorrectionRequest) -> str:
+        requests.append(request)
+        return request.default()
+
+    extract = self_correct(schema=Invoice, correction=builder)(model.function())
+    assert call(kind, extract, USER) == INVOICE
+    assert bad.given == 1  # closed at the currency
+    (request,) = requests
+    assert request.aborted
+    # the fields it wrote, up to the failed one, left open; the total it never finished is
+    # not sent back (87 is not 1250), and no placeholder stands for it (small models copy them)
+    assert request.template == '{"number": "A-1", "currency": "<EUR or USD>",'
+    correction = model.received[1][-1]["content"]
+    assert "starting like this:" in correction
+    assert "87" not in correction
+    assert "<integer>" not in correction
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_whole_replys_correction_request_is_not_aborted(kind: str) -> None:
+    model = StreamingModel(kind, Source('{"number": "A-1", "total_cents": 1250}'), GOOD)
+    requests: list[refinekit.CorrectionRequest] = []
+
+    def builder(request: refinekit.CorrectionRequest) -> str:
+        requests.append(request)
+        return request.default()
+
+    assert call(kind, self_correct(schema=Invoice, correction=builder)(model.function()), USER)
+    (request,) = requests  # failed at its end (the currency missing): the whole template
+    assert not request.aborted
+    assert request.template == '{"number": "A-1", "currency": "<EUR or USD>", "total_cents": 1250}'
+
+
 def test_early_abort_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="early_abort must be True or False, got str"):
         self_correct(schema=Invoice, early_abort="no")  # type: ignore[arg-type]
