@@ -332,10 +332,6 @@ def _correct_flow(
             yield from void(streamed, job, cfg.function, call, possible, failure.summary)
         parser = cfg.parser
         template = None
-        # a stream closed at its failed field: the fields it wrote, in order
-        aborted = streamed is not None and streamed.read.aborted is not None
-        value = failure.value if aborted else None
-        aborted_fields = list(value) if isinstance(value, dict) else []
         if parser.template is not None:
             keep = diagnosis.kept is not None and diagnosis.kind not in (
                 "schema_echo",
@@ -346,11 +342,6 @@ def _correct_flow(
                 if keep
                 else parser.template.render()
             )
-            if keep and aborted:  # the fields it never reached: not shown
-                start = parser.template.render_start(
-                    diagnosis.kept, aborted_fields, diagnosis.bad, diagnosis.suggested
-                )
-                template, aborted = (template, False) if start is None else (start, True)
         request = CorrectionRequest(
             number=job.corrections_used,
             max_corrections=cfg.max_corrections,
@@ -363,7 +354,6 @@ def _correct_flow(
             json_schema=parser.json_schema,
             template=None if template is None else utf8_text(template),
             messages=tuple(dict(m) for m in conversation),
-            aborted=aborted,
         )
         added = cfg.turn(request)
         emit(

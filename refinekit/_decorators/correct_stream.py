@@ -90,6 +90,7 @@ class _StructuredSink:
         self.emit = listening()
         self.failure: dict[str, Any] | None = None
         self.value: Any = None
+        self.repairable: set[Any] = set()  # completed fields a repair may fix at the end
 
     def feed(self, delta: Delta) -> tuple[Sequence[Any], str | None]:
         piece = delta.tool_arguments if delta.tool_index == 0 else ""
@@ -100,6 +101,7 @@ class _StructuredSink:
         changed, failures = reader.feed(piece)
         for failure in failures:
             if self.repair and _repairable(failure):
+                self.repairable.update(failure["loc"][:1])
                 continue  # a lossless repair may fix it when the reply is parsed whole
             self.failed = True
             if not self.early_abort:
@@ -166,7 +168,8 @@ def read_reply(
         text = tool_text if tool_text is not None else read.text
         failure = None
     if sink.failure is not None:
-        failure = _field_failure(text, sink.failure, sink.value)
+        completed = set(sink.value) if isinstance(sink.value, Mapping) else set()
+        failure = _field_failure(text, sink.failure, completed | sink.repairable)
     elif read.interrupted is not None:
         failure = parse_failure(
             text, f"the reply stopped before its end: {read.interrupted.reason}"
@@ -174,7 +177,7 @@ def read_reply(
     return StreamedReply(read, text, failure)
 
 
-def _field_failure(text: str, error: dict[str, Any], completed: Any) -> CorrectionFailure:
+def _field_failure(text: str, error: dict[str, Any], completed: set[Any]) -> CorrectionFailure:
     """A completed field's failure as the reply's validation failure (cut where it stopped).
 
     Its value is the reply's own JSON of the fields that completed before the failed one and
@@ -190,8 +193,7 @@ def _field_failure(text: str, error: dict[str, Any], completed: Any) -> Correcti
     value: Any = None
     if isinstance(whole, dict):
         loc = error.get("loc") or ()
-        done = set(completed) if isinstance(completed, Mapping) else set()
-        done.update(loc[:1])
+        done = completed | set(loc[:1])
         value = {k: v for k, v in whole.items() if k in done}
     failure = CorrectionFailure(summary, [plain], text=text, parsed=True, value=value)
     failure.detailed = [error]

@@ -37,10 +37,6 @@ class CorrectionRequest:
             validator's message names them, the source text holds them), or None when the
             type has no JSON schema.
         messages: The conversation the call started from (copies; never the caller's objects).
-        aborted: Whether the reply was a stream closed early at a field that failed
-            (`@self_correct(early_abort=True)`, the default). `template` is then the start
-            of the expected object, up to that field, left open: the fields the reply never
-            reached are not shown (a small model copies their placeholders).
     """
 
     number: int
@@ -54,7 +50,6 @@ class CorrectionRequest:
     json_schema: Mapping[str, Any] | None
     template: str | None
     messages: tuple[Mapping[str, Any], ...] = field(repr=False)
-    aborted: bool = False
 
     def default(self) -> str:
         """The text the default builder writes for this request (to extend rather than redo)."""
@@ -86,9 +81,6 @@ def default_correction(request: CorrectionRequest) -> str:
     lines = [CHECK_MARKER, *(_sentence(p.message) for p in request.problems)]
     if request.template is None:
         lines.append("Reply with only the corrected JSON, no other text.")
-    elif request.aborted:
-        lines.append("Reply with only the whole JSON object, starting like this:")
-        lines.append(request.template)
     else:
         shape = request.template.lstrip()[:1]
         what = {"{": "a JSON object", "[": "a JSON list"}.get(shape, "a JSON value")

@@ -110,42 +110,6 @@ class Template:
             text = self._render(self._root, kept, (), tuple(bad), _MAX_DEPTH - 1, {}, keep=False)
         return text
 
-    def render_start(
-        self,
-        kept: Any,
-        seen: Sequence[str],
-        bad: Sequence[Path] = (),
-        suggested: Mapping[Path, Any] | None = None,
-    ) -> str | None:
-        """The start of an object template: its fields up to the last of `seen`, left open.
-
-        For a reply that stopped early (a stream closed at its failed field): the fields it
-        wrote are shown as `render` shows them; the ones it never reached are not shown at
-        all, since a placeholder for them is what a small model copies. None when the
-        template is not an object's or no field of `seen` is one of its fields.
-        """
-        root = self._resolve(self._root)
-        names = self.field_names()
-        last = max((names.index(k) for k in seen if k in names), default=-1)
-        if last < 0 or not isinstance(kept, Mapping):
-            return None
-        shown = suggested or {}
-        parts = []
-        for key in names[: last + 1]:
-            sub = root["properties"][key]
-            inner_keep = key in kept
-            text = self._render(
-                sub,
-                kept.get(key),
-                (key,),
-                tuple(bad),
-                1,
-                shown,
-                keep=inner_keep,
-            )
-            parts.append(f"{json.dumps(key, ensure_ascii=False)}: {text}")
-        return "{" + ", ".join(parts) + ","
-
     # --- walking the schema --------------------------------------------------------------
 
     def _resolve(self, node: Mapping[str, Any]) -> Mapping[str, Any]:

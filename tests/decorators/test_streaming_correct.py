@@ -234,7 +234,7 @@ def test_without_early_abort_a_failed_reply_is_read_to_its_end_and_every_failure
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_an_aborted_replys_correction_shows_the_start_it_wrote_never_a_half_written_value(
+def test_an_aborted_replys_template_never_keeps_a_value_half_written_after_the_failed_field(
     kind: str,
 ) -> None:
     # the chunk that closes the bad currency also begins the total: 87 of 1250
@@ -250,29 +250,17 @@ def test_an_aborted_replys_correction_shows_the_start_it_wrote_never_a_half_writ
     assert call(kind, extract, USER) == INVOICE
     assert bad.given == 1  # closed at the currency
     (request,) = requests
-    assert request.aborted
-    # the fields it wrote, up to the failed one, left open; the total it never finished is
-    # not sent back (87 is not 1250), and no placeholder stands for it (small models copy them)
-    assert request.template == '{"number": "A-1", "currency": "<EUR or USD>",'
-    correction = model.received[1][-1]["content"]
-    assert "starting like this:" in correction
-    assert "87" not in correction
-    assert "<integer>" not in correction
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_a_whole_replys_correction_request_is_not_aborted(kind: str) -> None:
-    model = StreamingModel(kind, Source('{"number": "A-1", "total_cents": 1250}'), GOOD)
-    requests: list[refinekit.CorrectionRequest] = []
-
-    def builder(request: refinekit.CorrectionRequest) -> str:
-        requests.append(request)
-        return request.default()
-
+    # the fields it completed are kept; the total it never finished is a placeholder
+    expected = '{"number": "A-1", "currency": "<EUR or USD>", "total_cents": <integer>}'
+    assert request.template == expected
+    assert "87" not in model.received[1][-1]["content"]
+    # a completed field a lossless repair fixes at the end (a number for a string) is kept
+    bad = Source('{"number": 6306, "currency": "GBP", "total_cents": 87', "50}")
+    model = StreamingModel(kind, bad, GOOD)
     assert call(kind, self_correct(schema=Invoice, correction=builder)(model.function()), USER)
-    (request,) = requests  # failed at its end (the currency missing): the whole template
-    assert not request.aborted
-    assert request.template == '{"number": "A-1", "currency": "<EUR or USD>", "total_cents": 1250}'
+    assert requests[-1].template == (
+        '{"number": 6306, "currency": "<EUR or USD>", "total_cents": <integer>}'
+    )
 
 
 def test_early_abort_must_be_a_bool() -> None:
