@@ -90,6 +90,7 @@ class _StructuredSink:
         self.emit = listening()
         self.failure: dict[str, Any] | None = None
         self.value: Any = None
+        self.repairable: set[Any] = set()  # completed fields a repair may fix at the end
 
     def feed(self, delta: Delta) -> tuple[Sequence[Any], str | None]:
         piece = delta.tool_arguments if delta.tool_index == 0 else ""
@@ -100,6 +101,7 @@ class _StructuredSink:
         changed, failures = reader.feed(piece)
         for failure in failures:
             if self.repair and _repairable(failure):
+                self.repairable.update(failure["loc"][:1])
                 continue  # a lossless repair may fix it when the reply is parsed whole
             self.failed = True
             if not self.early_abort:
@@ -166,7 +168,8 @@ def read_reply(
         text = tool_text if tool_text is not None else read.text
         failure = None
     if sink.failure is not None:
-        failure = _field_failure(text, sink.failure)
+        completed = set(sink.value) if isinstance(sink.value, Mapping) else set()
+        failure = _field_failure(text, sink.failure, completed | sink.repairable)
     elif read.interrupted is not None:
         failure = parse_failure(
             text, f"the reply stopped before its end: {read.interrupted.reason}"
@@ -174,14 +177,24 @@ def read_reply(
     return StreamedReply(read, text, failure)
 
 
-def _field_failure(text: str, error: dict[str, Any]) -> CorrectionFailure:
-    """A completed field's failure as the reply's validation failure (cut where it stopped)."""
+def _field_failure(text: str, error: dict[str, Any], completed: set[Any]) -> CorrectionFailure:
+    """A completed field's failure as the reply's validation failure (cut where it stopped).
+
+    Its value is the reply's own JSON of the fields that completed before the failed one and
+    of the failed one: never what the text had begun of a field after it (`"total": 87` of
+    872.00, which a template would otherwise send back as if right).
+    """
     summary = f"1 validation error, first: {error_path(error['loc'])}: {error['msg']}"
     plain = {k: v for k, v in error.items() if k != "ctx"}
     try:
-        value = pydantic_core.from_json(text.strip(), allow_partial=True)
+        whole = pydantic_core.from_json(text.strip(), allow_partial=True)
     except ValueError:
-        value = None
+        whole = None
+    value: Any = None
+    if isinstance(whole, dict):
+        loc = error.get("loc") or ()
+        done = completed | set(loc[:1])
+        value = {k: v for k, v in whole.items() if k in done}
     failure = CorrectionFailure(summary, [plain], text=text, parsed=True, value=value)
     failure.detailed = [error]
     return failure

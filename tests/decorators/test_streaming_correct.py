@@ -233,6 +233,36 @@ def test_without_early_abort_a_failed_reply_is_read_to_its_end_and_every_failure
             assert first_try == []  # nothing shown of a reply known to have failed
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_aborted_replys_template_never_keeps_a_value_half_written_after_the_failed_field(
+    kind: str,
+) -> None:
+    # the chunk that closes the bad currency also begins the total: 87 of 1250
+    bad = Source('{"number": "A-1", "currency": "GBP", "total_cents": 87', '50, "note": "x"}')
+    model = StreamingModel(kind, bad, GOOD)
+    requests: list[refinekit.CorrectionRequest] = []
+
+    def builder(request: refinekit.CorrectionRequest) -> str:
+        requests.append(request)
+        return request.default()
+
+    extract = self_correct(schema=Invoice, correction=builder)(model.function())
+    assert call(kind, extract, USER) == INVOICE
+    assert bad.given == 1  # closed at the currency
+    (request,) = requests
+    # the fields it completed are kept; the total it never finished is a placeholder
+    expected = '{"number": "A-1", "currency": "<EUR or USD>", "total_cents": <integer>}'
+    assert request.template == expected
+    assert "87" not in model.received[1][-1]["content"]
+    # a completed field a lossless repair fixes at the end (a number for a string) is kept
+    bad = Source('{"number": 6306, "currency": "GBP", "total_cents": 87', "50}")
+    model = StreamingModel(kind, bad, GOOD)
+    assert call(kind, self_correct(schema=Invoice, correction=builder)(model.function()), USER)
+    assert requests[-1].template == (
+        '{"number": 6306, "currency": "<EUR or USD>", "total_cents": <integer>}'
+    )
+
+
 def test_early_abort_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="early_abort must be True or False, got str"):
         self_correct(schema=Invoice, early_abort="no")  # type: ignore[arg-type]
