@@ -334,9 +334,9 @@ def _joined(earlier: str, code: str) -> str:
 def _warm_http_stack() -> None:
     """Import what the openai clients import at their first request, in this process.
 
-    The pytester fixture removes the modules first imported while it was set up when it ends. The
-    HTTP core (httpcore, h11, anyio's backends) is imported at a client's first request, so a
-    block run first would import it, lose it, and leave the next run's fresh copy raising
+    When the pytester fixture ends, it removes every module first imported while it was in
+    use. The HTTP core (httpcore, h11, anyio's backends) is imported at a client's first
+    request, so a block run first would import it, lose it, and leave the next run's copy raising
     exception classes the retained openai and httpx modules do not know (a read timeout then
     surfaced as `APIConnectionError`, not `APITimeoutError`).
     """
