@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from refinekit import Final, Partial, Reset, self_correct
-from refinekit.testing import Reply, ScriptedOpenAI
+from refinekit.testing import RecordedStream, Reply, ScriptedOpenAI
 
 
 class Invoice(BaseModel):
@@ -27,6 +27,12 @@ class Invoice(BaseModel):
 
 BAD = ['{"number": "INV-7", ', '"currency": "GBP", ', '"total_cents": 1250, ', '"note": "..."}']
 GOOD = '{"number": "INV-7", "currency": "EUR", "total_cents": 1250}'
+
+
+def first_stream(server: ScriptedOpenAI) -> RecordedStream:
+    """The stream that answered the first request (`streamed()` lists them as they ended)."""
+    request = server.requests[0]
+    return next(s for s in server.streamed() if s.request == request)
 
 
 def main() -> None:
@@ -55,7 +61,7 @@ def main() -> None:
                 print(f"reset (stream closed early: {item.aborted}): {item.reason}")
             elif isinstance(item, Final):
                 print(f"final (attempt {item.attempt}): {item.value!r}")
-        first = server.streamed("m")[0]
+        first = first_stream(server)
         sent, closed = f"{first.sent} of {first.chunks}", first.client_closed
         print(f"first stream: {sent} chunks sent; closed: {closed}")
         print("the plain call returns the value:", repr(extract(conversation)))
@@ -66,7 +72,7 @@ def main() -> None:
         read_on = self_correct(schema=Invoice, early_abort=False)(create)
         items = list(read_on.stream(conversation))
         reset = next(item for item in items if isinstance(item, Reset))
-        first = server.streamed("m")[0]
+        first = first_stream(server)
         print(f"early_abort=False: {first.sent} of {first.chunks} chunks read", end="; ")
         print(f"closed early: {reset.aborted}; final: {items[-1].value!r}")
         body = server.requests[1].body or {}

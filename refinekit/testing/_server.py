@@ -122,7 +122,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _stream(self, stream: Streamed) -> None:
         """Send a stream's events, one HTTP chunk each, watching for the client to hang up."""
         scripted = self.server.scripted
-        scripted._stream_began()
+        generation = scripted._stream_began()
         sent = 0
         finished = left = False
         try:
@@ -154,7 +154,7 @@ class _Handler(BaseHTTPRequestHandler):
                 record = RecordedStream(
                     stream.request, stream.chunks, sent, finished, left, stream.fault
                 )
-                scripted._stream_ended(record)
+                scripted._stream_ended(record, generation)
 
     def _client_left(self) -> bool:
         """Whether the client has closed the connection (it sends nothing while it reads)."""
@@ -255,6 +255,7 @@ class ScriptedOpenAI:
         self._requests: list[RecordedRequest] = []
         self._streams: list[RecordedStream] = []
         self._streaming = 0  # streams being sent
+        self._generation = 0  # reset() counts up: a stream begun before it is not recorded
         self._stream_done = threading.Condition(self._lock)
         self._in_flight = 0
         self._ids = Ids()
@@ -403,7 +404,9 @@ class ScriptedOpenAI:
         self._scripts.add(model, replies, times)
 
     def reset(self) -> None:
-        """Forget every script and every recorded request; the server keeps running.
+        """Forget every script, every recorded request and stream; the server keeps running.
+
+        A stream still being sent when it is called is not recorded when it ends.
 
         Its address stays the same, so clients already pointed at it keep working: what the
         `scripted_openai_session` fixture does before each test that uses it.
@@ -412,6 +415,7 @@ class ScriptedOpenAI:
         with self._lock:
             self._requests.clear()
             self._streams.clear()
+            self._generation += 1  # a stream still being sent now is not recorded when it ends
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -461,14 +465,16 @@ class ScriptedOpenAI:
             streams = list(self._streams)
         return [s for s in streams if model is None or s.request.model == model]
 
-    def _stream_began(self) -> None:
+    def _stream_began(self) -> int:
         with self._lock:
             self._streaming += 1
+            return self._generation
 
-    def _stream_ended(self, record: RecordedStream) -> None:
+    def _stream_ended(self, record: RecordedStream, generation: int) -> None:
         with self._stream_done:
             self._streaming -= 1
-            self._streams.append(record)
+            if generation == self._generation:  # else it began before a reset()
+                self._streams.append(record)
             self._stream_done.notify_all()
 
     @property

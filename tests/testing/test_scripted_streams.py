@@ -232,6 +232,22 @@ def test_a_client_that_closes_a_stalled_stream_is_counted_and_the_client_goes_on
     assert (record.chunks, record.sent, record.client_closed) == (10, 2, True)
 
 
+def test_a_stream_still_being_sent_at_a_reset_is_not_recorded_after_it(
+    server: ScriptedOpenAI,
+) -> None:
+    server.script("m", Reply.hang(after=1, then=Reply.text(INVOICE, chunks=4)))
+    with server.client(timeout=2) as client:
+        stream = client.chat.completions.create(model="m", messages=USER, stream=True)
+        next(stream)  # the role chunk
+        next(stream)  # the first chunk: then the server holds the stream
+        server.reset()  # while it is still being sent
+        stream.close()
+        server.script("m", "after the reset")
+        client.chat.completions.create(model="m", messages=USER)
+    assert server.streamed() == []  # what ended after the reset began before it
+    assert [r.model for r in server.requests] == ["m"]
+
+
 async def test_a_malformed_chunk_after_n_good_ones_fails_the_client_there(
     server: ScriptedOpenAI, openai_stream: Consume
 ) -> None:
