@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import openai
 from faultmix import (
     CONTEXT,
     FAULT_KINDS,
@@ -343,7 +344,13 @@ class EvalRun:
             yield
         finally:
             sys.path.remove(str(self.folder))
-            sys.modules.pop(self.module, None)
+            module = sys.modules.pop(self.module, None)
+            # The module's sync clients keep their pooled connections open; dropped unclosed,
+            # they would be closed by the garbage collector whenever it runs (a ResourceWarning,
+            # an error under this suite's filterwarnings, in whatever test is running then).
+            for value in vars(module).values() if module is not None else ():
+                if isinstance(value, openai.OpenAI):
+                    value.close()
 
     def run_in_process(self) -> Invocation:
         """`refinekit eval ...` through the CLI's main, here."""
