@@ -47,7 +47,8 @@ class JudgeModel:
     The counterparts refinekit makes are its own to close, never your client: an async one
     (one per event loop) is closed when its loop shuts down (`asyncio.run`, `asyncio.Runner`,
     or `loop.shutdown_asyncgens()`), and `close()` / `await aclose()` (or `with` / `async
-    with` the `JudgeModel`) close them at once. Your own client stays open: close it
+    with` the `JudgeModel`) close them at once; a sync counterpart is also closed when the
+    `JudgeModel` is garbage-collected unclosed. Your own client stays open: close it
     yourself.
 
     Attributes:
@@ -114,6 +115,10 @@ class JudgeModel:
         is_sync = isinstance(client, openai.OpenAI) or anthropic_kind == "sync"
         # typed Any: an `openai` or an `anthropic` client, by `provider`
         self._sync: Any = client if is_sync else None
+        # closes the sync counterpart refinekit made (never your client) when this model is
+        # collected or the interpreter exits, if `close()` did not: its pooled connections are
+        # then closed in order, not left to the garbage collector (a ResourceWarning each)
+        self._sync_closer: weakref.finalize[Any, Any] | None = None
         self._async: Any = None if is_sync else client
         # Async counterparts made from a sync client, one per event loop: an async HTTP
         # connection pool must not outlive the loop it was made on. Each comes with the
@@ -155,6 +160,7 @@ class JudgeModel:
                         self._sync = anthropic_sync_counterpart(self._async)
                     else:
                         self._sync = sync_counterpart(self._async)
+                    self._sync_closer = weakref.finalize(self, self._sync.close)
                 client = self._sync
         return client
 
@@ -236,11 +242,12 @@ class JudgeModel:
 
     def _close_sync_counterpart(self) -> None:
         with _COUNTERPART_LOCK:
-            made = self._sync if self._sync is not self._client else None
-            if made is not None:
+            closer = self._sync_closer
+            if closer is not None:
                 self._sync = None
-        if made is not None:
-            made.close()
+                self._sync_closer = None
+        if closer is not None:
+            closer()  # the counterpart's close(), once
 
     def __enter__(self) -> JudgeModel:
         return self

@@ -115,6 +115,25 @@ async def test_with_closes_the_sync_copy_of_an_async_client(server: ScriptedOpen
         await judge_model.aclose()  # closing twice is harmless
 
 
+async def test_the_sync_copy_is_closed_when_an_unclosed_judge_model_is_collected(
+    server: ScriptedOpenAI,
+) -> None:
+    server.script(JUDGE, ["Yes"])
+    gc.collect()  # earlier tests' garbage is collected now, not inside the recording below
+    async with server.async_client() as client:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # recorded, so a warning from a finalizer is seen
+            judge_model = JudgeModel(client, JUDGE)
+            assert relevancy(judge_model).evaluate(REQUEST).passed  # a pooled connection
+            copy = judge_model.sync_client()
+            judge_model.itself = judge_model  # type: ignore[attr-defined]  # a reference cycle
+            del judge_model
+            gc.collect()  # the cycle's turn: the copy is closed, its connection in order
+            assert copy.is_closed()
+        assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+        assert not client.is_closed()
+
+
 def test_closing_a_judge_on_the_callers_own_clients_closes_nothing(
     server: ScriptedOpenAI,
 ) -> None:
