@@ -348,9 +348,9 @@ class EvalRun:
             # The module's sync clients keep their pooled connections open; dropped unclosed,
             # they would be closed by the garbage collector whenever it runs (a ResourceWarning,
             # an error under this suite's filterwarnings, in whatever test is running then).
-            for value in vars(module).values() if module is not None else ():
-                if isinstance(value, openai.OpenAI):
-                    value.close()
+            clients = vars(module).values() if module is not None else ()
+            for client in [c for c in clients if isinstance(c, openai.OpenAI)]:
+                client.close()
 
     def run_in_process(self) -> Invocation:
         """`refinekit eval ...` through the CLI's main, here."""
