@@ -15,12 +15,13 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from ._core.errtext import error_lines
+from ._core.jsonload import MAX_DEPTH
+from ._core.numbers import Number, read_numbers, read_word_numbers
 from ._core.schema import require_type
 from ._core.types import EvaluationRequest, Verdict
 from ._engine.evaluators import all_of, any_of, weighted
@@ -387,51 +388,18 @@ def json_schema(schema: Any) -> Check:
     return Check("json_schema", rule)
 
 
-# A number as written: 4, 4.0, 1,020.50 (thousands in groups of three), 15% or 15 percent. Not
-# part of a word or a code (`FA00731`, `v2`), nor the tail of a longer number.
-_NUMBER = re.compile(
-    r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?!\w*\d)(?:\s?(%|per\s?cent\b|percent\b))?",
-    re.IGNORECASE,
-)
-_SMALL = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty"
-)
-_TENS = {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80}
-_WORDS = dict(zip(_SMALL.split(" "), range(21), strict=True)) | _TENS
-_WORDS |= {"ninety": 90, "hundred": 100, "thousand": 1000}
-_WORD = re.compile(r"\b(" + "|".join(_WORDS) + r")\b(?:\s?(%|per\s?cent\b|percent\b))?", re.I)
-
-Number = tuple[Decimal, bool]
-"""A number's value and whether it is a percentage."""
-
-
-def _numbers(text: str) -> list[tuple[str, Number]]:
-    """Each number in `text`, as written and as (value, is a percentage)."""
-    found = []
-    for match in _NUMBER.finditer(text):
-        whole, fraction, percent = match.groups()
-        try:
-            value = Decimal(whole.replace(",", "") + (fraction or ""))
-        except InvalidOperation:  # pragma: no cover - the pattern only matches digits
-            continue
-        found.append((match.group(0), (value.normalize(), percent is not None)))
-    return found
-
-
 def _supporting(request: EvaluationRequest) -> set[Number]:
     """The numbers the answer may use: those of the context, the tools' results, the question.
 
     In the context and the tools' results, numbers written as words ("two", "twenty") count
-    too, so "2 hours" is supported by "two hours".
+    too, so "2 hours" is supported by "two hours". Each text is read whole, each number
+    exactly as written (`_core.numbers.read_numbers`, as grounding reads a text).
     """
     texts = [d.text for d in request.context]
     texts += [c.result for c in request.tool_calls if c.ok and c.result is not None]
-    numbers = {number for text in texts for _, number in _numbers(text)}
-    for text in texts:
-        for match in _WORD.finditer(text):
-            numbers.add((Decimal(_WORDS[match.group(1).lower()]), match.group(2) is not None))
-    numbers |= {number for _, number in _numbers(request.question)}
+    numbers = {(n.value, n.percent) for text in texts for n in read_numbers(text)}
+    numbers |= {(n.value, n.percent) for text in texts for n in read_word_numbers(text)}
+    numbers |= {(n.value, n.percent) for n in read_numbers(request.question)}
     return numbers
 
 
@@ -461,9 +429,9 @@ def numbers_supported() -> Check:
     """
 
     def rule(request: EvaluationRequest) -> Verdict:
-        numbers = _numbers(request.answer)
+        numbers = [(n.written, (n.value, n.percent)) for n in read_numbers(request.answer)]
         supported = _supporting(request)
-        unsupported = list(dict.fromkeys(text.strip() for text, n in numbers if n not in supported))
+        unsupported = list(dict.fromkeys(text for text, n in numbers if n not in supported))
         missing = sum(n not in supported for _, n in numbers)
         score = (len(numbers) - missing) / len(numbers) if numbers else 1.0
         verb = "is" if len(unsupported) == 1 else "are"
@@ -480,7 +448,9 @@ def numbers_supported() -> Check:
 # --- values_supported: every value the answer states, found in a context document ------------
 
 
-_WRITTEN_NUMBER = re.compile(r"-?[\d.,]+(?:\s?(?:%|per\s?cent|percent))?", re.IGNORECASE)
+_WRITTEN_NUMBER = re.compile(
+    r"-?[\d.,]+(?:[eE][+-]?\d+)?(?:\s?(?:%|per\s?cent|percent))?", re.IGNORECASE
+)
 
 
 def _shown_value(value: str, path: str) -> str:
@@ -509,14 +479,26 @@ def values_supported() -> Check:
     14 are not in it.` (a JSON answer's value with its field: `'USD' (currency)`).
     `metadata["unsupported"]` lists them as written, `metadata["values"]` holds one evidence
     record (`ValueEvidence.model_dump()`: path, value, and the span `text`, `start`, `end`
-    and `source` of the document that states it, or None) per stated value.
+    and `source` of the document that states it, or None) per stated value. A JSON answer
+    nested more than 200 levels deep is refused ("Reply with JSON nested at most 200 levels
+    deep"), as refinekit reads JSON it did not write everywhere.
 
     Returns:
         The check.
     """
 
     def rule(request: EvaluationRequest) -> Verdict:
-        records = stated_values(request)
+        try:
+            records = stated_values(request)
+        except ValueError:  # JSON nested deeper than refinekit reads (the only one it raises)
+            return _verdict(
+                False,
+                f"Reply with JSON nested at most {MAX_DEPTH} levels deep; the answer's is "
+                "nested deeper.",
+                score=0.0,
+                unsupported=[],
+                values=[],
+            )
         missing = [r for r in records if not r.found]
         shown = list(dict.fromkeys(_shown_value(r.value, r.path) for r in missing))
         verb = "is" if len(shown) == 1 else "are"

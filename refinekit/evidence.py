@@ -35,13 +35,13 @@ from typing import Any
 from pydantic import field_validator
 
 from ._core.errtext import error_path
+from ._core.jsonload import MAX_DEPTH, TooDeep, loads
 from ._core.types import ContextDocument, EvaluationRequest, ToolCall, ValueEvidence, Verdict
 from ._structure.spans import (
     Found,
     locate,
     locate_number,
     locate_word_number,
-    number_value,
     numbers,
 )
 
@@ -441,33 +441,47 @@ class _Stated:
     percent: bool | None
 
 
+class _JsonNumber:
+    """A JSON answer's number as the answer writes it: read neither as a float nor as an int."""
+
+    __slots__ = ("written",)
+
+    def __init__(self, written: str) -> None:
+        self.written = written
+
+
 def _json_values(answer: str) -> list[_Stated] | None:
-    """Each string and number of a JSON answer (an object or an array), or None for prose."""
+    """Each string and number of a JSON answer (an object or an array), or None for prose.
+
+    A number is its exact `Decimal`, as written (`1e400` is not a float's infinity, a
+    5,000-digit one is no int past Python's conversion limit). The answer is read to
+    `MAX_DEPTH` (200) levels and walked without recursion.
+
+    Raises:
+        TooDeep: The answer is JSON nested more than 200 levels deep.
+    """
     text = answer.strip()
     if not text or text[0] not in "{[":
         return None
     try:
-        data = json.loads(text)
+        data = loads(text, parse_float=_JsonNumber, parse_int=_JsonNumber)
+    except TooDeep:
+        raise
     except ValueError:
         return None
     found: list[_Stated] = []
-
-    def visit(item: Any, path: tuple[str | int, ...], depth: int) -> None:
-        if depth > 32 or len(found) >= _MAX_JSON_VALUES:
-            return
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    while stack and len(found) < _MAX_JSON_VALUES:
+        item, path = stack.pop()
         if isinstance(item, dict):
-            for key, value in item.items():
-                visit(value, (*path, str(key)), depth + 1)
+            stack.extend((v, (*path, str(k))) for k, v in reversed(item.items()))
         elif isinstance(item, list):
-            for i, value in enumerate(item):
-                visit(value, (*path, i), depth + 1)
+            stack.extend((v, (*path, i)) for i, v in reversed(list(enumerate(item))))
         elif isinstance(item, str):
             if item.strip():
                 found.append(_Stated(error_path(path), item, None, None))
-        elif (number := number_value(item)) is not None:
-            found.append(_Stated(error_path(path), json.dumps(item), number, None))
-
-    visit(data, (), 0)
+        elif isinstance(item, _JsonNumber):
+            found.append(_Stated(error_path(path), item.written, Decimal(item.written), None))
     return found
 
 
@@ -539,8 +553,9 @@ def stated_values(request: EvaluationRequest) -> tuple[ValueEvidence, ...]:
     and are not already a document (`tool_calls[1]`), and the question (`question`: an
     answer may repeat the order number it was asked about). The first text that states the
     value gives its span: `text[start:end]` of that document is `text`. A value no text
-    states has `text`, `start`, `end` and `source` None (`found` is False). Only the first
-    20,000 characters of each text are read.
+    states has `text`, `start`, `end` and `source` None (`found` is False). A number is
+    compared exactly as written, over the whole text (`1e400` is not 1, and a 29-digit number
+    is not its neighbour); a name in the first 20,000 characters of each text.
 
     Args:
         request: The answer and its context (an `EvaluationRequest`, or a `JudgingState`).
@@ -550,10 +565,17 @@ def stated_values(request: EvaluationRequest) -> tuple[ValueEvidence, ...]:
 
     Raises:
         TypeError: `request` is not an `EvaluationRequest`.
+        ValueError: The answer is JSON nested more than 200 levels deep (as refinekit reads
+            JSON it did not write everywhere: past that, no step could walk it).
     """
     if not isinstance(request, EvaluationRequest):
         raise TypeError(f"stated_values() takes an EvaluationRequest, not {type(request).__name__}")
-    from_json = _json_values(request.answer)
+    try:
+        from_json = _json_values(request.answer)
+    except TooDeep:
+        raise ValueError(
+            f"stated_values(): the answer is JSON nested more than {MAX_DEPTH} levels deep"
+        ) from None
     if from_json is not None:
         values = from_json
     else:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -19,6 +21,7 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 from pydantic.errors import PydanticInvalidForJsonSchema, PydanticUserError
 
+from .._core.numbers import shown_written
 from .._core.schema import require_type
 from .grounding import ALIASES, MARK, grounded_json_schema, node_kind, source_texts, stated
 from .spans import MAX_SOURCE_CHARS, candidate_numbers, candidate_spans
@@ -57,6 +60,11 @@ at most 500 enum values in total", so the smaller figure is kept."""
 OPENAI_MAX_ENUM_CHARS = 100_000
 """The most characters of enum values sent in one OpenAI strict schema (OpenAI documents
 120,000 for property names, definition names, enum and const values together)."""
+
+
+_MAX_JSON_DIGITS = 4300
+"""The most digits of a whole number stated in a schema: Python's `json` writes no more by
+default, and pydantic's JSON parser reads no more."""
 
 
 @dataclass(frozen=True)
@@ -133,8 +141,26 @@ def _strip(node: Any) -> Any:
     return node
 
 
-def _json_number(value: Decimal) -> int | float:
-    return int(value) if value == value.to_integral_value() else float(value)
+def _json_number(value: Decimal, *, float_field: bool) -> int | float | str:
+    """The JSON number that states `value` exactly, or why none does.
+
+    The number is as Python's `json` writes it in the schema (an int for a whole number, else
+    a float's shortest form) and as the field reads it back (a float field: through a
+    float). It states `value` when that reading equals `value` exactly; when it does not
+    (`1.000000000000000001` as a float is 1.0; a whole number of more than 4,300 digits,
+    which `json` does not write and pydantic does not read), the reason is returned instead.
+    """
+    if value == value.to_integral_value():
+        digits = value.adjusted() + 1
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 0)() or _MAX_JSON_DIGITS
+        if digits > min(limit, _MAX_JSON_DIGITS):
+            return f"it has {digits} digits, more than a JSON number of the schema may have"
+        if not float_field:
+            return int(value)
+    as_float = float(value)  # (inf for a number past a float's range: never equal)
+    if math.isfinite(as_float) and Decimal(repr(as_float)) == value:
+        return int(value) if value == value.to_integral_value() else as_float
+    return f"as a float it would be {as_float!r}"
 
 
 def _enum_count(node: Any) -> tuple[int, int]:
@@ -173,7 +199,7 @@ def _ground(
         if text is None:
             free.append(LeftFree(path, f"no source text under {key!r}"))
             continue
-        if len(text) > MAX_SOURCE_CHARS:
+        if kind in ("string", "choice") and len(text) > MAX_SOURCE_CHARS:
             free.append(
                 LeftFree(path, f"the source has {len(text)} characters, over {MAX_SOURCE_CHARS}")
             )
@@ -186,7 +212,23 @@ def _ground(
             enum = candidate_spans(text, max_words=max_span_words, max_chars=MAX_SPAN_CHARS)
             enum += [v for v in aliases if v not in enum and stated(v, text, aliases)]
         else:
-            enum = [_json_number(v) for v in candidate_numbers(text, integers=kind == "integer")]
+            float_field = node.get("type") == "number"  # (a Decimal is a number or a string)
+            stated_numbers = [
+                (v, _json_number(v, float_field=float_field))
+                for v in candidate_numbers(text, integers=kind == "integer")
+            ]
+            inexact = [(v, why) for v, why in stated_numbers if isinstance(why, str)]
+            if inexact:  # an enum without it would rule the right value out
+                number, why = inexact[0]
+                free.append(
+                    LeftFree(
+                        path,
+                        f"the source's number {shown_written(str(number))} has no exact JSON "
+                        f"number ({why})",
+                    )
+                )
+                continue
+            enum = [n for _, n in stated_numbers]
         what = {"choice": "choice", "string": "span"}.get(kind, "number")
         if not enum:
             said = "states no choice" if kind == "choice" else f"has no {what}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from pydantic import AfterValidator, TypeAdapter, ValidationInfo
@@ -19,6 +20,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from .._core.errtext import error_path
+from .._core.numbers import read_numbers, shown_written
 from .._core.schema import require_type
 from .._core.types import ValueEvidence
 from .spans import (
@@ -28,7 +30,6 @@ from .spans import (
     locate_number,
     normal,
     number_value,
-    numbers,
 )
 
 __all__ = [
@@ -90,11 +91,13 @@ def _listed(shown: list[str]) -> str:
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
 
 
-def _number_error(value: Any, source: str) -> PydanticCustomError:
-    written = str(value)
-    seen: dict[Any, str] = {}
-    for place, (number, _) in numbers(source):
-        seen.setdefault(number, place.text)
+def _number_error(number: Decimal, source: str) -> PydanticCustomError:
+    written = shown_written(str(number))  # (str of a 5,000-digit int would raise)
+    seen: dict[Decimal, str] = {}
+    for found_number in read_numbers(source):
+        if len(seen) > _MAX_LISTED_NUMBERS:
+            break
+        seen.setdefault(found_number.value, shown_written(found_number.written))
     found = list(seen.values())
     if found and len(found) <= _MAX_LISTED_NUMBERS:
         return PydanticCustomError(
@@ -197,7 +200,7 @@ def in_source(
         number = number_value(value)
         if number is not None:
             if locate_number(number, source) is None:
-                raise _number_error(value, source)
+                raise _number_error(number, source)
             return value
         if not isinstance(value, str):
             return value

@@ -2,7 +2,8 @@
 
 What grounding compares is defined here once: a string is in a text when, with case and runs
 of whitespace ignored, it is a substring of it (`normal`); a number is in a text when one of
-the text's numbers, as written in digits, has its value (`numbers`: `1,020.50` is 1020.5).
+the text's numbers, as written in digits, has its value exactly (`numbers`: `1,020.50` is
+1020.5; read by `_core.numbers.read_numbers`, over the whole text).
 `candidate_spans` lists the strings a grounded field may take from a text, `locate` and
 `locate_number` say where a value is in it. The validator (`InSource`), grounded decoding
 (`response_format(..., source=...)`), the correction's template and the rule checks
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
+
+from .._core.numbers import Number, number_value, read_numbers, read_word_numbers
 
 __all__ = [
     "MAX_SOURCE_CHARS",
@@ -31,32 +34,13 @@ __all__ = [
 ]
 
 MAX_SOURCE_CHARS = 20_000
-"""The most characters of a source that are read for spans and suggestions."""
+"""The most characters of a source that are read for spans and suggestions (strings only:
+numbers are read over the whole text)."""
 
 _SPACES = re.compile(r"\s+")
 _WORD = re.compile(r"\S+")
 _LEADING = "\"'([{<#*\u201c\u2018\u00ab"  # and the opening curly quotes, guillemet
 _TRAILING = "\"'.,;:!?)]}>*|\u201d\u2019\u00bb"
-
-# A number as written: 4, 4.0, 1,020.50 (thousands in groups of three), 15% or 15 percent. Not
-# part of a word or a code (`FA00731`, `v2`), nor the tail of a longer number.
-_NUMBER = re.compile(
-    r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?!\w*\d)(?:\s?(%|per\s?cent\b|percent\b))?",
-    re.IGNORECASE,
-)
-_SMALL = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty"
-)
-_TENS = {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80}
-_WORDS = dict(zip(_SMALL.split(" "), range(21), strict=True)) | _TENS
-_WORDS |= {"ninety": 90, "hundred": 100, "thousand": 1000}
-_WORD_NUMBER = re.compile(
-    r"\b(" + "|".join(_WORDS) + r")\b(?:\s?(%|per\s?cent\b|percent\b))?", re.IGNORECASE
-)
-
-Number = tuple[Decimal, bool]
-"""A number's value (normalised: 12.50 is 12.5) and whether it is a percentage."""
 
 
 @dataclass(frozen=True)
@@ -74,38 +58,16 @@ def normal(text: str) -> str:
 
 
 def numbers(text: str) -> list[tuple[Found, Number]]:
-    """Each number written in digits in `text`: where, and its (value, is a percentage)."""
-    found = []
-    for match in _NUMBER.finditer(text):
-        whole, fraction, percent = match.groups()
-        try:
-            value = Decimal(whole.replace(",", "") + (fraction or ""))
-        except InvalidOperation:  # pragma: no cover - the pattern only matches digits
-            continue
-        written = match.group(0)
-        stripped = written.rstrip()
-        place = Found(match.start(), match.start() + len(stripped), stripped)
-        found.append((place, (value.normalize(), percent is not None)))
-    return found
+    """Each number written in digits in `text`: where, and its (value, is a percentage).
+
+    Read by `_core.numbers.read_numbers`, the whole text, each value exact as written.
+    """
+    return [(Found(n.start, n.end, n.written), (n.value, n.percent)) for n in read_numbers(text)]
 
 
 def word_numbers(text: str) -> list[Number]:
     """The numbers `text` writes as words, zero to twenty, the tens, hundred and thousand."""
-    return [
-        (Decimal(_WORDS[m.group(1).lower()]), m.group(2) is not None)
-        for m in _WORD_NUMBER.finditer(text)
-    ]
-
-
-def number_value(value: object) -> Decimal | None:
-    """A JSON or Python number as grounding compares it (None for anything else, bools too)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
-        return None
-    try:
-        number = Decimal(str(value)) if isinstance(value, float) else Decimal(value)
-    except (InvalidOperation, ValueError):
-        return None
-    return number.normalize() if number.is_finite() else None
+    return [(n.value, n.percent) for n in read_word_numbers(text)]
 
 
 def _normal_map(text: str) -> tuple[str, list[int]]:
@@ -161,13 +123,13 @@ def locate_number(value: Decimal, text: str, *, percent: bool | None = None) -> 
     """Where a number of `value` is first written in digits in `text` (None if nowhere).
 
     Args:
-        value: The number, normalised (`number_value`).
+        value: The number, exact (`number_value`).
         text: The text.
         percent: Only a percentage (True), only a plain number (False), or either (None).
     """
-    for place, (number, is_percent) in numbers(text[:MAX_SOURCE_CHARS]):
-        if number == value and (percent is None or percent == is_percent):
-            return place
+    for n in read_numbers(text):
+        if n.value == value and (percent is None or percent == n.percent):
+            return Found(n.start, n.end, n.written)
     return None
 
 
@@ -177,15 +139,13 @@ def locate_word_number(value: Decimal, text: str, *, percent: bool | None = None
     The words are those of `word_numbers`: zero to twenty, the tens, hundred and thousand.
 
     Args:
-        value: The number, normalised (`number_value`).
+        value: The number, exact (`number_value`).
         text: The text.
         percent: Only a percentage (True), only a plain number (False), or either (None).
     """
-    for match in _WORD_NUMBER.finditer(text[:MAX_SOURCE_CHARS]):
-        number = Decimal(_WORDS[match.group(1).lower()]).normalize()
-        is_percent = match.group(2) is not None
-        if number == value and (percent is None or percent == is_percent):
-            return Found(match.start(), match.end(), match.group(0))
+    for n in read_word_numbers(text):
+        if n.value == value and (percent is None or percent == n.percent):
+            return Found(n.start, n.end, n.written)
     return None
 
 
@@ -219,7 +179,7 @@ def candidate_numbers(text: str, *, integers: bool) -> list[Decimal]:
         integers: Only the whole numbers (for an integer field).
     """
     seen: dict[Decimal, None] = {}
-    for _, (value, _percent) in numbers(text[:MAX_SOURCE_CHARS]):
-        if not integers or value == value.to_integral_value():
-            seen.setdefault(value, None)
+    for n in read_numbers(text):
+        if not integers or n.value == n.value.to_integral_value():
+            seen.setdefault(n.value, None)
     return list(seen)
