@@ -7,17 +7,31 @@ that names the option and says what to give, and never prints the 401 digits.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import openai
 import pytest
+from pydantic import BaseModel, ValidationError
 
 import refinekit
 import refinekit.eval
-from refinekit import Budget, Prices, checks, judges, weighted
-from refinekit._core.numbers import is_real, shown
+from refinekit import (
+    Budget,
+    ContextDocument,
+    EvaluationRequest,
+    InSource,
+    Prices,
+    checks,
+    judges,
+    response_format,
+    weighted,
+)
+from refinekit._core.numbers import is_real, number_value, read_numbers, shown
 from refinekit.local import LocalModel
 from refinekit.testing import Reply
 
@@ -158,3 +172,76 @@ def test_an_eval_option_no_float_can_hold_is_a_usage_problem(
         refinekit.eval.run(golden, target=lambda question: "4", db=tmp_path / "runs.db", **extra)
     assert "an int of 401 digits" in str(raised.value)
     assert not (tmp_path / "runs.db").exists()
+
+
+# --- numbers read from a text: one reader, exact, whole, linear --------------------------------
+
+
+def test_numbers_are_read_exactly_as_written() -> None:
+    text = (
+        "Paid 1,020.50 of 12345678901234567890123456789, 15 % off, code FA00731, v2, " + "9" * 5000
+    )
+    read = [(n.written, n.value, n.percent) for n in read_numbers(text)]
+    assert read == [
+        ("1,020.50", Decimal("1020.50"), False),
+        ("12345678901234567890123456789", Decimal("12345678901234567890123456789"), False),
+        ("15 %", Decimal(15), True),
+        ("9" * 5000, Decimal("9" * 5000), False),
+    ]
+    assert read[1][1] != Decimal("12345678901234567890123456790")
+    assert number_value(12345678901234567890123456789) == read[1][1]
+    assert number_value(10**5000) == Decimal(10**5000)  # no int-to-str conversion limit
+    assert number_value(0.1) == Decimal("0.1")  # a float as written, not its binary value
+    assert number_value(float("inf")) is None
+    assert number_value(True) is None
+
+
+def test_reading_a_long_word_of_digits_takes_linear_time() -> None:
+    # digits, then letters, then a digit: the reader's old pattern backtracked through every
+    # digit and rescanned the word each time (half a minute at this size; milliseconds now)
+    word = "1" * 60_000 + "a" * 60_000 + "1"
+    started = time.perf_counter()
+    assert [n.value for n in read_numbers(f"{word} and 4321.09")] == [Decimal("4321.09")]
+    assert time.perf_counter() - started < 5
+
+
+class _Grounded(BaseModel):
+    value: Annotated[Decimal, InSource]
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "stated"),
+    [
+        ("Total 12.50 EUR", "12.5", True),
+        ("Total 1,020.50", "1020.5", True),
+        ("Total 1", "1e400", False),
+        ("Total 12345678901234567890123456789", "12345678901234567890123456790", False),
+        ("x " * 15_000 + "Total 4321.09", "4321.09", True),
+        ("x " * 15_000 + "Total 4321.09", "4321.9", False),
+        ("Checksum " + "7" * 5000, "7" * 5000, True),
+    ],
+    ids=["trailing-zero", "thousands", "1e400", "29-digits", "far", "far-wrong", "5000-digits"],
+)
+def test_the_validator_both_checks_and_the_enum_read_a_text_alike(
+    text: str, value: str, stated: bool
+) -> None:
+    """InSource, numbers_supported, values_supported and the grounded enum agree."""
+    in_source = True
+    try:
+        _Grounded.model_validate({"value": Decimal(value)}, context={"source": text})
+    except ValidationError:
+        in_source = False
+    request = EvaluationRequest(
+        question="?", answer=f'{{"value": {value}}}', context=(ContextDocument(text),)
+    )
+    prose = request.model_copy(update={"answer": f"It is {value} in all."})
+    assert in_source is stated
+    assert checks.values_supported().evaluate(request).passed is stated
+    if "e" not in value:  # prose writes no exponent: 1e400 is a code there, not a number
+        assert checks.numbers_supported().evaluate(prose).passed is stated
+        assert checks.values_supported().evaluate(prose).passed is stated
+    made = response_format(_Grounded, dialect="llama.cpp", source=text)
+    enum = made["response_format"]["schema"]["properties"]["value"].get("enum")
+    if enum is not None:  # (left free when no JSON number states the text's exactly)
+        offered = [Decimal(json.dumps(v)) for v in enum]
+        assert (Decimal(value) in offered) is stated

@@ -203,3 +203,77 @@ def test_a_retry_fixes_an_answer_that_invented_a_value() -> None:
     assert answer("Who sent it?") == "Sent by 'Acme Ltd'."
     assert seen[1] is not None
     assert "'Globex Corp' is not in it" in seen[1]
+
+
+# --- numbers exactly as written, over the whole text ------------------------------------------
+
+TWENTY_NINE = "12345678901234567890123456789"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The balance is 12345678901234567890123456790 wei.",
+        '{"balance": 12345678901234567890123456790}',
+    ],
+)
+async def test_a_long_number_is_compared_exactly_not_rounded(answer: str) -> None:
+    req = asked(answer, f"Balance: {TWENTY_NINE} wei")
+    for check in (checks.values_supported(), checks.numbers_supported()):
+        verdict = await judge(check, req)
+        assert not verdict.passed, check
+        assert verdict.metadata["unsupported"] == ["12345678901234567890123456790"]
+    right = asked(answer.replace("567890123456790", "567890123456789"), f"Balance: {TWENTY_NINE}")
+    assert (await judge(checks.values_supported(), right)).passed
+    assert (await judge(checks.numbers_supported(), right)).passed
+
+
+async def test_a_json_number_past_a_float_s_range_is_a_value_the_text_must_state() -> None:
+    verdict = await judge(checks.values_supported(), asked('{"total": 1e400}', "Total: 1 EUR"))
+    assert not verdict.passed
+    assert verdict.feedback == "Use only values from the context: 1e400 (total) is not in it."
+    stated = asked('{"total": 1e400, "tax": 1.0}', "Total: 1e400? No: 1 EUR")
+    assert [r.found for r in evidence.stated_values(stated)] == [False, True]
+
+
+async def test_a_5000_digit_number_is_read_in_an_answer_and_in_the_context() -> None:
+    huge = "7" * 5000
+    for answer in (f"Checksum {huge}.", f'{{"checksum": {huge}}}'):
+        assert (await judge(checks.values_supported(), asked(answer, f"sum {huge}"))).passed
+        other = asked(answer, f"sum {huge[:-1]}8")
+        assert not (await judge(checks.values_supported(), other)).passed
+        assert not (await judge(checks.numbers_supported(), other)).passed
+
+
+async def test_a_number_far_into_a_long_document_supports_the_answer() -> None:
+    document = "Terms and conditions apply. " * 1000 + "Total payable: 4321.09 EUR."
+    assert document.index("4321.09") > 20_000
+    for answer in ("The total is 4321.09 EUR.", '{"total": 4321.09}'):
+        for check in (checks.values_supported(), checks.numbers_supported()):
+            assert (await judge(check, asked(answer, document))).passed, (check, answer)
+            wrong = asked(answer.replace("4321.09", "4321.9"), document)
+            assert not (await judge(check, wrong)).passed, (check, answer)
+
+
+async def test_a_json_answer_nested_past_200_levels_is_refused_not_a_crash() -> None:
+    deep = "[" * 200_000 + "]" * 200_000
+    verdict = await judge(checks.values_supported(), asked(deep, INVOICE))
+    assert not verdict.passed
+    assert verdict.feedback == (
+        "Reply with JSON nested at most 200 levels deep; the answer's is nested deeper."
+    )
+    with pytest.raises(ValueError, match="nested more than 200 levels deep"):
+        evidence.stated_values(asked(deep, INVOICE))
+    just_over = "[" * 201 + "12.50" + "]" * 201
+    assert not (await judge(checks.values_supported(), asked(just_over, INVOICE))).passed
+
+
+async def test_a_value_150_levels_deep_is_read_and_checked() -> None:
+    # reliability.md: a value up to 200 levels deep is read; none is skipped for its depth
+    invented = '{"a":' * 150 + "999" + "}" * 150
+    verdict = await judge(checks.values_supported(), asked(invented, INVOICE))
+    assert verdict.feedback == (
+        "Use only values from the context: 999 (" + ".".join(["a"] * 150) + ") is not in it."
+    )
+    stated = '{"a":' * 150 + "12.50" + "}" * 150
+    assert (await judge(checks.values_supported(), asked(stated, INVOICE))).passed
