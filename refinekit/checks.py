@@ -408,8 +408,9 @@ def numbers_supported() -> Check:
 
     A free, deterministic check for the commonest way a grounded answer goes wrong: a figure
     that is not in the documents (a changed number, a guessed amount). Numbers are compared by
-    value, as written in digits: `4` and `4.0` are the same number, and so are `1,020.50` and
-    `1020.5` (commas only as thousands separators, in groups of three). A percentage (`15%`,
+    exact value, as written in digits, over the whole of each text: `4` and `4.0` are the
+    same number, and so are `1,020.50` and `1020.5` (commas only as thousands separators, in
+    groups of three), but a 29-digit number is not its neighbour. A percentage (`15%`,
     `15 percent`, `15 per cent`) is supported only by a percentage of the same value, and a
     plain `15` only by a plain 15. Numbers that are part of a word or a code (`FA00731`, `v2`)
     are not numbers; a time or a date is read as its parts (`10:30` is 10 and 30).

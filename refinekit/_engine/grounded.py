@@ -40,10 +40,13 @@ def response_format(
     of the numbers the text writes in digits (an `int` field: the whole ones). Every such
     value passes `InSource`, which still runs on the reply. A field is left as the schema
     says, and a `grounding` event (`error` names the field and why) is emitted, when it
-    cannot be constrained: no text under its key, no candidate in the text, a source over
-    20,000 characters, more than `max_candidates` candidates, or (OpenAI) more enum values
-    or characters than one strict schema takes (500 values and 100,000 characters, the
-    schema's own enums included). Its value is then checked by the validator alone.
+    cannot be constrained: no text under its key, no candidate in the text, a string or
+    choice field's source over 20,000 characters, more than `max_candidates` candidates, or
+    (OpenAI) more enum values or characters than one strict schema takes (500 values and
+    100,000 characters, the schema's own enums included); a number field, when one of the
+    text's numbers has no JSON number that states it exactly as the field reads it back
+    (`1.000000000000000001`, which a float makes 1.0; more than 4,300 digits). Its value is
+    then checked by the validator alone.
 
     Dialects:
 

@@ -2,8 +2,9 @@
 
 With a source text, the grounded fields (`InSource`) are constrained to the values the text
 holds (grounded decoding): a string field to an `enum` of the text's spans, a number field to
-an `enum` of its numbers, within the caps below; a field past a cap is left as the schema
-says, and the validator checks it afterwards.
+an `enum` of its numbers (each the JSON number that states it exactly), within the caps
+below; a field past a cap, or a number field with a number no JSON number states exactly, is
+left as the schema says, and the validator checks it afterwards.
 """
 
 from __future__ import annotations

@@ -161,7 +161,8 @@ def in_source(
     A string must appear in the text, case and runs of spaces ignored; with `aliases`, one of
     the value's other written forms may appear instead (`"EUR"` is stated by `"12 euros"`
     with `aliases={"EUR": ["euro"]}`). A number (an `int`, `float` or `Decimal` field) must
-    be one the text writes in digits, compared by value (`1,020.50` in the text is 1020.5).
+    be one the text writes in digits, anywhere in it, compared by its exact value
+    (`1,020.50` in the text is 1020.5; a 29-digit number is not its neighbour).
     A value that does not appear fails validation (error type `not_in_source`) with a
     message naming the closest span of the text ("'Balt Paper' does not appear in the text;
     it has 'Baltic Paper'") or the text's numbers ("518 is not a number of the text; it has

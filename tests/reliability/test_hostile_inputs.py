@@ -30,10 +30,13 @@ from pydantic import BaseModel
 import refinekit.eval
 from refinekit import (
     AnswerRejected,
+    ContextDocument,
     EvaluationRequest,
     JsonParseError,
     JudgeReplyError,
     JudgeUnavailable,
+    checks,
+    evidence,
     judges,
     reviewed,
     self_correct,
@@ -311,6 +314,20 @@ def test_a_judge_reply_nested_200000_deep_is_a_judge_reply_error(
         }[name]()
         with pytest.raises(JudgeReplyError):
             judge.evaluate(request)
+
+
+def test_an_answer_nested_200000_deep_fails_values_supported_not_a_crash() -> None:
+    context = (ContextDocument("Total: 1 EUR"),)
+    deep = EvaluationRequest(question="Total?", answer=nested(DEEP), context=context)
+    verdict = checks.values_supported().evaluate(deep)
+    assert not verdict.passed
+    assert "nested at most 200 levels deep" in verdict.feedback
+    with pytest.raises(ValueError, match="nested more than 200 levels deep"):
+        evidence.stated_values(deep)
+    moderate = deep.model_copy(update={"answer": nested(MODERATE)})
+    assert checks.values_supported().evaluate(moderate).passed  # its 1 is the document's
+    invented = deep.model_copy(update={"answer": nested(MODERATE, "2")})
+    assert not checks.values_supported().evaluate(invented).passed
 
 
 @pytest.mark.parametrize("who", ["judge", "reviser"])
