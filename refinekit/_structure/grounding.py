@@ -436,7 +436,10 @@ def _evidence(
     key = str(node[MARK])
     text = texts.get(key)
     number = number_value(value)
-    shown = str(getattr(value, "value", value))  # an Enum member: its value
+    if isinstance(value, int) and number is not None:
+        shown = str(number)  # (str of an int past 4,300 digits raises; a Decimal's does not)
+    else:
+        shown = str(getattr(value, "value", value))  # an Enum member: its value
     if number is not None:
         place = None if text is None else locate_number(number, text)
     else:

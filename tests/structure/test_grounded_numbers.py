@@ -168,3 +168,10 @@ def test_a_right_value_far_into_the_source_costs_no_correction(
 
     assert extract([{"role": "user", "content": LONG}]).amount == Decimal("4321.09")
     assert len(scripted_openai.requests_for("extractor")) == 1
+
+
+def test_provenance_of_a_5000_digit_value_is_its_span() -> None:
+    source = f"Checksum {FIVE_THOUSAND}."
+    counted = Counted.model_validate({"count": 7 * (10**5000 - 1) // 9}, context={"source": source})
+    (where,) = refinekit.provenance(counted, source=source)
+    assert (where.value, where.text, where.start) == (FIVE_THOUSAND, FIVE_THOUSAND, 9)
