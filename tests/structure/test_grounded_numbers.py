@@ -175,3 +175,18 @@ def test_provenance_of_a_5000_digit_value_is_its_span() -> None:
     counted = Counted.model_validate({"count": 7 * (10**5000 - 1) // 9}, context={"source": source})
     (where,) = refinekit.provenance(counted, source=source)
     assert (where.value, where.text, where.start) == (FIVE_THOUSAND, FIVE_THOUSAND, 9)
+
+
+class Bill(BaseModel):
+    vendor: Annotated[str, InSource]
+    amount: Annotated[Decimal, InSource]
+
+
+def test_on_a_long_source_numbers_are_offered_and_strings_left_free(events: list[Event]) -> None:
+    made = response_format(Bill, dialect="llama.cpp", source=LONG)
+    fields = schema_of(made, "llama.cpp")["properties"]
+    assert fields["amount"]["enum"] == [4321.09, 3]
+    assert "enum" not in fields["vendor"]
+    assert said(events) == [
+        f'"vendor" left unconstrained: the source has {len(LONG)} characters, over 20000'
+    ]
