@@ -199,7 +199,8 @@ class PostgresStore(SQLStore):
         self._db.execute(statement)
 
     def _step_error(self, error: Exception) -> str:
-        return self._redact(error)
+        # the server's message without the statement it quotes (LINE 1: ..., a caret)
+        return self._redact(error).partition("\n")[0]
 
     def _lock_schema(self) -> None:
         self._exec("SELECT pg_advisory_xact_lock(?)", (_LOCK,))
