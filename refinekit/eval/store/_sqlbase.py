@@ -77,9 +77,11 @@ def schema_steps(first: str, *, real: str, run_id: str) -> tuple[tuple[str, ...]
     The dialects differ most in the first; the later ones take `real` for a float column and
     `run_id` for a run's id.
 
-    `steps[n - 1]` takes a store from version n - 1 to n (0: an empty database). A change to
-    the schema is a step appended to `_LATER_STEPS`, never an edit of an old step: a store is
-    at the version of the steps it has had.
+    `steps[n - 1]` takes a store from version n - 1 to n (0: an empty database, or one holding
+    only a judge cache's table). A change to the schema is a step appended to `_LATER_STEPS`,
+    never an edit of an old step: a store is at the version of the steps it has had. (Step
+    3's `IF NOT EXISTS` is the one kind of edit that keeps this: it ends at the same schema,
+    from one more starting point.)
     """
     texts = (first, *(step.format(real=real, run_id=run_id) for step in _LATER_STEPS))
     return tuple(
