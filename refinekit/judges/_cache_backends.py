@@ -19,7 +19,11 @@ from typing import Protocol, runtime_checkable
 from .._core.numbers import is_number, is_real, shown
 from .._core.redact import redact, register_secrets, safe_url, url_problem, url_secrets
 
-__all__ = ["Counters", "JudgeCache", "MemoryCache", "PostgresCache", "SQLiteCache"]
+__all__ = ["SCHEMA_LOCK", "Counters", "JudgeCache", "MemoryCache", "PostgresCache", "SQLiteCache"]
+
+SCHEMA_LOCK = 0x726B5F736368
+"""The PostgreSQL advisory lock taken to change the schema ("rk_sch"): a run store's
+migration, and a `PostgresCache` making its table, which is the store's too."""
 
 
 @runtime_checkable
@@ -259,14 +263,34 @@ class PostgresCache(Counters):
             ) from None
         try:
             self._db = psycopg.connect(url, autocommit=True)
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS refinekit_judge_cache "
-                "(key TEXT PRIMARY KEY, value TEXT NOT NULL, stored_at DOUBLE PRECISION NOT NULL)"
-            )
         except psycopg.Error as e:
             raise ValueError(
                 f"PostgresCache cannot use {self.where}: {redact(str(e).strip(), secrets)}"
             ) from None
+        try:
+            self._make_table()
+        except psycopg.Error as e:
+            self._db.close()
+            raise ValueError(
+                f"PostgresCache cannot use {self.where}: {redact(str(e).strip(), secrets)}"
+            ) from None
+
+    def _make_table(self) -> None:
+        """Make the table unless it is there, under the run store's schema lock.
+
+        A run store opened at the same moment makes the same table (`refinekit eval --db`
+        on a new database): one at a time, else one of two `CREATE TABLE IF NOT EXISTS` fails
+        on PostgreSQL's catalog. A table already there needs no lock, nor the right to create.
+        """
+        row = self._db.execute("SELECT to_regclass('refinekit_judge_cache')").fetchone()
+        if row is not None and row[0] is not None:
+            return
+        with self._db.transaction():
+            self._db.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS refinekit_judge_cache "
+                "(key TEXT PRIMARY KEY, value TEXT NOT NULL, stored_at DOUBLE PRECISION NOT NULL)"
+            )
 
     def get(self, key: str) -> str | None:
         """The value stored under `key`, or None."""

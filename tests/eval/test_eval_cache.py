@@ -8,6 +8,7 @@ request and stores the replies; the same run again sends none; what changes miss
 
 from __future__ import annotations
 
+import importlib
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -26,7 +27,9 @@ from helpers import (
 )
 
 import refinekit.eval
+from refinekit import EvaluationRequest, judges
 from refinekit.eval.store._postgres import PostgresStore
+from refinekit.judges import JudgeCache, PostgresCache, SQLiteCache
 from refinekit.testing import ScriptedOpenAI
 
 REPLIES = {"Refund window?": "Seven days.", "Shipping cost?": "Free.", "Gift cards?": "No."}
@@ -238,3 +241,100 @@ def test_a_verdict_from_the_cache_costs_nothing(
     assert paid["judge"] > 0
     assert cached["judge"] == 0.0  # every verdict came from the store
     assert cached["answer"] == paid["answer"]  # the answers are asked again, as before
+
+
+# --- one database for an app's judge cache and its evals' run store ------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_db(request: pytest.FixtureRequest, ws: Workspace) -> str:
+    """A database an app's judge cache and `refinekit eval --db` both name (a new one)."""
+    if request.param == "sqlite":
+        return str(ws.path / "shared.db")
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+def open_cache(db: str) -> SQLiteCache | PostgresCache:
+    """The app's judge cache on `db`, as it would open it."""
+    return PostgresCache(db) if db.startswith("postgresql://") else SQLiteCache(db)
+
+
+def judge_in_the_app(ws: Workspace, cache: JudgeCache) -> None:
+    """The app's own judgements of the eval's answers, through `cache` (the eval's judge)."""
+    judge = importlib.import_module(ws.modules[1]).judge
+    with judges.use_cache(cache):
+        for question, answer in REPLIES.items():
+            judge.evaluate(EvaluationRequest(question=question, answer=answer))
+
+
+def runs_listed(cli: Cli, db: str) -> list[str]:
+    listed = cli("runs", "--db", db)
+    assert listed.code == 0, listed.err
+    return [line.split()[1] for line in listed.out.splitlines()[1:]]
+
+
+def test_an_eval_stores_its_runs_in_a_database_an_apps_judge_cache_made(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli, shared_db: str
+) -> None:
+    command(ws)
+    with open_cache(shared_db) as cache:  # the app first: the database holds only its cache
+        cache.set("0" * 64, '{"kept": true}')  # an entry of the app's own
+        judge_in_the_app(ws, cache)
+        assert (len(cache), judged(server)) == (4, 3)
+
+    first = cli(*command(ws, "--cache", "--db", shared_db))
+    assert first.code == 0, first.err
+    assert "run 1 in" in first.out
+    # the app's judgements serve the eval's: one cache
+    assert "judge cache: 3 of 3 judge requests answered from the store (0 sent" in first.out
+    assert judged(server) == 3
+    second = refinekit.eval.run(  # the Python API on the same database
+        "golden.csv",
+        target=f"{ws.modules[0]}:answer",
+        judge=f"{ws.modules[1]}:judge",
+        db=shared_db,
+        cache=True,
+        resume=False,
+    )
+    assert (second.run.id, second.run.summary["judge_cache"]) == (2, {"hits": 3, "misses": 0})
+    assert runs_listed(cli, shared_db) == ["eval", "eval"]
+
+    with open_cache(shared_db) as cache:  # nothing of the app's cache was lost
+        assert len(cache) == 4
+        assert cache.get("0" * 64) == '{"kept": true}'
+        judge_in_the_app(ws, cache)
+        assert (cache.hits, cache.misses) == (4, 0)
+    assert judged(server) == 3
+
+
+def test_an_apps_judge_cache_shares_a_database_that_holds_runs(
+    ws: Workspace, server: ScriptedOpenAI, cli: Cli, shared_db: str
+) -> None:
+    first = cli(*command(ws, "--cache", "--db", shared_db))  # the evals first
+    assert first.code == 0, first.err
+    assert judged(server) == 3
+
+    with open_cache(shared_db) as cache:
+        assert len(cache) == 3  # the eval's verdicts
+        judge_in_the_app(ws, cache)
+        assert (cache.hits, cache.misses) == (3, 0)
+        cache.set("0" * 64, '{"kept": true}')
+    assert judged(server) == 3
+
+    second = cli(*command(ws, "--cache", "--fresh", "--db", shared_db))
+    assert second.code == 0, second.err
+    assert "judge cache: 3 of 3 judge requests answered from the store (0 sent" in second.out
+    third = refinekit.eval.run(
+        "golden.csv",
+        target=f"{ws.modules[0]}:answer",
+        judge=f"{ws.modules[1]}:judge",
+        db=shared_db,
+        cache=True,
+        resume=False,
+    )
+    assert third.run.summary["judge_cache"] == {"hits": 3, "misses": 0}
+    assert runs_listed(cli, shared_db) == ["eval", "eval", "eval"]
+    with open_cache(shared_db) as cache:
+        assert (len(cache), cache.get("0" * 64)) == (4, '{"kept": true}')
+    assert judged(server) == 3

@@ -32,7 +32,7 @@ from refinekit.eval.store._claims import HOST, LEASE_SECONDS
 from refinekit.eval.store._postgres import PostgresStore
 from refinekit.eval.store._sql import SQLStore
 from refinekit.eval.store._sqlite import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
-from refinekit.judges import PostgresCache
+from refinekit.judges import PostgresCache, SQLiteCache
 from refinekit.testing import ScriptedOpenAI
 
 
@@ -316,6 +316,135 @@ def test_a_failing_step_leaves_the_store_as_it_was(
     db.close()
     assert "host" not in columns
     assert "claims" not in tables  # versions 2 to 5, applied in the same transaction, undone
+
+
+# --- a database holding a judge cache (`SQLiteCache`, `PostgresCache`) -----------------------
+
+
+def cache_on(where: str) -> SQLiteCache | PostgresCache:
+    return PostgresCache(where) if where.startswith("postgresql://") else SQLiteCache(where)
+
+
+@pytest.mark.parametrize(
+    ("kind", "version"),
+    [(kind, version) for kind in ("sqlite", "postgresql") for version in (0, 1, 2)]
+    + [("sqlite", -1)],  # -1: a store of refinekit 0.1 (no version table; user_version 1)
+)
+def test_a_judge_cache_in_the_database_is_kept_when_it_becomes_a_current_run_store(
+    kind: str,
+    version: int,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cache opened on an empty database, or on a store made before the cache was part of
+    it (schema 1 or 2); then the store is opened by this refinekit."""
+    module = runstore if kind == "sqlite" else pgstore
+    where = (
+        str(tmp_path / "runs.db") if kind == "sqlite" else request.getfixturevalue("postgres_url")
+    )
+    if version == -1:
+        old_store(Path(where))
+        old_run = 1
+    elif version:
+        monkeypatch.setattr(module, "_MIGRATIONS", module._MIGRATIONS[:version])
+        with open_store(where) as old:
+            assert isinstance(old, SQLStore)
+            old_run = start_run(old)
+        monkeypatch.undo()
+    with cache_on(where) as cache:
+        cache.set("a" * 64, '{"verdict": "yes"}')
+        cache.set("b" * 64, '{"verdict": "no"}')
+    with open_store(where) as store:
+        assert isinstance(store, SQLStore)
+        assert [dict(r) for r in store._all("SELECT version FROM schema_version")] == [
+            {"version": 5}
+        ]
+        if version:
+            assert [r.id for r in store.runs()] == [old_run]
+        run = start(store)
+        assert store.save_case(run.id, priced_case("k1", 0.25))
+        assert store.spent(run.id) == (1, 0.25)
+        shared = store.judge_cache()
+        try:  # the store's cache is the one the app filled
+            assert len(shared) == 2
+            assert shared.get("a" * 64) == '{"verdict": "yes"}'
+            shared.set("c" * 64, '{"verdict": "maybe"}')
+        finally:
+            shared.close()
+    with cache_on(where) as cache:
+        assert len(cache) == 3
+        assert cache.get("b" * 64) == '{"verdict": "no"}'
+    with open_store(where) as store:  # opened again: at 5, nothing to do
+        assert [r.id for r in store.runs()] == ([old_run] if version else []) + [run.id]
+
+
+def start_run(store: SQLStore) -> int:
+    """A run, as a store of schema 1 takes it (`start_run` reads the workers: schema 2)."""
+    return store._insert(
+        "INSERT INTO runs (kind, status, dataset, dataset_sha256, options, fingerprint, "
+        "version, started_at) VALUES ('eval', 'complete', '/g.csv', 'abc', '{}', 'old', "
+        "'0.0.test', 1.0)",
+        (),
+    )
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_table_of_the_caches_name_that_is_no_judge_cache_is_refused_changing_nothing(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    where = (
+        str(tmp_path / "runs.db") if kind == "sqlite" else request.getfixturevalue("postgres_url")
+    )
+    if kind == "sqlite":
+        with sqlite3.connect(where) as db:
+            db.execute("CREATE TABLE refinekit_judge_cache (id INTEGER, note TEXT)")
+        db.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(where, autocommit=True) as db:
+            db.execute("CREATE TABLE refinekit_judge_cache (id INTEGER, note TEXT)")
+    with pytest.raises(RunStoreError, match=r"from schema 0 to 3: .*key.*; nothing was changed"):
+        open_store(where)
+    if kind == "sqlite":
+        with sqlite3.connect(where) as db:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+        db.close()
+    else:
+        with psycopg.connect(where, autocommit=True) as db:
+            tables = {
+                r[0]
+                for r in db.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                )
+            }
+    assert tables == {"refinekit_judge_cache"}
+
+
+def test_postgresql_caches_and_stores_opened_at_once_on_a_new_database_make_it_once(
+    postgres_url: str,
+) -> None:
+    errors: list[BaseException] = []
+
+    def open_one(make: type[PostgresCache] | type[PostgresStore]) -> None:
+        try:
+            make(postgres_url).close()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=open_one, args=(make,))
+        for make in (PostgresCache, PostgresStore) * 3
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with PostgresStore(postgres_url) as store:
+        assert store._all("SELECT version FROM schema_version") == [{"version": 5}]
+        assert store._all("SELECT count(*) AS n FROM refinekit_judge_cache") == [{"n": 0}]
 
 
 def add_worker(

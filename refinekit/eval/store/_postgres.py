@@ -21,7 +21,7 @@ from typing import Any
 
 from ..._core.errors import RunStoreError
 from ..._core.redact import redact, register_secrets, safe_url, url_problem, url_secrets
-from ...judges._cache_backends import PostgresCache
+from ...judges._cache_backends import SCHEMA_LOCK, PostgresCache
 from ._sql import SQLStore
 from ._sqlbase import schema_steps
 
@@ -86,7 +86,7 @@ CREATE TABLE calls (
 _MIGRATIONS = schema_steps(_V1, real="DOUBLE PRECISION", run_id="BIGINT")
 """The schema's steps, version for version the SQLite store's (`_sqlite._MIGRATIONS`)."""
 
-_LOCK = 0x726B5F736368  # the advisory lock schema changes take ("rk_sch")
+_LOCK = SCHEMA_LOCK  # the advisory lock schema changes take (a PostgresCache making its table too)
 _RUNS_LOCK = 0x726B5F72756E  # the one starting, resuming or joining a run takes ("rk_run")
 
 
@@ -199,7 +199,8 @@ class PostgresStore(SQLStore):
         self._db.execute(statement)
 
     def _step_error(self, error: Exception) -> str:
-        return self._redact(error)
+        # the server's message without the statement it quotes (LINE 1: ..., a caret)
+        return self._redact(error).partition("\n")[0]
 
     def _lock_schema(self) -> None:
         self._exec("SELECT pg_advisory_xact_lock(?)", (_LOCK,))

@@ -39,13 +39,18 @@ CREATE TABLE claims (
 );
 CREATE INDEX claims_in_order ON claims (run_id, position, key)
 """,
-    # 3: the judge cache (`refinekit.judges.SQLiteCache`'s table), each case's cost and hits
+    # 3: the judge cache (`refinekit.judges.SQLiteCache`'s and `PostgresCache`'s table), each
+    # case's cost and hits. The table is the caches' own: a cache opened on the database before
+    # it was a run store (or before this step) made it already, with its entries, and the store
+    # takes it as it is (IF NOT EXISTS: every store reaches the same schema); one of that name
+    # without the cache's columns is not a judge cache, and the step fails on it (the SELECT)
     """
-CREATE TABLE refinekit_judge_cache (
+CREATE TABLE IF NOT EXISTS refinekit_judge_cache (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL,
     stored_at {real} NOT NULL
 );
+SELECT key, value, stored_at FROM refinekit_judge_cache WHERE 1 = 0;
 ALTER TABLE cases ADD COLUMN cost TEXT NOT NULL DEFAULT '{{}}';
 ALTER TABLE cases ADD COLUMN judge_cache TEXT NOT NULL DEFAULT '{{}}'
 """,
@@ -72,9 +77,11 @@ def schema_steps(first: str, *, real: str, run_id: str) -> tuple[tuple[str, ...]
     The dialects differ most in the first; the later ones take `real` for a float column and
     `run_id` for a run's id.
 
-    `steps[n - 1]` takes a store from version n - 1 to n (0: an empty database). A change to
-    the schema is a step appended to `_LATER_STEPS`, never an edit of an old step: a store is
-    at the version of the steps it has had.
+    `steps[n - 1]` takes a store from version n - 1 to n (0: an empty database, or one holding
+    only a judge cache's table). A change to the schema is a step appended to `_LATER_STEPS`,
+    never an edit of an old step: a store is at the version of the steps it has had. (Step
+    3's `IF NOT EXISTS` is the one kind of edit that keeps this: it ends at the same schema,
+    from one more starting point.)
     """
     texts = (first, *(step.format(real=real, run_id=run_id) for step in _LATER_STEPS))
     return tuple(

@@ -103,8 +103,9 @@ a change to the schema is a step appended there, never an edit of an old step.
 Version 1: runs, cases, calls. Version 2: workers (who runs a run, with a lease) and claims
 (the cases a run has still to answer, and who is answering each). Version 3: the judge cache
 (`refinekit_judge_cache`, the table `refinekit.judges.SQLiteCache` keeps, so that the store
-file is the cache `refinekit eval --cache` uses), each case's cost and its judge cache hits
-and misses."""
+file is the cache `refinekit eval --cache` uses; a cache opened on the file before made it
+already, and it is kept with its entries), each case's cost and its judge cache hits and
+misses."""
 
 
 class SQLiteStore(SQLStore):
