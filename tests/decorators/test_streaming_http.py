@@ -8,8 +8,10 @@ correction; a reader that waited for more would time out instead (the clients' t
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from typing import Any, Literal
 
 import pytest
@@ -519,3 +521,35 @@ async def test_reviewed_passes_a_streamed_tool_call_round_through_unreviewed(
     assert items[0].name == "lookup"
     assert json.loads("".join(i.arguments for i in items)) == {"order": "A-1"}
     assert judged == []  # a tool-call round is not an answer: not reviewed
+
+
+class Buyer(BaseModel):
+    name: str
+
+
+class Priced(BaseModel):
+    """Fields whose validated value is no JSON type: a Decimal, a date, a nested model."""
+
+    total: Decimal
+    due: datetime.date
+    buyer: Buyer
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_partial_value_is_json_so_json_dumps_takes_it(
+    server: ScriptedOpenAI, clients: dict[str, Any], kind: str
+) -> None:
+    reply = '{"total": 12.50, "due": "2026-12-31", "buyer": {"name": "Acme"}}'
+    server.script("m", Reply.text(reply, chunks=4))
+    extract = self_correct(schema=Priced)(streaming("openai", kind, clients))
+    items = await collect(kind, extract, USER)
+    partials = [item for item in items if isinstance(item, Partial)]
+    assert partials
+    for item in partials:
+        assert json.loads(json.dumps(item.value)) == item.value
+    final = items[-1]
+    assert isinstance(final, Final)
+    # the last partial is the final value's JSON form, field by field
+    assert partials[-1].value == final.value.model_dump(mode="json")
+    assert partials[-1].value == {"total": "12.5", "due": "2026-12-31", "buyer": {"name": "Acme"}}
+    assert final.value.total == Decimal("12.50")  # the final value keeps the field's type
