@@ -104,6 +104,17 @@ def test_calibrate_help_speaks_of_calibrate_runs_and_items_only(cli: Cli) -> Non
     assert "each --repeat keyed apart" in _help(cli, "eval")
 
 
+def test_one_case_is_one_case_not_one_cases(ws: Workspace, cli: Cli) -> None:
+    data = ws.csv("one.csv", [{"question": "q1", "must_mention": "ok"}])
+    module = ws.module("def answer(question):\n    return 'ok'\n")
+
+    result = cli("eval", data, "--target", f"{module}:answer")
+
+    assert result.code == 0, result.err
+    assert result.out.startswith(f"refinekit eval: {data} (1 case) -> run 1 in ")
+    assert not re.search(r"\b1 (cases|items|verdicts)\b", result.out), result.out
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
