@@ -24,6 +24,7 @@ from ._html import (
     number,
     one_line,
     page,
+    prose,
     recent,
     run_meta,
     section,
@@ -292,7 +293,7 @@ def _bias(c: Calibration) -> str:
     if c.warnings:
         parts.append(
             '<ul class="warnings">'
-            + "".join(f"<li>{_WARNING} {esc(w)}</li>" for w in c.warnings)
+            + "".join(f"<li>{_WARNING} {prose(w)}</li>" for w in c.warnings)
             + "</ul>"
         )
     else:

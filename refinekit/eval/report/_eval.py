@@ -34,6 +34,7 @@ from ._html import (
     number,
     one_line,
     page,
+    prose,
     run_meta,
     section,
     toc,
@@ -242,7 +243,7 @@ def _failing_list(failing: Sequence[tuple[int, CaseRecord]]) -> str:
         rows.append(
             f'<tr><td class="n">{link}</td><td>{badge(c.outcome, OUTCOMES)}</td>'
             f'<td class="text">{esc(one_line(c.question, CELL_LIMIT))}</td>'
-            f'<td class="text">{esc(one_line(note or "", CELL_LIMIT))}</td></tr>'
+            f'<td class="text">{prose(one_line(note or "", CELL_LIMIT))}</td></tr>'
         )
     more = len(failing) - _FIRST_LIMIT
     return (
@@ -336,7 +337,7 @@ def _gates(
             )
         )
     warning = (
-        f'<p class="warning"><b>Warning:</b> {esc(judge_warning)}</p>'
+        f'<p class="warning"><b>Warning:</b> {prose(judge_warning)}</p>'
         if isinstance(judge_warning, str) and judge_warning
         else ""
     )
@@ -474,7 +475,7 @@ def _all_cases(cases: Sequence[CaseRecord], failing: Sequence[tuple[int, CaseRec
             f'<td class="n">{c.attempts}</td><td class="n">{c.corrections}</td>{cost}'
             f'<td class="text">{esc(one_line(c.question, CELL_LIMIT))}</td>'
             f'<td class="text">{esc(one_line(c.answer or "", CELL_LIMIT))}</td>'
-            f'<td class="text">{esc(one_line(note or "", CELL_LIMIT))}</td></tr>'
+            f'<td class="text">{prose(one_line(note or "", CELL_LIMIT))}</td></tr>'
         )
     return (
         f'<p class="muted small">Texts cut to {CELL_LIMIT} characters.</p>'

@@ -46,6 +46,7 @@ __all__ = [
     "outcome_class",
     "page",
     "pre",
+    "prose",
     "recent",
     "run_meta",
     "section",
@@ -87,6 +88,19 @@ def esc(value: object) -> str:
     text = _CONTROL.sub("\ufffd", text)
     text = text.encode("utf-8", "replace").decode("utf-8")
     return html.escape(text, quote=True)
+
+
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def prose(value: object) -> str:
+    """A message as HTML text (escaped as `esc` does), its `code` spans set in `<code>`.
+
+    refinekit's messages (warnings, errors) name commands and options between backticks, as
+    its terminal output does; a report shows them as code, not as raw backticks. The spans are
+    found in the escaped text, so their content is escaped like the rest.
+    """
+    return _CODE_SPAN.sub(r"<code>\1</code>", esc(value))
 
 
 def shorten(text: str, limit: int) -> str:
