@@ -108,11 +108,16 @@ def test_one_case_is_one_case_not_one_cases(ws: Workspace, cli: Cli) -> None:
     data = ws.csv("one.csv", [{"question": "q1", "must_mention": "ok"}])
     module = ws.module("def answer(question):\n    return 'ok'\n")
 
-    result = cli("eval", data, "--target", f"{module}:answer")
+    report = ws.path / "one.html"
+
+    result = cli("eval", data, "--target", f"{module}:answer", "--report", report)
 
     assert result.code == 0, result.err
     assert result.out.startswith(f"refinekit eval: {data} (1 case) -> run 1 in ")
     assert not re.search(r"\b1 (cases|items|verdicts)\b", result.out), result.out
+    shown = re.sub(r"<[^>]+>", " ", report.read_text(encoding="utf-8"))
+    assert " 1 case " in " ".join(shown.split())  # the run line: "... · 1 case · ..."
+    assert not re.search(r"\b1 (cases|items|verdicts)\b", shown)
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from ._html import (
     OUTCOMES,
     badge,
     count,
+    counted,
     esc,
     fmt3,
     gate_results,
@@ -305,7 +306,7 @@ def _reliability(c: Calibration) -> str:
     if c.reliability is None:
         return (
             f"<p>The judge gave no probabilities: {whole(c.with_probability)} of "
-            f"{whole(c.items)} verdicts carried one. A reliability diagram, the expected "
+            f"{counted(c.items, 'verdict')} carried one. A reliability diagram, the expected "
             "calibration error and thresholds need one on every verdict (a criteria judge on an "
             "endpoint that returns logprobs gives them).</p>"
         )
@@ -398,7 +399,8 @@ def _kappa_history(run: RunInfo, c: Calibration, history: Sequence[RunInfo]) -> 
                     None,
                     None,
                     current,
-                    f"run {r.id}: kappa {kappa:.3f} over {items} items; judge {r.judge or '-'}",
+                    f"run {r.id}: kappa {kappa:.3f} over {counted(items, 'item')}; "
+                    f"judge {r.judge or '-'}",
                 )
             )
         rows.append(

@@ -26,6 +26,7 @@ from ._html import (
     OUTCOMES,
     badge,
     count,
+    counted,
     esc,
     fmt3,
     fmt_p,
@@ -168,7 +169,7 @@ def _run_line(run: RunInfo, stored: int) -> str:
         f"target <code>{esc(run.target or '')}</code>",
         f"judge <code>{esc(run.judge or 'column checks')}</code>",
         badge(run.status, ("complete", "incomplete", "running")),
-        f"{whole(stored)} cases",
+        counted(stored, "case"),
         esc(when(run.started_at)),
     ]
     return f'<p class="run-line">{_DOT.join(parts)}</p>'
@@ -376,7 +377,7 @@ def _trials(t: dict[str, Any]) -> str:
         + "</table>"
         f"<p>Per trial: {fmt3(number(t.get('per_trial')))} of "
         f"{whole(t.get('trials_counted') or 0)} trials passed. "
-        f"{whole(t.get('flipped') or 0)} of {whole(t.get('counted') or 0)} cases flipped "
+        f"{whole(t.get('flipped') or 0)} of {counted(t.get('counted') or 0, 'case')} flipped "
         f"between trials; mean flip rate {fmt3(number(t.get('flip_rate')))} (the chance that "
         "two trials of a case disagree).</p>"
     )

@@ -36,6 +36,7 @@ __all__ = [
     "badge",
     "bar",
     "count",
+    "counted",
     "esc",
     "fmt3",
     "fmt_p",
@@ -128,6 +129,11 @@ def fmt_p(value: float) -> str:
 
 def whole(value: int) -> str:
     return f"{value:,}"
+
+
+def counted(n: int, one: str) -> str:
+    """`n` things in words, the word singular for one: "1 case", "2,048 cases"."""
+    return f"{whole(n)} {one}" if n == 1 else f"{whole(n)} {one}s"
 
 
 def when(timestamp: float | None) -> str:
@@ -237,8 +243,9 @@ def incomplete_note(run: RunInfo, stored: int) -> str:
         return ""
     total = count(run.summary.get("cases"))
     of = f" of {whole(total)}" if total else ""
+    cases = "case is" if (total or stored) == 1 else "cases are"
     return (
-        f'<p class="warn">This run is <b>{esc(run.status)}</b>: {whole(stored)}{of} cases are '
+        f'<p class="warn">This run is <b>{esc(run.status)}</b>: {whole(stored)}{of} {cases} '
         "stored, and the figures below cover those only. Run the same command again to finish "
         "it.</p>"
     )
