@@ -124,9 +124,17 @@ class _StructuredSink:
         for name, field in value.items():
             known = self._shown.get(name)
             if known is None or known[0] is not field:
-                known = self._shown[name] = (field, pydantic_core.to_jsonable_python(field))
+                known = self._shown[name] = (field, _json_form(field))
             shown[name] = known[1]
         return shown
+
+
+def _json_form(value: Any) -> Any:
+    """`value` as pydantic writes it in JSON; a type pydantic cannot write stays as it is."""
+    try:
+        return pydantic_core.to_jsonable_python(value)
+    except pydantic_core.PydanticSerializationError:  # an arbitrary type the schema allows
+        return value
 
 
 @dataclass

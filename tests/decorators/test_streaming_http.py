@@ -12,10 +12,10 @@ import datetime
 import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 import refinekit
 from refinekit import (
@@ -553,3 +553,31 @@ async def test_a_partial_value_is_json_so_json_dumps_takes_it(
     assert partials[-1].value == final.value.model_dump(mode="json")
     assert partials[-1].value == {"total": "12.5", "due": "2026-12-31", "buyer": {"name": "Acme"}}
     assert final.value.total == Decimal("12.50")  # the final value keeps the field's type
+
+
+class Point:
+    """A type pydantic cannot write as JSON (allowed with `arbitrary_types_allowed`)."""
+
+    def __init__(self, x: int, y: int) -> None:
+        self.x, self.y = x, y
+
+
+class Placed(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str
+    at: Annotated[Point, BeforeValidator(lambda v: Point(*v))]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_field_pydantic_cannot_write_as_json_is_shown_as_validated(
+    server: ScriptedOpenAI, clients: dict[str, Any], kind: str
+) -> None:
+    server.script("m", Reply.text('{"name": "A", "at": [1, 2]}', chunks=3))
+    place = self_correct(schema=Placed)(streaming("openai", kind, clients))
+    items = await collect(kind, place, USER)
+    partials = [item.value for item in items if isinstance(item, Partial)]
+    assert partials[0] == {"name": "A"}
+    assert isinstance(partials[-1]["at"], Point)  # not refused, not dropped: the stream goes on
+    assert isinstance(items[-1], Final)
+    assert (items[-1].value.at.x, items[-1].value.at.y) == (1, 2)
