@@ -168,7 +168,8 @@ class RunWatcher:
             )
         if event.dropped:
             io.say(
-                f"  {counted(event.dropped, 'stored case')} no longer in the file: dropped from "
+                f"  {counted(event.dropped, 'stored case')} "
+                f"{'is' if event.dropped == 1 else 'are'} no longer in the file: dropped from "
                 "the run"
             )
 
