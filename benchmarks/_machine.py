@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import sys
 from importlib.metadata import PackageNotFoundError, version
 
 
@@ -23,7 +22,11 @@ def _version(name: str) -> str:
 
 
 def machine(packages: list[str]) -> list[str]:
-    """Platform, CPU, Python and the versions of `packages`, one `label  value` line each."""
+    """Platform, CPU, Python and the versions of `packages`, one `label  value` line each.
+
+    Nothing in them names a path of the machine (no interpreter path, no home folder): the
+    lines are pasted into the docs as they are.
+    """
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
@@ -39,6 +42,6 @@ def machine(packages: list[str]) -> list[str]:
     return [
         f"platform   {platform.platform()}",
         f"cpu        {cpu}, {os.cpu_count()} CPUs ({usable} usable)",
-        f"python     {impl} {platform.python_version()} ({sys.executable})",
+        f"python     {impl} {platform.python_version()}",
         f"versions   {versions}",
     ]

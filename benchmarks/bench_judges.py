@@ -80,7 +80,7 @@ except ImportError:  # pragma: no cover - depends on the openai release
     HTTPX = "httpx"
 
 LATENCY_S = 0.05
-"""The issue's latency: every scripted reply is served after 50 ms."""
+"""The latency measured against: every scripted reply is served after 50 ms."""
 
 JUDGE_TARGET = 1.5
 """A: "about one judge latency, not four": at most 1.5x one bare call (four in turn: ~4x)."""

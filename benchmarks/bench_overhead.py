@@ -49,7 +49,7 @@ from refinekit._engine import events as _hooks
 from refinekit._structure.parse import Parser
 
 RETRY_TARGET_US = 50.0
-"""The issue's target: under 50 us added per attempt for `retry_on_low_quality` + a rule check."""
+"""The target: under 50 us added per attempt for `retry_on_low_quality` + a rule check."""
 
 PARSE_ALLOWANCE_US = 0.5
 PARSE_ALLOWANCE_SHARE = 0.03

@@ -1,9 +1,9 @@
 """Panels of refinekit's own pieces on the real local model, against the best single member.
 
-Run it from the repository root (the real model: wrap it in the team's lock)::
+Run it from the repository root::
 
-    flock /work/notes/local_model.lock .venv/bin/python benchmarks/bench_panel_judges.py
-    flock /work/notes/local_model.lock .venv/bin/python benchmarks/bench_panel_judges.py \\
+    .venv/bin/python benchmarks/bench_panel_judges.py
+    .venv/bin/python benchmarks/bench_panel_judges.py \\
         --seed 4242 --panel "all(numbers, one claim)"        # the held-out run, once
     .venv/bin/python benchmarks/bench_panel_judges.py --base-url URL --quick   # a smoke run
 

@@ -197,3 +197,19 @@ def test_bench_panel_judges_smoke_run_over_the_scripted_server() -> None:
     # all(numbers, default, one claim): both model members, whenever numbers passes
     assert "| numbers | 6 | 0 |" in out
     assert out.count("| 0.00 |") == 1  # only the rule check costs no model call
+
+
+def test_the_machine_lines_name_no_path_of_the_machine() -> None:
+    # they are pasted into the docs: "CPython 3.11.7", never the interpreter's full path
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from _machine import machine
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    lines = machine(["pytest"])
+    text = "\n".join(lines)
+    python = next(line for line in lines if line.startswith("python "))
+    assert python.split(None, 1)[1].startswith(("CPython 3.", "PyPy 3."))
+    assert sys.executable not in text
+    assert str(Path.home()) not in text
+    assert "/" not in python

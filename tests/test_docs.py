@@ -418,6 +418,61 @@ def test_every_page_is_in_the_index() -> None:
     assert "(docs/index.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
+def test_every_page_is_in_the_readmes_documentation_list() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)(?:#[\w-]*)?\)", readme))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert pages - linked == set(), "pages missing from README.md's Documentation list"
+
+
+def test_every_example_is_linked_from_a_page() -> None:
+    # an example no page names is one a reader never finds
+    text = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
+    examples = {p.name for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_")}
+    linked = set(re.findall(r"examples/([\w.-]+\.py)", text))
+    assert examples - linked == set(), "examples no page of docs/ or README.md links"
+
+
+# What the user-facing files must not hold: a path of the machine they were written on (a
+# home, a checkout, a temporary folder, an interpreter), a lock file of the team's, or words
+# addressed to the people who wrote them rather than to the reader.
+_MACHINE_PATH = re.compile(
+    r"(?<![\w.~-])/(?:work|root|tmp|home|Users|private/var|var/folders)/|"
+    r"[A-Za-z]:\\Users\\|\bflock\b|\.lock\b"
+)
+_DEVELOPER_WORDS = re.compile(
+    r"\b(?:the|this|that|an|our) issue\b|\bissues? \d+|\bissue #?\d+|"
+    r"\b(?:this|that|last|next|previous|earlier) (?:session|stop)\b|"
+    r"\bworktree\b|\bthe lead\b|\bthe brief\b",
+    re.IGNORECASE,
+)
+USER_FILES = [
+    *PAGES,
+    *sorted((ROOT / "examples").rglob("*.py")),
+    *sorted((ROOT / "examples").rglob("*.md")),
+]
+
+
+def _offending(pattern: re.Pattern[str]) -> list[str]:
+    found = []
+    for path in USER_FILES:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for hit in pattern.finditer(line):
+                found.append(
+                    f"{path.relative_to(ROOT)}:{number}: {hit.group()!r} in {line.strip()!r}"
+                )
+    return found
+
+
+def test_user_docs_hold_no_path_of_a_development_machine() -> None:
+    # paths in the docs are relative to the repository (or the reader's own folder)
+    assert _offending(_MACHINE_PATH) == []
+
+
+def test_user_docs_speak_to_users_not_to_the_people_who_wrote_them() -> None:
+    assert _offending(_DEVELOPER_WORDS) == []
+
+
 def test_markers_are_read_as_documented(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import docs_blocks
 

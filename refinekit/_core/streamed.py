@@ -41,8 +41,9 @@ class Partial(Generic[T_co]):
 
     Attributes:
         value: The fields completed so far: a dict of the model's top-level fields whose
-            JSON values have closed and passed their own validation, by name (see
-            docs/streaming.md, "The items").
+            JSON values have closed and passed their own validation, by name, each the
+            validated value in its JSON form (a `Decimal` as a str, a nested model as a dict:
+            `json.dumps` takes it; see docs/streaming.md, "The items").
         attempt: The call it comes from: 1 for the first call, 2 for the first correction, ...
         final: Always False (a `Final` is True), so `item.final` tells the two apart.
     """

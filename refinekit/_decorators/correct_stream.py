@@ -91,6 +91,7 @@ class _StructuredSink:
         self.failure: dict[str, Any] | None = None
         self.value: Any = None
         self.repairable: set[Any] = set()  # completed fields a repair may fix at the end
+        self._shown: dict[str, tuple[Any, Any]] = {}  # field: (validated value, its JSON form)
 
     def feed(self, delta: Delta) -> tuple[Sequence[Any], str | None]:
         piece = delta.tool_arguments if delta.tool_index == 0 else ""
@@ -110,8 +111,30 @@ class _StructuredSink:
             self.value = reader.value
             return (), f"{error_path(failure['loc'])}: {failure['msg']}"
         if changed and self.emit:
-            return (Partial(reader.value, self.number),), None
+            return (Partial(self._json(reader.value), self.number),), None
         return (), None
+
+    def _json(self, value: Mapping[str, Any]) -> dict[str, Any]:
+        """A partial's fields in their JSON form (a `Decimal` a str, a model a dict, ...).
+
+        Each field is converted once, when it completes: the cost per partial is a reference
+        per field, as the reader's own copy.
+        """
+        shown: dict[str, Any] = {}
+        for name, field in value.items():
+            known = self._shown.get(name)
+            if known is None or known[0] is not field:
+                known = self._shown[name] = (field, _json_form(field))
+            shown[name] = known[1]
+        return shown
+
+
+def _json_form(value: Any) -> Any:
+    """`value` as pydantic writes it in JSON; a type pydantic cannot write stays as it is."""
+    try:
+        return pydantic_core.to_jsonable_python(value)
+    except pydantic_core.PydanticSerializationError:  # an arbitrary type the schema allows
+        return value
 
 
 @dataclass

@@ -21,6 +21,7 @@ from ._output import (
     watched_run,
     write_report,
 )
+from ._text import counted, items
 
 __all__ = ["calibrate_command"]
 
@@ -92,13 +93,13 @@ def _print_agreement(io: Io, c: Calibration) -> None:
         for pair in p.pairs:
             io.say(
                 f"  {clean(pair.first, 27)} and {clean(pair.second, 27)} agree on "
-                f"{pct(pair.agreement, 2)} of {pair.items} items (kappa {pct(pair.kappa)})"
+                f"{pct(pair.agreement, 2)} of {items(pair.items)} (kappa {pct(pair.kappa)})"
             )
     if c.length_bands:
         io.say("by answer length (verbosity):")
         for b in c.length_bands:
             io.say(
-                f"  {b.band:<7}{b.shortest:>5}-{b.longest:<5} chars {b.items:>4} items: people "
+                f"  {b.band:<7}{b.shortest:>5}-{b.longest:<5} chars {items(b.items):>10}: people "
                 f"pass {b.people_pass:.2f}, judge passes {b.judge_pass:.2f}, agree "
                 f"{b.agreement:.2f}, kappa {pct(b.kappa)}"
             )
@@ -116,7 +117,7 @@ def _print_calibration(io: Io, c: Calibration) -> None:
     io.say()
     left = c.unavailable + c.inconclusive
     io.say(
-        f"judged {c.items} items"
+        f"judged {items(c.items)}"
         + (
             f" ({c.unavailable} unavailable and {c.inconclusive} inconclusive left out)"
             if left
@@ -143,12 +144,12 @@ def _print_calibration(io: Io, c: Calibration) -> None:
     _print_agreement(io, c)
     if c.reliability is None or c.thresholds is None:
         io.say(
-            f"probabilities: {c.with_probability} of {c.items} verdicts carried one; a "
+            f"probabilities: {c.with_probability} of {counted(c.items, 'verdict')} carried one; a "
             "reliability table and thresholds need one on every verdict (a criteria judge on "
             "an endpoint that returns logprobs gives them)"
         )
         return
-    io.say(f"reliability ({c.items} items):")
+    io.say(f"reliability ({items(c.items)}):")
     io.say(f"  {'bin':<11}{'items':>6}{'mean p':>9}{'passed':>9}")
     for b in c.reliability:
         io.say(
@@ -162,18 +163,18 @@ def _print_calibration(io: Io, c: Calibration) -> None:
         io.say("  pass: no threshold keeps wrong passes that low")
     else:
         io.say(
-            f"  pass at p >= {t.pass_at:.3f}: {t.passes} items, {t.wrong_passes} failed by "
+            f"  pass at p >= {t.pass_at:.3f}: {items(t.passes)}, {t.wrong_passes} failed by "
             f"people (95% upper bound {pct(t.pass_error_upper)})"
         )
     if t.fail_at is None:
         io.say("  fail: no threshold keeps wrong fails that low")
     else:
         io.say(
-            f"  fail at p <= {t.fail_at:.3f}: {t.fails} items, {t.wrong_fails} passed by "
+            f"  fail at p <= {t.fail_at:.3f}: {items(t.fails)}, {t.wrong_fails} passed by "
             f"people (95% upper bound {pct(t.fail_error_upper)})"
         )
     share = t.uncertain / c.items if c.items else 0.0
-    io.say(f"  uncertain (for a person to look at): {t.uncertain} items ({share:.0%})")
+    io.say(f"  uncertain (for a person to look at): {items(t.uncertain)} ({share:.0%})")
     if t.pass_at is not None and t.fail_at is not None:
         io.say(
             f"  as a criterion: Criterion(..., pass_at={t.pass_at:.3f}, fail_at={t.fail_at:.3f})"

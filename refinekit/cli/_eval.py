@@ -102,7 +102,7 @@ def _print_summary(io: Io, result: EvalResult, judge: str | None) -> int:
     if s.no_context:  # once, before the figure it explains
         io.say(f"context: {no_context_advice(s.no_context, s.cases)}")
     if s.rate is None:
-        io.say(f"pass rate: n/a (none of the {s.cases} cases was judged)")
+        io.say(f"pass rate: n/a (none of the {cases(s.cases)} was judged)")
     else:
         io.say(
             f"pass rate {s.rate:.3f} ({s.passed}/{s.counted}), 95% Wilson interval "

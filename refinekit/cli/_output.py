@@ -40,7 +40,7 @@ from ..eval._money import usd
 from ..eval._summary import lacks_context
 from ._pipe import PipeSafe
 from ._progress import ProgressDisplay
-from ._text import REPORT_BESIDE_STORE, cases, clean, pct
+from ._text import REPORT_BESIDE_STORE, cases, clean, counted, pct
 
 __all__ = [
     "EXIT_ABORTED",
@@ -134,18 +134,18 @@ class RunWatcher:
     def _started(self, event: RunStarted) -> None:
         io, run = self.io, event.run
         io.say(
-            f"refinekit {self.command}: {event.dataset} ({event.cases} cases) -> run {run.id} "
+            f"refinekit {self.command}: {event.dataset} ({cases(event.cases)}) -> run {run.id} "
             f"in {event.db}"
         )
         again = sum(event.retried.values())
         if event.joined:
             io.say(
                 f"joining run {run.id}, which other workers are running: {event.resumed} of "
-                f"{event.cases} cases already stored; the rest are shared out, each answered once"
+                f"{cases(event.cases)} already stored; the rest are shared out, each answered once"
             )
         elif event.resuming or again:
             io.say(
-                f"resuming run {run.id}: {event.resumed + again} of {event.cases} cases already "
+                f"resuming run {run.id}: {event.resumed + again} of {cases(event.cases)} already "
                 "stored "
                 + (
                     f"({event.resumed} not run again; --fresh starts over)"
@@ -168,7 +168,9 @@ class RunWatcher:
             )
         if event.dropped:
             io.say(
-                f"  {event.dropped} stored cases are no longer in the file: dropped from the run"
+                f"  {counted(event.dropped, 'stored case')} "
+                f"{'is' if event.dropped == 1 else 'are'} no longer in the file: dropped from "
+                "the run"
             )
 
     def _incomplete(self, why: str, status: int, again: str = "again") -> int:
@@ -178,11 +180,11 @@ class RunWatcher:
         if stopped.run.status == "running":  # this worker left; others are still at it
             self.io.say(
                 f"this worker left run {stopped.run.id}; other workers are still running it "
-                f"({stopped.stored} of {stopped.cases} cases stored so far)."
+                f"({stopped.stored} of {cases(stopped.cases)} stored so far)."
             )
             return status
         self.io.say(
-            f"run {stopped.run.id} is incomplete: {stopped.stored} of {stopped.cases} cases "
+            f"run {stopped.run.id} is incomplete: {stopped.stored} of {cases(stopped.cases)} "
             f"stored. Run the same command {again} to finish it without paying again for those."
         )
         return status

@@ -158,18 +158,28 @@ def _bounded(kind: type, low: float, high: float, what: str, *, open_low: bool =
     return parse
 
 
-def _store_option(parser: argparse.ArgumentParser) -> None:
+def _store_option(parser: argparse.ArgumentParser, sqlite: str) -> None:
     parser.add_argument(
         "--db",
         metavar="PATH|URL",
-        help="the run store: a SQLite file (missing folders are made), or "
+        help=f"the run store: {sqlite}, or "
         "postgresql://user:password@host/db (refinekit[postgres]; percent-encode '@ / ? # %%' "
         "in the password) (default: $REFINEKIT_DB, else .refinekit/runs.db)",
     )
 
 
-def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
-    """The options `eval` and `calibrate` share: concurrency, report, fresh, the store."""
+_MADE = "a SQLite file (made if missing, and its missing folders)"
+_READ = "the SQLite file eval or calibrate wrote (a missing one is an error: exit 2)"
+
+
+def _run_options(parser: argparse.ArgumentParser, in_flight: str, *, command: str) -> None:
+    """The options `eval` and `calibrate` share: concurrency, report, fresh, the store.
+
+    `command` is "eval" (its run answers cases) or "calibrate" (its run judges items).
+    """
+    done = "cases are answered" if command == "eval" else "items are judged"
+    unit = "cases" if command == "eval" else "items"
+    repeat = "; each --repeat keyed apart" if command == "eval" else ""
     parser.add_argument(
         "--concurrency",
         type=_bounded(int, 1, 256, "a whole number from 1 to 256"),
@@ -205,15 +215,15 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
         "--cache",
         action="store_true",
         help="look the judge's requests up in the run store's judge cache first, and keep "
-        "what the model answers: an unchanged eval run again makes no judge call (temperature "
-        "0 judges; each --repeat keyed apart)",
+        f"what the model answers: an unchanged {command} run again makes no judge call "
+        f"(temperature 0 judges{repeat})",
     )
     parser.add_argument(
         "--backend",
         choices=("local", "ray"),
         default="local",
-        help="where the cases are answered: in this process (local, the default), or in Ray "
-        "tasks that share the run's cases through the store (ray: refinekit[ray])",
+        help=f"where the {done}: in this process (local, the default), or in Ray "
+        f"tasks that share the run's {unit} through the store (ray: refinekit[ray])",
     )
     parser.add_argument(
         "--address",
@@ -226,7 +236,7 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
         "--workers",
         type=_bounded(int, 1, 1024, "a whole number from 1 to 1024"),
         metavar="N",
-        help="with --backend ray: Ray tasks to start, each running --concurrency cases at "
+        help=f"with --backend ray: Ray tasks to start, each running --concurrency {unit} at "
         "once (default: one per CPU of the cluster)",
     )
     parser.add_argument(
@@ -234,7 +244,7 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
         type=_outcomes,
         default=frozenset(),
         metavar="raised,unavailable",
-        help="when resuming an unfinished run, run again its stored cases that ended with "
+        help=f"when resuming an unfinished run, run again its stored {unit} that ended with "
         "these outcomes; the new outcome replaces the stored one (default: none)",
     )
     parser.add_argument(
@@ -244,7 +254,7 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str) -> None:
         "[input, output]} of prices per million tokens, or a refinekit.Prices object; the "
         "summary and report then show what the run cost",
     )
-    _store_option(parser)
+    _store_option(parser, _MADE)
 
 
 def _add_workflow_commands(commands: Any) -> None:
@@ -337,7 +347,7 @@ def _add_workflow_commands(commands: Any) -> None:
         "at the most a stored case cost); the cases in flight finish and the run stops "
         "incomplete (exit 3), resumable with a higher --max-cost",
     )
-    _run_options(evaluate, "cases in flight at once")
+    _run_options(evaluate, "cases in flight at once", command="eval")
 
     cal = commands.add_parser(
         "calibrate",
@@ -368,11 +378,11 @@ def _add_workflow_commands(commands: Any) -> None:
         metavar="K",
         help="exit 1 when Cohen's kappa between the judge and the labels is under K",
     )
-    _run_options(cal, "items judged at once")
+    _run_options(cal, "items judged at once", command="calibrate")
 
     runs = commands.add_parser("runs", help="list the stored eval and calibrate runs")
     runs.add_argument("--kind", choices=("eval", "calibrate"), help="only runs of this kind")
-    _store_option(runs)
+    _store_option(runs, _READ)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["REPORT_BESIDE_STORE", "cases", "clean", "pct"]
+__all__ = ["REPORT_BESIDE_STORE", "cases", "clean", "counted", "items", "pct"]
 
 REPORT_BESIDE_STORE = "html"
 """What `--report` alone (or `--report html`) means: the report goes next to the run store,
@@ -26,6 +26,16 @@ def pct(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """`n` things in words: "1 case", "2 cases" (`many` when the plural is not `one` + s)."""
+    return f"{n} {one}" if n == 1 else f"{n} {many or one + 's'}"
+
+
 def cases(n: int) -> str:
     """`n` cases, in words."""
-    return "1 case" if n == 1 else f"{n} cases"
+    return counted(n, "case")
+
+
+def items(n: int) -> str:
+    """`n` items (of a labelled file), in words."""
+    return counted(n, "item")

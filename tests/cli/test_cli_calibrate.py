@@ -191,6 +191,7 @@ def test_items_the_judge_could_not_judge_are_counted_and_left_out(
     assert "judged 3 items (1 unavailable and 0 inconclusive left out)" in result.out
     assert "accuracy 0.667" in result.out
     assert "reliability (3 items):" in result.out
+    assert not re.search(r"\b1 (cases|items|verdicts)\b", result.out), result.out  # "1 item"
     with SQLiteStore(ws.path / ".refinekit" / "runs.db") as store:
         [run] = store.runs()
     assert (run.summary["items"], run.summary["unavailable"]) == (3, 1)

@@ -69,6 +69,57 @@ def test_version_is_the_package_version(cli: Cli) -> None:
     assert result.out == f"refinekit {refinekit.__version__}\n"
 
 
+def _help(cli: Cli, command: str) -> str:
+    result = cli(command, "--help")
+    assert result.code == 0
+    return " ".join(result.out.split())
+
+
+def test_runs_help_says_a_missing_store_is_an_error_as_it_is(ws: Workspace, cli: Cli) -> None:
+    text = _help(cli, "runs")
+    assert "a missing one is an error: exit 2" in text
+    assert "made" not in text
+    missing = ws.path / "no" / "such" / "runs.db"
+
+    result = cli("runs", "--db", missing)
+
+    assert result.code == 2
+    assert f"no run store at {missing}" in result.err
+    assert not (ws.path / "no").exists()  # listing runs makes nothing
+
+
+@pytest.mark.parametrize("command", ["eval", "calibrate"])
+def test_eval_and_calibrate_help_say_a_missing_store_is_made(cli: Cli, command: str) -> None:
+    # what they do: test_report_and_db_make_their_missing_folders_alike
+    assert "a SQLite file (made if missing, and its missing folders)" in _help(cli, command)
+
+
+def test_calibrate_help_speaks_of_calibrate_runs_and_items_only(cli: Cli) -> None:
+    text = _help(cli, "calibrate")
+    # calibrate has no --repeat, and its run judges labelled items: no eval run, no cases
+    assert "--repeat" not in text
+    assert "eval run" not in text
+    assert "cases" not in text
+    assert "an unchanged calibrate run again makes no judge call (temperature 0 judges)" in text
+    assert "each --repeat keyed apart" in _help(cli, "eval")
+
+
+def test_one_case_is_one_case_not_one_cases(ws: Workspace, cli: Cli) -> None:
+    data = ws.csv("one.csv", [{"question": "q1", "must_mention": "ok"}])
+    module = ws.module("def answer(question):\n    return 'ok'\n")
+
+    report = ws.path / "one.html"
+
+    result = cli("eval", data, "--target", f"{module}:answer", "--report", report)
+
+    assert result.code == 0, result.err
+    assert result.out.startswith(f"refinekit eval: {data} (1 case) -> run 1 in ")
+    assert not re.search(r"\b1 (cases|items|verdicts)\b", result.out), result.out
+    shown = re.sub(r"<[^>]+>", " ", report.read_text(encoding="utf-8"))
+    assert " 1 case " in " ".join(shown.split())  # the run line: "... · 1 case · ..."
+    assert not re.search(r"\b1 (cases|items|verdicts)\b", shown)
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [

@@ -8,12 +8,14 @@ correction; a reader that waited for more would time out instead (the clients' t
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from decimal import Decimal
+from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 import refinekit
 from refinekit import (
@@ -519,3 +521,63 @@ async def test_reviewed_passes_a_streamed_tool_call_round_through_unreviewed(
     assert items[0].name == "lookup"
     assert json.loads("".join(i.arguments for i in items)) == {"order": "A-1"}
     assert judged == []  # a tool-call round is not an answer: not reviewed
+
+
+class Buyer(BaseModel):
+    name: str
+
+
+class Priced(BaseModel):
+    """Fields whose validated value is no JSON type: a Decimal, a date, a nested model."""
+
+    total: Decimal
+    due: datetime.date
+    buyer: Buyer
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_partial_value_is_json_so_json_dumps_takes_it(
+    server: ScriptedOpenAI, clients: dict[str, Any], kind: str
+) -> None:
+    reply = '{"total": 12.50, "due": "2026-12-31", "buyer": {"name": "Acme"}}'
+    server.script("m", Reply.text(reply, chunks=4))
+    extract = self_correct(schema=Priced)(streaming("openai", kind, clients))
+    items = await collect(kind, extract, USER)
+    partials = [item for item in items if isinstance(item, Partial)]
+    assert partials
+    for item in partials:
+        assert json.loads(json.dumps(item.value)) == item.value
+    final = items[-1]
+    assert isinstance(final, Final)
+    # the last partial is the final value's JSON form, field by field
+    assert partials[-1].value == final.value.model_dump(mode="json")
+    assert partials[-1].value == {"total": "12.5", "due": "2026-12-31", "buyer": {"name": "Acme"}}
+    assert final.value.total == Decimal("12.50")  # the final value keeps the field's type
+
+
+class Point:
+    """A type pydantic cannot write as JSON (allowed with `arbitrary_types_allowed`)."""
+
+    def __init__(self, x: int, y: int) -> None:
+        self.x, self.y = x, y
+
+
+class Placed(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str
+    at: Annotated[Point, BeforeValidator(lambda v: Point(*v))]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_field_pydantic_cannot_write_as_json_is_shown_as_validated(
+    server: ScriptedOpenAI, clients: dict[str, Any], kind: str
+) -> None:
+    server.script("m", Reply.text('{"name": "A", "at": [1, 2]}', chunks=3))
+    place = self_correct(schema=Placed)(streaming("openai", kind, clients))
+    items = await collect(kind, place, USER)
+    partials = [item.value for item in items if isinstance(item, Partial)]
+    assert partials[0] == {"name": "A"}
+    assert isinstance(partials[-1]["at"], Point)  # not refused, not dropped: the stream goes on
+    assert isinstance(items[-1], Final)
+    assert (items[-1].value.at.x, items[-1].value.at.y) == (1, 2)

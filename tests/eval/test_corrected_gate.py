@@ -155,6 +155,21 @@ def test_a_gate_without_calibration_warns_that_the_judge_is_uncalibrated(
     assert ungated.judge_warning is None  # no gate, nothing to warn of
 
 
+def test_the_reports_warning_shows_the_command_it_names_as_code_not_backticks(
+    files: dict[str, Path],
+) -> None:
+    result = refinekit.eval.run(
+        files["golden"], target=answer, judge=lenient, db=files["db"], min_pass_rate=0.45
+    )
+    assert result.judge_warning is not None
+    assert "`refinekit calibrate`" in result.judge_warning  # as the terminal prints it
+
+    html = refinekit.eval.html_report(result)
+
+    assert "a <code>refinekit calibrate</code> run of this judge" in html
+    assert "`" not in html
+
+
 def test_strict_calibration_refuses_an_uncalibrated_gate_before_anything_runs(
     files: dict[str, Path],
 ) -> None:

@@ -1168,3 +1168,11 @@ def test_a_missing_chromium_skips_only_outside_ci(
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="installs Debian's chromium"):
         find_chromium(missing)
+
+
+def test_a_messages_code_spans_are_code_and_their_text_stays_escaped() -> None:
+    from refinekit.eval.report._html import prose
+
+    assert prose("run `refinekit runs` first") == "run <code>refinekit runs</code> first"
+    assert prose("`<script>` & `a'b`") == "<code>&lt;script&gt;</code> &amp; <code>a&#x27;b</code>"
+    assert prose("one ` alone") == "one ` alone"  # no pair, no code

@@ -17,6 +17,7 @@ from ._html import (
     OUTCOMES,
     badge,
     count,
+    counted,
     esc,
     fmt3,
     gate_results,
@@ -24,6 +25,7 @@ from ._html import (
     number,
     one_line,
     page,
+    prose,
     recent,
     run_meta,
     section,
@@ -292,7 +294,7 @@ def _bias(c: Calibration) -> str:
     if c.warnings:
         parts.append(
             '<ul class="warnings">'
-            + "".join(f"<li>{_WARNING} {esc(w)}</li>" for w in c.warnings)
+            + "".join(f"<li>{_WARNING} {prose(w)}</li>" for w in c.warnings)
             + "</ul>"
         )
     else:
@@ -304,7 +306,7 @@ def _reliability(c: Calibration) -> str:
     if c.reliability is None:
         return (
             f"<p>The judge gave no probabilities: {whole(c.with_probability)} of "
-            f"{whole(c.items)} verdicts carried one. A reliability diagram, the expected "
+            f"{counted(c.items, 'verdict')} carried one. A reliability diagram, the expected "
             "calibration error and thresholds need one on every verdict (a criteria judge on an "
             "endpoint that returns logprobs gives them).</p>"
         )
@@ -397,7 +399,8 @@ def _kappa_history(run: RunInfo, c: Calibration, history: Sequence[RunInfo]) -> 
                     None,
                     None,
                     current,
-                    f"run {r.id}: kappa {kappa:.3f} over {items} items; judge {r.judge or '-'}",
+                    f"run {r.id}: kappa {kappa:.3f} over {counted(items, 'item')}; "
+                    f"judge {r.judge or '-'}",
                 )
             )
         rows.append(

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .._stats import ReliabilityBin
-from ._html import esc
+from ._html import counted, esc
 
 __all__ = ["Point", "history_svg", "reliability_svg"]
 
@@ -129,8 +129,8 @@ def reliability_svg(bins: Sequence[ReliabilityBin]) -> str:
     for b in bins:
         bar_x, bar_w = x(b.lower), (b.upper - b.lower) * size
         out.append(
-            f"<g><title>{b.lower:.2f} to {b.upper:.2f}: {b.count} items, mean probability "
-            f"{b.mean_probability:.3f}, people passed {b.observed_rate:.3f}</title>"
+            f"<g><title>{b.lower:.2f} to {b.upper:.2f}: {counted(b.count, 'item')}, mean "
+            f"probability {b.mean_probability:.3f}, people passed {b.observed_rate:.3f}</title>"
             f'<rect class="bin" x="{bar_x + 1:.1f}" y="{y(b.observed_rate):.1f}" '
             f'width="{max(1.0, bar_w - 2):.1f}" height="{b.observed_rate * size:.1f}"/></g>'
         )

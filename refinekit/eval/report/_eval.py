@@ -26,6 +26,7 @@ from ._html import (
     OUTCOMES,
     badge,
     count,
+    counted,
     esc,
     fmt3,
     fmt_p,
@@ -34,6 +35,7 @@ from ._html import (
     number,
     one_line,
     page,
+    prose,
     run_meta,
     section,
     toc,
@@ -167,7 +169,7 @@ def _run_line(run: RunInfo, stored: int) -> str:
         f"target <code>{esc(run.target or '')}</code>",
         f"judge <code>{esc(run.judge or 'column checks')}</code>",
         badge(run.status, ("complete", "incomplete", "running")),
-        f"{whole(stored)} cases",
+        counted(stored, "case"),
         esc(when(run.started_at)),
     ]
     return f'<p class="run-line">{_DOT.join(parts)}</p>'
@@ -242,7 +244,7 @@ def _failing_list(failing: Sequence[tuple[int, CaseRecord]]) -> str:
         rows.append(
             f'<tr><td class="n">{link}</td><td>{badge(c.outcome, OUTCOMES)}</td>'
             f'<td class="text">{esc(one_line(c.question, CELL_LIMIT))}</td>'
-            f'<td class="text">{esc(one_line(note or "", CELL_LIMIT))}</td></tr>'
+            f'<td class="text">{prose(one_line(note or "", CELL_LIMIT))}</td></tr>'
         )
     more = len(failing) - _FIRST_LIMIT
     return (
@@ -336,7 +338,7 @@ def _gates(
             )
         )
     warning = (
-        f'<p class="warning"><b>Warning:</b> {esc(judge_warning)}</p>'
+        f'<p class="warning"><b>Warning:</b> {prose(judge_warning)}</p>'
         if isinstance(judge_warning, str) and judge_warning
         else ""
     )
@@ -375,7 +377,7 @@ def _trials(t: dict[str, Any]) -> str:
         + "</table>"
         f"<p>Per trial: {fmt3(number(t.get('per_trial')))} of "
         f"{whole(t.get('trials_counted') or 0)} trials passed. "
-        f"{whole(t.get('flipped') or 0)} of {whole(t.get('counted') or 0)} cases flipped "
+        f"{whole(t.get('flipped') or 0)} of {counted(t.get('counted') or 0, 'case')} flipped "
         f"between trials; mean flip rate {fmt3(number(t.get('flip_rate')))} (the chance that "
         "two trials of a case disagree).</p>"
     )
@@ -474,7 +476,7 @@ def _all_cases(cases: Sequence[CaseRecord], failing: Sequence[tuple[int, CaseRec
             f'<td class="n">{c.attempts}</td><td class="n">{c.corrections}</td>{cost}'
             f'<td class="text">{esc(one_line(c.question, CELL_LIMIT))}</td>'
             f'<td class="text">{esc(one_line(c.answer or "", CELL_LIMIT))}</td>'
-            f'<td class="text">{esc(one_line(note or "", CELL_LIMIT))}</td></tr>'
+            f'<td class="text">{prose(one_line(note or "", CELL_LIMIT))}</td></tr>'
         )
     return (
         f'<p class="muted small">Texts cut to {CELL_LIMIT} characters.</p>'

@@ -21,6 +21,7 @@ from ._html import (
     badge,
     bar,
     count,
+    counted,
     disclosure,
     esc,
     fmt3,
@@ -54,7 +55,7 @@ def pass_rate_section(s: Summary, setup_failed: bool) -> str:
     if setup_failed:  # its rate of 0 would measure the setup, not the answers
         headline = (
             '<div class="headline"><span class="big">n/a</span><span class="interval muted">'
-            f"No answer was judged: none of the {whole(s.cases)} cases reached a verdict"
+            f"No answer was judged: none of the {counted(s.cases, 'case')} reached a verdict"
             "</span></div>"
             '<p class="warn">Every case raised an error that is not a refused answer (a '
             "connection error, a timeout, a bug in the function) or found the judge "
@@ -64,7 +65,7 @@ def pass_rate_section(s: Summary, setup_failed: bool) -> str:
     elif s.rate is None:
         headline = (
             '<div class="headline"><span class="big">n/a</span><span class="interval muted">'
-            f"none of the {whole(s.cases)} cases was answered and judged</span></div>"
+            f"none of the {counted(s.cases, 'case')} was answered and judged</span></div>"
         )
     else:
         headline = (
@@ -355,8 +356,8 @@ def money_section(run: RunInfo, s: Summary) -> str:
         '<table><tr><th>cost</th><th class="n">amount</th><th></th></tr>'
         f"{body}</table>"
         + (
-            f'<p class="muted">{whole(unpriced)} cases stored by a session without prices are '
-            "not counted.</p>"
+            f'<p class="muted">{counted(unpriced, "case")} stored by a session without prices '
+            f"{'is' if unpriced == 1 else 'are'} not counted.</p>"
             if unpriced
             else ""
         )

@@ -36,6 +36,7 @@ __all__ = [
     "badge",
     "bar",
     "count",
+    "counted",
     "esc",
     "fmt3",
     "fmt_p",
@@ -46,6 +47,7 @@ __all__ = [
     "outcome_class",
     "page",
     "pre",
+    "prose",
     "recent",
     "run_meta",
     "section",
@@ -89,6 +91,19 @@ def esc(value: object) -> str:
     return html.escape(text, quote=True)
 
 
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def prose(value: object) -> str:
+    """A message as HTML text (escaped as `esc` does), its `code` spans set in `<code>`.
+
+    refinekit's messages (warnings, errors) name commands and options between backticks, as
+    its terminal output does; a report shows them as code, not as raw backticks. The spans are
+    found in the escaped text, so their content is escaped like the rest.
+    """
+    return _CODE_SPAN.sub(r"<code>\1</code>", esc(value))
+
+
 def shorten(text: str, limit: int) -> str:
     """`text` cut to `limit` characters, saying how much was left out."""
     if len(text) <= limit:
@@ -114,6 +129,11 @@ def fmt_p(value: float) -> str:
 
 def whole(value: int) -> str:
     return f"{value:,}"
+
+
+def counted(n: int, one: str) -> str:
+    """`n` things in words, the word singular for one: "1 case", "2,048 cases"."""
+    return f"{whole(n)} {one}" if n == 1 else f"{whole(n)} {one}s"
 
 
 def when(timestamp: float | None) -> str:
@@ -223,8 +243,9 @@ def incomplete_note(run: RunInfo, stored: int) -> str:
         return ""
     total = count(run.summary.get("cases"))
     of = f" of {whole(total)}" if total else ""
+    cases = "case is" if (total or stored) == 1 else "cases are"
     return (
-        f'<p class="warn">This run is <b>{esc(run.status)}</b>: {whole(stored)}{of} cases are '
+        f'<p class="warn">This run is <b>{esc(run.status)}</b>: {whole(stored)}{of} {cases} '
         "stored, and the figures below cover those only. Run the same command again to finish "
         "it.</p>"
     )
