@@ -33,6 +33,7 @@ from refinekit import (
     Verdict,
     checks,
     judges,
+    retry_on_low_quality,
     reviewed,
 )
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
@@ -746,6 +747,24 @@ async def test_a_tool_call_round_without_text_passes_unreviewed_and_without_whit
     assert items == TOOL_PARTS
     assert judged == []
     assert review_kinds(events) == ["skipped"]
+
+
+async def test_inside_another_decorators_stream_a_tool_call_round_is_no_answer(
+    kind: str, server: ScriptedOpenAI, client: Any
+) -> None:
+    # The inner @reviewed is called, not streamed: as when the outer call is not streamed,
+    # a tool-call round is no final answer (never its text alone, the calls dropped).
+    outer = retry_on_low_quality(evaluator=lambda r: True)
+    answer = outer(reviewed(judge=lambda r: True, max_revisions=0)(streaming_writer(kind, client)))
+    for pieces in (["Let ", "me ", "look."], []):
+        server.script(WRITER, text_beside_tool_call(pieces))
+        with pytest.raises(TypeError, match="calls tools"):
+            await acall(answer, QUESTION)
+        server.script(WRITER, text_beside_tool_call(pieces))
+        items, error = await consume(kind, answer)
+        assert items == []
+        assert isinstance(error, TypeError)
+        assert "calls tools" in str(error)
 
 
 async def test_a_return_direct_tool_output_is_not_judged(kind: str) -> None:
