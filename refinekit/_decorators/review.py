@@ -58,7 +58,7 @@ class Reviewing(Protocol):
     """The decorator `reviewed(...)` returns; the decorated call returns the answer's text.
 
     `fn.stream(...)` yields the answer's pieces (`str`; a tool-call round's parts as
-    `refinekit.ToolCallChunk`s), see docs/streaming.md.
+    `refinekit.ToolCallChunk`s, after its text once reviewed), see docs/streaming.md.
     """
 
     @overload
@@ -492,7 +492,9 @@ def reviewed(
       the verdict, even when the judge fails or times out.
     - `"enforce"`: a passing draft is returned; a failing one is sent to the reviser (up to
       `max_revisions` times) and only a revision that passes is returned. Otherwise
-      `AnswerRejected` is raised: the rejected draft is never returned.
+      `AnswerRejected` is raised: the rejected draft is never returned. No text reaches the
+      caller or `fn.stream(...)` before it is approved: the text of a streamed tool-call
+      round is reviewed too (`metadata["tool_round"]`), its tool-call parts passed on after it.
 
     Args:
         judge: What reviews the answer: a model judge, a rule check, `all_of(...)`, or any
