@@ -181,6 +181,31 @@ def yes_no(p: float) -> Reply:
     return Reply.text("Yes" if p >= 0.5 else "No", top)
 
 
+def text_beside_tool_call(
+    pieces: Sequence[str], name: str = "lookup", arguments: str = '{"order": "A-1"}'
+) -> Reply:
+    """A streamed Chat Completions reply holding text (`pieces`, in order) and then one tool call.
+
+    What a model answering "Let me look that up" and calling a tool in one turn streams; a
+    `Reply.raw` body of server-sent events, so it must be asked for with `stream=True`.
+    """
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        event = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0}
+        return "data: " + json.dumps({**event, "model": "m", "choices": [choice]}) + "\n\n"
+
+    function = {"name": name, "arguments": ""}
+    call = {"index": 0, "id": "call_1", "type": "function", "function": function}
+    events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": piece}) for piece in pieces]
+    events.append(chunk({"tool_calls": [call]}))
+    events.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}))
+    events.append(chunk({}, "tool_calls"))
+    body = "".join(events) + "data: [DONE]\n\n"
+    return Reply.raw(body, headers={"Content-Type": "text/event-stream"})
+
+
 @dataclass
 class Result:
     """What a `refinekit` command returned and printed."""

@@ -58,7 +58,7 @@ class Reviewing(Protocol):
     """The decorator `reviewed(...)` returns; the decorated call returns the answer's text.
 
     `fn.stream(...)` yields the answer's pieces (`str`; a tool-call round's parts as
-    `refinekit.ToolCallChunk`s), see docs/streaming.md.
+    `refinekit.ToolCallChunk`s, after its text once reviewed), see docs/streaming.md.
     """
 
     @overload
@@ -237,15 +237,13 @@ def _review_flow(
 
 
 def _tool_round(cfg: _ReviewConfig, job: Job, read: TextRead) -> Flow[str]:
-    """A streamed tool-call round: passed through to `fn.stream(...)`, never reviewed."""
-    if not listening():
-        raise TypeError(
-            f"{cfg.function} streamed a reply that calls tools; a function decorated with "
-            "@reviewed returns the final text answer (fn.stream(...) passes a tool-call round "
-            "through, unreviewed)"
-        )
+    """A streamed tool-call round without text: its tool-call parts passed on, not reviewed.
+
+    Whitespace the round streamed beside its tool calls is not passed on. (A round with text
+    is reviewed as a final answer is: its text is the draft, see `_review_steps`.)
+    """
     if not read.shown:
-        yield from replay(read.items)
+        yield from replay([item for item in read.items if isinstance(item, ToolCallChunk)])
         read.shown = True
     emit(_event(cfg, job, "skipped", 1, 1))
     return read.text
@@ -290,8 +288,18 @@ def _review_steps(
                 prompt_chars=arguments_chars(args, kwargs),
             )
             streamed.append(read)
-    if streamed and streamed[0].tool_round:
-        return (yield from _tool_round(cfg, job, streamed[0]))
+    tool_round = bool(streamed) and streamed[0].tool_round
+    if tool_round:
+        if not listening():
+            raise TypeError(
+                f"{cfg.function} streamed a reply that calls tools; a function decorated with "
+                "@reviewed returns the final text answer (fn.stream(...) passes a tool-call "
+                "round on, its text reviewed first)"
+            )
+        if not streamed[0].text.strip():  # nothing to review: the tool-call parts go on
+            return (yield from _tool_round(cfg, job, streamed[0]))
+        # Its text is reviewed as a final answer's is (content checks cover it): in enforce
+        # mode none of it is passed on before it is approved; the tool-call parts follow it.
     draft = streamed[0].text if streamed else answer_of(cfg.function, value)
     if wants_debug_events():
         emit(_event(cfg, job, "attempt", 1, drafts_max, duration=time.perf_counter() - started))
@@ -301,7 +309,9 @@ def _review_steps(
         return draft
     arguments = cfg.requests.bind(args, kwargs) or {}
     evidence = cfg.requests.request(arguments, draft, info._context[mark:], 1, recorder.calls)
-    base_metadata = {"function": cfg.function}
+    base_metadata: dict[str, Any] = {"function": cfg.function}
+    if tool_round:  # the text beside tool calls: a judge may tell it from a final answer
+        base_metadata["tool_round"] = True
     request = evidence.model_copy(update={"metadata": {**base_metadata, "draft": 1}})
 
     verdicts: list[Verdict] = []
@@ -482,7 +492,9 @@ def reviewed(
       the verdict, even when the judge fails or times out.
     - `"enforce"`: a passing draft is returned; a failing one is sent to the reviser (up to
       `max_revisions` times) and only a revision that passes is returned. Otherwise
-      `AnswerRejected` is raised: the rejected draft is never returned.
+      `AnswerRejected` is raised: the rejected draft is never returned. No text reaches the
+      caller or `fn.stream(...)` before it is approved: the text of a streamed tool-call
+      round is reviewed too (`metadata["tool_round"]`), its tool-call parts passed on after it.
 
     Args:
         judge: What reviews the answer: a model judge, a rule check, `all_of(...)`, or any

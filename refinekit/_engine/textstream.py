@@ -221,7 +221,8 @@ def publish(text: Any, streamed: TextRead | None) -> Flow[None]:
     """The answer a call returns, as the consumer gets it (a sub-flow; nothing without one).
 
     Nothing more when the consumer got the stream's pieces as they came; the stream's pieces
-    replayed when the answer is its text; else the answer as one item.
+    replayed when the answer is its text; else the answer as one item, followed by the
+    stream's tool-call parts when it was a tool-call round (its text revised, its calls kept).
     """
     if not listening():
         return
@@ -231,3 +232,5 @@ def publish(text: Any, streamed: TextRead | None) -> Flow[None]:
         yield from replay(streamed.items)
     else:
         yield Emit(text)
+        if streamed is not None and streamed.tool_round:
+            yield from replay([item for item in streamed.items if isinstance(item, ToolCallChunk)])

@@ -41,6 +41,7 @@ from .itemstream import AsyncItemStream, ItemStream, Last, stream_async, stream_
 from .job import Job, enter_job, leave_job
 from .outcome import Outcome, Record
 from .request import function_name
+from .streaming import LISTENING
 
 __all__ = [
     "AsyncDecoratedFunction",
@@ -136,12 +137,21 @@ def _drive_sync(
     job: Job,
     record: Record | None,
 ) -> Any:
-    """Run the flow with `run_sync`, inside the tracer's `call` span when one is installed."""
-    tracing = _hooks.tracing
-    if tracing is None:
-        return run_sync(flow(cfg, fn, args, kwargs, job, record))
-    with tracing.call(flow, cfg, job):
-        return run_sync(flow(cfg, fn, args, kwargs, job, record))
+    """Run the flow with `run_sync`, inside the tracer's `call` span when one is installed.
+
+    A call is never streamed, even inside another decorated call's `fn.stream(...)`: its flow
+    runs with `listening()` False, so it behaves as a call does (it emits nothing anyway).
+    """
+    heard = LISTENING.set(False) if LISTENING.get() else None
+    try:
+        tracing = _hooks.tracing
+        if tracing is None:
+            return run_sync(flow(cfg, fn, args, kwargs, job, record))
+        with tracing.call(flow, cfg, job):
+            return run_sync(flow(cfg, fn, args, kwargs, job, record))
+    finally:
+        if heard is not None:
+            LISTENING.reset(heard)
 
 
 async def _drive_async(
@@ -153,12 +163,20 @@ async def _drive_async(
     job: Job,
     record: Record | None,
 ) -> Any:
-    """Run the flow with `run_async`, inside the tracer's `call` span when one is installed."""
-    tracing = _hooks.tracing
-    if tracing is None:
-        return await run_async(flow(cfg, fn, args, kwargs, job, record))
-    with tracing.call(flow, cfg, job):
-        return await run_async(flow(cfg, fn, args, kwargs, job, record))
+    """Run the flow with `run_async`, inside the tracer's `call` span when one is installed.
+
+    Never streamed, as `_drive_sync`.
+    """
+    heard = LISTENING.set(False) if LISTENING.get() else None
+    try:
+        tracing = _hooks.tracing
+        if tracing is None:
+            return await run_async(flow(cfg, fn, args, kwargs, job, record))
+        with tracing.call(flow, cfg, job):
+            return await run_async(flow(cfg, fn, args, kwargs, job, record))
+    finally:
+        if heard is not None:
+            LISTENING.reset(heard)
 
 
 class _Receiverless:

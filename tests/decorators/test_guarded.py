@@ -15,7 +15,7 @@ from typing import Any
 
 import openai
 import pytest
-from helpers import acall, as_kind, completion
+from helpers import acall, as_kind, completion, text_beside_tool_call
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
@@ -770,3 +770,53 @@ def test_other_mistakes_are_caught_when_decorating(kind: str) -> None:
 
     with pytest.raises(ValueError, match="takes no argument to screen"):
         guarded(screen=Screen(), screen_input=True)(as_kind(kind, no_arguments))
+
+
+# --- a streamed tool-call round ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("screen", "prefix"),
+    [(checks.excludes("FORBIDDEN"), True), (lambda r: "FORBIDDEN" not in r.answer, False)],
+    ids=["prefix-rule", "whole-answer"],
+)
+@pytest.mark.parametrize("forbidden", [True, False], ids=["unsafe", "safe"])
+async def test_no_text_beside_a_streamed_tool_call_is_shown_unscreened(
+    kind: str, server: ScriptedOpenAI, screen: Any, prefix: bool, forbidden: bool
+) -> None:
+    pieces = ["the ", "FORBIDDEN " if forbidden else "plain ", "draft ", "text "]
+    server.script("m", text_beside_tool_call(pieces))
+    messages = [{"role": "user", "content": QUESTION}]
+    items: list[Any] = []
+    error: Exception | None = None
+    if kind == "sync":
+        with server.client(max_retries=0) as client:
+
+            def impl(question: str) -> Any:
+                return client.chat.completions.create(model="m", messages=messages, stream=True)
+
+            try:
+                items.extend(guarded(screen=screen)(impl).stream(QUESTION))
+            except Exception as e:
+                error = e
+    else:
+        async with server.async_client(max_retries=0) as aclient:
+
+            async def aimpl(question: str) -> Any:
+                return await aclient.chat.completions.create(
+                    model="m", messages=messages, stream=True
+                )
+
+            try:
+                async for item in guarded(screen=screen)(aimpl).stream(QUESTION):
+                    items.append(item)
+            except Exception as e:
+                error = e
+    # A rule closes the stream at the phrase, before the tool call: the refusal. Otherwise the
+    # round is refused as no answer, having shown nothing.
+    if forbidden and prefix:
+        assert (items, error) == ([REFUSAL], None)
+    else:
+        assert items == []
+        assert isinstance(error, TypeError)
+        assert "streamed tool calls" in str(error)

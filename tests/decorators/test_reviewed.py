@@ -21,7 +21,7 @@ from typing import Any
 
 import openai
 import pytest
-from helpers import acall
+from helpers import acall, text_beside_tool_call
 
 import refinekit
 from refinekit import (
@@ -31,7 +31,9 @@ from refinekit import (
     JudgeMisconfigured,
     RevisionRequest,
     Verdict,
+    checks,
     judges,
+    retry_on_low_quality,
     reviewed,
 )
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
@@ -628,6 +630,141 @@ async def test_a_reply_that_calls_tools_is_not_a_final_answer(
     answer = reviewed(judge=lambda r: True, max_revisions=0)(impl if kind == "sync" else aimpl)
     with pytest.raises(TypeError, match="calls tools"):
         await acall(answer, QUESTION)
+
+
+# --- a streamed tool-call round's text ----------------------------------------------------------
+
+ROUND = ["the ", "FORBIDDEN ", "draft ", "text "]
+TOOL_PARTS = [
+    refinekit.ToolCallChunk(0, "lookup", ""),
+    refinekit.ToolCallChunk(0, None, '{"order": "A-1"}'),
+]
+
+
+def streaming_writer(kind: str, client: Any) -> Callable[..., Any]:
+    """A function streaming the writer model's reply to the question (a `def` or `async def`)."""
+    messages = [{"role": "user", "content": QUESTION}]
+
+    def impl(question: str) -> Any:
+        return client.chat.completions.create(model=WRITER, messages=messages, stream=True)
+
+    async def aimpl(question: str) -> Any:
+        return await client.chat.completions.create(model=WRITER, messages=messages, stream=True)
+
+    return impl if kind == "sync" else aimpl
+
+
+def review_kinds(events: list[Event]) -> list[str]:
+    """The events' kinds, less the `stream` event each stream read has."""
+    return [kind for kind in kinds(events) if kind != "stream"]
+
+
+async def consume(kind: str, answer: Any) -> tuple[list[Any], Exception | None]:
+    """What `answer.stream(QUESTION)` yields before it ends, and the error it ends with."""
+    items: list[Any] = []
+    try:
+        if kind == "sync":
+            for item in answer.stream(QUESTION):
+                items.append(item)
+        else:
+            async for item in answer.stream(QUESTION):
+                items.append(item)
+    except Exception as e:
+        return items, e
+    return items, None
+
+
+async def test_enforce_never_streams_the_text_beside_a_tool_call_before_approving_it(
+    kind: str, server: ScriptedOpenAI, client: Any, events: list[Event]
+) -> None:
+    server.script(WRITER, text_beside_tool_call(ROUND))
+    answer = reviewed(judge=checks.excludes("FORBIDDEN"), max_revisions=0)
+    items, error = await consume(kind, answer(streaming_writer(kind, client)))
+    assert items == []  # not a word of the rejected text, nor the round's tool call
+    assert isinstance(error, AnswerRejected)
+    assert error.reason == "rejected"
+    assert error.drafts == ("the FORBIDDEN draft text ",)
+    assert review_kinds(events) == ["review", "rejected"]
+
+
+async def test_the_text_beside_a_tool_call_is_revised_and_the_tool_call_follows_it(
+    kind: str, server: ScriptedOpenAI, client: Any
+) -> None:
+    judged: list[EvaluationRequest] = []
+
+    def judge(request: EvaluationRequest) -> bool:
+        judged.append(request)
+        return "FORBIDDEN" not in request.answer
+
+    server.script(WRITER, text_beside_tool_call(ROUND))
+    answer = reviewed(judge=judge, reviser=lambda r: r.draft.replace("FORBIDDEN ", ""))
+    items, error = await consume(kind, answer(streaming_writer(kind, client)))
+    assert error is None
+    assert items == ["the draft text ", *TOOL_PARTS]  # the approved revision, then the calls
+    assert [r.answer for r in judged] == ["the FORBIDDEN draft text ", "the draft text "]
+    assert all(r.metadata["tool_round"] is True for r in judged)
+
+
+async def test_an_approved_text_beside_a_tool_call_streams_as_it_came(
+    kind: str, server: ScriptedOpenAI, client: Any, events: list[Event]
+) -> None:
+    pieces = ["Let ", "me ", "look ", "that ", "up."]
+    server.script(WRITER, text_beside_tool_call(pieces))
+    answer = reviewed(judge=checks.excludes("FORBIDDEN"), max_revisions=0)
+    items, error = await consume(kind, answer(streaming_writer(kind, client)))
+    assert error is None
+    assert items == [*pieces, *TOOL_PARTS]
+    assert review_kinds(events) == ["review"]
+
+
+async def test_shadow_passes_a_tool_call_round_through_and_reviews_its_text_aside(
+    kind: str, server: ScriptedOpenAI, client: Any, events: list[Event]
+) -> None:
+    server.script(WRITER, text_beside_tool_call(ROUND))
+    answer = reviewed(judge=checks.excludes("FORBIDDEN"), mode="shadow")
+    items, error = await consume(kind, answer(streaming_writer(kind, client)))
+    assert error is None
+    assert items == [*ROUND, *TOOL_PARTS]  # as it came: shadow changes nothing
+    assert review_kinds(events) == ["review"]
+    (review,) = [e for e in events if e.kind == "review"]
+    assert review.verdict is not None
+    assert not review.verdict.passed
+
+
+async def test_a_tool_call_round_without_text_passes_unreviewed_and_without_whitespace(
+    kind: str, server: ScriptedOpenAI, client: Any, events: list[Event]
+) -> None:
+    judged: list[str] = []
+
+    def judge(request: EvaluationRequest) -> bool:
+        judged.append(request.answer)
+        return False
+
+    server.script(WRITER, text_beside_tool_call(["\n", " "]))
+    answer = reviewed(judge=judge, max_revisions=0)
+    items, error = await consume(kind, answer(streaming_writer(kind, client)))
+    assert error is None
+    assert items == TOOL_PARTS
+    assert judged == []
+    assert review_kinds(events) == ["skipped"]
+
+
+async def test_inside_another_decorators_stream_a_tool_call_round_is_no_answer(
+    kind: str, server: ScriptedOpenAI, client: Any
+) -> None:
+    # The inner @reviewed is called, not streamed: as when the outer call is not streamed,
+    # a tool-call round is no final answer (never its text alone, the calls dropped).
+    outer = retry_on_low_quality(evaluator=lambda r: True)
+    answer = outer(reviewed(judge=lambda r: True, max_revisions=0)(streaming_writer(kind, client)))
+    for pieces in (["Let ", "me ", "look."], []):
+        server.script(WRITER, text_beside_tool_call(pieces))
+        with pytest.raises(TypeError, match="calls tools"):
+            await acall(answer, QUESTION)
+        server.script(WRITER, text_beside_tool_call(pieces))
+        items, error = await consume(kind, answer)
+        assert items == []
+        assert isinstance(error, TypeError)
+        assert "calls tools" in str(error)
 
 
 async def test_a_return_direct_tool_output_is_not_judged(kind: str) -> None:
