@@ -70,6 +70,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .._core.errors import StreamInterrupted
+from .._core.redact import client_secrets, redact
 from . import anthropic, langchain, litellm, openai
 from .chunks import Delta
 
@@ -200,6 +201,12 @@ def says_finish(raw: Any) -> bool:
     )
 
 
+def _secrets_of(stream: Any) -> tuple[str, ...]:
+    """What the client of an `openai` or `anthropic` stream was configured with (its key)."""
+    client = getattr(stream, "_client", None) if _manager(stream) is None else None
+    return client_secrets(client) if client is not None else ()
+
+
 class _Reading:
     """What both readers share (sans-I/O): each chunk's deltas, by its shape; the count.
 
@@ -208,10 +215,11 @@ class _Reading:
     reaches the reader whole; `flush` gives what is held when the stream ends.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
         self.chunks = 0
         self._readers: dict[_Kind, Any] = {}
         self._held: dict[int, Delta] = {}  # -1: the text; n: tool call n's arguments
+        self._secrets = secrets  # the stream's client's key and such, redacted from a reason
 
     def _whole(self, delta: Delta) -> Delta:
         """`delta` with a surrogate pair split from the one before joined (see the class)."""
@@ -274,7 +282,7 @@ class _Reading:
         try:
             read: list[Delta] | None = reader.read(item)
         except StreamInterrupted as e:  # an error event
-            e.chunks = self.chunks
+            self._redacted(e)
             raise
         if read is None:
             return []
@@ -287,9 +295,16 @@ class _Reading:
         if reason is None:
             return None
         if isinstance(error, StreamInterrupted):
-            error.chunks = self.chunks
-            return error
-        return StreamInterrupted(reason, self.chunks)
+            return self._redacted(error)
+        return StreamInterrupted(redact(reason, self._secrets), self.chunks)
+
+    def _redacted(self, error: StreamInterrupted) -> StreamInterrupted:
+        """`error` with the chunks read, its reason without the client's secrets too."""
+        error.chunks = self.chunks
+        if self._secrets:
+            error.reason = redact(error.reason, self._secrets)
+            error.args = (error.reason,)
+        return error
 
 
 class Deltas(Iterator[Delta]):
@@ -300,7 +315,7 @@ class Deltas(Iterator[Delta]):
         self._stream = stream
         self._managed = _manager(stream) is not None
         self._source: Any = None
-        self._reading = _Reading()
+        self._reading = _Reading(_secrets_of(stream))
         self._pending: deque[Delta] = deque()
         self._closed = False
 
@@ -394,7 +409,7 @@ class AsyncDeltas(AsyncIterator[Delta]):
         else:
             self._async = None if self._managed is not None else is_async_stream(stream)
         self._source: Any = None
-        self._reading = _Reading()
+        self._reading = _Reading(_secrets_of(stream))
         self._pending: deque[Delta] = deque()
         self._closed = False
 

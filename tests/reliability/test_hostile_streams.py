@@ -195,6 +195,38 @@ async def test_a_stream_interrupted_by_a_key_in_an_error_event_raises_no_key(
     assert KEY not in caught.value.reason  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_streams_own_client_key_of_no_known_shape_is_redacted_too(
+    server: ScriptedOpenAI, kind: str
+) -> None:
+    key = "team-7Q2x-key-of-no-known-shape"
+    error = {"error": {"message": f"Incorrect API key provided: {key}"}}
+    server.script("m", [sse(event(chunk('{"text": "hal')), event(error)), '{"text": "ok"}'])
+    if kind == "sync":
+        client = server.client(timeout=2, max_retries=0, api_key=key)
+
+        def extract(messages: list[dict[str, Any]]) -> Any:
+            return client.chat.completions.create(model="m", messages=messages, stream=True)
+
+        extract.client = client  # type: ignore[attr-defined]
+        fn = self_correct(schema=Note, max_corrections=1)(extract)
+    else:
+        aclient = server.async_client(timeout=2, max_retries=0, api_key=key)
+
+        async def aextract(messages: list[dict[str, Any]]) -> Any:
+            return await aclient.chat.completions.create(model="m", messages=messages, stream=True)
+
+        aextract.client = aclient  # type: ignore[attr-defined]
+        fn = self_correct(schema=Note, max_corrections=1)(aextract)
+    events: list[Event] = []
+    with subscribe(events.append):
+        got = await items(kind, fn)
+    assert isinstance(got[0], Reset)
+    assert key not in got[0].reason
+    assert "[redacted]" in got[0].reason
+    assert all(key not in repr(e) for e in events)
+
+
 # --- 4. hostile bytes ----------------------------------------------------------------------------
 
 
