@@ -75,6 +75,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from .redact import redact, redacted_str
 from .types import Attempt, Cost, Usage, Verdict
 
 __all__ = [
@@ -96,7 +97,20 @@ __all__ = [
 
 
 class RefinekitError(Exception):
-    """The base of every error refinekit raises."""
+    """The base of every error refinekit raises.
+
+    Its message is redacted (`refinekit._core.redact.redact`), whichever subclass writes it:
+    a subclass's own `__str__` is wrapped when the class is made.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = vars(cls).get("__str__")
+        if own is not None:
+            cls.__str__ = redacted_str(own)  # type: ignore[method-assign]
+
+    def __str__(self) -> str:
+        return redact(super().__str__())
 
 
 class RefinekitWarning(UserWarning):
@@ -445,10 +459,13 @@ class StreamInterrupted(Exception):
     """A streamed reply that broke before its end; what ended it is its `__cause__`.
 
     Raised by the stream readers (`refinekit._providers.streams`) in place of the SDK's or the
-    transport's error, with `chunks`, the chunks read before it broke.
+    transport's error, with `chunks`, the chunks read before it broke. Its `reason` (which may
+    quote the server's error text) is redacted when it is made, so every text built from it
+    (an event's `aborted`, a `Reset.reason`, a correction) is too.
     """
 
     def __init__(self, reason: str, chunks: int = 0) -> None:
+        reason = redact(reason)
         super().__init__(reason)
         self.reason = reason
         self.chunks = chunks

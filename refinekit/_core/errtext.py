@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from .redact import redact
+
 _MAX_INPUT_CHARS = 60
 
 
@@ -34,6 +36,11 @@ def utf8_text(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
+
+
+def correction_text(text: str) -> str:
+    """A correction turn's text as sent: credentials redacted, as UTF-8 can carry it."""
+    return utf8_text(redact(text))
 
 
 def short_value(value: Any) -> str:

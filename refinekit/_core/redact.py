@@ -42,6 +42,8 @@ __all__ = [
     "REDACTED",
     "client_secrets",
     "redact",
+    "redact_fields",
+    "redacted_str",
     "redacted_logs",
     "register_secrets",
     "registered_secrets",
@@ -184,6 +186,33 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
             break
         text = redacted
     return text
+
+
+def redact_fields(obj: object, names: Iterable[str]) -> None:
+    """Redact the text attributes `names` of `obj` in place (a frozen dataclass's too).
+
+    What the carriers of outgoing text call when they are made (an event, a `Reset`), so that
+    no code path can build one that holds a credential.
+    """
+    for name in names:
+        value = getattr(obj, name, None)
+        if isinstance(value, str) and value:
+            cleaned = redact(value)
+            if cleaned != value:
+                object.__setattr__(obj, name, cleaned)
+
+
+def redacted_str(method: Callable[[Any], str]) -> Callable[[Any], str]:
+    """`method` (an exception's `__str__`) with what it returns redacted."""
+    if getattr(method, "_redacted", False):
+        return method
+
+    def __str__(self: Any) -> str:
+        return redact(method(self))
+
+    __str__._redacted = True  # type: ignore[attr-defined]
+    __str__.__doc__ = method.__doc__
+    return __str__
 
 
 # --- the secrets of the clients in play --------------------------------------------------------

@@ -7,13 +7,16 @@ A decorated function that returns a stream can be consumed as it grows with `fn.
 of them may yield a `Reset`: everything yielded before it is void (a UI clears what it showed),
 and what follows replaces it. `@reviewed` passes a tool-call round through as `ToolCallChunk`s.
 
-This module imports nothing from the rest of refinekit.
+This module imports nothing from the rest of refinekit but its redaction (a `Reset.reason`
+is redacted when it is made).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
+
+from .redact import redact_fields
 
 __all__ = ["Final", "Partial", "Reset", "ResetCause", "ToolCallChunk"]
 
@@ -79,6 +82,7 @@ class Reset:
         attempt: The attempt (call) whose output is void.
         reason: A short line saying what was wrong with it (the validation error, the
             judge's feedback), for a log or a status line; it may quote the model's text.
+            Credentials in it are redacted.
         aborted: Whether that attempt's stream was closed before its end (so the model stopped
             generating).
     """
@@ -88,6 +92,9 @@ class Reset:
     reason: str
     aborted: bool = False
     final: Literal[False] = False
+
+    def __post_init__(self) -> None:
+        redact_fields(self, ("reason",))
 
 
 @dataclass(frozen=True)

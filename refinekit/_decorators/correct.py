@@ -19,7 +19,7 @@ from typing import (
 )
 
 from .._core.errors import ReplyShapeError
-from .._core.errtext import utf8_text
+from .._core.errtext import correction_text, utf8_text
 from .._core.streamed import Final, Partial, Reset
 from .._core.types import Attempt, Verdict
 from .._engine import reserve as _reserve
@@ -163,10 +163,10 @@ class _CorrectConfig(Generic[T]):
     def turn(self, request: CorrectionRequest) -> list[dict[str, Any]]:
         """The messages a correction adds after the original conversation."""
         if self.correction is None:
-            return [{"role": "user", "content": utf8_text(default_correction(request))}]
+            return [{"role": "user", "content": correction_text(default_correction(request))}]
         made = self.correction(request)
         if isinstance(made, str):
-            return [{"role": "user", "content": utf8_text(made)}]
+            return [{"role": "user", "content": correction_text(made)}]
         if isinstance(made, Sequence):
             turn = [_sendable(m) for m in made if isinstance(m, Mapping) and "role" in m]
             if len(turn) == len(made):
@@ -182,7 +182,7 @@ def _sendable(message: Mapping[str, Any]) -> dict[str, Any]:
     copied = dict(message)
     content = copied.get("content")
     if isinstance(content, str):
-        copied["content"] = utf8_text(content)
+        copied["content"] = correction_text(content)
     return copied
 
 

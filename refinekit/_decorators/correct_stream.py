@@ -10,7 +10,10 @@ failed with it; with `early_abort=False` the reply is read on to its end (no mor
 and parsed whole, so its failure names every field that failed. A stream read to its end is
 parsed whole by the same `Parser` as any reply, so the final value and its repairs are the
 non-streamed path's. A stream that broke before its end is a reply cut off (`finish_reason`
-"length": a `cut_off` failure), whatever its text.
+"length": a `cut_off` failure), whatever its text; so is an SDK's stream (OpenAI's chunks,
+Anthropic's events) that ended without a finish reason (the connection closed where a body
+without a length ends) when its text is not a whole JSON value: its correction says it was
+cut off, not that the model wrote no JSON.
 
 `void` tells the consumer that what it saw of a failed reply is void (a `Reset`), before the
 correction turn is sent.
@@ -30,7 +33,7 @@ from .._core.streamed import Final, Partial, Reset
 from .._engine.events import emit, make_event
 from .._engine.job import Job
 from .._engine.streaming import Emit, StreamRead, listening, read_stream
-from .._providers.streams import Delta
+from .._providers.streams import Delta, says_finish
 from .._structure.parse import CorrectionFailure, Parser, parse_failure
 from .._structure.partial import PartialReader
 
@@ -92,8 +95,10 @@ class _StructuredSink:
         self.value: Any = None
         self.repairable: set[Any] = set()  # completed fields a repair may fix at the end
         self._shown: dict[str, tuple[Any, Any]] = {}  # field: (validated value, its JSON form)
+        self.says_finish = False  # the stream's chunks say why it ended (an SDK's)
 
     def feed(self, delta: Delta) -> tuple[Sequence[Any], str | None]:
+        self.says_finish = self.says_finish or says_finish(delta.raw)
         piece = delta.tool_arguments if delta.tool_index == 0 else ""
         reader = self.tools if piece else self.reader
         piece = piece or delta.text
@@ -145,11 +150,13 @@ class StreamedReply:
     text: str
     failure: CorrectionFailure | None
     """Why it failed before it was parsed whole (a failed field, a break); None: parse it."""
+    cut: bool = False
+    """Whether it ended without a finish reason before its JSON was whole (cut off)."""
 
     @property
     def finish_reason(self) -> str | None:
-        """The stream's finish reason ("length" for one that broke before its end)."""
-        if self.read.interrupted is not None:
+        """The stream's finish reason ("length" for one that broke or was cut before its end)."""
+        if self.read.interrupted is not None or self.cut:
             return "length"
         return self.read.finish_reason
 
@@ -197,7 +204,18 @@ def read_reply(
         failure = parse_failure(
             text, f"the reply stopped before its end: {read.interrupted.reason}"
         )
-    return StreamedReply(read, text, failure)
+    cut = False
+    if failure is None and read.complete and read.finish_reason is None and sink.says_finish:
+        # no finish reason, no [DONE]: the connection closed; if the JSON is not whole, the
+        # reply was cut off there (a complete reply is taken as it is)
+        parsed = parser.parse(text, repair=repair, context=context)
+        if isinstance(parsed, CorrectionFailure) and not parsed.parsed and parsed.value is None:
+            failure = parse_failure(text, f"the reply stopped before its end: {_NO_FINISH}")
+            cut = True
+    return StreamedReply(read, text, failure, cut)
+
+
+_NO_FINISH = "the stream ended without a finish reason (the connection closed before its end)"
 
 
 def _field_failure(text: str, error: dict[str, Any], completed: set[Any]) -> CorrectionFailure:
@@ -211,7 +229,7 @@ def _field_failure(text: str, error: dict[str, Any], completed: set[Any]) -> Cor
     plain = {k: v for k, v in error.items() if k != "ctx"}
     try:
         whole = pydantic_core.from_json(text.strip(), allow_partial=True)
-    except ValueError:
+    except (ValueError, TypeError):  # TypeError: a text pydantic cannot take (a lone surrogate)
         whole = None
     value: Any = None
     if isinstance(whole, dict):

@@ -1,8 +1,8 @@
 """Events and the hook API; logging is one subscriber.
 
 Every text a log line quotes (feedback, an error, a verdict's reason, a DEBUG detail) passes
-through `redact` first. Events themselves carry refinekit's own messages, whose judge errors
-are redacted where they are made (`refinekit._providers.openai_client.api_error`).
+through `redact` first. An event's own texts (`feedback`, `error`, `detail`, `aborted`) are
+redacted when it is made, whoever made it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any, Literal, Protocol
 
 from .._core.errors import MissingPrice, RefinekitWarning
-from .._core.redact import redact
+from .._core.redact import redact, redact_fields
 from .._core.types import Cost, Usage, Verdict
 from .job import cost_of
 
@@ -144,6 +144,14 @@ class Event:
     first_chunk: float | None = None
     aborted: str | None = None
     estimated: bool = False
+
+    def __post_init__(self) -> None:
+        # Every text an event carries is redacted here, whoever made it: hooks, logs and
+        # traces only ever see it so.
+        redact_fields(self, _TEXT_FIELDS)
+
+
+_TEXT_FIELDS = ("feedback", "error", "detail", "aborted")
 
 
 def make_event(

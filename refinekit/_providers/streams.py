@@ -29,9 +29,12 @@ The interface:
   even an empty one (a role chunk, a `ping`); a chunk with parts of several tool calls gives
   one per call. A `Delta` says the text it adds, a tool call's arguments it adds (and the
   call's name and number), the usage so far, the finish reason (`"length"`: cut off), the
-  model: see `Delta`. Nothing is read before the first `next` (a context manager is entered
-  then, which sends its request). `aread` also reads a sync stream (each chunk read on the
-  event loop's thread); `read` refuses an async one (`TypeError`).
+  model: see `Delta`. A UTF-16 surrogate pair split over two chunks (each chunk's JSON
+  escaping one half) is given whole, in the delta of its second half, as the whole reply
+  would give it; a lone half stays as it came. Nothing is read before the first `next` (a
+  context manager is entered then, which sends its request). `aread` also reads a sync
+  stream (each chunk read on the event loop's thread); `read` refuses an async one
+  (`TypeError`).
 - `Deltas.close()` / `await AsyncDeltas.aclose()` close the underlying stream at once: for
   the `openai` and `anthropic` clients the HTTP response is closed, so the server stops
   generating; a generator is closed (its `finally` and `with` blocks run, which closes the
@@ -43,10 +46,12 @@ The interface:
   before, the SDK's or transport's error as its `__cause__`): the connection dropped or timed
   out (an `httpx`/`httpcore` error, a `ConnectionError`, the SDK's connection or timeout
   error: "the connection broke", "the stream timed out"; LiteLLM's mid-stream error: "the
-  stream broke"), a chunk that is not JSON, an error event in the stream. Other exceptions (an HTTP
+  stream broke"), a chunk that is not JSON or not UTF-8 (the SDK's `UnicodeDecodeError`), an
+  error event in the stream (its `reason` redacted). Other exceptions (an HTTP
   status error of a lazily sent request, a bug in a generator) propagate unchanged; an item
   that is no chunk of a known shape raises `TypeError`. A stream that simply ends without a
-  finish reason said none (a plain text stream never does).
+  finish reason said none (a plain text stream never does); for an SDK's chunks
+  (`says_finish`) that means it was cut off, which its reader decides.
 
 The reader never changes what the stream yields (`Delta.raw` is the chunk as it came).
 """
@@ -57,12 +62,15 @@ import asyncio
 import contextlib
 import inspect
 import json
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal
 
 from .._core.errors import StreamInterrupted
+from .._core.redact import client_secrets, redact
 from . import anthropic, langchain, litellm, openai
 from .chunks import Delta
 
@@ -75,6 +83,7 @@ __all__ = [
     "is_async_stream",
     "is_stream",
     "read",
+    "says_finish",
 ]
 
 _Kind = Literal["text", "openai", "anthropic", "langchain"]
@@ -144,6 +153,8 @@ def _interruption(error: BaseException) -> str | None:
     named = f"{type(error).__name__}: {error}".rstrip(": ")
     if isinstance(error, json.JSONDecodeError):
         return f"a chunk of the stream is not JSON ({named})"
+    if isinstance(error, UnicodeDecodeError):  # the SDK decodes each event's bytes itself
+        return f"a chunk of the stream is not UTF-8 text ({named})"
     if isinstance(error, ConnectionError):
         return f"the connection broke ({named})"
     if litellm.broke_mid_stream(error):
@@ -162,12 +173,81 @@ def _interruption(error: BaseException) -> str | None:
     return None
 
 
-class _Reading:
-    """What both readers share (sans-I/O): each chunk's deltas, by its shape; the count."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
-    def __init__(self) -> None:
+
+def _join_pairs(text: str) -> str:
+    r"""`text` with each UTF-16 surrogate pair in it as the one character it encodes.
+
+    Two chunks of a stream may each carry half of a pair (a JSON `\ud83d` escape ends one,
+    `\ude00` starts the next); joined, they are the character the whole reply gives. A lone
+    surrogate stays as it is.
+    """
+    if text.isascii() or not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
+def says_finish(raw: Any) -> bool:
+    """Whether a stream of chunks like `raw` says why it ended (an SDK's: OpenAI, Anthropic).
+
+    Such a stream that ends without a finish reason was cut off (the connection closed before
+    its end); a plain text stream or a LangChain one never says, so its end says nothing.
+    """
+    return (
+        raw is not None
+        and not isinstance(raw, str)
+        and (openai.is_chunk(raw) or openai.is_helper_event(raw) or anthropic.is_event(raw))
+    )
+
+
+def _secrets_of(stream: Any) -> tuple[str, ...]:
+    """What the client of an `openai` or `anthropic` stream was configured with (its key)."""
+    client = getattr(stream, "_client", None) if _manager(stream) is None else None
+    return client_secrets(client) if client is not None else ()
+
+
+class _Reading:
+    """What both readers share (sans-I/O): each chunk's deltas, by its shape; the count.
+
+    A delta's text (or a tool call's arguments) that ends in the first half of a UTF-16
+    surrogate pair holds it back until the next one, so that a pair split over two chunks
+    reaches the reader whole; `flush` gives what is held when the stream ends.
+    """
+
+    def __init__(self, secrets: tuple[str, ...] = ()) -> None:
         self.chunks = 0
         self._readers: dict[_Kind, Any] = {}
+        self._held: dict[int, Delta] = {}  # -1: the text; n: tool call n's arguments
+        self._secrets = secrets  # the stream's client's key and such, redacted from a reason
+
+    def _whole(self, delta: Delta) -> Delta:
+        """`delta` with a surrogate pair split from the one before joined (see the class)."""
+        if delta.text:
+            delta = replace(delta, text=self._join(-1, delta.text, delta))
+        if delta.tool_arguments:
+            arguments = self._join(delta.tool_index, delta.tool_arguments, delta)
+            delta = replace(delta, tool_arguments=arguments)
+        return delta
+
+    def _join(self, key: int, piece: str, delta: Delta) -> str:
+        held = self._held.pop(key, None)
+        if held is not None:
+            piece = (held.text if key < 0 else held.tool_arguments) + piece
+        if "\ud800" <= piece[-1] <= "\udbff":  # half a pair: wait for its other half
+            kept = piece[-1]
+            self._held[key] = (
+                Delta(text=kept, raw=delta.raw)
+                if key < 0
+                else Delta(tool_arguments=kept, tool_index=key, raw=delta.raw)
+            )
+            piece = piece[:-1]
+        return _join_pairs(piece)
+
+    def flush(self) -> list[Delta]:
+        """What was held back when the stream ended (a lone half of a pair, as it came)."""
+        held, self._held = list(self._held.values()), {}
+        return held
 
     def deltas(self, item: Any) -> list[Delta]:
         """The deltas of one item the stream yielded (none for a helper event).
@@ -178,7 +258,7 @@ class _Reading:
         """
         if isinstance(item, str):
             self.chunks += 1
-            return [Delta(text=item, raw=item)]
+            return [self._whole(Delta(text=item, raw=item))]
         kind: _Kind
         if openai.is_chunk(item) or openai.is_helper_event(item):
             kind = "openai"
@@ -202,12 +282,12 @@ class _Reading:
         try:
             read: list[Delta] | None = reader.read(item)
         except StreamInterrupted as e:  # an error event
-            e.chunks = self.chunks
+            self._redacted(e)
             raise
         if read is None:
             return []
         self.chunks += 1
-        return read
+        return [self._whole(delta) for delta in read]
 
     def broken(self, error: Exception) -> StreamInterrupted | None:
         """`error` as a `StreamInterrupted`, when it says the stream broke; else None."""
@@ -215,9 +295,16 @@ class _Reading:
         if reason is None:
             return None
         if isinstance(error, StreamInterrupted):
-            error.chunks = self.chunks
-            return error
-        return StreamInterrupted(reason, self.chunks)
+            return self._redacted(error)
+        return StreamInterrupted(redact(reason, self._secrets), self.chunks)
+
+    def _redacted(self, error: StreamInterrupted) -> StreamInterrupted:
+        """`error` with the chunks read, its reason without the client's secrets too."""
+        error.chunks = self.chunks
+        if self._secrets:
+            error.reason = redact(error.reason, self._secrets)
+            error.args = (error.reason,)
+        return error
 
 
 class Deltas(Iterator[Delta]):
@@ -228,7 +315,7 @@ class Deltas(Iterator[Delta]):
         self._stream = stream
         self._managed = _manager(stream) is not None
         self._source: Any = None
-        self._reading = _Reading()
+        self._reading = _Reading(_secrets_of(stream))
         self._pending: deque[Delta] = deque()
         self._closed = False
 
@@ -254,7 +341,11 @@ class Deltas(Iterator[Delta]):
                     self._source = self._stream.__enter__() if self._managed else self._stream
                 item = next(self._source)
             except StopIteration:
+                held = self._reading.flush()
                 self.close()
+                if held:  # half a surrogate pair at the very end: given as it came
+                    self._pending.extend(held)
+                    break
                 raise StopIteration from None
             except Exception as e:
                 self._close_quietly()
@@ -318,7 +409,7 @@ class AsyncDeltas(AsyncIterator[Delta]):
         else:
             self._async = None if self._managed is not None else is_async_stream(stream)
         self._source: Any = None
-        self._reading = _Reading()
+        self._reading = _Reading(_secrets_of(stream))
         self._pending: deque[Delta] = deque()
         self._closed = False
 
@@ -360,7 +451,11 @@ class AsyncDeltas(AsyncIterator[Delta]):
                 else:
                     item = next(self._source)
             except (StopIteration, StopAsyncIteration):
+                held = self._reading.flush()
                 await self.aclose()
+                if held:  # half a surrogate pair at the very end: given as it came
+                    self._pending.extend(held)
+                    break
                 raise StopAsyncIteration from None
             except Exception as e:
                 await self._close_quietly()

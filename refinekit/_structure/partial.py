@@ -51,8 +51,9 @@ member is left out, no failure).
   A key the schema forbids (`extra="forbid"`) is an `extra_forbidden` error.
 - `readable`: False once the text is not (the start of) one JSON value pydantic reads: prose
   or a code fence before it, text after it, invalid JSON in a member (a trailing comma, single
-  quotes, a comment, Python's `True`). From then on nothing more is validated (the full parse,
-  with its repairs, decides at the end).
+  quotes, a comment, Python's `True`), a lone UTF-16 surrogate (pydantic reads no text that
+  holds one, so the whole reply fails as the non-streamed one does). From then on nothing
+  more is validated (the full parse, with its repairs, decides at the end).
 - `closed`: whether the top-level value is complete.
 
 Cost: each delta is scanned once (a regular expression jumps to the next quote, bracket or
@@ -94,6 +95,7 @@ _OUTSIDE = re.compile(r'[\[\]{}",]')  # what changes the scan's state outside a 
 _INSIDE = re.compile(r'["\\]')  # what ends a string, or escapes its next character
 _STARTS = frozenset('{["-0123456789tfn')  # how a JSON value can start
 _SPACE = " \t\r\n"
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: a pair is one character in a str
 
 
 @dataclass(frozen=True)
@@ -298,6 +300,8 @@ class PartialReader(Generic[T]):
         """
         if not isinstance(text, str):
             raise TypeError(f"PartialReader.feed takes the reply's text (a str), got {text!r}")
+        if not text.isascii() and _SURROGATE.search(text):
+            self._state = "unreadable"
         closed: list[tuple[int, str]] = []
         trailing = bool(text) and self._state != "unreadable" and self._scan(text, closed)
         changed = False
@@ -423,7 +427,7 @@ class PartialReader(Generic[T]):
             body = body[1:]
             try:
                 key = pydantic_core.from_json(key_text)
-            except ValueError:
+            except (ValueError, TypeError):  # TypeError: a text pydantic cannot take
                 self._state = "unreadable"
                 return False
         if not body.strip(_SPACE):  # `[1,]`, `{"a": }`: not JSON
@@ -475,7 +479,7 @@ class PartialReader(Generic[T]):
         """A key no field reads: ignored, kept (extra="allow") or an `extra_forbidden`."""
         try:
             value = pydantic_core.from_json(body)
-        except ValueError:
+        except (ValueError, TypeError):  # TypeError: a text pydantic cannot take
             self._state = "unreadable"
             return False
         if self._plan.extra == "allow":

@@ -312,6 +312,8 @@ def _numbers_as_strings(value: Any, error: ValidationError) -> Any | None:
     ]
     if not paths:
         return None
+    if () in paths:  # the whole value is the number (a `str` schema): no place to set it in
+        return str(value)
     copied = _copy(value)
     for path in paths:
         _set(copied, path, str(_at(value, path)))

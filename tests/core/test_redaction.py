@@ -676,3 +676,33 @@ def test_eval_stops_on_a_401_that_echoes_the_key_and_says_so_without_it(
     assert GATEWAY_KEY not in result.out + result.err
     for path in (ws.path / ".refinekit").iterdir():
         assert GATEWAY_KEY.encode() not in path.read_bytes()
+
+
+# --- every carrier of outgoing text redacts what it is made with -----------------------------
+
+_A_KEY = "sk-proj-Zq8v3LmN0pXr7TtY2wQe5RbU9sKd4HfG"
+
+
+def test_an_event_a_reset_and_every_refinekit_error_are_redacted_when_made() -> None:
+    from refinekit import JsonParseError, MissingPrice, Reset, Usage
+    from refinekit._core.errors import StreamInterrupted
+
+    said = f"the server said: Incorrect API key provided: {_A_KEY}"
+    event = Event(
+        "correction", "self_correct", "f", "job", 1, 2, False, Usage(),
+        feedback=said, error=said, detail=said, aborted=said,
+    )  # fmt: skip
+    assert _A_KEY not in repr(event)
+    assert event.error is not None
+    assert "[redacted key]" in event.error
+    assert Reset("correction", 1, said).reason == redact(said)
+    errors: list[Exception] = [
+        JsonParseError(said, raw_reply="", errors=[], conversation=[], corrections_used=1),
+        MissingPrice(said, model="m"),
+        StreamInterrupted(said),
+        JudgeUnavailable(said, model="m"),
+        refinekit.RefinekitError(said),
+    ]
+    for error in errors:
+        assert _A_KEY not in str(error), type(error).__name__
+        assert "[redacted key]" in str(error)

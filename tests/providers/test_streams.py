@@ -397,3 +397,53 @@ def usage_metadata(inputs: int, outputs: int) -> Any:
 async def aiter_of(items: list[Any]) -> AsyncIterator[Any]:
     for item in items:
         yield item
+
+
+# --- hostile text -----------------------------------------------------------------------------
+
+SMILE = "\U0001f600"  # U+1F600: the surrogate pair \ud83d \ude00 in UTF-16
+
+
+def test_a_surrogate_pair_split_over_two_chunks_is_given_whole(kind: str) -> None:
+    chunks = openai_chunks(
+        {"content": '"A\ud83d'}, {"content": '\ude00"'}, {"finish_reason": "stop"}
+    )
+    deltas = read_all(kind, iter(chunks) if kind == "sync" else aiter_of(chunks))
+    assert "".join(d.text for d in deltas) == f'"A{SMILE}"'
+    assert [d.text for d in deltas] == ['"A', f'{SMILE}"', ""]
+
+
+def test_a_surrogate_pair_split_over_two_text_deltas_or_tool_arguments_is_given_whole(
+    kind: str,
+) -> None:
+    deltas = read_all(kind, Source("A\ud83d", "\ude00!").of(kind))
+    assert "".join(d.text for d in deltas) == f"A{SMILE}!"
+    call = {"index": 0, "id": "call_1", "function": {"name": "f", "arguments": '{"a": "\ud83d'}}
+    chunks = openai_chunks(
+        {"tool_calls": [call]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": '\ude00"}'}}]},
+    )
+    deltas = read_all(kind, iter(chunks) if kind == "sync" else aiter_of(chunks))
+    assert "".join(d.tool_arguments for d in deltas) == f'{{"a": "{SMILE}"}}'
+
+
+def test_a_lone_half_of_a_pair_is_given_as_it_came_even_at_the_end(kind: str) -> None:
+    deltas = read_all(kind, Source("A\ud83d", "B", "C\ud83d").of(kind))
+    assert "".join(d.text for d in deltas) == "A\ud83dBC\ud83d"
+
+
+def test_a_chunk_that_is_not_utf8_is_an_interruption(kind: str) -> None:
+    cause = UnicodeDecodeError("utf-8", b"\xf0\x9f", 0, 2, "unexpected end of data")
+    with pytest.raises(StreamInterrupted, match="not UTF-8 text") as caught:
+        read_all(kind, Source("a", error=cause).of(kind))
+    assert caught.value.__cause__ is cause
+
+
+def test_an_error_event_quoting_a_key_is_an_interruption_without_it(kind: str) -> None:
+    key = "sk-proj-Zq8v3LmN0pXr7TtY2wQe5RbU9sKd4HfG"
+    items = [{"type": "error", "error": {"type": "auth", "message": f"Bad key {key}"}}]
+    with pytest.raises(StreamInterrupted) as caught:
+        read_all(kind, iter(items) if kind == "sync" else aiter_of(items))
+    assert key not in str(caught.value)
+    assert key not in caught.value.reason
+    assert "[redacted key]" in caught.value.reason

@@ -282,3 +282,23 @@ def test_the_context_is_not_mutated_and_is_used_as_given() -> None:
     context = {"source": SOURCE}
     PartialReader(Invoice, context=context).feed('{"number": "A-1", ')
     assert context == {"source": SOURCE}
+
+
+class _Note(BaseModel):
+    text: str
+    more: str = ""
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ['{"text": "A\ud83d", ', '"more": "x"}'],  # in a field's value
+        ['{"te\ud83dxt": "A", ', '"more": "x"}'],  # in a key
+        ['{"text": "A"', ', "more": "x", "ext\ud83d": 1}'],  # in a key no field reads
+    ],
+)
+def test_a_lone_surrogate_makes_the_reply_unreadable_never_a_crash(pieces: list[str]) -> None:
+    reader = PartialReader(_Note)
+    progress = [reader.feed(piece) for piece in pieces]
+    assert not progress[-1].readable
+    assert all(not p.failures for p in progress)  # the whole reply decides, as unstreamed
