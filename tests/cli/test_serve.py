@@ -186,3 +186,17 @@ def test_serve_listens_on_127_0_0_1_port_8765_by_default() -> None:
     assert code == 0
     assert "(default 127.0.0.1: this machine only)" in out
     assert "(default 8765)" in out
+
+
+def test_the_tutorial_shows_what_serve_prints() -> None:
+    # the page's block is shown, not run (it serves until Ctrl-C): its lines are the ones
+    # the test above reads from a real process, at the default port
+    page = (Path(__file__).parents[2] / "docs" / "tutorial.md").read_text(encoding="utf-8")
+    base_url = "http://127.0.0.1:8765/v1"
+    shown = (
+        "```console\n$ refinekit serve replies.py\n"
+        f"refinekit serve: replies.py on {base_url} (Ctrl-C stops it)\n"
+        f"export OPENAI_BASE_URL={base_url} OPENAI_API_KEY=scripted-key\n```\n"
+    )
+    assert shown in page
+    assert READY.fullmatch(shown.splitlines()[2] + "\n")
