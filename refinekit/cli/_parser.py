@@ -393,6 +393,10 @@ def _add_workflow_commands(commands: Any) -> None:
     )
     _run_options(cal, "items judged at once")
 
+    runs = commands.add_parser("runs", help="list the stored eval and calibrate runs")
+    runs.add_argument("--kind", choices=("eval", "calibrate"), help="only runs of this kind")
+    _store_option(runs)
+
     serve = commands.add_parser(
         "serve",
         help="serve a scripted OpenAI-compatible model from a script file, until Ctrl-C",
@@ -418,10 +422,6 @@ def _add_workflow_commands(commands: Any) -> None:
         metavar="ADDRESS",
         help="the address to listen on (default 127.0.0.1: this machine only)",
     )
-
-    runs = commands.add_parser("runs", help="list the stored eval and calibrate runs")
-    runs.add_argument("--kind", choices=("eval", "calibrate"), help="only runs of this kind")
-    _store_option(runs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

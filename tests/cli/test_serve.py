@@ -15,21 +15,19 @@ from pathlib import Path
 
 import openai
 import pytest
+from docs_blocks import ROOT, blocks
 
 from refinekit.cli import main
 
-SCRIPT = """
-from refinekit.testing import Reply
+
+def documented_script() -> str:
+    """The `replies.py` of docs/scripted_server.md: what that page says `serve` serves."""
+    page = ROOT / "docs" / "scripted_server.md"
+    (found,) = [b for b in blocks(page) if b.file == "replies.py"]
+    return found.code
 
 
-def echo(request):
-    return "you said: " + request.body["messages"][-1]["content"]
-
-
-def script(server):
-    server.script("gpt-test", ["Paris.", Reply.error(429, "slow down")])
-    server.script("echo", echo, times=None)
-"""
+SCRIPT = documented_script()
 
 READY = re.compile(
     r"refinekit serve: replies\.py on (http://127\.0\.0\.1:\d+/v1) \(Ctrl-C stops it\)\n"
@@ -89,10 +87,10 @@ def test_serve_answers_the_openai_client_from_a_script_file_until_stopped(
 
     # the reader's own client, configured from the printed line as a shell would
     with openai.OpenAI(base_url=base_url, api_key="scripted-key", max_retries=0) as client:
-        reply = client.chat.completions.create(model="gpt-test", messages=[])
+        reply = client.chat.completions.create(model="gpt-4.1-mini", messages=[])
         assert reply.choices[0].message.content == "Paris."
         with pytest.raises(openai.RateLimitError, match="slow down"):
-            client.chat.completions.create(model="gpt-test", messages=[])
+            client.chat.completions.create(model="gpt-4.1-mini", messages=[])
         for word in ("one", "two"):
             echoed = client.chat.completions.create(
                 model="echo", messages=[{"role": "user", "content": word}]
@@ -191,7 +189,7 @@ def test_serve_listens_on_127_0_0_1_port_8765_by_default() -> None:
 def test_the_tutorial_shows_what_serve_prints() -> None:
     # the page's block is shown, not run (it serves until Ctrl-C): its lines are the ones
     # the test above reads from a real process, at the default port
-    page = (Path(__file__).parents[2] / "docs" / "tutorial.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "tutorial.md").read_text(encoding="utf-8")
     base_url = "http://127.0.0.1:8765/v1"
     shown = (
         "```console\n$ refinekit serve replies.py\n"
