@@ -20,6 +20,7 @@ from typing import Any, NoReturn, TextIO
 from .._core.errors import UsageProblem
 from .._core.redact import redact
 from ..testing import ScriptedOpenAI
+from ._pipe import PipeSafe
 from ._text import clean
 
 __all__ = ["load_script", "serve_command"]
@@ -42,11 +43,13 @@ def load_script(spec: str) -> Callable[[ScriptedOpenAI], Any]:
     """
     from ..eval._target import load_object
 
-    path, colon, name = spec.rpartition(":") if ":" in spec else (spec, "", "")
-    name = name or "script"
-    if Path(path).is_dir():
+    if spec.endswith(".py") or ":" not in spec:  # C:\\...\\replies.py: its colon is no NAME
+        path, name = spec, "script"
+    else:
+        path, _, name = spec.rpartition(":")
+    if path and Path(path).is_dir():
         raise UsageProblem(f"{path} is a folder; give the script's .py file")
-    if not colon and not spec.endswith(".py"):
+    if not path or not name or (":" not in spec and not spec.endswith(".py")):
         raise UsageProblem(
             f"{spec!r}: give a Python file that defines script(server) (replies.py), or "
             "FILE.py:NAME for a function of another name"
@@ -89,7 +92,7 @@ def _sigterm_stops() -> Iterator[None]:
 
 def serve_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit serve SCRIPT`: serve the script until Ctrl-C or SIGTERM; 0 when stopped."""
-    out = out or sys.stdout
+    shown = PipeSafe(out or sys.stdout)  # its reader gone (| head -1), it serves on
     err = err or sys.stderr
 
     def error(message: str) -> int:
@@ -112,10 +115,11 @@ def serve_command(args: Any, out: TextIO | None = None, err: TextIO | None = Non
     try:
         with _sigterm_stops():
             print(
-                f"refinekit serve: {args.script} on {server.base_url} (Ctrl-C stops it)", file=out
+                f"refinekit serve: {args.script} on {server.base_url} (Ctrl-C stops it)",
+                file=shown,
             )
-            print(f"export OPENAI_BASE_URL={server.base_url} OPENAI_API_KEY={KEY}", file=out)
-            out.flush()
+            print(f"export OPENAI_BASE_URL={server.base_url} OPENAI_API_KEY={KEY}", file=shown)
+            shown.flush()
             forever = threading.Event()
             while not forever.wait(1.0):  # until a signal raises (a wait Windows can break)
                 pass
@@ -123,5 +127,5 @@ def serve_command(args: Any, out: TextIO | None = None, err: TextIO | None = Non
         pass
     finally:
         server.__exit__(None, None, None)
-    print("refinekit serve: stopped", file=out)
+    print("refinekit serve: stopped", file=shown)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import selectors
 import signal
 import socket
 import subprocess
@@ -109,6 +110,42 @@ def test_serve_answers_the_openai_client_from_a_script_file_until_stopped(
         socket.create_connection(("127.0.0.1", int(base_url[17:-3]))).close()
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and select on a pipe")
+def test_serve_whose_reader_went_away_serves_on(tmp_path: Path) -> None:
+    # `refinekit serve replies.py | head -1`: the rest of what it prints goes nowhere
+    (tmp_path / "replies.py").write_text(SCRIPT, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    with subprocess.Popen(
+        [sys.executable, "-m", "refinekit", "serve", "replies.py", "--port", "0"],
+        cwd=tmp_path,
+        env=env | {"PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(proc.stdout, selectors.EVENT_READ)
+                assert selector.select(timeout=60), "refinekit serve printed nothing in 60 s"
+            first = proc.stdout.readline()  # printed and flushed whole: no partial line
+            proc.stdout.close()  # as head does after its line
+            ready = READY.fullmatch(first.decode())
+            assert ready is not None, first
+            port = int(ready.group(1).rsplit(":", 1)[1].removesuffix("/v1"))
+            with socket.create_connection(("127.0.0.1", port)):
+                pass  # still serving
+            proc.send_signal(signal.SIGTERM)
+            err = proc.stderr.read()
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:  # a failed assertion above: no process left behind
+                proc.kill()
+
+    assert err == b""  # no BrokenPipeError, no traceback
+    assert code == 0
+
+
 def serve(*args: str) -> tuple[int, str, str]:
     """`refinekit serve ...` in process: for the errors found before it starts serving."""
     from contextlib import redirect_stderr, redirect_stdout
@@ -145,6 +182,8 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["adir"], "adir is a folder; give the script's .py file"),
         (["adir.py"], "adir.py is a folder; give the script's .py file"),
         (["replies.json"], "'replies.json': give a Python file that defines script(server)"),
+        (["replies"], "'replies': give a Python file that defines script(server)"),
+        (["named.py:"], "'named.py:': give a Python file that defines script(server)"),
         (["noscript.py"], "noscript.py defines no function script(server); write one"),
         (["notfunction.py"], "script is a int, not a function taking the server"),
         (["named.py"], "named.py defines no function script(server)"),
