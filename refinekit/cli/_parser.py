@@ -104,8 +104,9 @@ per model name; a request the script does not cover gets an error naming the mod
 
 _SERVE_EPILOG = """\
 exit status:
-  0  stopped by Ctrl-C (SIGINT) or SIGTERM
-  2  usage error: no such script, a script that raised, a port that is taken
+  0    stopped by Ctrl-C (SIGINT) or SIGTERM
+  2    usage error: no such script, a script that raised, a port that is taken
+  130  interrupted while loading the script, before serving
 
 example:
   refinekit serve replies.py --port 8765

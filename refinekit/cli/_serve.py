@@ -100,11 +100,17 @@ def serve_command(args: Any, out: TextIO | None = None, err: TextIO | None = Non
         return 2
 
     try:
-        script = load_script(args.script)
         server = ScriptedOpenAI(host=args.host, port=args.port)
+    except ValueError as e:
+        return error(str(e))
+    try:
+        script = load_script(args.script)
         script(server)
     except UsageProblem as e:
         return error(str(e))
+    except KeyboardInterrupt:
+        print("refinekit serve: interrupted", file=err)
+        return 130
     except Exception as e:  # the script's own mistake: a bad reply, a wrong argument
         return error(f"the script {args.script!r} raised {type(e).__name__}: {e}")
     try:

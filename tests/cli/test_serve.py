@@ -190,6 +190,7 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (["named.py:missing"], "named.py defines no function missing(server)"),
         (["raises.py"], "the script 'raises.py' raised ValueError: times is a whole number"),
         (["named.py:other", "--port", "65536"], "a port from 0 to 65535"),
+        (["named.py:other", "--host", " "], "host is an address to listen on, such as"),
     ],
 )
 def test_serve_usage_errors_exit_2_before_serving(
