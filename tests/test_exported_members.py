@@ -189,6 +189,11 @@ def test_testing_names() -> None:
     }
     for method in ("script", "reset", "requests_for", "streamed"):
         assert getattr(refinekit.testing.ScriptedOpenAI, method).__doc__, method
+    options = inspect.signature(refinekit.testing.ScriptedOpenAI).parameters
+    assert {name: (p.kind, p.default) for name, p in options.items()} == {
+        "host": (inspect.Parameter.KEYWORD_ONLY, "127.0.0.1"),
+        "port": (inspect.Parameter.KEYWORD_ONLY, 0),
+    }
 
 
 def test_plugin_fixtures() -> None:

@@ -12,6 +12,7 @@ resumable).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections import Counter
@@ -265,8 +266,11 @@ def watched_run(
 def report_problem(path: str | None) -> str | None:
     """Why `--report PATH` could not be written, found before the run is paid for; or None.
 
-    `--report` alone (or `--report html`) goes next to the run store, which the run itself
-    checks.
+    The file is really created (with the folders it needs), then removed again with every
+    folder made for it: a permission check alone passes a path no file can be made at (a
+    read-only or virtual file system such as /proc). A file that exists is opened for
+    appending, and left as it is. `--report` alone (or `--report html`) goes next to the run
+    store, which the run itself checks.
     """
     if path is None or path == REPORT_BESIDE_STORE:
         return None
@@ -285,7 +289,34 @@ def report_problem(path: str | None) -> str | None:
         return f"--report {path}: {what} {made} is not writable; nothing was run"
     if target.exists() and not os.access(target, os.W_OK):
         return f"--report {path}: the file exists and is not writable; nothing was run"
+    try:
+        _probe(target)
+    except OSError as e:
+        return f"--report {path}: cannot create the file ({e.strerror or e}); nothing was run"
     return None
+
+
+def _probe(target: Path) -> None:
+    """Open `target` for writing as the report will, leaving no trace of the attempt."""
+    missing = []
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    made: list[Path] = []
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            made.append(folder)
+        if target.exists():
+            os.close(os.open(target, os.O_WRONLY | os.O_APPEND))
+        else:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            target.unlink()
+    finally:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def report_file(path: str, result: EvalResult | CalibrationResult) -> str:

@@ -89,6 +89,30 @@ exit status:
   130  interrupted; the same command resumes the run"""
 
 
+_SERVE_DESCRIPTION = """\
+Serve the scripted OpenAI-compatible server (refinekit.testing.ScriptedOpenAI) on a port,
+answering from a script file, until Ctrl-C: a model to run code against with no key and no
+network. The script is a Python file defining script(server), which scripts the server as a
+test does:
+
+  def script(server):
+      server.script("gpt-4.1-mini", ["First reply.", "Second reply."])
+
+The command prints the base URL and an export line that points the openai client (and any
+tool that reads OPENAI_BASE_URL) at it. Every request is answered from the script, in order
+per model name; a request the script does not cover gets an error naming the model."""
+
+_SERVE_EPILOG = """\
+exit status:
+  0    stopped by Ctrl-C (SIGINT) or SIGTERM
+  2    usage error: no such script, a script that raised, a port that is taken
+  130  interrupted while loading the script, before serving
+
+example:
+  refinekit serve replies.py --port 8765
+  export OPENAI_BASE_URL=http://127.0.0.1:8765/v1 OPENAI_API_KEY=scripted-key"""
+
+
 _INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)'")
 
 
@@ -384,6 +408,32 @@ def _add_workflow_commands(commands: Any) -> None:
     runs.add_argument("--kind", choices=("eval", "calibrate"), help="only runs of this kind")
     _store_option(runs, _READ)
 
+    serve = commands.add_parser(
+        "serve",
+        help="serve a scripted OpenAI-compatible model from a script file, until Ctrl-C",
+        description=_SERVE_DESCRIPTION,
+        epilog=_SERVE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument(
+        "script",
+        metavar="SCRIPT.py[:NAME]",
+        help="a Python file defining script(server); :NAME for a function of another name",
+    )
+    serve.add_argument(
+        "--port",
+        type=_bounded(int, 0, 65535, "a port from 0 to 65535"),
+        default=8765,
+        metavar="N",
+        help="the port to listen on; 0 for a free one (default 8765)",
+    )
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="the address to listen on (default 127.0.0.1: this machine only)",
+    )
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `refinekit` command; return its exit status.
@@ -455,6 +505,10 @@ def _main(argv: Sequence[str] | None) -> int:
         except KeyboardInterrupt:  # while loading, before a run exists to keep
             print(f"refinekit {args.command}: interrupted", file=sys.stderr)
             return 130
+    if args.command == "serve":
+        from ._serve import serve_command
+
+        return serve_command(args)
     if args.command == "demo":
         from ._demo import endpoint_from_options, run_demo
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .._core.errors import DataFileError, UsageProblem
 from .._core.types import ContextDocument
-from ._golden import column_for, read_rows, row_key
+from ._golden import column_for, numbered_rows, row_key
 
 __all__ = ["LABELS", "Case", "as_text", "context_of", "labels_of", "load_cases", "merged"]
 
@@ -29,18 +29,19 @@ def load_cases(path: Path) -> list[Case]:
     """The rows of a data file as cases; the same row twice is two cases.
 
     Raises:
-        UsageProblem: The file is unusable or has no rows, or a context value is not a
-            document.
+        UsageProblem: The file is unusable or has no rows, a well-known field has a value of
+            the wrong type (`_check_types`), or a context value is not a document.
     """
     try:
-        rows = read_rows(path)
+        rows = numbered_rows(path)
     except DataFileError as e:
         raise UsageProblem(str(e)) from None
     if not rows:
         raise UsageProblem(f"{path} has no rows")
     seen: dict[str, int] = {}
     cases = []
-    for position, row in enumerate(rows, 1):
+    for position, (line, row) in enumerate(rows, 1):
+        _check_types(path, line, row)
         key = row_key(row)
         seen[key] = seen.get(key, 0) + 1
         if seen[key] > 1:
@@ -52,6 +53,59 @@ def load_cases(path: Path) -> list[Case]:
     for case in cases:  # a bad context is a usage error before anything runs, not midway
         context_of(case)
     return cases
+
+
+_TEXT_FIELDS = ("question",)
+_PHRASE_FIELDS = ("must_mention", "expected_source")
+
+
+def _check_types(path: Path, line: int, row: dict[str, Any]) -> None:
+    """The well-known fields hold text: a JSONL number, object or list is not stringified.
+
+    A `question` is a string; a `must_mention` or `expected_source` is a string, a list of
+    strings, or null (nothing to check). Other columns are the target's arguments, any type.
+
+    Raises:
+        UsageProblem: Naming the file, the line and the field.
+    """
+    columns = list(row)
+    for name in (*_TEXT_FIELDS, *_PHRASE_FIELDS):
+        column = column_for(name, columns, loose=True)
+        if column is None:
+            continue
+        value = row[column]
+        if isinstance(value, str):
+            continue
+        if name in _PHRASE_FIELDS and (
+            value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+        ):
+            continue
+        wanted = "a string" if name in _TEXT_FIELDS else "a string or a list of strings"
+        shown = json.dumps(value, ensure_ascii=True)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        raise UsageProblem(
+            f"{path}, line {line}: field {column!r} is {_json_kind(value)} ({shown}); it must "
+            f"be {wanted}" + (f' (in quotes: "{value}")' if _is_number(value) else "")
+        )
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if _is_number(value):
+        return "a number"
+    if isinstance(value, list):
+        return "a list" if all(isinstance(v, str) for v in value) else "a list holding non-strings"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"  # pragma: no cover - JSON has no other kinds
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def as_text(value: Any) -> str:

@@ -13,23 +13,41 @@ from typing import Any
 from .._core.errors import DataFileError
 from .._core.jsonload import MAX_DEPTH, TooDeep, loads
 
-__all__ = ["DataFileError", "column_for", "file_sha256", "read_rows", "row_key", "slug"]
+__all__ = [
+    "DataFileError",
+    "column_for",
+    "file_sha256",
+    "numbered_rows",
+    "read_rows",
+    "row_key",
+    "slug",
+]
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a CSV (header row first) or JSONL (one object a line) file.
+
+    `numbered_rows` documents the rules and the errors.
+    """
+    return [row for _, row in numbered_rows(path)]
+
+
+def numbered_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """A data file's rows, each with the line it starts on: CSV (header first) or JSONL.
 
     Blank lines are skipped. A CSV row must have exactly as many values as the header has
     columns, and each header name must be given once; a column without a name is dropped
     when it holds no value in any row (as a spreadsheet's trailing commas).
 
     Raises:
-        DataFileError: The file is missing or unreadable, is neither .csv nor .jsonl, a CSV
-            row has more or fewer values than the header, a quote is never closed, a header
-            name is repeated (or missing over a value), or a JSONL line is not a JSON object
-            (or nests one more than `_core.jsonload.MAX_DEPTH`, 200, levels deep). The message
-            names the line where the bad row starts.
+        DataFileError: The file is missing, a folder or unreadable, is neither .csv nor
+            .jsonl, a CSV row has more or fewer values than the header, a quote is never
+            closed, a header name is repeated (or missing over a value), or a JSONL line is
+            not a JSON object (or nests one more than `_core.jsonload.MAX_DEPTH`, 200, levels
+            deep). The message names the line where the bad row starts.
     """
+    if path.is_dir():
+        raise DataFileError(f"{path} is a folder, not a .csv or .jsonl file")
     if not path.is_file():
         raise DataFileError(f"file not found: {path}")
     suffix = path.suffix.lower()
@@ -42,7 +60,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         except OSError as e:
             raise DataFileError(f"{path}: cannot read it ({e.strerror or e})") from None
     if suffix in (".jsonl", ".ndjson"):
-        rows: list[dict[str, Any]] = []
+        rows: list[tuple[int, dict[str, Any]]] = []
         try:
             with path.open(encoding="utf-8") as f:
                 for number, line in enumerate(f, 1):
@@ -60,7 +78,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
                     row = _without_lone_surrogates(row)
                     if not isinstance(row, dict):
                         raise DataFileError(f"{path}, line {number}: not a JSON object")
-                    rows.append(row)
+                    rows.append((number, row))
         except UnicodeDecodeError as e:
             raise DataFileError(f"{path}: not a UTF-8 file ({e})") from None
         except OSError as e:
@@ -75,7 +93,7 @@ _QUOTING = (
 )
 
 
-def _csv_rows(path: Path, lines: Iterable[str]) -> list[dict[str, Any]]:
+def _csv_rows(path: Path, lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
     """A CSV file's rows, strictly: every row as wide as the header, every quote closed.
 
     A quoted value may span lines, so a row is named by the line it starts on.
@@ -84,7 +102,7 @@ def _csv_rows(path: Path, lines: Iterable[str]) -> list[dict[str, Any]]:
     header: list[str] | None = None
     named: list[int] = []  # the header's columns that have a name
     unnamed: list[int] = []
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[int, dict[str, Any]]] = []
     while True:
         start = reader.line_num + 1  # the physical line this row starts on
         try:
@@ -122,7 +140,7 @@ def _csv_rows(path: Path, lines: Iterable[str]) -> list[dict[str, Any]]:
                     f"{path}, line {start}: value {fields[i]!r} is in column {i + 1}, which "
                     "has no name in the header; name the column, or delete the value"
                 )
-        rows.append({header[i]: fields[i] for i in named})
+        rows.append((start, {header[i]: fields[i] for i in named}))
 
 
 def _values(n: int) -> str:

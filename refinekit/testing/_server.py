@@ -183,16 +183,19 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
 
-    def __init__(self, scripted: ScriptedOpenAI) -> None:
+    def __init__(self, scripted: ScriptedOpenAI, host: str, port: int) -> None:
         self.scripted = scripted
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
-        super().__init__(("127.0.0.1", 0), _Handler)
+        self.scripted_host = host
+        if ":" in host:  # an IPv6 address
+            self.address_family = socket.AF_INET6
+        super().__init__((host, port), _Handler)
 
     def server_bind(self) -> None:
         """Bind without HTTPServer's reverse DNS lookup of the host (no network but loopback)."""
         TCPServer.server_bind(self)
-        self.server_name, self.server_port = "127.0.0.1", self.socket.getsockname()[1]
+        self.server_name, self.server_port = self.scripted_host, self.socket.getsockname()[1]
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """Serve one connection in its own (tracked) thread."""
@@ -249,7 +252,23 @@ class ScriptedOpenAI:
     the API it came to, and each stream sent is recorded (`streamed`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        """A server, not yet running: `with` (or `async with`) starts it and stops it.
+
+        Args:
+            host: The address to listen on. The default, 127.0.0.1, takes connections from
+                this machine only; `"::1"` is IPv6's loopback.
+            port: The port; 0 (the default) is a free one, chosen when the server starts.
+
+        Raises:
+            ValueError: `port` is not a whole number from 0 to 65535, or `host` is empty.
+        """
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port is a whole number from 0 to 65535, not {port!r}")
+        if not isinstance(host, str) or not host.strip():
+            raise ValueError(f"host is an address to listen on, such as '127.0.0.1', not {host!r}")
+        self._host = host.strip().strip("[]")
+        self._port = port
         self._lock = threading.Lock()
         self._scripts = Scripts()
         self._requests: list[RecordedRequest] = []
@@ -267,7 +286,7 @@ class ScriptedOpenAI:
     def __enter__(self) -> ScriptedOpenAI:
         if self._httpd is not None:
             raise RuntimeError("this ScriptedOpenAI is already running")
-        self._httpd = _HTTPServer(self)
+        self._httpd = _HTTPServer(self, self._host, self._port)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -310,7 +329,8 @@ class ScriptedOpenAI:
         """The API's base URL, `http://127.0.0.1:<port>/v1` (only while running)."""
         if self._httpd is None:
             raise RuntimeError("ScriptedOpenAI is not running: use it in a `with` block")
-        return f"http://127.0.0.1:{self._httpd.server_port}/v1"
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self._httpd.server_port}/v1"
 
     def _client_options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         return {

@@ -1022,6 +1022,14 @@ def usage_ws(ws: Workspace) -> Workspace:
     (ws.path / "twice.csv").write_text("question,must_mention,question\nq,ok,q\n")
     (ws.path / "unnamed.csv").write_text("question,,must_mention\nq,,ok\nq2,note,ok\n")
     ws.jsonl("badcontext.jsonl", [{"question": "q", "must_mention": "ok", "context": {"t": 1}}])
+    (ws.path / "types.jsonl").write_text(
+        '{"question": "q", "must_mention": "ok"}\n\n'
+        '{"question": 42, "must_mention": {"a": 1}, "expected_source": 7}\n'
+    )
+    ws.jsonl("mention.jsonl", [{"question": "q", "Must mention": {"a": 1}}])
+    ws.jsonl("source.jsonl", [{"question": "q", "expected_source": ["a.md", 7]}])
+    ws.jsonl("listq.jsonl", [{"question": ["q1", "q2"], "must_mention": "ok"}])
+    (ws.path / "adir.csv").mkdir()
     ws.module(USAGE_TARGET, stem="usage")
     ws.module(f"raise RuntimeError('bad\x1b[2J config: api_key={SECRET}')\n", stem="config")
     return ws
@@ -1063,6 +1071,31 @@ def usage_ws(ws: Workspace) -> Workspace:
         (["unnamed.csv", "--target", "{m}:answer"], "line 3: value 'note' is in column 2, which"),
         (["notes.txt", "--target", "{m}:answer"], "use a .csv or .jsonl file, not '.txt'"),
         (["badcontext.jsonl", "--target", "{m}:answer"], "row 1: column 'context'"),
+        (
+            ["types.jsonl", "--target", "{m}:answer"],
+            "types.jsonl, line 3: field 'question' is a number (42); it must be a string (in "
+            'quotes: "42")',
+        ),
+        (
+            ["mention.jsonl", "--target", "{m}:answer"],
+            "mention.jsonl, line 1: field 'Must mention' is an object ({\"a\": 1}); it must be "
+            "a string or a list of strings",
+        ),
+        (
+            ["source.jsonl", "--target", "{m}:answer"],
+            "source.jsonl, line 1: field 'expected_source' is a list holding non-strings "
+            '(["a.md", 7]); it must be a string or a list of strings',
+        ),
+        (
+            ["listq.jsonl", "--target", "{m}:answer"],
+            'listq.jsonl, line 1: field \'question\' is a list (["q1", "q2"]); it must be a string',
+        ),
+        (["adir.csv", "--target", "{m}:answer"], "adir.csv is a folder, not a .csv or .jsonl file"),
+        (
+            ["golden.csv", "--target", "{m}:answer", "--db", "adir.csv"],
+            f"the run store adir.csv is a folder; give a SQLite file's path (e.g. "
+            f"{Path('adir.csv/runs.db')})",
+        ),
         (["golden.csv", "--target", "{m}:answer", "--concurrency", "0"], "from 1 to 256"),
         (["golden.csv", "--target", "{m}:answer", "--concurrency", "2.5"], "from 1 to 256"),
         (["golden.csv", "--target", "{m}:answer", "--concurrency", "257"], "from 1 to 256"),

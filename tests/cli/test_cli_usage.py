@@ -341,6 +341,35 @@ def test_a_report_in_a_folder_not_writable_is_a_usage_error_before_the_run(
     assert not (ws.path / "called").exists()
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("where", ["/proc/r.html", "/proc/new/r.html"])
+def test_a_report_no_file_can_be_created_at_is_a_usage_error_before_the_run(
+    ws: Workspace, cli: Cli, where: str
+) -> None:
+    # /proc passes a permission check (for root, every folder does) and takes no new file
+    target = ws.module(MARKING)
+
+    result = cli("eval", golden(ws), "--target", f"{target}:answer", "--report", where)
+
+    assert result.code == 2
+    assert result.err.startswith(f"refinekit eval: error: --report {where}: cannot create the ")
+    assert result.err.endswith("; nothing was run\n")
+    assert not (ws.path / "called").exists()
+    assert not (ws.path / ".refinekit").exists()
+
+
+def test_the_report_check_leaves_no_file_or_folder_behind(ws: Workspace, cli: Cli) -> None:
+    # the check creates the file and its folders, and removes them before the usage error
+    (ws.path / "kept.html").write_text("an earlier report")
+    module = ws.module(MARKING)
+    for where in ("new/deeper/r.html", "kept.html"):
+        result = cli("eval", "missing.csv", "--target", f"{module}:answer", "--report", where)
+        assert result.code == 2
+        assert "file not found: missing.csv" in result.err
+    assert not (ws.path / "new").exists()
+    assert (ws.path / "kept.html").read_text() == "an earlier report"
+
+
 def test_a_report_whose_missing_folder_cannot_be_made_is_a_usage_error_before_the_run(
     ws: Workspace, cli: Cli
 ) -> None:

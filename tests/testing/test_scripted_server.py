@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -71,6 +72,44 @@ def test_base_url_and_client_defaults(server: ScriptedOpenAI) -> None:
 def test_base_url_needs_a_running_server() -> None:
     with pytest.raises(RuntimeError, match="not running"):
         _ = ScriptedOpenAI().base_url
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_port_and_a_host_can_be_chosen() -> None:
+    port = free_port()
+    with ScriptedOpenAI(port=port) as server:
+        assert server.base_url == f"http://127.0.0.1:{port}/v1"
+        server.script("gpt-test", "Paris.")
+        with server.client() as client:
+            reply = client.chat.completions.create(model="gpt-test", messages=[])
+        assert reply.choices[0].message.content == "Paris."
+    if not socket.has_ipv6:
+        return
+    try:
+        with ScriptedOpenAI(host="::1") as server:
+            assert server.base_url.startswith("http://[::1]:")
+            server.script("gpt-test", "Paris.")
+            with server.client() as client:
+                reply = client.chat.completions.create(model="gpt-test", messages=[])
+            assert reply.choices[0].message.content == "Paris."
+    except OSError:  # a machine without IPv6's loopback
+        pass
+
+
+@pytest.mark.parametrize("port", [-1, 65536, 1.5, True, "80"])
+def test_a_port_is_0_to_65535(port: Any) -> None:
+    with pytest.raises(ValueError, match="port is a whole number from 0 to 65535"):
+        ScriptedOpenAI(port=port)
+
+
+def test_a_host_is_an_address() -> None:
+    with pytest.raises(ValueError, match="host is an address to listen on"):
+        ScriptedOpenAI(host=" ")
 
 
 def test_a_running_server_cannot_be_entered_again(server: ScriptedOpenAI) -> None:

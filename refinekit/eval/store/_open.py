@@ -62,7 +62,7 @@ def store_location(db: str | os.PathLike[str] | None = None) -> Path | StoreURL:
     Raises:
         UsageProblem: `db` (or `$REFINEKIT_DB`) is a URL of another scheme, or a malformed
             PostgreSQL URL (a password holding `#`, `/`, `?` or `@` must be percent-encoded);
-            the message shows no part of the URL's user info.
+            the message shows no part of the URL's user info. Or a path that is a folder.
     """
     given = db or os.environ.get("REFINEKIT_DB") or DEFAULT_DB
     source = "" if db or not os.environ.get("REFINEKIT_DB") else " ($REFINEKIT_DB)"
@@ -72,7 +72,13 @@ def store_location(db: str | os.PathLike[str] | None = None) -> Path | StoreURL:
     if isinstance(given, str) and _URL.match(given):
         _check_url(given, source)
         return StoreURL(given)
-    return Path(given)
+    path = Path(given)
+    if path.is_dir():
+        raise UsageProblem(
+            f"the run store {given}{source} is a folder; give a SQLite file's path (e.g. "
+            f"{path / 'runs.db'})"
+        )
+    return path
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]+://")
