@@ -252,12 +252,14 @@ class Job:
         reply: object = None,
         since: int | None = None,
         model: str | None = None,
+        reservation: Reservation | None = None,
     ) -> None:
         """Add a reply's usage, unless a nested refinekit call counted that reply after `since`.
 
         An outer decorated function often returns the very reply an inner decorated call got;
-        it was paid for once, so it is counted once. What is counted settles the current
-        reservation (`refinekit._engine.ledger.settle`): it turns from reserved into spent.
+        it was paid for once, so it is counted once. What is counted settles `reservation`
+        (default: the current one; `refinekit._engine.ledger.settle`): it turns from
+        reserved into spent.
         """
         with self._lock:
             if reply is not None:
@@ -269,7 +271,7 @@ class Job:
             self._usage = self._usage + usage
             self._split(False, model, usage)
             if _in_use:  # without any budget, nothing is ever reserved
-                settle(self, usage, model, None)
+                settle(self, usage, model, reservation)
 
     def _count_reply(self, reply: object, since: int | None = None) -> None:
         """Count the token usage a reply carries, once (see `_add_usage`).

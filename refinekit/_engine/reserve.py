@@ -27,7 +27,8 @@ from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from .._core.errors import BudgetExceeded
-from .budget import estimate_tokens, exceeded, request_tokens, spent_of
+from .._core.types import Usage
+from .budget import estimate_tokens, exceeded, request_tokens, spent_of, streamed_over
 from .job import Job, current_job, effective, in_use
 from .ledger import HELD, NOTHING, Held, reserved_of
 
@@ -38,6 +39,7 @@ __all__ = [
     "NOTHELD",
     "Held",
     "Reservation",
+    "StreamHold",
     "Tickets",
     "before_attempt",
     "before_call",
@@ -383,3 +385,67 @@ class Tickets:
         for ticket in self.held:
             if ticket is not None:
                 ticket.release()
+
+
+class StreamHold:
+    """What a stream holds of its job's budget as it arrives, before its usage is counted.
+
+    A stream's request holds its reservation (the attempt's, current when the stream is read)
+    from the moment it is sent. As its text arrives, what it has used so far beyond what the
+    reservation held when it began is added to that reservation (`grow`): the calls in flight
+    beside it (other streams, other calls) see it as held, so that streams sharing a job stop
+    together when their sum passes a limit, not each at the limit on its own. Counting the
+    stream's usage settles it, as any reply's.
+    """
+
+    __slots__ = ("_base_cost", "_base_tokens", "_cost", "_tokens", "budget", "job", "node")
+
+    def __init__(self, job: Job, budget: Budget) -> None:
+        self.job = job
+        self.budget = budget
+        self.node = _current_parent(job)
+        node = self.node
+        self._base_tokens = node.held.tokens if node is not None else 0
+        self._base_cost = node.held.cost if node is not None else 0.0
+        self._tokens = 0  # what this stream added to the reservation
+        self._cost = 0.0
+
+    def grow(self, running: Usage, model: str | None) -> BudgetExceeded | None:
+        """Hold `running` (the stream's usage so far); why to stop it now (None: go on).
+
+        Stop: what is spent plus what every call in flight holds (this stream's usage so far
+        included) passes `max_tokens` or `max_cost`.
+        """
+        job, budget, node = self.job, self.budget, self.node
+        cost = None
+        if budget.prices is not None and budget.max_cost is not None:
+            try:
+                cost = budget.prices.cost(model, running.prompt_tokens, running.completion_tokens)
+            except Exception:  # a missing price: the job's own check raises it when counted
+                cost = None
+        with job._lock:
+            reserved = reserved_of(job)
+            if node is not None and node.open:
+                more = max(0, running.total_tokens - self._base_tokens) - self._tokens
+                if more > 0:
+                    node.held.tokens += more
+                    reserved.tokens += more
+                    self._tokens += more
+                if cost is not None:
+                    extra = max(0.0, cost - self._base_cost) - self._cost
+                    if extra > 0:
+                        node.held.cost += extra
+                        reserved.cost += extra
+                        self._cost += extra
+                held_tokens, held_cost = reserved.tokens, reserved.cost
+            else:  # nothing reserved for it: its own usage, beside what the others hold
+                held_tokens = reserved.tokens + running.total_tokens
+                held_cost = reserved.cost + (cost or 0.0)
+            spent_tokens, _, spent_cost = spent_of(job, budget, locked=True)
+        if budget.max_tokens is not None and spent_tokens + held_tokens > budget.max_tokens:
+            return streamed_over(job, "max_tokens", budget.max_tokens, spent_tokens, held_tokens)
+        if budget.max_cost is not None and cost is not None and spent_cost is not None:
+            if spent_cost.total + held_cost > budget.max_cost:
+                total = spent_cost.total
+                return streamed_over(job, "max_cost", budget.max_cost, total, held_cost)
+        return None
