@@ -21,15 +21,17 @@ job, are `budget`'s.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Generator, Mapping, Sequence
 from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from .._core.errors import BudgetExceeded
 from .._core.types import Usage
 from .budget import estimate_tokens, exceeded, request_tokens, spent_of, streamed_over
-from .job import Job, current_job, effective, in_use
+from .job import LISTENING, Job, current_job, effective, in_use
 from .ledger import HELD, NOTHING, Held, reserved_of
 
 if TYPE_CHECKING:
@@ -40,7 +42,12 @@ __all__ = [
     "Held",
     "Reservation",
     "StreamHold",
+    "NotYet",
+    "Ramp",
     "Tickets",
+    "Turn",
+    "WaitTurn",
+    "admit",
     "before_attempt",
     "before_call",
     "judge_call",
@@ -64,7 +71,7 @@ class Reservation:
     is left of the budget.
     """
 
-    __slots__ = ("_token", "held", "job", "open", "parent", "prices", "taken", "used")
+    __slots__ = ("_token", "held", "job", "open", "parent", "prices", "ramp", "taken", "used")
 
     def __init__(self, job: Job | None, parent: Reservation | None, prices: Prices | None):
         self.job = job
@@ -74,6 +81,7 @@ class Reservation:
         self.taken = Held()  # what came from `parent`: goes back to it on release
         self.used = Held()  # all that was counted inside it: an attempt's own usage
         self.open = job is not None
+        self.ramp: Ramp | None = None  # a first call ramping up: told when it ends
         self._token: Token[Reservation | None] | None = None
 
     def __enter__(self) -> Reservation:
@@ -92,6 +100,8 @@ class Reservation:
                     self.open = False
                     parent = self.parent if self.parent is not None and self.parent.open else None
                     _give_back(reserved_of(job), self.held, self.taken, parent)
+                    if self.ramp is not None:
+                        self.ramp.ended(self.used)
         token = self._token
         if token is not None:
             self._token = None
@@ -239,6 +249,8 @@ def before_attempt(
     planned: str,
     previous: Reservation | None,
     extra_chars: int,
+    *,
+    first_of: str | None = None,
 ) -> Reservation:
     """Before a call of the wrapped function (`planned`): reserve its estimate, or stop.
 
@@ -250,6 +262,12 @@ def before_attempt(
     adds to the prompt (`extra_chars`, the feedback or the correction turn: characters / 4)
     as prompt tokens (priced, with a cost limit, at the previous attempt's cost per token).
 
+    `first_of`: the function, for a first call (`previous` None) that ramps up (see `Ramp`):
+    under a token or cost limit, a first call made outside any other reservation of the job
+    is estimated at the largest usage a first call of the function had in the job, and
+    waits (`NotYet`) while as many first calls of it are in flight as have been measured
+    (at least one).
+
     Returns:
         The reservation, current until released (what the function's calls count settles
         it); `NOTHELD` without a budget. Release it once the reply is counted, and give it
@@ -257,6 +275,7 @@ def before_attempt(
 
     Raises:
         BudgetExceeded: The estimate does not fit.
+        NotYet: A first call that must wait for its turn (`admit` waits for it).
     """
     if not in_use():
         return NOTHELD
@@ -271,9 +290,157 @@ def before_attempt(
         cost += last.cost * extra / last.tokens
     if budget.prices is None:
         cost = 0.0
-    held = _grant(job, budget, planned, Held(max(1, last.calls), tokens, cost))
+    ramped = (
+        first_of is not None
+        and previous is None
+        and (budget.max_tokens is not None or budget.max_cost is not None)
+        and not LISTENING.get()
+    )
+    if not ramped:
+        held = _grant(job, budget, planned, Held(max(1, last.calls), tokens, cost))
+    else:
+        assert first_of is not None
+        with job._lock:
+            if _current_parent(job) is not None:  # inside another call: its estimate covers it
+                held = _grant_locked(job, budget, planned, Held(1, tokens, cost))
+            else:
+                ramps = job._ramps
+                if ramps is None:
+                    ramps = job._ramps = {}
+                ramp = ramps.get(first_of)
+                if ramp is None:
+                    ramp = ramps[first_of] = Ramp(job)
+                if ramp.in_flight >= max(1, ramp.measured):
+                    raise NotYet(ramp.turn())
+                known = ramp.largest
+                need = Held(max(1, known.calls), known.tokens, known.cost if budget.prices else 0.0)
+                held = _grant_locked(job, budget, planned, need)
+                ramp.in_flight += 1
+                held.ramp = ramp
     held._token = HELD.set(held)
     return held
+
+
+class Ramp:
+    """The first calls of one function in a job, under a token or cost limit, ramping up.
+
+    Nothing is known of a first call's tokens or cost before its reply, so first calls started
+    at once (an `asyncio.gather` of decorated calls, threads) could together pass a limit by
+    their whole usage. So, as `refinekit eval --max-cost` does: a first call of the function
+    goes alone until one has been measured, then as many at once as have been measured (1, 2,
+    4, ... as they end), each estimated at the largest usage measured (its calls, tokens and
+    cost), which must fit in what is left. Waiting first calls are woken as one ends.
+    """
+
+    __slots__ = ("_waiting", "in_flight", "job", "largest", "measured")
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.in_flight = 0
+        self.measured = 0
+        self.largest = Held()
+        self._waiting: list[Turn] = []
+
+    def turn(self) -> Turn:
+        """A first call's wait for its turn (the job's lock held)."""
+        turn = Turn()
+        self._waiting.append(turn)
+        return turn
+
+    def ended(self, used: Held) -> None:
+        """A first call ended, having used `used` (the job's lock held): wake the waiting."""
+        self.in_flight -= 1
+        if used.calls:  # a reply was counted: its usage is a measure of the next
+            self.measured += 1
+            largest = self.largest
+            largest.calls = max(largest.calls, used.calls)
+            largest.tokens = max(largest.tokens, used.tokens)
+            largest.cost = max(largest.cost, used.cost)
+        waiting, self._waiting = self._waiting, []
+        for turn in waiting:
+            turn.wake()
+
+
+class Turn:
+    """One wait for a first call's turn: woken from any thread, awaited or waited on."""
+
+    __slots__ = ("_event", "_lock", "_woken", "_future")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._woken = False
+        self._future: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+
+    def wake(self) -> None:
+        with self._lock:
+            self._woken = True
+            future = self._future
+        self._event.set()
+        if future is not None:
+            loop, waiter = future
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
+                loop.call_soon_threadsafe(_resolve, waiter)
+
+    def wait(self) -> None:
+        self._event.wait()
+
+    async def await_(self) -> None:
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if self._woken:
+                return
+            self._future = (loop, waiter)
+        await waiter
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class NotYet(Exception):
+    """A first call must wait for its turn (`Ramp`): `admit` waits, then asks again."""
+
+    def __init__(self, turn: Turn) -> None:
+        super().__init__("a first call waits for its turn")
+        self.turn = turn
+
+
+class WaitTurn:
+    """Wait until a first call of the function ends (a flow's command)."""
+
+    __slots__ = ("turn",)
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+
+    def run_sync(self) -> None:
+        self.turn.wait()
+
+    async def run_async(self) -> None:
+        await self.turn.await_()
+
+
+def admit(
+    job: Job,
+    planned: str,
+    previous: Reservation | None,
+    extra_chars: int,
+    *,
+    first_of: str | None = None,
+) -> Generator[WaitTurn, None, Reservation]:
+    """`before_attempt` as a sub-flow (`yield from`): a first call waits for its turn.
+
+    Raises:
+        BudgetExceeded: The estimate does not fit.
+    """
+    while True:
+        try:
+            return before_attempt(job, planned, previous, extra_chars, first_of=first_of)
+        except NotYet as wait:
+            yield WaitTurn(wait.turn)
 
 
 def before_call(

@@ -25,7 +25,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
@@ -37,7 +36,7 @@ from . import budget as _budget
 from . import reserve as _reserve
 from .events import emit, make_event, wants_debug_events
 from .flow import OPENERS, Flow
-from .job import Job, effective, in_use
+from .job import LISTENING, Job, effective, in_use
 
 __all__ = [
     "LISTENING",
@@ -66,9 +65,6 @@ iterator of text."""
 
 SyncStreamLike: TypeAlias = "Iterator[Any] | AbstractContextManager[Any]"
 """A stream a `def` function returns, for type checkers (see `StreamLike`)."""
-
-LISTENING: ContextVar[bool] = ContextVar("refinekit_stream_listening", default=False)
-"""Whether the flow runs under `fn.stream(...)`: its `Emit`s reach a consumer."""
 
 
 def listening() -> bool:
