@@ -144,9 +144,12 @@ def check() -> None:
 def streamed_over(
     job: Job, limit: str, maximum: float, spent: float, held: float
 ) -> BudgetExceeded:
-    """The stop of a stream closed mid-way: what is spent plus what the calls in flight hold
-    (its own text so far included) passes `limit`. Its `needed` is None (the call was made);
-    `recount` brings its counts up to date once the stream is counted."""
+    """The stop of a stream closed mid-way by `limit`.
+
+    What is spent plus what the calls in flight hold (its own text so far included) passes
+    the limit. Its `needed` is None (the call was made); `recount` brings its counts up to
+    date once the stream is counted.
+    """
     error = exceeded(job, limit, maximum, spent, None)
     what = {"max_tokens": "tokens", "max_cost": "cost"}[limit]
     error.args = (
@@ -173,7 +176,7 @@ def recount(error: BudgetExceeded, job: Job) -> None:
         tokens, calls, cost = spent_of(job, budget)
     except Exception:  # a missing price: the error keeps what it had
         return
-    spent = {"max_tokens": tokens, "max_calls": calls}.get(error.limit)
+    spent: float | None = {"max_tokens": tokens, "max_calls": calls}.get(error.limit)
     if error.limit == "max_cost":
         spent = None if cost is None else cost.total
     if error.needed is None and spent is not None:

@@ -364,7 +364,7 @@ class Ramp:
 class Turn:
     """One wait for a first call's turn: woken from any thread, awaited or waited on."""
 
-    __slots__ = ("_event", "_lock", "_woken", "_future")
+    __slots__ = ("_event", "_future", "_lock", "_woken")
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -611,8 +611,12 @@ class StreamHold:
             spent_tokens, _, spent_cost = spent_of(job, budget, locked=True)
         if budget.max_tokens is not None and spent_tokens + held_tokens > budget.max_tokens:
             return streamed_over(job, "max_tokens", budget.max_tokens, spent_tokens, held_tokens)
-        if budget.max_cost is not None and cost is not None and spent_cost is not None:
-            if spent_cost.total + held_cost > budget.max_cost:
-                total = spent_cost.total
-                return streamed_over(job, "max_cost", budget.max_cost, total, held_cost)
+        if (
+            budget.max_cost is not None
+            and cost is not None
+            and spent_cost is not None
+            and spent_cost.total + held_cost > budget.max_cost
+        ):
+            total = spent_cost.total
+            return streamed_over(job, "max_cost", budget.max_cost, total, held_cost)
         return None

@@ -753,7 +753,9 @@ async def test_a_gather_of_decorated_calls_in_one_job_keeps_to_max_cost(
     cost = job.cost
     assert cost is not None
     # a call that ran alone may finish its attempts (LowQualityAnswer); the rest are stopped
-    assert all(isinstance(r, (BudgetExceeded, refinekit.LowQualityAnswer)) for r in results), results
+    assert all(isinstance(r, (BudgetExceeded, refinekit.LowQualityAnswer)) for r in results), (
+        results
+    )
     assert any(isinstance(r, BudgetExceeded) for r in results)
     assert cost.total <= 0.2 + 1e-9
     assert cost.total > 0.2 - 0.04  # and the budget was used, not refused early
