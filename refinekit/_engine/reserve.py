@@ -89,10 +89,14 @@ class Reservation:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if self.open or self._token is not None:  # NOTHELD: nothing to do, at no cost
-            self.release()
+            self.release(completed=exc_type is None)
 
-    def release(self) -> None:
-        """Give back what is held and not counted; no-op when released already."""
+    def release(self, *, completed: bool = True) -> None:
+        """Give back what is held and not counted; no-op when released already.
+
+        `completed`: the call ended without an error (for a first call ramping up: it
+        measured what a first call of its function uses, whatever refinekit could count).
+        """
         job = self.job
         if job is not None and self.open:
             with job._lock:
@@ -101,7 +105,7 @@ class Reservation:
                     parent = self.parent if self.parent is not None and self.parent.open else None
                     _give_back(reserved_of(job), self.held, self.taken, parent)
                     if self.ramp is not None:
-                        self.ramp.ended(self.used)
+                        self.ramp.ended(self.used, completed)
         token = self._token
         if token is not None:
             self._token = None
@@ -347,10 +351,14 @@ class Ramp:
         self._waiting.append(turn)
         return turn
 
-    def ended(self, used: Held) -> None:
-        """A first call ended, having used `used` (the job's lock held): wake the waiting."""
+    def ended(self, used: Held, completed: bool) -> None:
+        """A first call ended, having used `used` (the job's lock held): wake the waiting.
+
+        It measured a first call when it returned (a reply refinekit could not count, a
+        `str`, measures nothing: none to wait for) or something was counted in it.
+        """
         self.in_flight -= 1
-        if used.calls:  # a reply was counted: its usage is a measure of the next
+        if completed or used.calls:  # its usage is a measure of the next
             self.measured += 1
             largest = self.largest
             largest.calls = max(largest.calls, used.calls)
