@@ -881,3 +881,44 @@ async def test_calls_inside_an_attempt_take_their_share_from_the_attempt(
         client.close()
     else:
         await client.close()
+
+
+async def test_first_calls_of_functions_whose_replies_carry_no_usage_all_run() -> None:
+    """The ramp waits for first calls to be measured; a `str` reply measures nothing, and
+    the calls go on at once (1, 2, 4, ... at a time), none of them refused."""
+    running = 0
+    most = 0
+
+    @refinekit.retry_on_low_quality(evaluator=refinekit.checks.excludes("never"))
+    async def answer(question: str) -> str:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0)
+        running -= 1
+        return "Paris."
+
+    async with refinekit.job(budget=Budget(max_tokens=100)) as job:
+        results = await asyncio.gather(*(answer("q") for _ in range(12)))
+    assert results == ["Paris."] * 12
+    assert 1 < most < 12  # ramped up, not one at a time for ever
+    assert job.usage == Usage()
+
+
+def test_the_next_first_call_is_estimated_at_the_measured_one(server: ScriptedOpenAI) -> None:
+    """Once a first call of a function has ended, the next is reserved at its usage: one that
+    would not fit is not sent."""
+    server.script("answer", answer_reply(20, 10), times=None)
+    with server.client() as client:
+        fn = refinekit.retry_on_low_quality(evaluator=refinekit.checks.excludes("never"))(
+            Setup("sync", client).asker()
+        )
+        with refinekit.job(budget=Budget(max_tokens=50)) as job:
+            fn("Where is Paris?")
+            with pytest.raises(BudgetExceeded) as stopped:
+                fn("Where is Paris?")
+    assert len(server.requests_for("answer")) == 1
+    assert job.usage.total_tokens == 30
+    assert stopped.value.needed == 30
+    assert stopped.value.planned is not None
+    assert stopped.value.planned.startswith("attempt 1 of")
