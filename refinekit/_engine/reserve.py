@@ -8,11 +8,14 @@ the calls in flight (`BudgetExceeded`):
 - `before_attempt(...)`: an attempt of the wrapped function (a first call: one call; another
   attempt or a correction: the previous attempt's own usage plus its feedback or correction
   turn, characters / 4); current until released, so that the calls made inside it take
-  their share from it;
+  their share from it. `admit(...)`, its sub-flow, lets the first calls of one function
+  ramp up under a token or cost limit (`Ramp`: one until one is measured, then as many as
+  measured, at the largest measured usage), waiting for their turn (`WaitTurn`);
 - `before_call(...)`: a revision (one call, its prompt's estimate);
 - `judge_call(...)` / `judge_calls(...)`: a judge's request (one call, its prompt's
   characters / 4), or a judge's concurrent requests reserved together, in order (`Tickets`).
 
+A stream being read holds its usage so far in its reservation as it arrives (`StreamHold`).
 Counting a reply (`refinekit._engine.job`) settles the reservation it was made under (`settle`), and
 `Reservation.release` gives back what is left when the call has ended, failed or was
 cancelled. The job owns the counters and the lock; what is spent, and the error that stops a

@@ -13,11 +13,15 @@ a sub-flow (`yield from`) written once for sync and async, on four commands:
   (`run_sync` / `run_async`) do nothing with it, the stream drivers (`itemstream`) yield it.
 
 `read_stream` hands each delta to a `Sink` (the decorator's: partial validation, a prefix
-rule, pass-through), which says what to emit and whether to abort; it counts the stream's usage
-in the job once, when the stream ends or is aborted (what the server reported; an estimate of
-characters / 4, said to be one, when it reported nothing), stops the stream when the job's
-budget runs out mid-way (`BudgetExceeded`, the stream closed first, its tokens counted), and
-emits one `stream` event (chunks, time to its first chunk, whether and why it was aborted).
+rule, pass-through), which says what to emit and whether to abort. The stream's request was
+sent when the function returned it, so it counts in the job once, however its reading ends:
+read to its end, aborted, or closed from outside (the consumer closed `fn.stream(...)`, the
+task was cancelled, a step's budget check stopped the job), with what the server reported or
+an estimate of characters / 4, said to be one (`Usage.estimated_calls`). While it is read it
+holds its usage so far in the reservation it runs in (`reserve.StreamHold`), and it is
+stopped when the job's spending plus what every call in flight holds passes a token or cost
+limit (`BudgetExceeded`, the stream closed first, its tokens counted). It emits one `stream`
+event (chunks, time to its first chunk, whether and why it was aborted).
 """
 
 from __future__ import annotations
