@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -177,6 +177,50 @@ async def test_cancelled_async_stream_consumers_count_under_max_calls(
     assert job.usage.estimated_calls == 3
     closed = [e for e in seen if e.kind == "stream"]
     assert [(e.aborted, e.estimated) for e in closed] == [("closed", True)] * 3
+
+
+async def test_cancelled_awaited_calls_reading_a_stream_count_under_max_calls(
+    server: ScriptedOpenAI,
+) -> None:
+    """A plain awaited call whose function streams, cancelled while the stream is read."""
+    server.script("m", Reply.hang(after=2, then=Reply.text(TEXT)), times=None)
+    seen, unsubscribe = stream_events()
+    stopped = 0
+    reading = asyncio.Event()
+    async with server.async_client(max_retries=0, timeout=5) as client:
+
+        @retry_on_low_quality(evaluator=checks.excludes("never"))
+        async def answer(question: str) -> Any:
+            messages = [{"role": "user", "content": question}]
+            stream = await client.chat.completions.create(model="m", messages=messages, **STREAMED)
+
+            async def chunks() -> AsyncIterator[Any]:
+                async with stream:  # closing the generator closes the HTTP response
+                    async for chunk in stream:
+                        yield chunk
+                        reading.set()  # refinekit is reading it: the request was sent
+
+            return chunks()
+
+        async with refinekit.job(budget=Budget(max_calls=3)) as job:
+            for _ in range(10):
+                reading.clear()
+                task = asyncio.ensure_future(answer("q"))
+                read = asyncio.ensure_future(reading.wait())
+                await asyncio.wait({task, read}, timeout=5, return_when="FIRST_COMPLETED")
+                read.cancel()
+                if task.done():
+                    assert isinstance(task.exception(), BudgetExceeded)
+                    stopped += 1
+                    continue
+                task.cancel()  # the stream stalls after 2 chunks: it is being read
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+    unsubscribe()
+    assert assert_counted_as_sent(server, job, 3) == 3
+    assert stopped == 7
+    assert job.usage.estimated_calls == 3
+    assert [e.aborted for e in seen if e.kind == "stream"] == ["closed"] * 3
 
 
 def test_concurrent_streams_closed_early_count_under_max_calls(server: ScriptedOpenAI) -> None:
