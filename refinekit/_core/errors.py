@@ -283,7 +283,8 @@ class BudgetExceeded(RefinekitError):
             or None.
         reserved: For a call refinekit did not make: what other calls in flight held
             against that limit when it was refused, reserved and not yet counted (0 with one
-            call at a time).
+            call at a time). For a stream stopped mid-way: what the calls in flight held,
+            its own text so far included.
         usage: Token usage of the answering model in the job when it stopped.
         judge_usage: Token usage of model judges in the job when it stopped.
         cost: What the job's calls cost when it stopped; None without prices.

@@ -267,11 +267,16 @@ class Usage:
             and calls reported with `record_usage`.
         prompt_tokens: Prompt tokens over those replies.
         completion_tokens: Completion tokens over those replies.
+        estimated_calls: Of `model_calls`, the calls whose tokens are refinekit's estimate
+            (characters / 4) because the server reported none: a stream closed before its
+            end (aborted, abandoned by its consumer, cancelled, stopped by the budget) or one
+            sent without usage. Not compared: two usages with the same counts are equal.
     """
 
     model_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    estimated_calls: int = field(default=0, compare=False)
 
     @property
     def total_tokens(self) -> int:
@@ -283,6 +288,14 @@ class Usage:
             self.model_calls + other.model_calls,
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
+            self.estimated_calls + other.estimated_calls,
+        )
+
+    def __repr__(self) -> str:
+        estimated = f", estimated_calls={self.estimated_calls}" if self.estimated_calls else ""
+        return (
+            f"Usage(model_calls={self.model_calls}, prompt_tokens={self.prompt_tokens}, "
+            f"completion_tokens={self.completion_tokens}{estimated})"
         )
 
 

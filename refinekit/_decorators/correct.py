@@ -243,7 +243,8 @@ def _correct_flow(
             else f"call of {cfg.function}"
         )
         # reserved until its reply is counted
-        with _reserve.before_attempt(job, planned, previous, turn) as previous:
+        reserving = _reserve.admit(job, planned, previous, turn, first_of=cfg.function)
+        with (yield from reserving) as previous:
             # Fresh copies each call: edits the function makes to its messages never compound.
             sent = [dict(m) for m in conversation]
             sent.extend(dict(m) for m in added)

@@ -218,7 +218,9 @@ def _guard_flow(
         if (yield from _screen(cfg, job, "input", request, record)):
             return cfg.refusal
     # The one call: one model call reserved until its reply is counted (none left: stop).
-    with _reserve.before_attempt(job, f"call of {cfg.function}", None, 0):
+    with (
+        yield from _reserve.admit(job, f"call of {cfg.function}", None, 0, first_of=cfg.function)
+    ):
         started = time.perf_counter()
         counted = job._replies_counted()
         rejection: LowQualityAnswer | None = None

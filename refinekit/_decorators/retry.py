@@ -323,7 +323,8 @@ def _retry_steps(
         # before it is made, until its reply is counted; it stops here when that does not fit.
         extra = len(feedback) if feedback else 0
         planned = f"attempt {number} of {cfg.function}"
-        with _reserve.before_attempt(job, planned, previous_attempt, extra) as previous_attempt:
+        reserving = _reserve.admit(job, planned, previous_attempt, extra, first_of=cfg.function)
+        with (yield from reserving) as previous_attempt:
             info = AttemptInfo(number, max_attempts, feedback, previous)
             infos.append(info)
             started = time.perf_counter()

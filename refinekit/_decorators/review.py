@@ -261,7 +261,9 @@ def _review_steps(
     drafts_max = 1 if cfg.mode == "shadow" else cfg.max_revisions + 1  # shadow never revises
     # The one call of the function: its tool calls and recorded context are the evidence.
     # One model call reserved until its reply is counted (none left: stop).
-    with _reserve.before_attempt(job, f"call of {cfg.function}", None, 0):
+    with (
+        yield from _reserve.admit(job, f"call of {cfg.function}", None, 0, first_of=cfg.function)
+    ):
         started = time.perf_counter()
         outer = current_attempt()  # inside @retry_on_low_quality: record_context goes to both
         info = outer if outer is not None else AttemptInfo(1, 1)

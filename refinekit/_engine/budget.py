@@ -35,8 +35,10 @@ __all__ = [
     "check",
     "estimate_tokens",
     "exceeded",
+    "recount",
     "request_tokens",
     "spent_of",
+    "streamed_over",
     "surface",
     "without_attempts",
 ]
@@ -137,6 +139,51 @@ def check() -> None:
     for limit, maximum, spent in checks:
         if maximum is not None and spent > maximum:
             raise exceeded(job, limit, maximum, spent, spent_cost)
+
+
+def streamed_over(
+    job: Job, limit: str, maximum: float, spent: float, held: float
+) -> BudgetExceeded:
+    """The stop of a stream closed mid-way by `limit`.
+
+    What is spent plus what the calls in flight hold (its own text so far included) passes
+    the limit. Its `needed` is None (the call was made); `recount` brings its counts up to
+    date once the stream is counted.
+    """
+    error = exceeded(job, limit, maximum, spent, None)
+    what = {"max_tokens": "tokens", "max_cost": "cost"}[limit]
+    error.args = (
+        f"budget exceeded: a stream was stopped mid-way: {what} {_fmt(limit, spent)} spent "
+        f"and {_fmt(limit, held)} held by the calls in flight (its own text so far included) "
+        f"pass {limit}={_fmt(limit, maximum)}",
+    )
+    error.reserved = held
+    return error
+
+
+def recount(error: BudgetExceeded, job: Job) -> None:
+    """Bring a stop's usage, cost and counts up to date with what `job` has counted since.
+
+    A stream a step's check stopped is counted after the error was made (it was sent: its
+    usage counts): the error then says what the job has spent with it.
+    """
+    if error.job_id != job.id:
+        return
+    budget = effective(job)
+    if budget is None:
+        return
+    try:
+        tokens, calls, cost = spent_of(job, budget)
+    except Exception:  # a missing price: the error keeps what it had
+        return
+    spent: float | None = {"max_tokens": tokens, "max_calls": calls}.get(error.limit)
+    if error.limit == "max_cost":
+        spent = None if cost is None else cost.total
+    if error.needed is None and spent is not None:
+        error.spent = max(error.spent, spent)
+        if error.spent > error.maximum:  # else it says what the calls in flight held
+            error.args = exceeded(job, error.limit, error.maximum, error.spent, cost).args
+    error.usage, error.judge_usage, error.cost = job.usage, job.judge_usage, cost
 
 
 def _request_chars(request: Mapping[str, Any]) -> int:

@@ -115,8 +115,8 @@ class Event:
         first_chunk: Seconds from opening the stream to its first chunk (`stream`; None when
             none came).
         aborted: Why the stream was closed before its end (`"budget"`, a failed field, a rule
-            check's rejection), or how it broke (`"interrupted: ..."`); None when it was read
-            to its end (`stream`).
+            check's rejection, `"closed"`: by its consumer, or its task was cancelled), or how
+            it broke (`"interrupted: ..."`); None when it was read to its end (`stream`).
         estimated: Whether the stream's usage in `usage` is an estimate (characters / 4): the
             server reported none before the stream ended or was closed (`stream`).
     """

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .reserve import Reservation
 
 __all__ = [
+    "LISTENING",
     "Job",
     "check_budget_option",
     "cost_of",
@@ -41,6 +42,9 @@ __all__ = [
 
 _JOB: ContextVar[Job | None] = ContextVar("refinekit_job", default=None)
 _ATTEMPT: ContextVar[AttemptInfo | None] = ContextVar("refinekit_attempt", default=None)
+LISTENING: ContextVar[bool] = ContextVar("refinekit_stream_listening", default=False)
+"""Whether the flow runs under `fn.stream(...)`: its `Emit`s reach a consumer, and it goes
+only as fast as the consumer asks (`refinekit._engine.streaming`)."""
 
 
 _in_use = False
@@ -152,6 +156,7 @@ class Job:
         "_judge_usage",
         "_lock",
         "_models",
+        "_ramps",
         "_reserved",
         "_token",
         "_usage",
@@ -174,6 +179,9 @@ class Job:
         # What the calls in flight hold of the budget and is not counted yet (calls, tokens,
         # cost); made by the first reservation, so a job without a budget never has one.
         self._reserved: Held | None = None
+        # First calls per function ramping up (`refinekit._engine.reserve.Ramp`): made by the
+        # first one under a token or cost limit.
+        self._ramps: dict[str, Any] | None = None
         self._token: Token[Job | None] | None = None
 
     @property
@@ -252,12 +260,14 @@ class Job:
         reply: object = None,
         since: int | None = None,
         model: str | None = None,
+        reservation: Reservation | None = None,
     ) -> None:
         """Add a reply's usage, unless a nested refinekit call counted that reply after `since`.
 
         An outer decorated function often returns the very reply an inner decorated call got;
-        it was paid for once, so it is counted once. What is counted settles the current
-        reservation (`refinekit._engine.ledger.settle`): it turns from reserved into spent.
+        it was paid for once, so it is counted once. What is counted settles `reservation`
+        (default: the current one; `refinekit._engine.ledger.settle`): it turns from
+        reserved into spent.
         """
         with self._lock:
             if reply is not None:
@@ -269,7 +279,7 @@ class Job:
             self._usage = self._usage + usage
             self._split(False, model, usage)
             if _in_use:  # without any budget, nothing is ever reserved
-                settle(self, usage, model, None)
+                settle(self, usage, model, reservation)
 
     def _count_reply(self, reply: object, since: int | None = None) -> None:
         """Count the token usage a reply carries, once (see `_add_usage`).

@@ -8,11 +8,14 @@ the calls in flight (`BudgetExceeded`):
 - `before_attempt(...)`: an attempt of the wrapped function (a first call: one call; another
   attempt or a correction: the previous attempt's own usage plus its feedback or correction
   turn, characters / 4); current until released, so that the calls made inside it take
-  their share from it;
+  their share from it. `admit(...)`, its sub-flow, lets the first calls of one function
+  ramp up under a token or cost limit (`ramp.Ramp`: one until one is measured, then as many as
+  measured, at the largest measured usage), waiting for their turn (`WaitTurn`);
 - `before_call(...)`: a revision (one call, its prompt's estimate);
 - `judge_call(...)` / `judge_calls(...)`: a judge's request (one call, its prompt's
   characters / 4), or a judge's concurrent requests reserved together, in order (`Tickets`).
 
+A stream being read holds its usage so far in its reservation as it arrives (`StreamHold`).
 Counting a reply (`refinekit._engine.job`) settles the reservation it was made under (`settle`), and
 `Reservation.release` gives back what is left when the call has ended, failed or was
 cancelled. The job owns the counters and the lock; what is spent, and the error that stops a
@@ -22,14 +25,16 @@ job, are `budget`'s.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from .._core.errors import BudgetExceeded
-from .budget import estimate_tokens, exceeded, request_tokens, spent_of
-from .job import Job, current_job, effective, in_use
+from .._core.types import Usage
+from .budget import estimate_tokens, exceeded, request_tokens, spent_of, streamed_over
+from .job import LISTENING, Job, current_job, effective, in_use
 from .ledger import HELD, NOTHING, Held, reserved_of
+from .ramp import NotYet, Ramp, WaitTurn
 
 if TYPE_CHECKING:
     from .prices import Budget, Prices
@@ -38,7 +43,9 @@ __all__ = [
     "NOTHELD",
     "Held",
     "Reservation",
+    "StreamHold",
     "Tickets",
+    "admit",
     "before_attempt",
     "before_call",
     "judge_call",
@@ -62,7 +69,7 @@ class Reservation:
     is left of the budget.
     """
 
-    __slots__ = ("_token", "held", "job", "open", "parent", "prices", "taken", "used")
+    __slots__ = ("_token", "held", "job", "open", "parent", "prices", "ramp", "taken", "used")
 
     def __init__(self, job: Job | None, parent: Reservation | None, prices: Prices | None):
         self.job = job
@@ -72,6 +79,7 @@ class Reservation:
         self.taken = Held()  # what came from `parent`: goes back to it on release
         self.used = Held()  # all that was counted inside it: an attempt's own usage
         self.open = job is not None
+        self.ramp: Ramp | None = None  # a first call ramping up: told when it ends
         self._token: Token[Reservation | None] | None = None
 
     def __enter__(self) -> Reservation:
@@ -79,10 +87,14 @@ class Reservation:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if self.open or self._token is not None:  # NOTHELD: nothing to do, at no cost
-            self.release()
+            self.release(completed=exc_type is None)
 
-    def release(self) -> None:
-        """Give back what is held and not counted; no-op when released already."""
+    def release(self, *, completed: bool = True) -> None:
+        """Give back what is held and not counted; no-op when released already.
+
+        `completed`: the call ended without an error (for a first call ramping up: it
+        measured what a first call of its function uses, whatever refinekit could count).
+        """
         job = self.job
         if job is not None and self.open:
             with job._lock:
@@ -90,6 +102,8 @@ class Reservation:
                     self.open = False
                     parent = self.parent if self.parent is not None and self.parent.open else None
                     _give_back(reserved_of(job), self.held, self.taken, parent)
+                    if self.ramp is not None:
+                        self.ramp.ended(self.used, completed)
         token = self._token
         if token is not None:
             self._token = None
@@ -237,6 +251,8 @@ def before_attempt(
     planned: str,
     previous: Reservation | None,
     extra_chars: int,
+    *,
+    first_of: str | None = None,
 ) -> Reservation:
     """Before a call of the wrapped function (`planned`): reserve its estimate, or stop.
 
@@ -248,6 +264,12 @@ def before_attempt(
     adds to the prompt (`extra_chars`, the feedback or the correction turn: characters / 4)
     as prompt tokens (priced, with a cost limit, at the previous attempt's cost per token).
 
+    `first_of`: the function, for a first call (`previous` None) that ramps up (see `Ramp`):
+    under a token or cost limit, a first call made outside any other reservation of the job
+    is estimated at the largest usage a first call of the function had in the job, and
+    waits (`NotYet`) while as many first calls of it are in flight as have been measured
+    (at least one).
+
     Returns:
         The reservation, current until released (what the function's calls count settles
         it); `NOTHELD` without a budget. Release it once the reply is counted, and give it
@@ -255,6 +277,7 @@ def before_attempt(
 
     Raises:
         BudgetExceeded: The estimate does not fit.
+        NotYet: A first call that must wait for its turn (`admit` waits for it).
     """
     if not in_use():
         return NOTHELD
@@ -269,9 +292,55 @@ def before_attempt(
         cost += last.cost * extra / last.tokens
     if budget.prices is None:
         cost = 0.0
-    held = _grant(job, budget, planned, Held(max(1, last.calls), tokens, cost))
+    ramped = (
+        first_of is not None
+        and previous is None
+        and (budget.max_tokens is not None or budget.max_cost is not None)
+        and not LISTENING.get()
+    )
+    if not ramped:
+        held = _grant(job, budget, planned, Held(max(1, last.calls), tokens, cost))
+    else:
+        assert first_of is not None
+        with job._lock:
+            if _current_parent(job) is not None:  # inside another call: its estimate covers it
+                held = _grant_locked(job, budget, planned, Held(1, tokens, cost))
+            else:
+                ramps = job._ramps
+                if ramps is None:
+                    ramps = job._ramps = {}
+                ramp = ramps.get(first_of)
+                if ramp is None:
+                    ramp = ramps[first_of] = Ramp(job)
+                if ramp.in_flight >= max(1, ramp.measured):
+                    raise NotYet(ramp.turn())
+                known = ramp.largest
+                need = Held(max(1, known.calls), known.tokens, known.cost if budget.prices else 0.0)
+                held = _grant_locked(job, budget, planned, need)
+                ramp.in_flight += 1
+                held.ramp = ramp
     held._token = HELD.set(held)
     return held
+
+
+def admit(
+    job: Job,
+    planned: str,
+    previous: Reservation | None,
+    extra_chars: int,
+    *,
+    first_of: str | None = None,
+) -> Generator[WaitTurn, None, Reservation]:
+    """`before_attempt` as a sub-flow (`yield from`): a first call waits for its turn.
+
+    Raises:
+        BudgetExceeded: The estimate does not fit.
+    """
+    while True:
+        try:
+            return before_attempt(job, planned, previous, extra_chars, first_of=first_of)
+        except NotYet as wait:
+            yield WaitTurn(wait.turn)
 
 
 def before_call(
@@ -383,3 +452,71 @@ class Tickets:
         for ticket in self.held:
             if ticket is not None:
                 ticket.release()
+
+
+class StreamHold:
+    """What a stream holds of its job's budget as it arrives, before its usage is counted.
+
+    A stream's request holds its reservation (the attempt's, current when the stream is read)
+    from the moment it is sent. As its text arrives, what it has used so far beyond what the
+    reservation held when it began is added to that reservation (`grow`): the calls in flight
+    beside it (other streams, other calls) see it as held, so that streams sharing a job stop
+    together when their sum passes a limit, not each at the limit on its own. Counting the
+    stream's usage settles it, as any reply's.
+    """
+
+    __slots__ = ("_base_cost", "_base_tokens", "_cost", "_tokens", "budget", "job", "node")
+
+    def __init__(self, job: Job, budget: Budget) -> None:
+        self.job = job
+        self.budget = budget
+        self.node = _current_parent(job)
+        node = self.node
+        self._base_tokens = node.held.tokens if node is not None else 0
+        self._base_cost = node.held.cost if node is not None else 0.0
+        self._tokens = 0  # what this stream added to the reservation
+        self._cost = 0.0
+
+    def grow(self, running: Usage, model: str | None) -> BudgetExceeded | None:
+        """Hold `running` (the stream's usage so far); why to stop it now (None: go on).
+
+        Stop: what is spent plus what every call in flight holds (this stream's usage so far
+        included) passes `max_tokens` or `max_cost`.
+        """
+        job, budget, node = self.job, self.budget, self.node
+        cost = None
+        if budget.prices is not None and budget.max_cost is not None:
+            try:
+                cost = budget.prices.cost(model, running.prompt_tokens, running.completion_tokens)
+            except Exception:  # a missing price: the job's own check raises it when counted
+                cost = None
+        with job._lock:
+            reserved = reserved_of(job)
+            if node is not None and node.open:
+                more = max(0, running.total_tokens - self._base_tokens) - self._tokens
+                if more > 0:
+                    node.held.tokens += more
+                    reserved.tokens += more
+                    self._tokens += more
+                if cost is not None:
+                    extra = max(0.0, cost - self._base_cost) - self._cost
+                    if extra > 0:
+                        node.held.cost += extra
+                        reserved.cost += extra
+                        self._cost += extra
+                held_tokens, held_cost = reserved.tokens, reserved.cost
+            else:  # nothing reserved for it: its own usage, beside what the others hold
+                held_tokens = reserved.tokens + running.total_tokens
+                held_cost = reserved.cost + (cost or 0.0)
+            spent_tokens, _, spent_cost = spent_of(job, budget, locked=True)
+        if budget.max_tokens is not None and spent_tokens + held_tokens > budget.max_tokens:
+            return streamed_over(job, "max_tokens", budget.max_tokens, spent_tokens, held_tokens)
+        if (
+            budget.max_cost is not None
+            and cost is not None
+            and spent_cost is not None
+            and spent_cost.total + held_cost > budget.max_cost
+        ):
+            total = spent_cost.total
+            return streamed_over(job, "max_cost", budget.max_cost, total, held_cost)
+        return None

@@ -13,11 +13,15 @@ a sub-flow (`yield from`) written once for sync and async, on four commands:
   (`run_sync` / `run_async`) do nothing with it, the stream drivers (`itemstream`) yield it.
 
 `read_stream` hands each delta to a `Sink` (the decorator's: partial validation, a prefix
-rule, pass-through), which says what to emit and whether to abort; it counts the stream's usage
-in the job once, when the stream ends or is aborted (what the server reported; an estimate of
-characters / 4, said to be one, when it reported nothing), stops the stream when the job's
-budget runs out mid-way (`BudgetExceeded`, the stream closed first, its tokens counted), and
-emits one `stream` event (chunks, time to its first chunk, whether and why it was aborted).
+rule, pass-through), which says what to emit and whether to abort. The stream's request was
+sent when the function returned it, so it counts in the job once, however its reading ends:
+read to its end, aborted, or closed from outside (the consumer closed `fn.stream(...)`, the
+task was cancelled, a step's budget check stopped the job), with what the server reported or
+an estimate of characters / 4, said to be one (`Usage.estimated_calls`). While it is read it
+holds its usage so far in the reservation it runs in (`reserve.StreamHold`), and it is
+stopped when the job's spending plus what every call in flight holds passes a token or cost
+limit (`BudgetExceeded`, the stream closed first, its tokens counted). It emits one `stream`
+event (chunks, time to its first chunk, whether and why it was aborted).
 """
 
 from __future__ import annotations
@@ -25,18 +29,18 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
-from .._core.errors import MissingPrice, StreamInterrupted
+from .._core.errors import BudgetExceeded, StreamInterrupted
 from .._core.types import Usage
 from .._providers import streams
 from .._providers.streams import Delta
 from . import budget as _budget
+from . import reserve as _reserve
 from .events import emit, make_event, wants_debug_events
 from .flow import OPENERS, Flow
-from .job import Job, effective, in_use
+from .job import LISTENING, Job, effective, in_use
 
 __all__ = [
     "LISTENING",
@@ -65,9 +69,6 @@ iterator of text."""
 
 SyncStreamLike: TypeAlias = "Iterator[Any] | AbstractContextManager[Any]"
 """A stream a `def` function returns, for type checkers (see `StreamLike`)."""
-
-LISTENING: ContextVar[bool] = ContextVar("refinekit_stream_listening", default=False)
-"""Whether the flow runs under `fn.stream(...)`: its `Emit`s reach a consumer."""
 
 
 def listening() -> bool:
@@ -231,24 +232,7 @@ def _usage(read: StreamRead, reported: Usage | None, prompt_chars: int, chars: i
     read.estimated = True
     prompt = reported.prompt_tokens if reported is not None and reported.prompt_tokens else 0
     completion = reported.completion_tokens if reported is not None else 0
-    return Usage(1, prompt or _estimate(prompt_chars), max(completion, _estimate(chars)))
-
-
-def _over_budget(job: Job, running: Usage, model: str | None) -> bool:
-    """Whether the job's spending plus this stream's so far is over a token or cost limit."""
-    budget = effective(job)
-    if budget is None:
-        return False
-    tokens, _, cost = _budget.spent_of(job, budget)
-    if budget.max_tokens is not None and tokens + running.total_tokens > budget.max_tokens:
-        return True
-    if budget.max_cost is not None and budget.prices is not None and cost is not None:
-        try:
-            extra = budget.prices.cost(model, running.prompt_tokens, running.completion_tokens)
-        except MissingPrice:
-            return False  # the job's own check raises it when the usage is counted
-        return cost.total + extra > budget.max_cost
-    return False
+    return Usage(1, prompt or _estimate(prompt_chars), max(completion, _estimate(chars)), 1)
 
 
 def read_stream(
@@ -282,67 +266,105 @@ def read_stream(
             its tokens so far counted.
     """
     read = StreamRead()
-    reader = yield Open(stream, function)
-    opened = time.perf_counter()
     parts: list[str] = []
-    tools = read.tools
     chars = 0
     reported: Usage | None = None
-    budgeted = count and in_use() and effective(job) is not None
-    stopped = False
-    while True:
-        try:
-            delta: Delta | None = yield Next(reader)
-        except StreamInterrupted as broken:
-            read.interrupted = broken
-            break
-        if delta is None:
-            break
-        if read.first_chunk is None:
-            read.first_chunk = time.perf_counter() - opened
-        if delta.text:
-            parts.append(delta.text)
-            chars += len(delta.text)
-        if delta.tool_name is not None or delta.tool_arguments:
-            call = tools.setdefault(delta.tool_index, [None, ""])
-            if delta.tool_name is not None:
-                call[0] = delta.tool_name
-            call[1] += delta.tool_arguments
-            chars += len(delta.tool_arguments)
-        if delta.usage is not None:
-            reported = delta.usage
-        if delta.finish_reason is not None:
-            read.finish_reason = delta.finish_reason
-        if delta.model:
-            read.model = delta.model
-        items, abort = sink.feed(delta)
-        for item in items:
-            yield Emit(item)
-        if abort is not None:
-            read.aborted = abort
-            yield Close(reader)
-            break
-        if budgeted:
-            running = Usage(
-                1,
-                reported.prompt_tokens if reported is not None else _estimate(prompt_chars),
-                max(reported.completion_tokens if reported is not None else 0, _estimate(chars)),
-            )
-            if _over_budget(job, running, read.model):
-                read.aborted = "budget"
-                stopped = True
+    budget = effective(job) if count and in_use() else None
+    # The request was sent when the function returned its stream: it holds the reservation
+    # it runs in from here, its usage so far held as it arrives, and it is counted however
+    # its reading ends (to its end, aborted, abandoned by the consumer, cancelled, stopped).
+    hold = _reserve.StreamHold(job, budget) if budget is not None else None
+    reader: Any = None
+    stopped: BudgetExceeded | None = None
+    try:
+        reader = yield Open(stream, function)
+        opened = time.perf_counter()
+        tools = read.tools
+        while True:
+            try:
+                delta: Delta | None = yield Next(reader)
+            except StreamInterrupted as broken:
+                read.interrupted = broken
+                break
+            if delta is None:
+                break
+            if read.first_chunk is None:
+                read.first_chunk = time.perf_counter() - opened
+            if delta.text:
+                parts.append(delta.text)
+                chars += len(delta.text)
+            if delta.tool_name is not None or delta.tool_arguments:
+                call = tools.setdefault(delta.tool_index, [None, ""])
+                if delta.tool_name is not None:
+                    call[0] = delta.tool_name
+                call[1] += delta.tool_arguments
+                chars += len(delta.tool_arguments)
+            if delta.usage is not None:
+                reported = delta.usage
+            if delta.finish_reason is not None:
+                read.finish_reason = delta.finish_reason
+            if delta.model:
+                read.model = delta.model
+            items, abort = sink.feed(delta)
+            for item in items:
+                yield Emit(item)
+            if abort is not None:
+                read.aborted = abort
                 yield Close(reader)
                 break
-    read.chunks = reader.chunks
+            if hold is not None:
+                running = Usage(
+                    1,
+                    reported.prompt_tokens if reported is not None else _estimate(prompt_chars),
+                    max(
+                        reported.completion_tokens if reported is not None else 0,
+                        _estimate(chars),
+                    ),
+                )
+                stopped = hold.grow(running, read.model)
+                if stopped is not None:
+                    read.aborted = "budget"
+                    yield Close(reader)
+                    break
+    except BaseException as ended:
+        # Ended before its end by what runs it: the consumer closed `fn.stream(...)` (or
+        # dropped it), the task was cancelled, or a step's budget check stopped the job. It
+        # was sent: it counts, its usage estimated when the server reported none.
+        if read.aborted is None and read.interrupted is None:
+            read.aborted = "budget" if isinstance(ended, BudgetExceeded) else "closed"
+        _finish(read, reader, parts, reported, prompt_chars, chars, job, hold, count)
+        _event(read, job, decorator, function, number, maximum)
+        if isinstance(ended, BudgetExceeded):
+            _budget.recount(ended, job)  # its usage as it is now, this stream's counted
+        raise
+    _finish(read, reader, parts, reported, prompt_chars, chars, job, hold, count)
+    _event(read, job, decorator, function, number, maximum)
+    if stopped is not None:
+        _budget.check()  # the job is over its budget now that the stream's tokens count
+        _budget.recount(stopped, job)  # else the calls in flight beside it will take it over
+        raise stopped
+    return read
+
+
+def _finish(
+    read: StreamRead,
+    reader: Any,
+    parts: list[str],
+    reported: Usage | None,
+    prompt_chars: int,
+    chars: int,
+    job: Job,
+    hold: _reserve.StreamHold | None,
+    count: bool,
+) -> None:
+    """What the stream came to, its usage counted in `job` (settling what it held)."""
+    read.chunks = getattr(reader, "chunks", 0)
     read.text = "".join(parts)
     read.pieces = parts
     read.usage = _usage(read, reported, prompt_chars, chars)
     if count:
-        job._add_usage(read.usage, model=read.model)
-    _event(read, job, decorator, function, number, maximum)
-    if stopped:
-        _budget.check()  # the job is over its budget now that the stream's tokens count
-    return read
+        node = hold.node if hold is not None else None
+        job._add_usage(read.usage, model=read.model, reservation=node)
 
 
 def _event(
