@@ -109,6 +109,10 @@ class RefinekitError(Exception):
         if own is not None:
             cls.__str__ = redacted_str(own)  # type: ignore[method-assign]
 
+    def __init__(self, *args: Any) -> None:
+        # Redacted when made, so `args` (what `repr` and pickling show) holds no secret either.
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
+
     def __str__(self) -> str:
         return redact(super().__str__())
 

@@ -705,4 +705,5 @@ def test_an_event_a_reset_and_every_refinekit_error_are_redacted_when_made() -> 
     ]
     for error in errors:
         assert _A_KEY not in str(error), type(error).__name__
+        assert _A_KEY not in repr(error), type(error).__name__
         assert "[redacted key]" in str(error)
