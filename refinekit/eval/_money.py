@@ -75,6 +75,8 @@ def load_prices(spec: PricesLike | None) -> Prices | None:
 
 def _prices_file(path: Path) -> Prices:
     where = f"--prices {path}"
+    if path.is_dir():
+        raise UsageProblem(f"{where}: is a folder; give a JSON file of prices") from None
     try:
         data = loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

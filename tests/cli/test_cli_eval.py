@@ -1096,6 +1096,10 @@ def usage_ws(ws: Workspace) -> Workspace:
             f"the run store adir.csv is a folder; give a SQLite file's path (e.g. "
             f"{Path('adir.csv/runs.db')})",
         ),
+        (
+            ["golden.csv", "--target", "{m}:answer", "--prices", "adir.csv"],
+            "--prices adir.csv: is a folder; give a JSON file of prices",
+        ),
         (["golden.csv", "--target", "{m}:answer", "--concurrency", "0"], "from 1 to 256"),
         (["golden.csv", "--target", "{m}:answer", "--concurrency", "2.5"], "from 1 to 256"),
         (["golden.csv", "--target", "{m}:answer", "--concurrency", "257"], "from 1 to 256"),
