@@ -105,7 +105,10 @@ async def outcome(kind: str, decorated: Any, *args: Any) -> refinekit.Outcome[An
 
 
 def streams(server: ScriptedOpenAI) -> list[RecordedStream]:
-    return server.streamed("m")
+    """The streams in the order their requests came (`streamed()` lists them as they ended:
+    under load, a closed stream's end can be recorded after the next stream's)."""
+    order = {id(request): i for i, request in enumerate(server.requests)}
+    return sorted(server.streamed("m"), key=lambda s: order[id(s.request)])
 
 
 @pytest.mark.parametrize("kind", KINDS)
