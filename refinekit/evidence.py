@@ -464,7 +464,8 @@ def _json_values(answer: str) -> list[_Stated] | None:
     if not text or text[0] not in "{[":
         return None
     try:
-        data = loads(text, parse_float=_JsonNumber, parse_int=_JsonNumber)
+        # NaN and the infinities (JSON's extension) are stated as written: text to find too
+        data = loads(text, parse_float=_JsonNumber, parse_int=_JsonNumber, parse_constant=str)
     except TooDeep:
         raise
     except ValueError:

@@ -235,16 +235,21 @@ class AsyncItemStream(AsyncIterator[I_co], Generic[I_co]):
     def __aiter__(self) -> AsyncItemStream[I_co]:
         return self
 
-    async def _serve(self) -> None:
-        """The call's task: one item per request, until the flow ends."""
-        requests = self._requests
-        assert requests is not None
+    @staticmethod
+    async def _serve(
+        items: AsyncGenerator[Any, None], requests: asyncio.Queue[asyncio.Future[tuple[int, Any]]]
+    ) -> None:
+        """The call's task: one item per request, until the flow ends.
+
+        It holds no reference to its `AsyncItemStream`, so a stream dropped by its consumer
+        (a task cancelled between two items) is freed at once and its `__del__` stops the call.
+        """
         request: asyncio.Future[tuple[int, Any]] | None = None
         try:
             while True:
                 request = await requests.get()
                 try:
-                    item = await self._items.__anext__()
+                    item = await items.__anext__()
                 except StopAsyncIteration:
                     request.set_result((_END, None))
                     return
@@ -256,7 +261,7 @@ class AsyncItemStream(AsyncIterator[I_co], Generic[I_co]):
         finally:
             if request is not None and not request.done():
                 request.cancel()
-            await self._items.aclose()
+            await items.aclose()
 
     async def __anext__(self) -> I_co:
         if self._done:
@@ -265,7 +270,9 @@ class AsyncItemStream(AsyncIterator[I_co], Generic[I_co]):
         if self._task is None:
             self._requests = asyncio.Queue()
             # The task runs in the stream's context (a copy of it on Python 3.10).
-            self._task = self._context.run(loop.create_task, self._serve())
+            self._task = self._context.run(
+                loop.create_task, self._serve(self._items, self._requests)
+            )
         assert self._requests is not None
         request: asyncio.Future[tuple[int, Any]] = loop.create_future()
         self._requests.put_nowait(request)

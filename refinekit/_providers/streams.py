@@ -294,6 +294,12 @@ class _Reading:
         reason = _interruption(error)
         if reason is None:
             return None
+        # It becomes the `__cause__`, printed with every traceback: its text is redacted too.
+        error.args = tuple(
+            redact(a, self._secrets) if isinstance(a, str) else a for a in error.args
+        )
+        if isinstance(getattr(error, "message", None), str):
+            error.message = redact(error.message, self._secrets)  # type: ignore[attr-defined]
         if isinstance(error, StreamInterrupted):
             return self._redacted(error)
         return StreamInterrupted(redact(reason, self._secrets), self.chunks)

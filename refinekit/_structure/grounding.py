@@ -203,6 +203,11 @@ def in_source(
             if locate_number(number, source) is None:
                 raise _number_error(number, source)
             return value
+        if isinstance(value, (float, Decimal)):
+            # NaN or an infinity (`1e400` read as a float): no text states it in digits
+            raise PydanticCustomError(
+                "not_in_source", "'{value}' is not a number the text states", {"value": str(value)}
+            )
         if not isinstance(value, str):
             return value
         if normal(value) in normal(source) or (

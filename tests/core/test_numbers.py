@@ -205,6 +205,16 @@ def test_reading_a_long_word_of_digits_takes_linear_time() -> None:
     assert time.perf_counter() - started < 5
 
 
+class _GroundedFloat(BaseModel):
+    value: Annotated[float, InSource]
+
+
+@pytest.mark.parametrize("reply", ['{"value": 1e400}', '{"value": -1e400}', '{"value": "NaN"}'])
+def test_a_float_field_read_as_nan_or_an_infinity_is_not_in_the_source(reply: str) -> None:
+    with pytest.raises(ValidationError, match="not a number the text states"):
+        _GroundedFloat.model_validate_json(reply, context={"source": "Total 1 EUR"})
+
+
 class _Grounded(BaseModel):
     value: Annotated[Decimal, InSource]
 

@@ -236,6 +236,15 @@ async def test_a_json_number_past_a_float_s_range_is_a_value_the_text_must_state
     assert [r.found for r in evidence.stated_values(stated)] == [False, True]
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+async def test_a_json_nan_or_infinity_is_a_value_the_text_must_state(constant: str) -> None:
+    verdict = await judge(checks.values_supported(), asked(f'{{"total": {constant}}}', "Total: 1"))
+    assert not verdict.passed
+    assert (
+        verdict.feedback == f"Use only values from the context: '{constant}' (total) is not in it."
+    )
+
+
 async def test_a_5000_digit_number_is_read_in_an_answer_and_in_the_context() -> None:
     huge = "7" * 5000
     for answer in (f"Checksum {huge}.", f'{{"checksum": {huge}}}'):

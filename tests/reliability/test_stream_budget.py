@@ -179,6 +179,36 @@ async def test_cancelled_async_stream_consumers_count_under_max_calls(
     assert [(e.aborted, e.estimated) for e in closed] == [("closed", True)] * 3
 
 
+async def test_async_stream_consumers_cancelled_between_items_count_at_once(
+    server: ScriptedOpenAI,
+) -> None:
+    """A consumer cancelled in its own code (say, sending an item on), not in `__anext__`."""
+    server.script("m", Reply.hang(after=2, then=Reply.text(TEXT)), times=None)
+    async with server.async_client(max_retries=0, timeout=5) as client:
+
+        @retry_on_low_quality(evaluator=checks.excludes("never"), stream_mode="provisional")
+        async def answer(question: str) -> Any:
+            messages = [{"role": "user", "content": question}]
+            return await client.chat.completions.create(model="m", messages=messages, **STREAMED)
+
+        async def consume(first: asyncio.Event) -> None:
+            async for _ in answer.stream("q"):
+                first.set()
+                await asyncio.Event().wait()  # cancelled here, between two items
+
+        async with refinekit.job(budget=Budget(max_calls=3)) as job:
+            first = asyncio.Event()
+            task = asyncio.ensure_future(consume(first))
+            await asyncio.wait_for(first.wait(), timeout=5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            for _ in range(5):  # the dropped stream's call ends within a few loop turns
+                await asyncio.sleep(0)
+            assert job.usage.model_calls == 1
+    assert assert_counted_as_sent(server, job, 1) == 1
+
+
 async def test_cancelled_awaited_calls_reading_a_stream_count_under_max_calls(
     server: ScriptedOpenAI,
 ) -> None:
