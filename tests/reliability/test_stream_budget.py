@@ -289,12 +289,18 @@ def test_threads_streaming_under_max_tokens_count_what_they_streamed(
             messages = [{"role": "user", "content": question}]
             return client.chat.completions.create(model="m", messages=messages, **STREAMED)
 
+        # all four streams are under way before any reads on (a thread started late under load
+        # would otherwise find the budget spent and send nothing)
+        under_way = threading.Barrier(4, timeout=10)
+
         def work(i: int) -> None:
             got: list[str] = []
             try:
-                for item in answer.stream("q"):
+                for n, item in enumerate(answer.stream("q")):
                     if isinstance(item, str):
                         got.append(item)
+                    if n == 0:
+                        under_way.wait()
             except BudgetExceeded as e:
                 errors[i] = e
             texts[i] = "".join(got)
