@@ -288,3 +288,14 @@ judge = judges.criteria(
     [Criterion("correct", "Is the answer right?", when_false="Give the right answer.")],
 )
 """
+
+
+def schema_of(made: dict[str, Any], dialect: str) -> dict[str, Any]:
+    """The JSON schema inside a dialect's keyword arguments."""
+    if dialect == "openai":
+        return dict(made["response_format"]["json_schema"]["schema"])
+    if dialect == "llama.cpp":
+        return dict(made["response_format"]["schema"])
+    if dialect == "ollama":
+        return dict(made["format"])
+    return dict(made["extra_body"]["guided_json"])

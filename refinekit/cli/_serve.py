@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TextIO
 
 from .._core.errors import UsageProblem
 from .._core.redact import redact
+from ..eval._target import load_object
 from ..testing import ScriptedOpenAI
 from ._pipe import PipeSafe
 from ._text import clean
@@ -41,8 +42,6 @@ def load_script(spec: str) -> Callable[[ScriptedOpenAI], Any]:
         UsageProblem: No such file, a folder, a module that cannot be imported, or a name
             that is not a function.
     """
-    from ..eval._target import load_object
-
     if spec.endswith(".py") or ":" not in spec:  # C:\\...\\replies.py: its colon is no NAME
         path, name = spec, "script"
     else:

@@ -71,6 +71,28 @@ def stream_events() -> tuple[list[Event], Any]:
     return seen, refinekit.subscribe(seen.append).close
 
 
+def provisional(client: Any) -> Any:
+    """A provisional `@retry_on_low_quality` over `client`'s stream of model "m"."""
+
+    @retry_on_low_quality(evaluator=checks.excludes("never"), stream_mode="provisional")
+    def answer(question: str) -> Any:
+        messages = [{"role": "user", "content": question}]
+        return client.chat.completions.create(model="m", messages=messages, **STREAMED)
+
+    return answer
+
+
+def aprovisional(client: Any) -> Any:
+    """`provisional` over an async client."""
+
+    @retry_on_low_quality(evaluator=checks.excludes("never"), stream_mode="provisional")
+    async def answer(question: str) -> Any:
+        messages = [{"role": "user", "content": question}]
+        return await client.chat.completions.create(model="m", messages=messages, **STREAMED)
+
+    return answer
+
+
 def assert_counted_as_sent(server: ScriptedOpenAI, job: refinekit.Job, limit: int) -> int:
     """The requests the server received are the calls the job counts, at most `limit`."""
     server.streamed(wait=5)  # every stream closed by the client (none left running)
@@ -87,11 +109,7 @@ def test_provisional_streams_closed_after_one_item_count_under_max_calls(
     stopped = 0
     refused: list[tuple[str, float | None]] = []
     with server.client(max_retries=0, timeout=5) as client:
-
-        @retry_on_low_quality(evaluator=checks.excludes("never"), stream_mode="provisional")
-        def answer(question: str) -> Any:
-            messages = [{"role": "user", "content": question}]
-            return client.chat.completions.create(model="m", messages=messages, **STREAMED)
+        answer = provisional(client)
 
         with refinekit.job(budget=Budget(max_calls=3)) as job:
             for _ in range(10):
@@ -147,11 +165,7 @@ async def test_cancelled_async_stream_consumers_count_under_max_calls(
     seen, unsubscribe = stream_events()
     stopped = 0
     async with server.async_client(max_retries=0, timeout=5) as client:
-
-        @retry_on_low_quality(evaluator=checks.excludes("never"), stream_mode="provisional")
-        async def answer(question: str) -> Any:
-            messages = [{"role": "user", "content": question}]
-            return await client.chat.completions.create(model="m", messages=messages, **STREAMED)
+        answer = aprovisional(client)
 
         async def consume(first: asyncio.Event) -> None:
             async for _ in answer.stream("q"):  # stalls after 2 items: only a cancel ends it
@@ -185,11 +199,7 @@ async def test_async_stream_consumers_cancelled_between_items_count_at_once(
     """A consumer cancelled in its own code (say, sending an item on), not in `__anext__`."""
     server.script("m", Reply.hang(after=2, then=Reply.text(TEXT)), times=None)
     async with server.async_client(max_retries=0, timeout=5) as client:
-
-        @retry_on_low_quality(evaluator=checks.excludes("never"), stream_mode="provisional")
-        async def answer(question: str) -> Any:
-            messages = [{"role": "user", "content": question}]
-            return await client.chat.completions.create(model="m", messages=messages, **STREAMED)
+        answer = aprovisional(client)
 
         async def consume(first: asyncio.Event) -> None:
             async for _ in answer.stream("q"):
@@ -256,11 +266,7 @@ async def test_cancelled_awaited_calls_reading_a_stream_count_under_max_calls(
 def test_concurrent_streams_closed_early_count_under_max_calls(server: ScriptedOpenAI) -> None:
     server.script("m", Reply.hang(after=2, then=Reply.text(TEXT)), times=None)
     with server.client(max_retries=0, timeout=5) as client:
-
-        @retry_on_low_quality(evaluator=checks.excludes("never"), stream_mode="provisional")
-        def answer(question: str) -> Any:
-            messages = [{"role": "user", "content": question}]
-            return client.chat.completions.create(model="m", messages=messages, **STREAMED)
+        answer = provisional(client)
 
         def one() -> str:
             try:
@@ -283,11 +289,7 @@ def test_threads_streaming_under_max_tokens_count_what_they_streamed(
     texts: dict[int, str] = {}
     errors: dict[int, BudgetExceeded] = {}
     with server.client(max_retries=0, timeout=5) as client:
-
-        @retry_on_low_quality(evaluator=checks.excludes("never"), stream_mode="provisional")
-        def answer(question: str) -> Any:
-            messages = [{"role": "user", "content": question}]
-            return client.chat.completions.create(model="m", messages=messages, **STREAMED)
+        answer = provisional(client)
 
         # all four streams are under way before any reads on (a thread started late under load
         # would otherwise find the budget spent and send nothing)

@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 import pytest
+from helpers import schema_of
 from pydantic import BaseModel, ValidationError
 
 import refinekit
@@ -50,17 +51,6 @@ def events() -> Iterator[list[Event]]:
     seen: list[Event] = []
     with refinekit.subscribe(seen.append):
         yield seen
-
-
-def schema_of(made: dict[str, Any], dialect: str) -> dict[str, Any]:
-    """The JSON schema inside a dialect's keyword arguments."""
-    if dialect == "openai":
-        return dict(made["response_format"]["json_schema"]["schema"])
-    if dialect == "llama.cpp":
-        return dict(made["response_format"]["schema"])
-    if dialect == "ollama":
-        return dict(made["format"])
-    return dict(made["extra_body"]["guided_json"])
 
 
 # --- the validator ---------------------------------------------------------------------------
