@@ -49,7 +49,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import openai
@@ -434,12 +433,7 @@ class LocalModel:
     def __enter__(self) -> LocalModel:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self._exit(exc)
 
     def _exit(self, exc: BaseException | None) -> None:
@@ -465,12 +459,7 @@ class LocalModel:
             self.stop()
             raise
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self._exit(exc)
 
     # clients

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-
 __all__ = ["is_testing", "set_testing"]
 
 _testing = False
@@ -20,12 +18,7 @@ class _RestoreTesting:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         global _testing
         _testing = self._previous
 

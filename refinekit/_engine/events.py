@@ -14,7 +14,6 @@ import warnings
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal, Protocol
 
 from .._core.errors import MissingPrice, RefinekitWarning
@@ -210,12 +209,7 @@ class Subscription:
     def __enter__(self) -> Subscription:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

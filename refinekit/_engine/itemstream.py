@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import contextvars
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
-from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from . import budget as _budget
@@ -201,12 +200,7 @@ class ItemStream(Iterator[I_co], Generic[I_co]):
     def __enter__(self) -> ItemStream[I_co]:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __del__(self) -> None:
@@ -305,12 +299,7 @@ class AsyncItemStream(AsyncIterator[I_co], Generic[I_co]):
     async def __aenter__(self) -> AsyncItemStream[I_co]:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def __del__(self) -> None:

@@ -13,7 +13,6 @@ import os
 import threading
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar, Token
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .._core.types import AttemptInfo, ContextDocument, Cost, Usage
@@ -296,12 +295,7 @@ class Job:
         self._token = _JOB.set(self)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._token is not None:
             _JOB.reset(self._token)
             self._token = None
@@ -309,13 +303,8 @@ class Job:
     async def __aenter__(self) -> Job:
         return self.__enter__()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.__exit__(*exc_info)
 
     def __repr__(self) -> str:
         return f"<refinekit.Job {self.id} corrections_used={self._corrections_used}>"

@@ -66,7 +66,6 @@ import re
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import replace
-from types import TracebackType
 from typing import Any, Literal
 
 from .._core.errors import StreamInterrupted
@@ -392,12 +391,7 @@ class Deltas(Iterator[Delta]):
     def __enter__(self) -> Deltas:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -510,12 +504,7 @@ class AsyncDeltas(AsyncIterator[Delta]):
     async def __aenter__(self) -> AsyncDeltas:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
 

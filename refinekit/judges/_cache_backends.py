@@ -13,7 +13,6 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 from .._core.numbers import is_number, is_real, shown
@@ -208,12 +207,7 @@ class SQLiteCache(Counters):
     def __enter__(self) -> SQLiteCache:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -323,12 +317,7 @@ class PostgresCache(Counters):
     def __enter__(self) -> PostgresCache:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -6,7 +6,6 @@ import asyncio
 import threading
 import weakref
 from collections.abc import AsyncGenerator
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 import openai
@@ -252,23 +251,13 @@ class JudgeModel:
     def __enter__(self) -> JudgeModel:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     async def __aenter__(self) -> JudgeModel:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def request(

@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import TCPServer
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import _anthropic_wire, _openai_wire
@@ -296,12 +295,7 @@ class ScriptedOpenAI:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         httpd, thread = self._httpd, self._thread
         if httpd is None or thread is None:
             return
@@ -314,13 +308,8 @@ class ScriptedOpenAI:
     async def __aenter__(self) -> ScriptedOpenAI:
         return self.__enter__()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)  # blocks for at most one poll interval (50 ms)
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.__exit__(*exc_info)  # blocks for at most one poll interval (50 ms)
 
     # clients
 

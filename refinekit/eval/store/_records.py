@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal, Protocol
 
 from ..._core.redact import safe_url
@@ -208,12 +207,7 @@ class RunStore(Protocol):
 
     def __enter__(self) -> RunStore: ...
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
+    def __exit__(self, *exc_info: object) -> None: ...
 
     # runs
 

@@ -17,7 +17,6 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from ..._core.errors import RunStoreError
@@ -52,12 +51,7 @@ class SQLStore(Claims):
     def __enter__(self) -> SQLStore:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # runs
