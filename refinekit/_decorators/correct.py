@@ -22,11 +22,12 @@ from .._core.errors import ReplyShapeError
 from .._core.errtext import correction_text, utf8_text
 from .._core.streamed import Final, Partial, Reset
 from .._core.types import Attempt, Verdict
-from .._engine import reserve as _reserve
+from .._engine.attempt import attempt_step
 from .._engine.budget import without_attempts
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Flow
 from .._engine.job import Job, check_budget_option
+from .._engine.ledger import take_correction
 from .._engine.outcome import Record
 from .._engine.policy import check_budget
 from .._engine.prices import Budget
@@ -242,15 +243,14 @@ def _correct_flow(
             if call > 1
             else f"call of {cfg.function}"
         )
+        # Fresh copies each call: edits the function makes to its messages never compound.
+        sent = [dict(m) for m in conversation]
+        sent.extend(dict(m) for m in added)
         # reserved until its reply is counted
-        reserving = _reserve.admit(job, planned, previous, turn, first_of=cfg.function)
-        with (yield from reserving) as previous:
-            # Fresh copies each call: edits the function makes to its messages never compound.
-            sent = [dict(m) for m in conversation]
-            sent.extend(dict(m) for m in added)
-            counted = job._replies_counted()
-            started = time.perf_counter()
-            reply = yield Call(fn, (sent, *rest), rest_kwargs)
+        command = Call(fn, (sent, *rest), rest_kwargs)
+        made = attempt_step(job, planned, previous, turn, command, first_of=cfg.function)
+        with (yield from made) as step:
+            previous, reply, started = step.held, step.value, step.started
             if is_streamed(reply):  # read as it comes (correct_stream); its usage counted
                 reply = yield from read_reply(
                     reply,
@@ -264,8 +264,6 @@ def _correct_flow(
                     maximum=call + max(0, cfg.max_corrections - job.corrections_used),
                     prompt_chars=sum(len(str(m.get("content") or "")) for m in sent),
                 )
-            else:
-                job._count_reply(reply, counted)
         result: Parsed | CorrectionFailure
         streamed = reply if isinstance(reply, StreamedReply) else None
         try:
@@ -304,7 +302,7 @@ def _correct_flow(
                 passed=False, feedback=failure.summary, metadata={"failure": diagnosis.kind}
             )
             _add(record, call, text, verdict, started, added)
-        if not job._take_correction(cfg.max_corrections):
+        if not take_correction(job, cfg.max_corrections):
             error = failure.error_type(
                 failure.summary,
                 raw_reply=text,

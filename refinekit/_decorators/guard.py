@@ -9,7 +9,7 @@ from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from .._core.errors import JudgeError, LowQualityAnswer
 from .._core.types import Attempt, EvaluationRequest, Verdict
-from .._engine import reserve as _reserve
+from .._engine.attempt import attempt_step
 from .._engine.budget import without_attempts
 from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
@@ -218,19 +218,20 @@ def _guard_flow(
         if (yield from _screen(cfg, job, "input", request, record)):
             return cfg.refusal
     # The one call: one model call reserved until its reply is counted (none left: stop).
-    with (
-        yield from _reserve.admit(job, f"call of {cfg.function}", None, 0, first_of=cfg.function)
-    ):
-        started = time.perf_counter()
-        counted = job._replies_counted()
-        rejection: LowQualityAnswer | None = None
-        try:
-            value = yield Call(fn, args, kwargs)
-        except LowQualityAnswer as raised:
-            # A draft carried by the signal can still be returned (an outer retry's
-            # "return_best"), so it is screened too.
-            rejection, value = raised, raised.answer
-        job._count_reply(value, counted)
+    # A draft carried by a raised LowQualityAnswer can still be returned (an outer retry's
+    # "return_best"), so it is screened too.
+    made = attempt_step(
+        job,
+        f"call of {cfg.function}",
+        None,
+        0,
+        Call(fn, args, kwargs),
+        first_of=cfg.function,
+        rejects=True,
+    )
+    with (yield from made) as step:
+        started, value = step.started, step.value
+        rejection: LowQualityAnswer | None = step.rejection
         read: TextRead | None = None
         if rejection is None and is_streamed(value):  # buffered: nothing shown unscreened
             read = yield from read_text(

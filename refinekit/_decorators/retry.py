@@ -18,11 +18,11 @@ from .._core.numbers import is_real, shown
 from .._core.streamed import Reset
 from .._core.types import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from .._engine import budget as _budget
-from .._engine import reserve as _reserve
+from .._engine.attempt import attempt_step
 from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow, Sleep
-from .._engine.job import Job, check_budget_option, current_attempt, enter_attempt, leave_attempt
+from .._engine.job import Job, check_budget_option, current_attempt
 from .._engine.outcome import Record
 from .._engine.policy import (
     JudgeErrorPolicy,
@@ -33,7 +33,6 @@ from .._engine.policy import (
     judge_failure,
 )
 from .._engine.prices import Budget
-from .._engine.recorder import start_recording, stop_recording
 from .._engine.request import QuestionSelector, RequestMaker
 from .._engine.reserve import Reservation
 from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed
@@ -323,28 +322,27 @@ def _retry_steps(
         # before it is made, until its reply is counted; it stops here when that does not fit.
         extra = len(feedback) if feedback else 0
         planned = f"attempt {number} of {cfg.function}"
-        reserving = _reserve.admit(job, planned, previous_attempt, extra, first_of=cfg.function)
-        with (yield from reserving) as previous_attempt:
-            info = AttemptInfo(number, max_attempts, feedback, previous)
-            infos.append(info)
-            started = time.perf_counter()
-            token = enter_attempt(info)
-            recorder = start_recording()  # this attempt's tool calls, for the judge
-            counted = job._replies_counted()
-            try:
-                value = yield Call(fn, call_args, call_kwargs)
-            except LowQualityAnswer as raised:
-                rejection: LowQualityAnswer | None = raised
-                value = raised.answer
-            else:
-                rejection = None
-            finally:
-                stop_recording(recorder)
-                leave_attempt(token)
-            # Count the reply's tokens before the event, so `attempt` events include this
-            # attempt; a rejected reply (returned, or carried by a raised LowQualityAnswer)
-            # was paid for too.
-            job._count_reply(value, counted)
+        info = AttemptInfo(number, max_attempts, feedback, previous)
+        infos.append(info)
+        # Entered during the call, its tool calls recorded for the judge; a LowQualityAnswer
+        # it raises is a rejection. Its reply is counted before the event, so `attempt`
+        # events include this attempt.
+        made = attempt_step(
+            job,
+            planned,
+            previous_attempt,
+            extra,
+            Call(fn, call_args, call_kwargs),
+            first_of=cfg.function,
+            info=info,
+            enter=True,
+            tools=True,
+            rejects=True,
+        )
+        with (yield from made) as step:
+            previous_attempt, started, recorder = step.held, step.started, step.recorder
+            value, rejection = step.value, step.rejection
+            assert recorder is not None
             streamed = rejection is None and is_streamed(value)
             cut: Verdict | None = None
             if streamed:  # read as text (retry_stream): counted, maybe stopped by a rule

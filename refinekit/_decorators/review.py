@@ -12,16 +12,15 @@ from .._core.numbers import is_number, is_real, shown
 from .._core.streamed import ToolCallChunk
 from .._core.types import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from .._engine import budget as _budget
-from .._engine import reserve as _reserve
+from .._engine.attempt import attempt_step
 from .._engine.budget import without_attempts
 from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow, Timed
-from .._engine.job import Job, current_attempt, enter_attempt, leave_attempt
+from .._engine.job import Job, current_attempt
 from .._engine.outcome import Record
 from .._engine.policy import OnInconclusive, check_budget, check_on_inconclusive, judge_failure
 from .._engine.prices import Budget
-from .._engine.recorder import start_recording, stop_recording
 from .._engine.request import QuestionSelector, RequestMaker
 from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed, listening
 from .._engine.textstream import TextRead, publish, read_text, replay
@@ -261,23 +260,22 @@ def _review_steps(
     drafts_max = 1 if cfg.mode == "shadow" else cfg.max_revisions + 1  # shadow never revises
     # The one call of the function: its tool calls and recorded context are the evidence.
     # One model call reserved until its reply is counted (none left: stop).
-    with (
-        yield from _reserve.admit(job, f"call of {cfg.function}", None, 0, first_of=cfg.function)
-    ):
-        started = time.perf_counter()
-        outer = current_attempt()  # inside @retry_on_low_quality: record_context goes to both
-        info = outer if outer is not None else AttemptInfo(1, 1)
-        mark = len(info._context)
-        token = enter_attempt(info) if outer is None else None
-        recorder = start_recording()
-        counted = job._replies_counted()
-        try:
-            value = yield Call(fn, args, kwargs)
-        finally:
-            stop_recording(recorder)
-            if token is not None:
-                leave_attempt(token)
-        job._count_reply(value, counted)
+    outer = current_attempt()  # inside @retry_on_low_quality: record_context goes to both
+    info = outer if outer is not None else AttemptInfo(1, 1)
+    made = attempt_step(
+        job,
+        f"call of {cfg.function}",
+        None,
+        0,
+        Call(fn, args, kwargs),
+        first_of=cfg.function,
+        info=info,
+        enter=outer is None,
+        tools=True,
+    )
+    with (yield from made) as step:
+        started, value, recorder, mark = step.started, step.value, step.recorder, step.noted
+        assert recorder is not None
         if is_streamed(value):  # shadow passes it through as it comes; enforce buffers it
             read = yield from read_text(
                 value,

@@ -33,6 +33,7 @@ from .._core.types import AttemptInfo, ContextDocument, EvaluationRequest, Usage
 from .._engine.bridge import in_thread, is_async_callable
 from .._engine.events import Event, subscribe
 from .._engine.job import enter_attempt, job, leave_attempt
+from .._engine.ledger import count, first_answer, mark, per_model
 from .._engine.prices import Prices
 from .._providers.replies import answer_text
 from ..judges._cache_backends import JudgeCache
@@ -234,13 +235,13 @@ async def _answer_once(
 
     try:
         async with job() as answer_job:
-            counted = answer_job._replies_counted()
+            counted = mark(answer_job)
             try:
                 result = await judging.limiter.call(answer_once)
             except Exception as e:
                 error = e
             else:  # a reply returned as it came (no decorator counted it) was paid for too
-                answer_job._count_reply(result, counted)
+                count(answer_job, result, counted)
     finally:
         leave_attempt(token)
     if isinstance(error, _CONFIGURATION_ERRORS):
@@ -250,7 +251,7 @@ async def _answer_once(
         ) from error
     context = merged(attempt._context, context_of(case))
     tried = max(1, attempts.by_job.pop(answer_job.id, 1))
-    answered_by = answer_job._per_model()
+    answered_by = per_model(answer_job)
     cost: dict[str, Any] = {
         "corrections": answer_job.corrections_used,
         "answer_usage": answer_job.usage,
@@ -301,8 +302,8 @@ def _priced(
     """
     if prices is None:
         return {}
-    models = {} if answer_job is None else answer_job._per_model()
-    first = None if answer_job is None else answer_job._first_answer()
+    models = {} if answer_job is None else per_model(answer_job)
+    first = None if answer_job is None else first_answer(answer_job)
     return case_cost(models, first, judge_models, prices)
 
 
