@@ -248,7 +248,9 @@ def _correct_flow(
         sent.extend(dict(m) for m in added)
         # reserved until its reply is counted
         command = Call(fn, (sent, *rest), rest_kwargs)
-        made = attempt_step(job, planned, previous, turn, command, first_of=cfg.function)
+        made = attempt_step(
+            job, planned, command, first_of=cfg.function, previous=previous, extra_chars=turn
+        )
         with (yield from made) as step:
             previous, reply, started = step.held, step.value, step.started
             if is_streamed(reply):  # read as it comes (correct_stream); its usage counted

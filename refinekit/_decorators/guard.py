@@ -223,8 +223,6 @@ def _guard_flow(
     made = attempt_step(
         job,
         f"call of {cfg.function}",
-        None,
-        0,
         Call(fn, args, kwargs),
         first_of=cfg.function,
         rejects=True,

@@ -330,10 +330,10 @@ def _retry_steps(
         made = attempt_step(
             job,
             planned,
-            previous_attempt,
-            extra,
             Call(fn, call_args, call_kwargs),
             first_of=cfg.function,
+            previous=previous_attempt,
+            extra_chars=extra,
             info=info,
             enter=True,
             tools=True,

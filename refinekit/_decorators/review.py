@@ -265,8 +265,6 @@ def _review_steps(
     made = attempt_step(
         job,
         f"call of {cfg.function}",
-        None,
-        0,
         Call(fn, args, kwargs),
         first_of=cfg.function,
         info=info,

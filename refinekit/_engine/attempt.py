@@ -66,11 +66,11 @@ class Step:
 def attempt_step(
     job: Job,
     planned: str,
-    previous: Reservation | None,
-    extra_chars: int,
     call: Call,
     *,
     first_of: str,
+    previous: Reservation | None = None,
+    extra_chars: int = 0,
     info: AttemptInfo | None = None,
     enter: bool = False,
     tools: bool = False,
@@ -81,12 +81,12 @@ def attempt_step(
     Args:
         job: The job it runs in.
         planned: The call, for the error that stops it ("attempt 2 of answer").
+        call: The call of the function.
+        first_of: The function's name: its first calls ramp up under a token or cost limit.
         previous: The previous attempt's reservation (None for a first call): what it used,
             plus `extra_chars` (its feedback or correction turn, characters / 4), is the
             estimate of this one (see `reserve.before_attempt`).
         extra_chars: What this attempt adds to the prompt.
-        call: The call of the function.
-        first_of: The function's name: its first calls ramp up under a token or cost limit.
         info: The attempt the call belongs to: its context documents so far are noted
             (`Step.noted`), and with `enter` it is the current attempt during the call.
         enter: Make `info` current during the call.
