@@ -249,7 +249,7 @@ def _correct_flow(
         # reserved until its reply is counted
         command = Call(fn, (sent, *rest), rest_kwargs)
         made = attempt_step(
-            job, planned, command, first_of=cfg.function, previous=previous, extra_chars=turn
+            job, cfg.function, command, planned=planned, previous=previous, extra_chars=turn
         )
         with (yield from made) as step:
             previous, reply, started = step.held, step.value, step.started

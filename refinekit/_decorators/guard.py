@@ -220,14 +220,7 @@ def _guard_flow(
     # The one call: one model call reserved until its reply is counted (none left: stop).
     # A draft carried by a raised LowQualityAnswer can still be returned (an outer retry's
     # "return_best"), so it is screened too.
-    made = attempt_step(
-        job,
-        f"call of {cfg.function}",
-        Call(fn, args, kwargs),
-        first_of=cfg.function,
-        rejects=True,
-    )
-    with (yield from made) as step:
+    with (yield from attempt_step(job, cfg.function, Call(fn, args, kwargs), rejects=True)) as step:
         started, value = step.started, step.value
         rejection: LowQualityAnswer | None = step.rejection
         read: TextRead | None = None

@@ -329,9 +329,9 @@ def _retry_steps(
         # events include this attempt.
         made = attempt_step(
             job,
-            planned,
+            cfg.function,
             Call(fn, call_args, call_kwargs),
-            first_of=cfg.function,
+            planned=planned,
             previous=previous_attempt,
             extra_chars=extra,
             info=info,

@@ -262,15 +262,8 @@ def _review_steps(
     # One model call reserved until its reply is counted (none left: stop).
     outer = current_attempt()  # inside @retry_on_low_quality: record_context goes to both
     info = outer if outer is not None else AttemptInfo(1, 1)
-    made = attempt_step(
-        job,
-        f"call of {cfg.function}",
-        Call(fn, args, kwargs),
-        first_of=cfg.function,
-        info=info,
-        enter=outer is None,
-        tools=True,
-    )
+    call = Call(fn, args, kwargs)
+    made = attempt_step(job, cfg.function, call, info=info, enter=outer is None, tools=True)
     with (yield from made) as step:
         started, value, recorder, mark = step.started, step.value, step.recorder, step.noted
         assert recorder is not None

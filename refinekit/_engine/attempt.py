@@ -65,10 +65,10 @@ class Step:
 
 def attempt_step(
     job: Job,
-    planned: str,
+    function: str,
     call: Call,
     *,
-    first_of: str,
+    planned: str | None = None,
     previous: Reservation | None = None,
     extra_chars: int = 0,
     info: AttemptInfo | None = None,
@@ -80,9 +80,10 @@ def attempt_step(
 
     Args:
         job: The job it runs in.
-        planned: The call, for the error that stops it ("attempt 2 of answer").
+        function: The function's name: its first calls ramp up under a token or cost limit.
         call: The call of the function.
-        first_of: The function's name: its first calls ramp up under a token or cost limit.
+        planned: The call, for the error that stops it ("attempt 2 of answer"; default: "call
+            of" the function).
         previous: The previous attempt's reservation (None for a first call): what it used,
             plus `extra_chars` (its feedback or correction turn, characters / 4), is the
             estimate of this one (see `reserve.before_attempt`).
@@ -103,7 +104,9 @@ def attempt_step(
     """
     while True:
         try:
-            held = before_attempt(job, planned, previous, extra_chars, first_of=first_of)
+            held = before_attempt(
+                job, planned or f"call of {function}", previous, extra_chars, first_of=function
+            )
             break
         except NotYet as wait:
             yield WaitTurn(wait.turn)
