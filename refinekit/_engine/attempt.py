@@ -59,8 +59,8 @@ class Step:
     def __enter__(self) -> Step:
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self.held.__exit__(exc_type, exc, tb)
+    def __exit__(self, *exc_info: Any) -> None:
+        self.held.__exit__(*exc_info)
 
 
 def attempt_step(
