@@ -74,50 +74,6 @@ ValidationContext: TypeAlias = (
 )
 
 
-@dataclass(frozen=True)
-class _CorrectOptions(Options, Generic[T]):
-    """`self_correct`'s options: its keyword arguments (documented there), checked once."""
-
-    decorator: ClassVar[str] = "self_correct"
-    _: KW_ONLY
-    schema: type[T]
-    max_corrections: int = 2
-    repair: bool = True
-    correction: CorrectionBuilder | None = None
-    validation_context: ValidationContext = None
-    budget: Budget | None = None
-    early_abort: bool = True
-    # What the checks make of them:
-    parser: Parser[T] = field(init=False, repr=False, compare=False)
-    job_budget: Budget | None = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        check_budget("max_corrections", self.max_corrections, MAX_CORRECTIONS_LIMIT)
-        job_budget = check_budget_option(self.budget)
-        for name in ("repair", "early_abort"):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
-        if self.correction is not None and not callable(self.correction):
-            raise TypeError(
-                "correction= must be a callable taking a refinekit.CorrectionRequest, got "
-                f"{type(self.correction).__name__}"
-            )
-        context = self.validation_context
-        if context is not None and not (isinstance(context, Mapping) or callable(context)):
-            raise TypeError(
-                "validation_context= must be a dict or a callable of the call's arguments, got "
-                f"{type(context).__name__}"
-            )
-        self.keep(parser=Parser(self.schema), job_budget=job_budget)
-
-    def configure(self, fn: Callable[..., Any]) -> _CorrectConfig[T]:
-        return _CorrectConfig(fn, self)
-
-    def decorate(self, fn: Any) -> Any:
-        return wrap(fn, _FLOW, self)
-
-
 class _CorrectConfig(Generic[T]):
     """The options as one function's calls read them, and where its conversation is."""
 
@@ -192,6 +148,48 @@ class _CorrectConfig(Generic[T]):
             "str) or the messages to add (a list of dicts with a 'role'), got "
             f"{type(made).__name__}"
         )
+
+
+@dataclass(frozen=True)
+class _CorrectOptions(Options, Generic[T]):
+    """`self_correct`'s options: its keyword arguments (documented there), checked once."""
+
+    decorator: ClassVar[str] = "self_correct"
+    config: ClassVar[type[_CorrectConfig[Any]]] = _CorrectConfig
+    _: KW_ONLY
+    schema: type[T]
+    max_corrections: int = 2
+    repair: bool = True
+    correction: CorrectionBuilder | None = None
+    validation_context: ValidationContext = None
+    budget: Budget | None = None
+    early_abort: bool = True
+    # What the checks make of them:
+    parser: Parser[T] = field(init=False, repr=False, compare=False)
+    job_budget: Budget | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_budget("max_corrections", self.max_corrections, MAX_CORRECTIONS_LIMIT)
+        job_budget = check_budget_option(self.budget)
+        for name in ("repair", "early_abort"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
+        if self.correction is not None and not callable(self.correction):
+            raise TypeError(
+                "correction= must be a callable taking a refinekit.CorrectionRequest, got "
+                f"{type(self.correction).__name__}"
+            )
+        context = self.validation_context
+        if context is not None and not (isinstance(context, Mapping) or callable(context)):
+            raise TypeError(
+                "validation_context= must be a dict or a callable of the call's arguments, got "
+                f"{type(context).__name__}"
+            )
+        self.keep(parser=Parser(self.schema), job_budget=job_budget)
+
+    def decorate(self, fn: Any) -> Any:
+        return wrap(fn, _FLOW, self)
 
 
 def _sendable(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -113,46 +113,6 @@ class _GuardKeywords(TypedDict, total=False):
     budget: Budget | None
 
 
-@dataclass(frozen=True)
-class _GuardOptions(Options):
-    """`guarded`'s options: its keyword arguments (documented there), checked once."""
-
-    decorator: ClassVar[str] = "guarded"
-    _: KW_ONLY
-    screen: EvaluatorLike
-    refusal: str = DEFAULT_REFUSAL
-    screen_input: bool = False
-    input: InputSelector | None = None
-    judge_error_policy: JudgeErrorPolicy = "fail_closed"
-    budget: Budget | None = None
-    returns: Returns = "value"
-    # What the checks make of them:
-    adapted: Adapted = field(init=False, repr=False, compare=False)
-    job_budget: Budget | None = field(init=False, repr=False, compare=False)
-    returns_text: bool = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        adapted = as_evaluator(self.screen)
-        if not isinstance(self.refusal, str):
-            raise TypeError(f"refusal must be a str, got {type(self.refusal).__name__}")
-        if not isinstance(self.screen_input, bool):
-            raise TypeError(f"screen_input must be a bool, got {type(self.screen_input).__name__}")
-        if self.input is not None and not isinstance(self.input, str) and not callable(self.input):
-            raise TypeError(
-                "input= must be a parameter name or a callable of the bound arguments, "
-                f"got {type(self.input).__name__}"
-            )
-        check_policy(self.judge_error_policy)
-        job_budget = check_budget_option(self.budget)
-        self.keep(adapted=adapted, job_budget=job_budget, returns_text=check_returns(self.returns))
-
-    def configure(self, fn: Callable[..., Any]) -> _GuardConfig:
-        return _GuardConfig(fn, self)
-
-    def decorate(self, fn: Any) -> Any:
-        return wrap(fn, _FLOW, self)
-
-
 class _GuardConfig:
     """The options as one function's calls read them, and which of its arguments is the input."""
 
@@ -189,6 +149,44 @@ class _GuardConfig:
                 "of the bound arguments)"
             )
         return text or ""
+
+
+@dataclass(frozen=True)
+class _GuardOptions(Options):
+    """`guarded`'s options: its keyword arguments (documented there), checked once."""
+
+    decorator: ClassVar[str] = "guarded"
+    config: ClassVar[type[_GuardConfig]] = _GuardConfig
+    _: KW_ONLY
+    screen: EvaluatorLike
+    refusal: str = DEFAULT_REFUSAL
+    screen_input: bool = False
+    input: InputSelector | None = None
+    judge_error_policy: JudgeErrorPolicy = "fail_closed"
+    budget: Budget | None = None
+    returns: Returns = "value"
+    # What the checks make of them:
+    adapted: Adapted = field(init=False, repr=False, compare=False)
+    job_budget: Budget | None = field(init=False, repr=False, compare=False)
+    returns_text: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        adapted = as_evaluator(self.screen)
+        if not isinstance(self.refusal, str):
+            raise TypeError(f"refusal must be a str, got {type(self.refusal).__name__}")
+        if not isinstance(self.screen_input, bool):
+            raise TypeError(f"screen_input must be a bool, got {type(self.screen_input).__name__}")
+        if self.input is not None and not isinstance(self.input, str) and not callable(self.input):
+            raise TypeError(
+                "input= must be a parameter name or a callable of the bound arguments, "
+                f"got {type(self.input).__name__}"
+            )
+        check_policy(self.judge_error_policy)
+        job_budget = check_budget_option(self.budget)
+        self.keep(adapted=adapted, job_budget=job_budget, returns_text=check_returns(self.returns))
+
+    def decorate(self, fn: Any) -> Any:
+        return wrap(fn, _FLOW, self)
 
 
 def _event(cfg: _GuardConfig, job: Job, kind: EventKind, **fields: Any) -> Event:

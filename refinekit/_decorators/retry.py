@@ -86,11 +86,55 @@ class _RetryKeywords(TypedDict, total=False):
     stream_mode: StreamMode
 
 
+class _RetryConfig:
+    """The options as one function's calls read them, and where its `feedback` goes."""
+
+    def __init__(self, fn: Callable[..., Any], options: _RetryOptions) -> None:
+        self.requests = RequestMaker(
+            fn, question=options.question, answer=options.answer, context=options.context
+        )
+        self.function = self.requests.function
+        feedback = self.requests.signature.parameters.get("feedback")
+        self.accepts_feedback = feedback is not None and feedback.kind in (
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        )
+        self.feedback_index = (
+            self.requests.names.index("feedback")
+            if feedback is not None and feedback.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+            else None
+        )
+        self.evaluator = options.adapted
+        self.max_retries = options.max_retries
+        self.wait = options.wait_fn
+        self.on_exhausted = options.on_exhausted
+        self.skip = options.skip
+        self.judge_error_policy = options.judge_error_policy
+        self.on_inconclusive = options.on_inconclusive
+        self.stop = options.stop
+        self.before_sleep = options.before_sleep
+        self.after = options.after
+        self.job_budget = options.job_budget
+        self.returns_text = options.returns_text
+        self.stream_mode = options.stream_mode
+
+    def with_feedback(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], feedback: str
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if not self.accepts_feedback:
+            return args, kwargs
+        i = self.feedback_index
+        if i is not None and len(args) > i:
+            return (*args[:i], feedback, *args[i + 1 :]), kwargs
+        return args, {**kwargs, "feedback": feedback}
+
+
 @dataclass(frozen=True)
 class _RetryOptions(Options):
     """`retry_on_low_quality`'s options: its keyword arguments (documented there), checked once."""
 
     decorator: ClassVar[str] = "retry_on_low_quality"
+    config: ClassVar[type[_RetryConfig]] = _RetryConfig
     _: KW_ONLY
     evaluator: EvaluatorLike | None = None
     max_retries: int = 2
@@ -145,54 +189,8 @@ class _RetryOptions(Options):
         self.keep(adapted=adapted, wait_fn=wait_fn, job_budget=job_budget)
         self.keep(returns_text=returns_text)
 
-    def configure(self, fn: Callable[..., Any]) -> _RetryConfig:
-        return _RetryConfig(fn, self)
-
     def decorate(self, fn: Any) -> Any:
         return wrap(fn, _retry_flow, self)
-
-
-class _RetryConfig:
-    """The options as one function's calls read them, and where its `feedback` goes."""
-
-    def __init__(self, fn: Callable[..., Any], options: _RetryOptions) -> None:
-        self.requests = RequestMaker(
-            fn, question=options.question, answer=options.answer, context=options.context
-        )
-        self.function = self.requests.function
-        feedback = self.requests.signature.parameters.get("feedback")
-        self.accepts_feedback = feedback is not None and feedback.kind in (
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-            inspect.Parameter.KEYWORD_ONLY,
-        )
-        self.feedback_index = (
-            self.requests.names.index("feedback")
-            if feedback is not None and feedback.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-            else None
-        )
-        self.evaluator = options.adapted
-        self.max_retries = options.max_retries
-        self.wait = options.wait_fn
-        self.on_exhausted = options.on_exhausted
-        self.skip = options.skip
-        self.judge_error_policy = options.judge_error_policy
-        self.on_inconclusive = options.on_inconclusive
-        self.stop = options.stop
-        self.before_sleep = options.before_sleep
-        self.after = options.after
-        self.job_budget = options.job_budget
-        self.returns_text = options.returns_text
-        self.stream_mode = options.stream_mode
-
-    def with_feedback(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], feedback: str
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        if not self.accepts_feedback:
-            return args, kwargs
-        i = self.feedback_index
-        if i is not None and len(args) > i:
-            return (*args[:i], feedback, *args[i + 1 :]), kwargs
-        return args, {**kwargs, "feedback": feedback}
 
 
 def _event(

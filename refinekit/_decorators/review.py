@@ -106,11 +106,29 @@ def answer_of(function: str, value: Any) -> str:
     )
 
 
+class _ReviewConfig:
+    """The options as one function's calls read them, and which of its arguments is the question."""
+
+    def __init__(self, fn: Callable[..., Any], options: _ReviewOptions) -> None:
+        # The question and evidence are found exactly as `@retry_on_low_quality` finds them.
+        self.requests = RequestMaker(fn, question=options.question)
+        self.function = self.requests.function
+        self.evaluator = options.evaluator
+        self.mode = options.mode
+        self.max_revisions = options.max_revisions
+        self.reviser = options.chosen
+        self.judge_timeout = options.timeout_s
+        self.budget = options.budget_s
+        self.on_inconclusive = options.on_inconclusive
+        self.job_budget = options.job_budget
+
+
 @dataclass(frozen=True)
 class _ReviewOptions(Options):
     """`reviewed`'s options: its keyword arguments (documented there), checked once."""
 
     decorator: ClassVar[str] = "reviewed"
+    config: ClassVar[type[_ReviewConfig]] = _ReviewConfig
     _: KW_ONLY
     judge: EvaluatorLike
     mode: Mode = "enforce"
@@ -164,28 +182,8 @@ class _ReviewOptions(Options):
         self.keep(evaluator=evaluator, chosen=chosen, timeout_s=timeout_s, budget_s=budget_s)
         self.keep(job_budget=job_budget)
 
-    def configure(self, fn: Callable[..., Any]) -> _ReviewConfig:
-        return _ReviewConfig(fn, self)
-
     def decorate(self, fn: Any) -> Any:
         return wrap(fn, _OFF_FLOW if self.mode == "off" else _REVIEW_FLOW, self)
-
-
-class _ReviewConfig:
-    """The options as one function's calls read them, and which of its arguments is the question."""
-
-    def __init__(self, fn: Callable[..., Any], options: _ReviewOptions) -> None:
-        # The question and evidence are found exactly as `@retry_on_low_quality` finds them.
-        self.requests = RequestMaker(fn, question=options.question)
-        self.function = self.requests.function
-        self.evaluator = options.evaluator
-        self.mode = options.mode
-        self.max_revisions = options.max_revisions
-        self.reviser = options.chosen
-        self.judge_timeout = options.timeout_s
-        self.budget = options.budget_s
-        self.on_inconclusive = options.on_inconclusive
-        self.job_budget = options.job_budget
 
 
 def _event(

@@ -35,12 +35,15 @@ R = TypeVar("R")
 class Options:
     """What a decorator was given: a frozen dataclass, its fields the keyword arguments.
 
-    A subclass names its decorator (`decorator`) and says how it configures a function
-    (`configure`, called when decorating, and for a method's signature without `self`/`cls`)
-    and decorates one (`decorate`, the decorator the decorator function returns).
+    A subclass names its decorator (`decorator`), the configuration it makes for a function
+    (`config`, through `configure`: called when decorating, and for a method's signature
+    without `self`/`cls`) and how it decorates one (`decorate`, the decorator the decorator
+    function returns).
     """
 
     decorator: ClassVar[str] = "refinekit"
+    config: ClassVar[Callable[..., Any]]
+    """Makes the configuration for a function: `config(fn, options)`."""
 
     @classmethod
     def of(cls: type[OptionsT], options: dict[str, Any]) -> OptionsT:
@@ -80,7 +83,7 @@ class Options:
 
     def configure(self, fn: Callable[..., Any]) -> Any:
         """The decorator's configuration for `fn` (its name and signature)."""
-        raise NotImplementedError
+        return self.config(fn, self)
 
     def decorate(self, fn: Any) -> Any:
         """`fn` decorated with these options."""
@@ -100,12 +103,12 @@ def _remade(cls: type[OptionsT], options: dict[str, Any]) -> OptionsT:
     return cls(**options)
 
 
-def signature_of(options: Callable[P, Options]) -> Callable[[Callable[..., R]], Callable[P, R]]:
-    """Give a decorator function the signature of its options: its arguments are the fields.
+def signature_of(options: Callable[P, Any]) -> Callable[[Callable[..., R]], Callable[P, R]]:
+    """Give a function the signature of an options class: its arguments are the fields.
 
     For type checkers (a `ParamSpec` taken from the class) and for `help()` and IDEs (its
-    `__signature__`), so that a decorator's keyword arguments are written once, as its
-    options' fields, and the function takes them as `**options`.
+    `__signature__`), so that a function's arguments are written once, as its options'
+    fields, and it takes them as `**options` (a decorator's, `refinekit.eval.run`'s).
     """
     shown = inspect.signature(options)
 
