@@ -51,18 +51,12 @@ class Options:
         unknown = _unknown(cls, options)
         if unknown is not None:
             raise TypeError(f"{cls.decorator}() got an unexpected keyword argument {unknown!r}")
-        missing = [
-            repr(f.name)
-            for f in dataclasses.fields(cls)
-            if f.init and f.name not in options and f.default is f.default_factory is MISSING
-        ]
-        if missing:
-            s = "" if len(missing) == 1 else "s"
-            names = " and ".join([", ".join(missing[:-1]), missing[-1]] if missing[1:] else missing)
-            raise TypeError(
-                f"{cls.decorator}() missing {len(missing)} required keyword-only argument{s}: "
-                f"{names}"
-            )
+        for f in dataclasses.fields(cls):
+            given = f.name in options or not f.init
+            if not given and f.default is MISSING and f.default_factory is MISSING:
+                raise TypeError(
+                    f"{cls.decorator}() missing 1 required keyword-only argument: {f.name!r}"
+                )
         return cls(**options)
 
     def changed(self: OptionsT, changes: dict[str, Any]) -> OptionsT:
