@@ -460,7 +460,7 @@ def retry_on_low_quality(
 
 
 @signature_of(_RetryOptions)
-def retry_on_low_quality(**options: Any) -> Retrying | TextRetrying:  # noqa: D417 (its fields)
+def retry_on_low_quality(**options: Any) -> Retrying | TextRetrying:  # noqa: D417
     """Judge every answer of the decorated function and retry a poor one with its feedback.
 
     An attempt fails when the function raises `LowQualityAnswer` itself or when `evaluator`
