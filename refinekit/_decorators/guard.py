@@ -347,7 +347,7 @@ def guarded(*, returns: Literal["value"] = ..., **options: Unpack[_GuardKeywords
 
 
 @signature_of(_GuardOptions)
-def guarded(**options: Any) -> Guarding | TextGuarding:  # noqa: D417 (Args: the fields)
+def guarded(**options: Any) -> Guarding | TextGuarding:  # noqa: D417
     """Screen every output of the decorated function; publish a refusal instead of unsafe text.
 
     `screen` judges each return value (a passing verdict means safe). An unsafe output is

@@ -513,7 +513,7 @@ def _seconds(name: str, value: object) -> float:
 
 
 @signature_of(_ReviewOptions)
-def reviewed(**options: Any) -> Reviewing:  # noqa: D417 (Args: the fields)
+def reviewed(**options: Any) -> Reviewing:  # noqa: D417
     """Review the final text answer of the decorated function; revise the text, never re-run.
 
     The function runs exactly once. Its answer (a `str`, or a `ChatCompletion`'s text) is
