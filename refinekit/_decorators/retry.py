@@ -186,8 +186,9 @@ class _RetryOptions(Options):
         callback = "a callable taking a tenacity.RetryCallState"
         check_callable("before_sleep", self.before_sleep, callback)
         check_callable("after", self.after, callback)
-        self.keep(adapted=adapted, wait_fn=wait_fn, job_budget=job_budget)
-        self.keep(returns_text=returns_text)
+        self.keep(
+            adapted=adapted, wait_fn=wait_fn, job_budget=job_budget, returns_text=returns_text
+        )
 
     def decorate(self, fn: Any) -> Any:
         return wrap(fn, _retry_flow, self)

@@ -179,8 +179,13 @@ class _ReviewOptions(Options):
                 "enforce mode with max_revisions > 0 needs a reviser: pass reviser=, or client= "
                 "(an openai.OpenAI or AsyncOpenAI) and model= for the default reviser"
             )
-        self.keep(evaluator=evaluator, chosen=chosen, timeout_s=timeout_s, budget_s=budget_s)
-        self.keep(job_budget=job_budget)
+        self.keep(
+            evaluator=evaluator,
+            chosen=chosen,
+            timeout_s=timeout_s,
+            budget_s=budget_s,
+            job_budget=job_budget,
+        )
 
     def decorate(self, fn: Any) -> Any:
         return wrap(fn, _OFF_FLOW if self.mode == "off" else _REVIEW_FLOW, self)
