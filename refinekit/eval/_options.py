@@ -14,13 +14,13 @@ copy neither); every value is checked when it runs, before anything is paid for
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal
 
 from .._engine.evaluators import EvaluatorLike
+from .._engine.options import signature_of
 from .._engine.prices import Prices
 from ._results import RunEvent
 
@@ -28,9 +28,6 @@ __all__ = ["CalibrateOptions", "EvalOptions", "PathLike", "RunOptions", "signatu
 
 PathLike = str | os.PathLike[str]
 """A file's path: text or an `os.PathLike`."""
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -178,19 +175,3 @@ class CalibrateOptions(RunOptions):
     target_error: float = 0.1
     bins: int = 10
     min_kappa: float | None = None
-
-
-def signature_of(options: Callable[P, Any]) -> Callable[[Callable[..., R]], Callable[P, R]]:
-    """Give a function the signature of an options class: its arguments are the fields.
-
-    For type checkers (a `ParamSpec` taken from the class) and for `help()` and IDEs (its
-    `__signature__`), so `run`'s arguments are written once, as `EvalOptions`' fields.
-    """
-    shown = inspect.signature(options)
-
-    def give(fn: Callable[..., R]) -> Callable[P, R]:
-        returns = inspect.signature(fn).return_annotation
-        fn.__signature__ = shown.replace(return_annotation=returns)  # type: ignore[attr-defined]
-        return fn
-
-    return give
