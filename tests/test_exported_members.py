@@ -267,12 +267,16 @@ def test_eval_names() -> None:
         "acalibrate",
         "arun",
         "calibrate",
+        "case_slug",
+        "column_for",
         "compare",
         "html_report",
+        "read_golden",
         "run",
         "runs",
         "store_location",
         "store_path",
+        "wilson_interval",
     }
     for name in refinekit.eval.__all__:
         obj = getattr(refinekit.eval, name)

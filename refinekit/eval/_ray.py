@@ -83,7 +83,7 @@ def check_backend(
 
 Work = Callable[[Path, Callable[[Any], None]], None]
 """A worker's part of the run: given its copy of the run's file and a listener, it claims and
-stores cases until none is left (`refinekit.eval._plans.work`, with the run's options)."""
+stores cases until none is left (`refinekit.eval._workflow.work`, with the run's options)."""
 
 
 def _work(task: dict[str, Any]) -> int:

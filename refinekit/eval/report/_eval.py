@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..._core.numbers import usd
 from .._money import total as total_cost
-from .._money import usd
-from .._summary import Comparison, Summary, no_context_advice, summarise
+from .._summary import Comparison, Summary, summarise
 from ..store import CaseRecord, RunInfo, RunStore
 from ._cases import case_article
 from ._figures import (
@@ -198,9 +198,9 @@ def _glance(s: Summary, setup_failed: bool) -> str:
 
 def _no_context(s: Summary) -> str:
     """The note when cases failed `cites_source` for want of context (nothing otherwise)."""
-    if not s.no_context:
+    advice = s.no_context_advice
+    if advice is None:
         return ""
-    advice = no_context_advice(s.no_context, s.cases)
     return f'<p class="warn">{esc(advice[0].upper() + advice[1:])}.</p>'
 
 

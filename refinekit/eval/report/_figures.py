@@ -9,7 +9,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 
-from .._money import usd
+from ..._core.numbers import usd
 from .._stats import wilson_interval
 from .._summary import CONFIDENCE, Summary
 from ..store import CaseRecord, RunInfo
