@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,7 +48,7 @@ from ._target import Target
 from .store import CappedClaim, CaseOutcome, CaseRecord, RunStore
 from .store._claims import LEASE_SECONDS
 
-__all__ = ["Progress", "renewing", "run_cases"]
+__all__ = ["Progress", "alongside", "renewing", "run_cases"]
 
 _CONFIGURATION_ERRORS = (
     JudgeMisconfigured,
@@ -458,7 +458,22 @@ def _over_budget(got: CappedClaim, max_cost: float) -> tuple[str, float]:
 
 
 @contextlib.asynccontextmanager
-async def renewing(store: RunStore, run_id: int, worker: str) -> AsyncIterator[None]:
+async def alongside(work: Coroutine[Any, Any, None]) -> AsyncIterator[asyncio.Future[None]]:
+    """While the block runs, `work` runs as a task of its own; cancelled when the block ends.
+
+    The task is what the block gets, to ask once it ended whether `work` raised.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def renewing(
+    store: RunStore, run_id: int, worker: str
+) -> contextlib.AbstractAsyncContextManager[object]:
     """While the block runs, renew the worker's lease every third of it."""
 
     async def heartbeat() -> None:
@@ -466,12 +481,7 @@ async def renewing(store: RunStore, run_id: int, worker: str) -> AsyncIterator[N
             await asyncio.sleep(LEASE_SECONDS / 3)
             store.heartbeat(run_id, worker)
 
-    beating = asyncio.ensure_future(heartbeat())
-    try:
-        yield
-    finally:
-        beating.cancel()
-        await asyncio.gather(beating, return_exceptions=True)
+    return alongside(heartbeat())
 
 
 async def run_cases(

@@ -18,7 +18,7 @@ from ._plans import RunPlan
 from ._ratelimit import RateLimiter
 from ._results import CaseFinished, RunEvent, RunProgress, RunStarted, RunStopped
 from ._resume import start
-from ._runner import Progress, renewing, run_cases
+from ._runner import Progress, alongside, renewing, run_cases
 from .store import CaseRecord, RunInfo, RunStore
 from .store._claims import new_worker
 
@@ -95,12 +95,8 @@ class Session:
                     self._told = position
                     self._tell(RunProgress(position[0], len(self.cases), position[1]))
 
-        watching = asyncio.ensure_future(watch())
-        try:
+        async with alongside(watch()) as watching:
             yield
-        finally:
-            watching.cancel()
-            await asyncio.gather(watching, return_exceptions=True)
         error = None if watching.cancelled() else watching.exception()
         if error is not None:
             raise error  # on_event raised, as it may from a CaseFinished

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +51,21 @@ async def _calibrate(options: CalibrateOptions) -> CalibrationResult:
         return _calibration_result(plan, session)
 
 
-def _cache_counts(records: Iterable[CaseRecord]) -> dict[str, int]:
-    """The run judge's judge cache hits and misses over a run's cases."""
-    hits = sum(r.judge_cache.get("hits", 0) for r in records)
-    misses = sum(r.judge_cache.get("misses", 0) for r in records)
-    return {"hits": hits, "misses": misses}
+def _complete(
+    session: Session, records: Sequence[CaseRecord], figures: Mapping[str, Any]
+) -> tuple[RunInfo, bool]:
+    """Store the run complete with its `figures` and what every run keeps besides.
+
+    Returns:
+        The run as stored, and whether its setup failed (no case was measured).
+    """
+    setup_failed = not any(measured(r) for r in records)
+    kept: dict[str, Any] = {"retried": session.retried, "setup_failed": setup_failed}
+    if session.plan.options.cache:
+        hits = sum(r.judge_cache.get("hits", 0) for r in records)
+        misses = sum(r.judge_cache.get("misses", 0) for r in records)
+        kept["judge_cache"] = {"hits": hits, "misses": misses}
+    return session.complete({**figures, **kept}), setup_failed
 
 
 def _previous(session: Session, run: RunInfo) -> RunInfo | None:
@@ -71,20 +81,15 @@ def _eval_result(plan: EvalPlan, session: Session, before: RunInfo | None) -> Ev
     o = plan.options
     records = session.records()
     summary = summarise(records)
-    setup_failed = not any(measured(r) for r in records)
     calibration = plan.judge_calibration
     corrected = None if calibration is None else correct(summary, calibration)
-    run = session.complete(
+    run, setup_failed = _complete(
+        session,
+        records,
         summary.as_dict()
-        | {
-            "rate_limit_waits": session.limiter.waits,
-            "cases_in_file": len(plan.cases),
-            "retried": session.retried,
-            "setup_failed": setup_failed,
-        }
-        | ({"judge_cache": _cache_counts(records)} if o.cache else {})
+        | {"rate_limit_waits": session.limiter.waits, "cases_in_file": len(plan.cases)}
         | ({"corrected": corrected.as_dict()} if corrected is not None else {})
-        | ({"judge_warning": plan.judge_warning} if plan.judge_warning else {})
+        | ({"judge_warning": plan.judge_warning} if plan.judge_warning else {}),
     )
     comparison = None
     if o.compare is not None and not setup_failed:  # a failed setup measured nothing
@@ -117,13 +122,9 @@ def _calibration_result(plan: CalibratePlan, session: Session) -> CalibrationRes
     figures = calibration_of(
         records, target_error=o.target_error, bins=o.bins, judge=plan.judge_name
     )
-    setup_failed = not any(measured(r) for r in records)
     spent = money(records)
-    run = session.complete(
-        figures.as_dict()
-        | {"retried": session.retried, "setup_failed": setup_failed}
-        | ({"judge_cache": _cache_counts(records)} if o.cache else {})
-        | ({"cost": spent} if spent is not None else {})
+    run, setup_failed = _complete(
+        session, records, figures.as_dict() | ({"cost": spent} if spent is not None else {})
     )
     return CalibrationResult(
         run=run,
