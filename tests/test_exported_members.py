@@ -14,7 +14,6 @@ import pytest
 import refinekit
 import refinekit.checks
 import refinekit.eval
-import refinekit.eval.report
 import refinekit.evidence
 import refinekit.judges
 import refinekit.local

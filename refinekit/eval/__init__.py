@@ -48,10 +48,10 @@ from ._results import (
     RunStopped,
 )
 from ._stats import ReliabilityBin, wilson_interval
+from ._store import CaseOutcome, CaseRecord, RunInfo, StoreURL, store_location, store_path
 from ._stored import compare, html_report, runs
 from ._summary import Comparison, Summary
 from ._workflow import acalibrate, arun, calibrate, run
-from .store import CaseOutcome, CaseRecord, RunInfo, StoreURL, store_location, store_path
 
 __all__ = [
     "CalibrateOptions",

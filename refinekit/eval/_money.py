@@ -20,7 +20,7 @@ from .._core.jsonload import loads
 from .._core.objects import load_object
 from .._core.types import Usage
 from .._engine.prices import Prices
-from .store import CaseRecord
+from ._store import CaseRecord
 
 __all__ = ["ROLES", "case_cost", "load_prices", "money", "price_note"]
 

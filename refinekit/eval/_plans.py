@@ -20,8 +20,8 @@ from ._corrected import JudgeCalibration, load_calibration, uncalibrated
 from ._money import load_prices, price_note
 from ._options import CalibrateOptions, EvalOptions, PathLike, RunOptions
 from ._ray import RayBackend, check_backend
+from ._store import RunInfo, RunStore, StoreURL, store_location
 from ._target import Target, check_judge, load_judge, name_of
-from .store import RunInfo, RunStore, StoreURL, store_location
 
 __all__ = ["CalibratePlan", "EvalPlan", "RunPlan"]
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from .._core.errors import RunAborted, UsageProblem
 from ._results import CaseFinished
-from .store import StoreURL
-from .store._claims import LEASE_SECONDS
+from ._store import StoreURL
+from ._store._claims import LEASE_SECONDS
 
 __all__ = ["RayBackend", "run_on_ray"]
 

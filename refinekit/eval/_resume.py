@@ -12,7 +12,7 @@ from ._cases import Case
 from ._golden import file_sha256
 from ._options import RETRYABLE
 from ._plans import RunPlan
-from .store import CaseRecord, RunInfo, RunStore
+from ._store import CaseRecord, RunInfo, RunStore
 
 __all__ = ["Started", "fingerprint", "start"]
 

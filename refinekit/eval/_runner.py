@@ -44,9 +44,9 @@ from ._money import added, case_cost
 from ._plans import RunPlan
 from ._ratelimit import RateLimiter
 from ._resume import Started
+from ._store import CappedClaim, CaseOutcome, CaseRecord, RunStore
+from ._store._claims import LEASE_SECONDS
 from ._target import Target
-from .store import CappedClaim, CaseOutcome, CaseRecord, RunStore
-from .store._claims import LEASE_SECONDS
 
 __all__ = ["Progress", "alongside", "renewing", "run_cases"]
 

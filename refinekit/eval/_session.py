@@ -19,8 +19,8 @@ from ._ratelimit import RateLimiter
 from ._results import CaseFinished, RunEvent, RunProgress, RunStarted, RunStopped
 from ._resume import start
 from ._runner import Progress, alongside, renewing, run_cases
-from .store import CaseRecord, RunInfo, RunStore
-from .store._claims import new_worker
+from ._store import CaseRecord, RunInfo, RunStore
+from ._store._claims import new_worker
 
 __all__ = ["Session"]
 

@@ -9,7 +9,7 @@ from typing import Any
 from .._core.types import Usage
 from ._money import money
 from ._stats import flip_rate, mcnemar_exact, wilson_interval
-from .store import CaseRecord, RunInfo
+from ._store import CaseRecord, RunInfo
 
 __all__ = [
     "CONFIDENCE",

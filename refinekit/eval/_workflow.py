@@ -26,8 +26,8 @@ from ._plans import CalibratePlan, EvalPlan, RunPlan
 from ._ray import run_on_ray
 from ._results import CalibrationResult, EvalResult, RunEvent
 from ._session import Session
+from ._store import CaseRecord, RunInfo, StoreURL, open_store
 from ._summary import compare_runs, measured, summarise
-from .store import CaseRecord, RunInfo, StoreURL, open_store
 
 __all__ = ["acalibrate", "arun", "calibrate", "work"]
 

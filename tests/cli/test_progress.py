@@ -21,7 +21,7 @@ from refinekit.eval import CaseFinished, CaseRecord, EvalOptions, RunEvent, RunP
 from refinekit.eval._cases import load_cases
 from refinekit.eval._plans import EvalPlan
 from refinekit.eval._session import Session
-from refinekit.eval.store._sqlite import SQLiteStore
+from refinekit.eval._store._sqlite import SQLiteStore
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

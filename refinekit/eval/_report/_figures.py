@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from ..._core.numbers import usd
 from .._stats import wilson_interval
+from .._store import CaseRecord, RunInfo
 from .._summary import CONFIDENCE, Summary
-from ..store import CaseRecord, RunInfo
 from ._charts import Point, history_svg
 from ._html import (
     CELL_LIMIT,

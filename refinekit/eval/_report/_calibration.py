@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from .._calibration import Calibration
 from .._stats import wilson_interval
+from .._store import CaseRecord, RunInfo, RunStore
 from .._summary import CONFIDENCE
-from ..store import CaseRecord, RunInfo, RunStore
 from ._cases import case_article
 from ._charts import Point, history_svg, reliability_svg
 from ._html import (

@@ -7,8 +7,8 @@ from typing import Any
 
 from ..._core.numbers import usd
 from .._money import total as total_cost
+from .._store import CaseRecord, RunInfo, RunStore
 from .._summary import Comparison, Summary, summarise
-from ..store import CaseRecord, RunInfo, RunStore
 from ._cases import case_article
 from ._figures import (
     attempts_section,

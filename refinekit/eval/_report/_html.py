@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any
 
 from ..._core.package import version
-from ..store import CaseRecord, RunInfo, RunStore
+from .._store import CaseRecord, RunInfo, RunStore
 
 __all__ = [
     "ANSWER_LIMIT",
