@@ -14,7 +14,6 @@ import pytest
 import refinekit
 import refinekit.checks
 import refinekit.eval
-import refinekit.eval.report
 import refinekit.evidence
 import refinekit.judges
 import refinekit.local
@@ -268,12 +267,16 @@ def test_eval_names() -> None:
         "acalibrate",
         "arun",
         "calibrate",
+        "case_slug",
+        "column_for",
         "compare",
         "html_report",
+        "read_golden",
         "run",
         "runs",
         "store_location",
         "store_path",
+        "wilson_interval",
     }
     for name in refinekit.eval.__all__:
         obj = getattr(refinekit.eval, name)

@@ -25,7 +25,7 @@ from ..judges._panel import every_member
 from ._cases import Case
 from ._column_checks import column_checks
 from ._ratelimit import RateLimiter
-from .store import CaseOutcome
+from ._store import CaseOutcome
 
 __all__ = [
     "CacheCounts",

@@ -12,7 +12,7 @@ import pytest
 from helpers import Cli, Workspace, cli_runner, judge_replies, workspace, yes_no
 
 from refinekit.eval._stats import wilson_interval
-from refinekit.eval.store._sqlite import SQLiteStore
+from refinekit.eval._store._sqlite import SQLiteStore
 from refinekit.testing import Reply, ScriptedOpenAI
 
 

@@ -19,7 +19,7 @@ from helpers import Cli, Workspace, cli_runner, workspace
 
 import refinekit
 from refinekit.eval._stats import wilson_interval
-from refinekit.eval.store._sqlite import SQLiteStore
+from refinekit.eval._store._sqlite import SQLiteStore
 
 
 @pytest.fixture

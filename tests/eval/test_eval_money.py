@@ -16,7 +16,7 @@ from helpers import Cli, Workspace, cli_runner, table, workspace
 import refinekit.eval
 from refinekit import Prices
 from refinekit.eval import CostLimitReached, RunAborted, UsageProblem
-from refinekit.eval.store._sqlite import SQLiteStore
+from refinekit.eval._store._sqlite import SQLiteStore
 from refinekit.testing import Reply, ScriptedOpenAI
 
 ANSWER = """

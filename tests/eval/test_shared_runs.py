@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers import Cli, Workspace, answers, asked, cli_runner, workspace
 
-from refinekit.eval.store import open_store
+from refinekit.eval._store import open_store
 from refinekit.testing import Reply, ScriptedOpenAI
 
 ANSWER = """

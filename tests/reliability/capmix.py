@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from refinekit.eval.store import open_store
+from refinekit.eval._store import open_store
 from refinekit.testing import Reply, ScriptedOpenAI
 
 WORKERS = 3
