@@ -14,7 +14,7 @@ from typing import Any
 
 from .._core.types import Usage
 from .chunks import Delta, ToolCalls, with_calls
-from .fields import get, tokens
+from .fields import call_usage, get
 
 __all__ = [
     "MANAGERS",
@@ -62,16 +62,13 @@ def finish_reason(completion: Any) -> Any:
     return get(choices[0], "finish_reason") if choices else None
 
 
+_PROMPT = ("prompt_tokens",)
+"""The usage block's fields of the prompt's tokens."""
+
+
 def usage(completion: Any) -> Usage:
     """A completion's `usage` (`prompt_tokens`, `completion_tokens`); one call without one."""
-    block = get(completion, "usage")
-    if block is None:
-        return Usage(model_calls=1)
-    return Usage(
-        model_calls=1,
-        prompt_tokens=tokens(block, "prompt_tokens"),
-        completion_tokens=tokens(block, "completion_tokens"),
-    )
+    return call_usage(get(completion, "usage"), _PROMPT, "completion_tokens")
 
 
 def model(completion: Any) -> Any:
@@ -129,13 +126,7 @@ class ChunkReader:
                 return None
             chunk = get(chunk, "chunk")
         block = get(chunk, "usage")
-        used = None
-        if block is not None:
-            used = Usage(
-                model_calls=1,
-                prompt_tokens=tokens(block, "prompt_tokens"),
-                completion_tokens=tokens(block, "completion_tokens"),
-            )
+        used = None if block is None else call_usage(block, _PROMPT, "completion_tokens")
         name = get(chunk, "model")
         named = name if isinstance(name, str) and name else None
         choices = get(chunk, "choices")
