@@ -16,7 +16,7 @@ from typing import Any
 
 from .._core.types import Usage
 from .anthropic import STOP_REASONS
-from .chunks import Delta, ToolCalls, with_calls
+from .chunks import Delta, ToolCalls, call_part, with_calls
 from .fields import call_usage, get, tokens
 
 __all__ = [
@@ -126,12 +126,4 @@ class ChunkReader:
         return with_calls(first, calls)
 
     def _call(self, call: Any, chunk: Any) -> Delta:
-        number = self._calls.number(call)
-        name = get(call, "name")
-        arguments = get(call, "args")
-        return Delta(
-            tool_arguments=arguments if isinstance(arguments, str) else "",
-            tool_name=name if isinstance(name, str) and name else None,
-            tool_index=number,
-            raw=chunk,
-        )
+        return call_part(self._calls.number(call), get(call, "name"), get(call, "args"), chunk)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._core.types import Usage
-from .chunks import Delta, ToolCalls, with_calls
+from .chunks import Delta, ToolCalls, call_part, with_calls
 from .fields import call_usage, get
 
 __all__ = [
@@ -155,10 +155,4 @@ class ChunkReader:
             name = None  # a name some SDKs repeat on every chunk is given once
         else:
             self._named.add(number)
-        arguments = get(function, "arguments")
-        return Delta(
-            tool_arguments=arguments if isinstance(arguments, str) else "",
-            tool_name=name,
-            tool_index=number,
-            raw=chunk,
-        )
+        return call_part(number, name, get(function, "arguments"), chunk)
