@@ -344,3 +344,13 @@ def test_the_package_root_holds_the_public_modules_and_one_folder_per_layer() ->
     assert folders <= layered, folders - layered
     assert files <= PUBLIC_MODULES | {"otel"}, files - PUBLIC_MODULES
     assert all(not name.startswith("_") or name in ("__init__", "__main__") for name in files)
+
+
+def test_no_module_is_over_600_lines() -> None:
+    # a module a reader can hold: split a longer one by what its parts do
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > 600
+    }
+    assert long == {}, f"modules over 600 lines: {long}"
