@@ -114,22 +114,18 @@ class _GuardKeywords(TypedDict, total=False):
 
 
 class _GuardConfig:
-    """The options as one function's calls read them, and which of its arguments is the input."""
+    """One function's configuration: which of its arguments is the input, and its options."""
 
     def __init__(self, fn: Callable[..., Any], options: _GuardOptions) -> None:
         self.requests = RequestMaker(fn, question=options.input, option="input")
         self.function = self.requests.function
-        self.screen_input = options.screen_input or options.input is not None
-        if self.screen_input and options.input is None and not self.requests.names:
+        if options.screens_input and options.input is None and not self.requests.names:
             raise ValueError(
                 f"screen_input=True, but {self.function}{self.requests.signature} takes no "
                 "argument to screen"
             )
-        self.screen = options.adapted
-        self.refusal = options.refusal
-        self.judge_error_policy = options.judge_error_policy
-        self.returns_text = options.returns_text
-        self.job_budget = options.job_budget
+        self.options = options
+        self.job_budget = options.job_budget  # what the wrapper opens the job with
 
     def input_text(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The input as text: what `input=` selects, else `question`, else the first str.
@@ -138,11 +134,12 @@ class _GuardConfig:
         nothing (the function is not called unscreened); otherwise the output's screen just
         gets an empty question.
         """
-        arguments = self.requests.bind(args, kwargs, strict=self.screen_input)
+        screened = self.options.screens_input
+        arguments = self.requests.bind(args, kwargs, strict=screened)
         if arguments is None:  # the call itself cannot work
             return ""
         text = self.requests.question_of(arguments)
-        if text is None and self.screen_input:
+        if text is None and screened:
             raise TypeError(
                 f"@guarded(screen_input=True) found no str argument to screen in this call of "
                 f"{self.function}; name the input with input= (a parameter name or a callable "
@@ -167,6 +164,7 @@ class _GuardOptions(Options):
     returns: Returns = "value"
     # What the checks make of them:
     adapted: Adapted = field(init=False, repr=False, compare=False)
+    screens_input: bool = field(init=False, repr=False, compare=False)
     job_budget: Budget | None = field(init=False, repr=False, compare=False)
     returns_text: bool = field(init=False, repr=False, compare=False)
 
@@ -183,7 +181,12 @@ class _GuardOptions(Options):
             )
         check_policy(self.judge_error_policy)
         job_budget = check_budget_option(self.budget)
-        self.keep(adapted=adapted, job_budget=job_budget, returns_text=check_returns(self.returns))
+        self.keep(
+            adapted=adapted,
+            screens_input=self.screen_input or self.input is not None,
+            job_budget=job_budget,
+            returns_text=check_returns(self.returns),
+        )
 
     def decorate(self, fn: Any) -> Any:
         return wrap(fn, _FLOW, self)
@@ -210,23 +213,24 @@ def _screen(
     record: Record | None,
 ) -> Flow[bool]:
     """Screen one text; the flow's result is True when it is blocked."""
+    screen = cfg.options.adapted
     try:
-        verdict: Verdict = yield Evaluate(cfg.screen, request)
+        verdict: Verdict = yield Evaluate(screen, request)
     except JudgeError as exc:
         # A failure is an unjudged verdict, which this guard's own policy blocks or lets
         # through below. JudgeMisconfigured, a failure a judge's own "fail_closed" policy
         # raised and any exception of a rule check (a bug) propagate.
-        verdict = judge_failure(exc, "fail_open", screen=cfg.screen.name)
+        verdict = judge_failure(exc, "fail_open", screen=screen.name)
     if record is not None:
         record.verdicts.append(verdict)
-    name = cfg.screen.name
+    name = screen.name
     if verdict.judged:
         if verdict.passed:
             if wants_debug_events():
                 emit(_event(cfg, job, "verdict", verdict=verdict))
             return False
         error = f"{screened} blocked by screen {name!r}"
-    elif cfg.judge_error_policy == "fail_open":
+    elif cfg.options.judge_error_policy == "fail_open":
         emit(
             _event(
                 cfg,
@@ -253,13 +257,14 @@ def _guard_flow(
     job: Job,
     record: Record | None,
 ) -> Flow[Any]:
+    opts = cfg.options
     question = cfg.input_text(args, kwargs)
-    if cfg.screen_input:
+    if opts.screens_input:
         request = EvaluationRequest(
             answer=question, metadata={"function": cfg.function, "screened": "input"}
         )
         if (yield from _screen(cfg, job, "input", request, record)):
-            return cfg.refusal
+            return opts.refusal
     # The one call: one model call reserved until its reply is counted (none left: stop).
     # A draft carried by a raised LowQualityAnswer can still be returned (an outer retry's
     # "return_best"), so it is screened too.
@@ -272,7 +277,7 @@ def _guard_flow(
                 value,
                 job,
                 emit=False,
-                evaluator=cfg.screen,  # a rule that rejects a part stops the stream
+                evaluator=opts.adapted,  # a rule that rejects a part stops the stream
                 decorator="guarded",
                 function=cfg.function,
                 number=1,
@@ -287,7 +292,7 @@ def _guard_flow(
             value = read.text
     if rejection is not None and value is None:
         raise rejection
-    if cfg.returns_text:  # screened, published and carried as the reply's text
+    if opts.returns_text:  # screened, published and carried as the reply's text
         value = text_answer(value, cfg.function, "guarded")
         if rejection is not None:
             rejection.answer = value
@@ -302,9 +307,9 @@ def _guard_flow(
         blocked = yield from _screen(cfg, job, "output", request, record)
     if rejection is not None:
         if blocked:
-            rejection.answer = cfg.refusal
+            rejection.answer = opts.refusal
         raise rejection
-    published = cfg.refusal if blocked else value
+    published = opts.refusal if blocked else value
     if record is not None:  # the published text, never a blocked one
         duration = time.perf_counter() - started
         record.attempts.append(Attempt(1, published, record.verdicts[-1], duration))
@@ -322,7 +327,8 @@ def _blocked_early(
     """A streamed output a rule check rejected from a part of it: blocked, the stream closed."""
     if record is not None:
         record.verdicts.append(verdict)
-    error = f"output blocked by screen {cfg.screen.name!r} before its end (the stream was closed)"
+    name = cfg.options.adapted.name
+    error = f"output blocked by screen {name!r} before its end (the stream was closed)"
     emit(_event(cfg, job, "blocked", verdict=verdict, error=error, detail=request.answer))
     return True
 

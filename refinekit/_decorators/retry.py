@@ -86,7 +86,7 @@ class _RetryKeywords(TypedDict, total=False):
 
 
 class _RetryConfig:
-    """The options as one function's calls read them, and where its `feedback` goes."""
+    """One function's configuration: its requests, where its `feedback` goes, its options."""
 
     def __init__(self, fn: Callable[..., Any], options: _RetryOptions) -> None:
         self.requests = RequestMaker(
@@ -103,19 +103,8 @@ class _RetryConfig:
             if feedback is not None and feedback.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
             else None
         )
-        self.evaluator = options.adapted
-        self.max_retries = options.max_retries
-        self.wait = options.wait_fn
-        self.on_exhausted = options.on_exhausted
-        self.skip = options.skip
-        self.judge_error_policy = options.judge_error_policy
-        self.on_inconclusive = options.on_inconclusive
-        self.stop = options.stop
-        self.before_sleep = options.before_sleep
-        self.after = options.after
-        self.job_budget = options.job_budget
-        self.returns_text = options.returns_text
-        self.stream_mode = options.stream_mode
+        self.options = options
+        self.job_budget = options.job_budget  # what the wrapper opens the job with
 
     def with_feedback(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], feedback: str
@@ -201,7 +190,7 @@ def _event(
     maximum: int | None = None,
     **fields: Any,
 ) -> Event:
-    most = cfg.max_retries + 1 if maximum is None else maximum
+    most = cfg.options.max_retries + 1 if maximum is None else maximum
     return make_event(kind, "retry_on_low_quality", cfg.function, job, number, most, **fields)
 
 
@@ -238,8 +227,9 @@ def _retry_flow(
     job: Job,
     record: Record | None,
 ) -> Flow[Any]:
+    opts = cfg.options
     attempts: list[Attempt] = []
-    streams = Attempts(cfg.function, cfg.stream_mode, cfg.max_retries + 1, cfg.evaluator)
+    streams = Attempts(cfg.function, opts.stream_mode, opts.max_retries + 1, opts.adapted)
     try:
         value = yield from _retry_steps(cfg, fn, args, kwargs, job, record, attempts, streams)
         yield from streams.finish(job, value)  # fn.stream(...): the answer returned
@@ -266,7 +256,8 @@ def _retry_steps(
     attempts: list[Attempt],
     streams: Attempts,
 ) -> Flow[Any]:
-    max_attempts = cfg.max_retries + 1
+    opts = cfg.options
+    max_attempts = opts.max_retries + 1
     previous_attempt: Reservation | None = None  # what the last attempt held and used
     arguments: dict[str, Any] | None = None
     state: tenacity.RetryCallState | None = None
@@ -313,7 +304,7 @@ def _retry_steps(
                         verdict=cut,
                         answer=value,
                     )
-        if cfg.returns_text and (rejection is None or value is not None):
+        if opts.returns_text and (rejection is None or value is not None):
             # From here on the answer is the reply's text: judged, kept, returned.
             value = text_answer(value, cfg.function, "retry_on_low_quality")
             if rejection is not None:
@@ -327,28 +318,28 @@ def _retry_steps(
                     emit(_event(cfg, job, "skipped", number))
                 _unjudged(record, info, value, "return_direct", started)
                 return _kept(value, info, outer)
-            if cfg.evaluator is None and cfg.skip is None:
+            if opts.adapted is None and opts.skip is None:
                 _unjudged(record, info, value, "no evaluator", started)
                 return _kept(value, info, outer)
             if arguments is None:
                 arguments = cfg.requests.bind(args, kwargs) or {}
             request = cfg.requests.request(arguments, value, info._context, number, recorder.calls)
-            if cfg.skip is not None and cfg.skip(request):
+            if opts.skip is not None and opts.skip(request):
                 if wants_debug_events():
                     emit(_event(cfg, job, "skipped", number))
                 _unjudged(record, info, value, "skipped", started)
                 return _kept(value, info, outer)
-            if cfg.evaluator is None:
+            if opts.adapted is None:
                 _unjudged(record, info, value, "no evaluator", started)
                 return _kept(value, info, outer)
             try:
-                verdict: Verdict = yield Evaluate(cfg.evaluator, request)
+                verdict: Verdict = yield Evaluate(opts.adapted, request)
             except JudgeError as e:
-                verdict = judge_failure(e, cfg.judge_error_policy)
+                verdict = judge_failure(e, opts.judge_error_policy)
             if record is not None:
                 record.verdicts.append(verdict)
             accepted_unjudged = verdict.status == "unjudged" or (
-                verdict.status == "inconclusive" and cfg.on_inconclusive == "accept"
+                verdict.status == "inconclusive" and opts.on_inconclusive == "accept"
             )
             if accepted_unjudged or verdict.passed:
                 if accepted_unjudged:  # not judged, and the policy lets the answer through
@@ -366,7 +357,7 @@ def _retry_steps(
                 or (
                     f"the answer could not be judged ({verdict.reason})"
                     if verdict.status == "inconclusive"
-                    else f"the answer was rejected by {cfg.evaluator.name}"
+                    else f"the answer was rejected by {opts.adapted.name}"
                 ),
                 verdict=verdict,
                 answer=value,
@@ -388,13 +379,13 @@ def _retry_steps(
         state.attempt_number = number
         state.outcome = tenacity.Future.construct(number, rejection, True)
         state.outcome_timestamp = time.monotonic()
-        if cfg.after is not None:
-            yield Call(cfg.after, (state,), {})
+        if opts.after is not None:
+            yield Call(opts.after, (state,), {})
         if number == max_attempts:
             break
-        delay = max(0.0, float(cfg.wait(state)))
+        delay = max(0.0, float(opts.wait_fn(state)))
         state.upcoming_sleep = delay
-        if cfg.stop is not None and cfg.stop(state):
+        if opts.stop is not None and opts.stop(state):
             break
         call_args, call_kwargs = cfg.with_feedback(args, kwargs, feedback)
         state.next_action = tenacity.RetryAction(delay)
@@ -414,14 +405,14 @@ def _retry_steps(
         )
         # provisional fn.stream(...): what the consumer saw of this attempt is void
         yield from streams.retrying(job, number, feedback, cut is not None)
-        if cfg.before_sleep is not None:
-            yield Call(cfg.before_sleep, (state,), {})
+        if opts.before_sleep is not None:
+            yield Call(opts.before_sleep, (state,), {})
         if delay > 0 and not _config._testing:
             yield Sleep(delay)
     assert rejection is not None
     rejection.attempts = tuple(attempts)
     rejection.best = _best(attempts)
-    best = rejection.best if cfg.on_exhausted == "return_best" else None
+    best = rejection.best if opts.on_exhausted == "return_best" else None
     rejection.usage = job.usage
     rejection.judge_usage = job.judge_usage
     rejection.job_id = job.id

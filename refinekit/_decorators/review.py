@@ -106,20 +106,14 @@ def answer_of(function: str, value: Any) -> str:
 
 
 class _ReviewConfig:
-    """The options as one function's calls read them, and which of its arguments is the question."""
+    """One function's configuration: which of its arguments is the question, and its options."""
 
     def __init__(self, fn: Callable[..., Any], options: _ReviewOptions) -> None:
         # The question and evidence are found exactly as `@retry_on_low_quality` finds them.
         self.requests = RequestMaker(fn, question=options.question)
         self.function = self.requests.function
-        self.evaluator = options.evaluator
-        self.mode = options.mode
-        self.max_revisions = options.max_revisions
-        self.reviser = options.chosen
-        self.judge_timeout = options.timeout_s
-        self.budget = options.budget_s
-        self.on_inconclusive = options.on_inconclusive
-        self.job_budget = options.job_budget
+        self.options = options
+        self.job_budget = options.job_budget  # what the wrapper opens the job with
 
 
 @dataclass(frozen=True)
@@ -209,11 +203,12 @@ def _judge(
     left = deadline - time.monotonic()
     if left <= 0:
         return None, "budget"
-    limit = min(cfg.judge_timeout, left)
+    timeout = cfg.options.timeout_s
+    limit = min(timeout, left)
     try:
-        verdict: Verdict = yield Timed(Evaluate(cfg.evaluator, request), limit)
+        verdict: Verdict = yield Timed(Evaluate(cfg.options.evaluator, request), limit)
     except TimedOut:
-        reason = "judge_timeout" if limit == cfg.judge_timeout else "budget"
+        reason = "judge_timeout" if limit == timeout else "budget"
         return Verdict.unjudged(f"{reason}: no verdict within {limit:.3g} s"), reason
     except JudgeError as e:
         # An unjudged draft is rejected (reason "judge_error") in enforce mode; a misconfigured
@@ -259,7 +254,7 @@ def _rejected(
             job,
             "rejected",
             n,
-            cfg.max_revisions + 1,
+            cfg.options.max_revisions + 1,
             verdict=verdicts[-1] if verdicts else None,
             error=f"{reason}: {summary}",
         )
@@ -304,7 +299,8 @@ def _review_steps(
     record: Record | None,
     streamed: list[TextRead],
 ) -> Flow[str]:
-    drafts_max = 1 if cfg.mode == "shadow" else cfg.max_revisions + 1  # shadow never revises
+    opts = cfg.options
+    drafts_max = 1 if opts.mode == "shadow" else opts.max_revisions + 1  # shadow never revises
     # The one call of the function: its tool calls and recorded context are the evidence.
     # One model call reserved until its reply is counted (none left: stop).
     outer = current_attempt()  # inside @retry_on_low_quality: record_context goes to both
@@ -318,7 +314,7 @@ def _review_steps(
             read = yield from read_text(
                 value,
                 job,
-                emit=cfg.mode == "shadow",
+                emit=opts.mode == "shadow",
                 decorator="reviewed",
                 function=cfg.function,
                 number=1,
@@ -355,7 +351,7 @@ def _review_steps(
     verdicts: list[Verdict] = []
     drafts: list[str] = [draft]
     current = draft
-    deadline = time.monotonic() + cfg.budget  # covers the review and every revision
+    deadline = time.monotonic() + opts.budget_s  # covers the review and every revision
     number = 1
     revised_with: str | None = None  # the feedback the current draft was revised from
     draft_started = started
@@ -363,7 +359,7 @@ def _review_steps(
         judged, failure = yield from _judge(cfg, request, deadline)
         if judged is None:
             raise _rejected(cfg, job, "budget", verdicts, drafts)
-        verdict = _tagged(judged, cfg.mode, number)
+        verdict = _tagged(judged, opts.mode, number)
         verdicts.append(verdict)
         if record is not None:
             duration = time.perf_counter() - draft_started
@@ -381,32 +377,32 @@ def _review_steps(
                 error=failure,
             )
         )
-        if cfg.mode == "shadow":
+        if opts.mode == "shadow":
             return draft  # recorded; the original goes out unchanged, whatever the verdict
         if failure is not None:
             raise _rejected(cfg, job, failure, verdicts, drafts, verdict.reason or "")
         if verdict.passed:
             return current
         if verdict.status == "inconclusive":
-            if cfg.on_inconclusive == "accept":
+            if opts.on_inconclusive == "accept":
                 return current
             raise _rejected(cfg, job, "inconclusive", verdicts, drafts, verdict.reason or "")
         if verdict.status == "unjudged":  # the judge's own fail_open policy said so
             raise _rejected(cfg, job, "judge_error", verdicts, drafts, verdict.reason or "")
-        feedback = verdict.feedback or f"the answer was rejected by {cfg.evaluator.name}"
-        if number > cfg.max_revisions:
+        feedback = verdict.feedback or f"the answer was rejected by {opts.evaluator.name}"
+        if number > opts.max_revisions:
             raise _rejected(cfg, job, "rejected", verdicts, drafts, feedback)
         left = deadline - time.monotonic()
         if left <= 0:
             raise _rejected(cfg, job, "budget", verdicts, drafts)
-        assert cfg.reviser is not None  # checked when decorating
+        assert opts.chosen is not None  # checked when decorating
         emit(
             _event(
                 cfg,
                 job,
                 "revision",
                 number,
-                cfg.max_revisions,
+                opts.max_revisions,
                 verdict=verdict,
                 feedback=feedback,
             )
@@ -417,13 +413,13 @@ def _review_steps(
             feedback=feedback,
             evidence=request,
             revision=number,
-            max_revisions=cfg.max_revisions,
+            max_revisions=opts.max_revisions,
         )
         # The revision must fit in the job's budget: its prompt (the draft, the feedback and
         # the question: characters / 4) and one call, reserved by `Revise` before it is
         # asked; its reply is counted there.
         ask = Revise(
-            cfg.reviser,
+            opts.chosen,
             revision,
             left,
             planned=f"revision {number} of {cfg.function}",
