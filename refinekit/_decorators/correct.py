@@ -76,7 +76,7 @@ ValidationContext: TypeAlias = (
 
 
 class _CorrectConfig(Generic[T]):
-    """The options as one function's calls read them, and where its conversation is."""
+    """One function's configuration: where its conversation is, and its options."""
 
     def __init__(self, fn: Callable[..., Any], options: _CorrectOptions[T]) -> None:
         self.function = function_name(fn)
@@ -93,13 +93,8 @@ class _CorrectConfig(Generic[T]):
         self.messages_name = (
             None if params[0].kind is inspect.Parameter.VAR_POSITIONAL else params[0].name
         )
-        self.parser = options.parser
-        self.max_corrections = options.max_corrections
-        self.repair = options.repair
-        self.correction = options.correction
-        self.context = options.validation_context
-        self.early_abort = options.early_abort
-        self.job_budget = options.job_budget
+        self.options = options
+        self.job_budget = options.job_budget  # what the wrapper opens the job with
 
     def split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -115,7 +110,7 @@ class _CorrectConfig(Generic[T]):
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Mapping[str, Any] | None:
         """The `context=` to validate with: `validation_context`, or what it returns."""
-        given = self.context
+        given = self.options.validation_context
         if given is None or isinstance(given, Mapping):
             return given
         try:
@@ -135,9 +130,10 @@ class _CorrectConfig(Generic[T]):
 
     def turn(self, request: CorrectionRequest) -> list[dict[str, Any]]:
         """The messages a correction adds after the original conversation."""
-        if self.correction is None:
+        correction = self.options.correction
+        if correction is None:
             return [{"role": "user", "content": correction_text(default_correction(request))}]
-        made = self.correction(request)
+        made = correction(request)
         if isinstance(made, str):
             return [{"role": "user", "content": correction_text(made)}]
         if isinstance(made, Sequence):
@@ -213,7 +209,7 @@ def _diagnosis(
     finish: str | None,
     context: Mapping[str, Any] | None,
 ) -> Any:
-    parser = cfg.parser
+    parser = cfg.options.parser
     unrepaired = not failure.parsed and failure.value is not None
     return diagnose(
         failure.text,
@@ -241,9 +237,11 @@ def _correct_flow(
     job: Job,
     record: Record | None,
 ) -> Flow[T]:
+    opts = cfg.options
+    parser = opts.parser
     messages, rest, rest_kwargs = cfg.split(args, kwargs)
     conversation = _conversation(messages, cfg.function)
-    context = cfg.validation_context(args, kwargs) if cfg.context is not None else None
+    context = cfg.validation_context(args, kwargs) if opts.validation_context is not None else None
     added: list[dict[str, Any]] = []  # the latest correction turn: never compounds
     replies: list[str] = []
     call = 0
@@ -271,13 +269,11 @@ def _correct_flow(
                 reply = yield from read_reply(
                     reply,
                     job,
-                    cfg.parser,
+                    opts,
                     context=context,
-                    repair=cfg.repair,
-                    early_abort=cfg.early_abort,
                     function=cfg.function,
                     number=call,
-                    maximum=call + max(0, cfg.max_corrections - job.corrections_used),
+                    maximum=call + max(0, opts.max_corrections - job.corrections_used),
                     prompt_chars=sum(len(str(m.get("content") or "")) for m in sent),
                 )
         result: Parsed | CorrectionFailure
@@ -291,12 +287,12 @@ def _correct_flow(
             if streamed is not None and streamed.failure is not None:
                 result = streamed.failure  # a completed field failed, or the stream broke
             else:
-                result = cfg.parser.parse(text, repair=cfg.repair, context=context)
+                result = parser.parse(text, repair=opts.repair, context=context)
             if not isinstance(result, CorrectionFailure) and added:
-                copied = cfg.parser.placeholders(result[0], text)
+                copied = parser.placeholders(result[0], text)
                 if copied:
                     result = _placeholder_failure(text, copied)
-        possible = call + max(0, cfg.max_corrections - job.corrections_used)
+        possible = call + max(0, opts.max_corrections - job.corrections_used)
         if not isinstance(result, CorrectionFailure):
             if wants_debug_events():
                 emit(_event(cfg, job, "attempt", call, possible, repairs=result[1]))
@@ -318,7 +314,7 @@ def _correct_flow(
                 passed=False, feedback=failure.summary, metadata={"failure": diagnosis.kind}
             )
             _add(record, call, text, verdict, started, added)
-        if not take_correction(job, cfg.max_corrections):
+        if not take_correction(job, opts.max_corrections):
             error = failure.error_type(
                 failure.summary,
                 raw_reply=text,
@@ -345,7 +341,6 @@ def _correct_flow(
             raise error
         if streamed is not None:  # what fn.stream(...) showed of it is void
             yield from void(streamed, job, cfg.function, call, possible, failure.summary)
-        parser = cfg.parser
         template = None
         if parser.template is not None:
             keep = diagnosis.kept is not None and diagnosis.kind not in (
@@ -359,7 +354,7 @@ def _correct_flow(
             )
         request = CorrectionRequest(
             number=job.corrections_used,
-            max_corrections=cfg.max_corrections,
+            max_corrections=opts.max_corrections,
             kind=diagnosis.kind,
             problems=diagnosis.problems,
             errors=tuple(failure.errors),
@@ -377,7 +372,7 @@ def _correct_flow(
                 job,
                 "correction",
                 job.corrections_used,
-                cfg.max_corrections,
+                opts.max_corrections,
                 error=failure.summary,
                 detail="\n\n".join(str(m.get("content", "")) for m in added),
                 failure=diagnosis.kind,

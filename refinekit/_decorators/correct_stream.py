@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic_core
 from pydantic import BaseModel
@@ -37,7 +37,18 @@ from .._providers.streams import Delta, says_finish
 from .._structure.parse import CorrectionFailure, Parser, parse_failure
 from .._structure.partial import PartialReader
 
-__all__ = ["StreamedReply", "final", "read_reply", "void"]
+__all__ = ["ReadOptions", "StreamedReply", "final", "read_reply", "void"]
+
+
+class ReadOptions(Protocol):
+    """What reading a streamed reply takes of `@self_correct`'s options."""
+
+    @property
+    def parser(self) -> Parser[Any]: ...
+    @property
+    def repair(self) -> bool: ...
+    @property
+    def early_abort(self) -> bool: ...
 
 
 # Error types a lossless value repair may fix at the end (`repair.value_fixes`): no abort.
@@ -77,18 +88,12 @@ class _StructuredSink:
     """Feeds a streamed reply to the partial reader; emits partials, aborts on a failed field."""
 
     def __init__(
-        self,
-        parser: Parser[Any],
-        context: Mapping[str, Any] | None,
-        repair: bool,
-        number: int,
-        early_abort: bool,
+        self, options: ReadOptions, context: Mapping[str, Any] | None, number: int
     ) -> None:
-        self.reader = _FieldReader(parser, context)
-        self.tools = _FieldReader(parser, context)
-        self.repair = repair
+        self.reader = _FieldReader(options.parser, context)
+        self.tools = _FieldReader(options.parser, context)
+        self.options = options
         self.number = number
-        self.early_abort = early_abort
         self.failed = False  # a field failed: the reply is void, whether it is read on or not
         self.emit = listening()
         self.failure: dict[str, Any] | None = None
@@ -102,15 +107,15 @@ class _StructuredSink:
         piece = delta.tool_arguments if delta.tool_index == 0 else ""
         reader = self.tools if piece else self.reader
         piece = piece or delta.text
-        if not piece or (self.failed and not self.early_abort):
+        if not piece or (self.failed and not self.options.early_abort):
             return (), None  # read on to its end: parsed whole, its correction names all
         changed, failures = reader.feed(piece)
         for failure in failures:
-            if self.repair and _repairable(failure):
+            if self.options.repair and _repairable(failure):
                 self.repairable.update(failure["loc"][:1])
                 continue  # a lossless repair may fix it when the reply is parsed whole
             self.failed = True
-            if not self.early_abort:
+            if not self.options.early_abort:
                 return (), None
             self.failure = failure
             self.value = reader.value
@@ -164,18 +169,19 @@ class StreamedReply:
 def read_reply(
     stream: Any,
     job: Job,
-    parser: Parser[Any],
+    options: ReadOptions,
     *,
     context: Mapping[str, Any] | None,
-    repair: bool,
     function: str,
     number: int,
     maximum: int,
     prompt_chars: int,
-    early_abort: bool = True,
 ) -> Any:
-    """Read a streamed reply (a sub-flow): a `StreamedReply`, its usage counted in `job`."""
-    sink = _StructuredSink(parser, context, repair, number, early_abort)
+    """Read a streamed reply (a sub-flow): a `StreamedReply`, its usage counted in `job`.
+
+    `options`: the decorator's (its parser, `repair` and `early_abort`).
+    """
+    sink = _StructuredSink(options, context, number)
     read: StreamRead = yield from read_stream(
         stream,
         job,
@@ -208,7 +214,7 @@ def read_reply(
     if failure is None and read.complete and read.finish_reason is None and sink.says_finish:
         # no finish reason, no [DONE]: the connection closed; if the JSON is not whole, the
         # reply was cut off there (a complete reply is taken as it is)
-        parsed = parser.parse(text, repair=repair, context=context)
+        parsed = options.parser.parse(text, repair=options.repair, context=context)
         if isinstance(parsed, CorrectionFailure) and not parsed.parsed and parsed.value is None:
             failure = parse_failure(text, f"the reply stopped before its end: {_NO_FINISH}")
             cut = True
