@@ -1,19 +1,22 @@
 """The OpenTelemetry tracer behind `refinekit.otel.instrument()`: spans from the engine's hooks.
 
-Imported only by `instrument()`, so `import refinekit` never imports `opentelemetry`. The
-engine calls it at two places (see `refinekit._engine.events.Tracing`): around each decorated call
-(`call`: the call's span) and for each command a flow yields (`run_sync` / `run_async`):
+Imported only by `instrument()`, so `import refinekit` never imports `opentelemetry`. It is
+one of the engine's instruments (see `refinekit._engine.events.Instrument`): the engine runs
+each decorated call inside its `call` context (the call's span) and each command a flow yields
+as its `command` gives it back. What a command is, the command says itself (its `role`, see
+`refinekit._engine.flow.Command`):
 
-- `Call` (the function) and `Revise` (`@reviewed`'s reviser) start the call's next attempt:
-  the previous attempt's span ends and a new one becomes the current span, so what the
-  function does (its own model call, a nested decorated call) and the judging of its answer
-  nest under it; a `Sleep` (the wait before a retry) or the call's end ends it;
-- `Evaluate` gets a span of its own, and its verdict a `gen_ai.evaluation.result` event on
-  the span of the attempt it judged;
-- a judge model's request (`Complete`, `Structured`) gets a GenAI client span (`chat
-  {model}`) with the model and the token counts of the reply;
-- `Gather` and `Timed` run their commands traced, in the worker threads or tasks they use
-  (each runs in a copy of the caller's context, so the current span carries over);
+- an "attempt" (the function; `@reviewed`'s reviser) starts the call's next attempt: the
+  previous attempt's span ends and a new one becomes the current span, so what the function
+  does (its own model call, a nested decorated call) and the judging of its answer nest under
+  it; a "wait" (before a retry) or the call's end ends it;
+- an "evaluation" gets a span of its own, and its verdict a `gen_ai.evaluation.result` event
+  on the span of the attempt it judged;
+- a judge's "model_request" gets a GenAI client span (`chat {model}`) with the model and the
+  token counts of the reply (a judge cache's hit makes no request: no span);
+- a command running others (`map_commands`: a time limit, a gathering, a judge cache's
+  lookup) runs them traced, in the worker threads or tasks it uses (each runs in a copy of the
+  caller's context, so the current span carries over);
 - a streamed reply's `stream` event sets its chunks, time to first chunk and why it was
   aborted (`refinekit.stream.*`) on the span of the attempt it belongs to.
 
@@ -40,14 +43,10 @@ from .._core.errors import MissingPrice, TimedOut
 from .._core.package import version
 from .._core.redact import redact
 from .._core.types import Cost, Usage, Verdict
-from .._decorators.revisers import Revise
 from .._engine.evaluators import evaluator_name
 from .._engine.events import Event, Subscription, subscribe
-from .._engine.flow import Call, Evaluate, Gather, Sleep, Timed
 from .._engine.job import cost_of, current_job
 from .._providers.replies import usage_of
-from ..judges._cache import Cached
-from ..judges._calls import Complete, Structured
 
 __all__ = ["OtelTracing"]
 
@@ -139,14 +138,20 @@ _TARGET: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
 """Inside an evaluator: the attempt's span, where nested evaluations' results go too."""
 
 
+def _role(command: Any) -> str:
+    """What `command` is (see `refinekit._engine.flow.Command`); "" for the others."""
+    role: str = getattr(command, "role", "")
+    return role
+
+
 def _starts_attempt(command: Any) -> bool:
-    if isinstance(command, Timed):
+    if _role(command) == "time_limit":
         command = command.command
-    return isinstance(command, (Call, Revise))
+    return _role(command) == "attempt"
 
 
 class OtelTracing:
-    """Spans for refinekit's calls, attempts, evaluations and judge requests."""
+    """Spans for refinekit's calls, attempts, evaluations and judge requests: an instrument."""
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self.tracer = trace.get_tracer(n.TRACER_NAME, version(), tracer_provider=tracer_provider)
@@ -221,39 +226,23 @@ class OtelTracing:
             )
             state.attempt_token = otel_context.attach(trace.set_span_in_context(state.attempt))
             return state
-        if isinstance(command, Sleep):
+        if _role(command) == "wait":
             state.end_attempt()
         return None
 
-    def run_sync(self, command: Any) -> Any:
-        state = self._before(command)
-        try:
-            return self._traced(command).run_sync()
-        except Exception as exc:
-            _failed(command, exc, state)
-            raise
+    def command(self, command: Any) -> _Traced:
+        """`command` as it runs traced: the engine runs it next, in the flow's own context."""
+        return _Traced(self, command)
 
-    async def run_async(self, command: Any) -> Any:
-        state = self._before(command)
-        try:
-            return await self._traced(command).run_async()
-        except Exception as exc:
-            _failed(command, exc, state)
-            raise
-
-    def _traced(self, command: Any) -> Any:
+    def traced(self, command: Any) -> Any:
         """`command` as it runs traced (itself when it needs no span)."""
-        if isinstance(command, Evaluate):
+        role = _role(command)
+        if role == "evaluation":
             return _TracedEvaluate(self, command)
-        if isinstance(command, (Complete, Structured)):
+        if role == "model_request":
             return _TracedJudgeCall(self, command)
-        if isinstance(command, Cached):  # a hit makes no call: only a miss gets its span
-            return command.with_command(self._traced(command.command))
-        if isinstance(command, Gather):
-            return Gather([self._traced(c) for c in command.commands])
-        if isinstance(command, Timed):
-            return Timed(self._traced(command.command), command.seconds)
-        return command
+        map_commands = getattr(command, "map_commands", None)
+        return command if map_commands is None else map_commands(self.traced)
 
     # --- the event bus ----------------------------------------------------------------------
 
@@ -284,6 +273,32 @@ class OtelTracing:
         state.current.add_event(n.EVENT_PREFIX + event.kind, attributes)
 
 
+class _Traced:
+    """A command a flow yields, run traced: its attempt started or ended, its failure recorded."""
+
+    __slots__ = ("command", "otel")
+
+    def __init__(self, otel: OtelTracing, command: Any) -> None:
+        self.otel = otel
+        self.command = command
+
+    def run_sync(self) -> Any:
+        state = self.otel._before(self.command)
+        try:
+            return self.otel.traced(self.command).run_sync()
+        except Exception as exc:
+            _failed(self.command, exc, state)
+            raise
+
+    async def run_async(self) -> Any:
+        state = self.otel._before(self.command)
+        try:
+            return await self.otel.traced(self.command).run_async()
+        except Exception as exc:
+            _failed(self.command, exc, state)
+            raise
+
+
 def _cost(job: Any) -> Cost | None:
     """The job's cost for the call's span; None unpriced (a missing price is raised elsewhere)."""
     try:
@@ -302,8 +317,8 @@ def _failed(command: Any, exc: Exception, attempt_of: _CallState | None) -> None
     if attempt_of is not None and attempt_of.attempt is not None:
         record_error(attempt_of.attempt, exc)
     elif (
-        isinstance(command, Timed)
-        and isinstance(command.command, Evaluate)
+        _role(command) == "time_limit"
+        and _role(command.command) == "evaluation"
         and isinstance(exc, TimedOut)
     ):
         state = _STATE.get()
@@ -322,7 +337,7 @@ class _TracedEvaluate:
 
     __slots__ = ("command", "otel")
 
-    def __init__(self, otel: OtelTracing, command: Evaluate) -> None:
+    def __init__(self, otel: OtelTracing, command: Any) -> None:
         self.otel = otel
         self.command = command
 
@@ -354,13 +369,13 @@ class _TracedEvaluate:
 
     def run_sync(self) -> Verdict:
         with self._span() as (span, target, name):
-            verdict = self.command.run_sync()
+            verdict: Verdict = self.command.run_sync()
             _evaluated(span, target, name, verdict)
             return verdict
 
     async def run_async(self) -> Verdict:
         with self._span() as (span, target, name):
-            verdict = await self.command.run_async()
+            verdict: Verdict = await self.command.run_async()
             _evaluated(span, target, name, verdict)
             return verdict
 
@@ -390,7 +405,7 @@ class _TracedJudgeCall:
 
     __slots__ = ("command", "otel")
 
-    def __init__(self, otel: OtelTracing, command: Complete | Structured) -> None:
+    def __init__(self, otel: OtelTracing, command: Any) -> None:
         self.otel = otel
         self.command = command
 
@@ -401,7 +416,7 @@ class _TracedJudgeCall:
         model = str(kwargs.get("model") or judge.model)
         attributes: dict[str, Any] = {
             n.OPERATION_NAME: n.OPERATION_CHAT,
-            n.PROVIDER_NAME: _provider(judge),
+            n.PROVIDER_NAME: judge.provider,
             n.REQUEST_MODEL: model,
         }
         if isinstance(kwargs.get("max_tokens"), int):
@@ -435,12 +450,6 @@ class _TracedJudgeCall:
             result = await self.command.run_async()
             _replied(span, result, before)
             return result
-
-
-def _provider(judge: Any) -> str:
-    client = getattr(judge, "_client", None)
-    module = type(client).__module__ if client is not None else ""
-    return "anthropic" if module.startswith("anthropic") else "openai"
 
 
 def _server(judge: Any) -> dict[str, Any]:
