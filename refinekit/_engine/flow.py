@@ -316,14 +316,15 @@ def drive_sync(flow: Flow[T], result: list[T]) -> Generator[Any, None, None]:
                 result.append(stop.value)
                 return
             error = None
-            if type(command) is Emit:
+            kind = type(command)
+            if kind is Emit:
                 value = None
-                yield command.item
+                yield command.item  # type: ignore[attr-defined]  # an Emit (`kind`)
                 continue
             try:
                 _budget.check()  # a job over its budget goes no further
                 value = (_hooks.observed(installed, command) if installed else command).run_sync()
-                if type(command) in OPENERS:
+                if kind in OPENERS:
                     opened = [value] if opened is None else [*opened, value]
             except Exception as exc:
                 value, error = None, exc
@@ -352,10 +353,11 @@ async def drive_async(flow: Flow[T], emit: Hand | None) -> T:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             error = None
-            if type(command) is Emit:
+            kind = type(command)
+            if kind is Emit:
                 value = None
                 if emit is not None:
-                    await emit(command.item)
+                    await emit(command.item)  # type: ignore[attr-defined]  # an Emit
                 continue
             try:
                 _budget.check()  # a job over its budget goes no further
@@ -363,7 +365,7 @@ async def drive_async(flow: Flow[T], emit: Hand | None) -> T:
                     value = await _hooks.observed(installed, command).run_async()
                 else:
                     value = await command.run_async()
-                if type(command) in OPENERS:
+                if kind in OPENERS:
                     opened = [value] if opened is None else [*opened, value]
             except Exception as exc:
                 value, error = None, exc

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -49,68 +48,61 @@ Run = Callable[[Hand], Coroutine[Any, Any, None]]
 """An async call's items: run, it hands each to its argument (an `AsyncItemStream`'s)."""
 
 
-def stream_sync(
-    flow: Callable[..., Flow[Any]],
-    cfg: Any,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    last: Last | None,
-) -> Generator[Any, None, None]:
-    """The items of one call, in the stream's own context (an `ItemStream`'s generator).
+MakeFlow = Callable[..., Flow[Any]]
+"""A decorator's flow: `(cfg, fn, args, kwargs, job, record) -> Flow`."""
 
-    The call joins the job current in that context (or opens one, closed at its end) and its
-    flow is driven with `drive_sync`, inside the instruments' `call` context.
+Args = tuple[Any, ...]
+Kwargs = dict[str, Any]
+
+
+@contextlib.contextmanager
+def _streamed(
+    flow: MakeFlow, cfg: Any, fn: Callable[..., Any], args: Args, kwargs: Kwargs
+) -> Iterator[Flow[Any]]:
+    """One streamed call's flow, in its job and inside the instruments' `call` context.
+
+    The call joins the job current in the stream's context (or opens one, closed at its end).
     """
     LISTENING.set(True)
     job, token = enter_job(getattr(cfg, "job_budget", None))
     try:
-        made = flow(cfg, fn, args, kwargs, job, None)
         with _hooks.observed_call(flow, cfg, job):
-            result: list[Any] = []
-            yield from drive_sync(made, result)
-            item = None if last is None else last(result[0])
-            if item is not None:
-                yield item
+            yield flow(cfg, fn, args, kwargs, job, None)
     finally:
         leave_job(token)
 
 
+def stream_sync(
+    flow: MakeFlow, cfg: Any, fn: Callable[..., Any], args: Args, kwargs: Kwargs, last: Last | None
+) -> Generator[Any, None, None]:
+    """The items of one call, in the stream's own context (an `ItemStream`'s generator).
+
+    Its flow is driven with `drive_sync`; `last` makes the last item of the flow's value.
+    """
+    with _streamed(flow, cfg, fn, args, kwargs) as made:
+        result: list[Any] = []
+        yield from drive_sync(made, result)
+        item = None if last is None else last(result[0])
+        if item is not None:
+            yield item
+
+
 def stream_async(
-    flow: Callable[..., Flow[Any]],
-    cfg: Any,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    last: Last | None,
+    flow: MakeFlow, cfg: Any, fn: Callable[..., Any], args: Args, kwargs: Kwargs, last: Last | None
 ) -> Run:
     """The items of one async call, run in the stream's own task (an `AsyncItemStream`'s).
 
     As `stream_sync`, driven with `drive_async`: run with a `Hand`, it hands each item to it.
     """
-    return functools.partial(_stream_async, flow, cfg, fn, args, kwargs, last)
 
-
-async def _stream_async(
-    flow: Callable[..., Flow[Any]],
-    cfg: Any,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    last: Last | None,
-    hand: Hand,
-) -> None:
-    LISTENING.set(True)
-    job, token = enter_job(getattr(cfg, "job_budget", None))
-    try:
-        made = flow(cfg, fn, args, kwargs, job, None)
-        with _hooks.observed_call(flow, cfg, job):
+    async def run(hand: Hand) -> None:
+        with _streamed(flow, cfg, fn, args, kwargs) as made:
             value = await drive_async(made, hand)
             item = None if last is None else last(value)
             if item is not None:
                 await hand(item)
-    finally:
-        leave_job(token)
+
+    return run
 
 
 class ItemStream(Iterator[I_co], Generic[I_co]):

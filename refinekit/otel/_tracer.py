@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import traceback
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -332,8 +334,8 @@ def _add_result(span: Span, attributes: dict[str, Any]) -> None:
     span.add_event(n.EVALUATION_RESULT, attributes)
 
 
-class _TracedEvaluate:
-    """An `Evaluate` in a span of its own; its verdict an evaluation event."""
+class _Spanned:
+    """A command run in a span of its own: `_span()` opens it and yields what the result does."""
 
     __slots__ = ("command", "otel")
 
@@ -341,8 +343,29 @@ class _TracedEvaluate:
         self.otel = otel
         self.command = command
 
+    def _span(self) -> AbstractContextManager[Callable[[Any], None]]:
+        raise NotImplementedError
+
+    def run_sync(self) -> Any:
+        with self._span() as done:
+            result = self.command.run_sync()
+            done(result)
+            return result
+
+    async def run_async(self) -> Any:
+        with self._span() as done:
+            result = await self.command.run_async()
+            done(result)
+            return result
+
+
+class _TracedEvaluate(_Spanned):
+    """An evaluation in a span of its own; its verdict an evaluation event."""
+
+    __slots__ = ()
+
     @contextlib.contextmanager
-    def _span(self) -> Iterator[tuple[Span, Span | None, str]]:
+    def _span(self) -> Iterator[Callable[[Verdict], None]]:
         name = evaluator_name(self.command.evaluator)
         state = _STATE.get()
         target = state.current if state is not None else _TARGET.get()
@@ -356,7 +379,7 @@ class _TracedEvaluate:
             state_token = _STATE.set(None)
             target_token = _TARGET.set(target)
             try:
-                yield span, target, name
+                yield functools.partial(_evaluated, span, target, name)
             except Exception as exc:
                 record_error(span, exc)
                 _add_result(
@@ -366,18 +389,6 @@ class _TracedEvaluate:
             finally:
                 _TARGET.reset(target_token)
                 _STATE.reset(state_token)
-
-    def run_sync(self) -> Verdict:
-        with self._span() as (span, target, name):
-            verdict: Verdict = self.command.run_sync()
-            _evaluated(span, target, name, verdict)
-            return verdict
-
-    async def run_async(self) -> Verdict:
-        with self._span() as (span, target, name):
-            verdict: Verdict = await self.command.run_async()
-            _evaluated(span, target, name, verdict)
-            return verdict
 
 
 def _evaluated(span: Span, target: Span | None, name: str, verdict: Verdict) -> None:
@@ -400,17 +411,14 @@ def _open(target: Span | None, span: Span) -> Span:
     return target if target is not None and target.is_recording() else span
 
 
-class _TracedJudgeCall:
+class _TracedJudgeCall(_Spanned):
     """A judge model's request in a GenAI client span (`chat {model}`)."""
 
-    __slots__ = ("command", "otel")
-
-    def __init__(self, otel: OtelTracing, command: Any) -> None:
-        self.otel = otel
-        self.command = command
+    __slots__ = ()
 
     @contextlib.contextmanager
-    def _span(self) -> Iterator[Span]:
+    def _span(self) -> Iterator[Callable[[Any], None]]:
+        before = _judge_usage()
         judge = self.command.judge
         kwargs = self.command.kwargs
         model = str(kwargs.get("model") or judge.model)
@@ -432,24 +440,10 @@ class _TracedJudgeCall:
             set_status_on_exception=False,
         ) as span:
             try:
-                yield span
+                yield functools.partial(_replied, span, before=before)
             except Exception as exc:
                 record_error(span, exc)
                 raise
-
-    def run_sync(self) -> Any:
-        before = _judge_usage()
-        with self._span() as span:
-            result = self.command.run_sync()
-            _replied(span, result, before)
-            return result
-
-    async def run_async(self) -> Any:
-        before = _judge_usage()
-        with self._span() as span:
-            result = await self.command.run_async()
-            _replied(span, result, before)
-            return result
 
 
 def _server(judge: Any) -> dict[str, Any]:
