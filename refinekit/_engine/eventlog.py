@@ -8,6 +8,7 @@ and a line whose arguments are None is not written for that event. Every text a 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
@@ -186,9 +187,8 @@ class EventLog:
                 if made is not None:
                     logger.log(level, message, *made)
 
-    def wants_debug(self) -> bool:
-        """Whether a DEBUG-only event would write a line (the logger writes DEBUG records)."""
-        return logger.isEnabledFor(DEBUG)
+    wants_debug: Callable[[], bool] = functools.partial(logger.isEnabledFor, DEBUG)
+    """Whether a DEBUG-only event would write a line: the logger writes DEBUG records."""
 
 
 EVENT_LOG = EventLog()
