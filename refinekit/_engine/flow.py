@@ -34,7 +34,7 @@ import contextlib
 import functools
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -336,7 +336,7 @@ def drive_sync(flow: Flow[T], result: list[T]) -> Generator[Any, None, None]:
             _close_sync(opened)
 
 
-async def drive_async(flow: Flow[T], emit: Hand | None) -> T:
+async def drive_async(flow: Flow[T], emit: Hand | None = None) -> T:
     """Run `flow` on the running event loop (never blocking it); hand each `Emit`'s item to `emit`.
 
     Returns:
@@ -385,6 +385,5 @@ def run_sync(flow: Flow[T]) -> T:
     return result[0]
 
 
-def run_async(flow: Flow[T]) -> Coroutine[Any, Any, T]:
-    """Drive a flow to its value on the running event loop (`drive_async`, as a call)."""
-    return drive_async(flow, None)
+run_async = drive_async
+"""Drive a flow to its value on the running event loop: `drive_async` as a call (no `emit`)."""
