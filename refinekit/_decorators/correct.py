@@ -20,7 +20,7 @@ from .._engine.events import Event, EventKind, emit, make_event, wants_debug_eve
 from .._engine.flow import Call, Flow
 from .._engine.job import Job, check_budget_option
 from .._engine.ledger import take_correction
-from .._engine.options import Options
+from .._engine.options import Args, Fn, Kwargs, Options
 from .._engine.outcome import Record
 from .._engine.policy import check_budget
 from .._engine.prices import Budget
@@ -230,12 +230,7 @@ def _diagnosis(
 
 
 def _correct_flow(
-    cfg: _CorrectConfig[T],
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    job: Job,
-    record: Record | None,
+    cfg: _CorrectConfig[T], fn: Fn, args: Args, kwargs: Kwargs, job: Job, record: Record | None
 ) -> Flow[T]:
     opts = cfg.options
     parser = opts.parser

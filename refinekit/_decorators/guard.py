@@ -27,7 +27,7 @@ from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow
 from .._engine.job import Job, check_budget_option, current_attempt
-from .._engine.options import Options, signature_of
+from .._engine.options import Args, Fn, Kwargs, Options, signature_of
 from .._engine.outcome import Record
 from .._engine.policy import JudgeErrorPolicy, check_policy, judge_failure
 from .._engine.prices import Budget
@@ -250,12 +250,7 @@ def _screen(
 
 
 def _guard_flow(
-    cfg: _GuardConfig,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    job: Job,
-    record: Record | None,
+    cfg: _GuardConfig, fn: Fn, args: Args, kwargs: Kwargs, job: Job, record: Record | None
 ) -> Flow[Any]:
     opts = cfg.options
     question = cfg.input_text(args, kwargs)

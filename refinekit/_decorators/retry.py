@@ -21,7 +21,7 @@ from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow, Sleep
 from .._engine.job import Job, check_budget_option, current_attempt
-from .._engine.options import Options, signature_of
+from .._engine.options import Args, Fn, Kwargs, Options, signature_of
 from .._engine.outcome import Record
 from .._engine.policy import (
     JudgeErrorPolicy,
@@ -220,12 +220,7 @@ def _unjudged(
 
 
 def _retry_flow(
-    cfg: _RetryConfig,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    job: Job,
-    record: Record | None,
+    cfg: _RetryConfig, fn: Fn, args: Args, kwargs: Kwargs, job: Job, record: Record | None
 ) -> Flow[Any]:
     opts = cfg.options
     attempts: list[Attempt] = []
@@ -248,9 +243,9 @@ def _retry_flow(
 
 def _retry_steps(
     cfg: _RetryConfig,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    fn: Fn,
+    args: Args,
+    kwargs: Kwargs,
     job: Job,
     record: Record | None,
     attempts: list[Attempt],

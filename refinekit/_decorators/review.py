@@ -19,7 +19,7 @@ from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow, Timed
 from .._engine.job import Job, current_attempt
-from .._engine.options import Options, signature_of
+from .._engine.options import Args, Fn, Kwargs, Options, signature_of
 from .._engine.outcome import Record
 from .._engine.policy import OnInconclusive, check_budget, check_on_inconclusive, judge_failure
 from .._engine.prices import Budget
@@ -263,12 +263,7 @@ def _rejected(
 
 
 def _review_flow(
-    cfg: _ReviewConfig,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    job: Job,
-    record: Record | None,
+    cfg: _ReviewConfig, fn: Fn, args: Args, kwargs: Kwargs, job: Job, record: Record | None
 ) -> Flow[str]:
     streamed: list[TextRead] = []  # the function's stream, when it returned one
     text = yield from _review_steps(cfg, fn, args, kwargs, job, record, streamed)
@@ -292,9 +287,9 @@ def _tool_round(cfg: _ReviewConfig, job: Job, read: TextRead) -> Flow[str]:
 
 def _review_steps(
     cfg: _ReviewConfig,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    fn: Fn,
+    args: Args,
+    kwargs: Kwargs,
     job: Job,
     record: Record | None,
     streamed: list[TextRead],
@@ -453,12 +448,7 @@ def _review_steps(
 
 
 def _off_flow(
-    cfg: _ReviewConfig,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    job: Job,
-    record: Record | None,
+    cfg: _ReviewConfig, fn: Fn, args: Args, kwargs: Kwargs, job: Job, record: Record | None
 ) -> Flow[str]:
     """Mode "off": the function's answer as it is; nothing judged, recorded or counted.
 

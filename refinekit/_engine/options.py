@@ -24,11 +24,18 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
-__all__ = ["Options", "by_value", "signature_of"]
+__all__ = ["Args", "Fn", "Kwargs", "Options", "by_value", "signature_of"]
 
 OptionsT = TypeVar("OptionsT", bound="Options")
 P = ParamSpec("P")
 R = TypeVar("R")
+
+Fn = Callable[..., Any]
+"""A decorated function, as its flow calls it: `flow(cfg, fn, args, kwargs, job, record)`."""
+Args = tuple[Any, ...]
+"""A call's positional arguments, as its flow gets them."""
+Kwargs = dict[str, Any]
+"""A call's keyword arguments, as its flow gets them."""
 
 
 @dataclass(frozen=True)
