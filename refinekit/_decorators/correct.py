@@ -322,17 +322,8 @@ def _correct_flow(
                 judge_usage=job.judge_usage,
                 job_id=job.id,
             )
-            emit(
-                _event(
-                    cfg,
-                    job,
-                    "exhausted",
-                    call,
-                    call,
-                    error=f"{type(error).__name__}: {failure.summary}",
-                    failure=diagnosis.kind,
-                )
-            )
+            ended = f"{type(error).__name__}: {failure.summary}"
+            emit(_event(cfg, job, "exhausted", call, call, error=ended, failure=diagnosis.kind))
             raise error
         if streamed is not None:  # what fn.stream(...) showed of it is void
             yield from void(streamed, job, cfg.function, call, possible, failure.summary)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .._core.streamed import ToolCallChunk
+from .._core.streamed import ResetCause, ToolCallChunk
 from .._core.types import Verdict
 from .._engine.flow import Flow
 from .._engine.job import Job
@@ -92,16 +92,7 @@ class Attempts:
     def retrying(self, job: Job, number: int, feedback: str, aborted: bool) -> Flow[None]:
         """Before a retry: in provisional mode, the consumer's view of this attempt is void."""
         if self.provisional and self.shown is not None:
-            yield from reset(
-                "retry",
-                job,
-                decorator="retry_on_low_quality",
-                function=self.function,
-                number=number,
-                maximum=self.maximum,
-                reason=feedback,
-                aborted=aborted,
-            )
+            yield from self._reset("retry", job, number, feedback, aborted)
             self.shown = None
 
     def finish(self, job: Job, value: Any) -> Flow[None]:
@@ -111,17 +102,25 @@ class Attempts:
         if self.shown is not None and self.shown[0] == value:
             return  # provisional: the consumer saw this very text last
         if self.provisional and self.shown is not None:
-            yield from reset(
-                "best",
-                job,
-                decorator="retry_on_low_quality",
-                function=self.function,
-                number=self.shown[1],
-                maximum=self.maximum,
-                reason="the best attempt, not this one, is returned",
-            )
+            best = "the best attempt, not this one, is returned"
+            yield from self._reset("best", job, self.shown[1], best)
         for answer, items in reversed(self.pieces):
             if answer == value:
                 yield from replay(items)
                 return
         yield Emit(value)
+
+    def _reset(
+        self, cause: ResetCause, job: Job, number: int, reason: str, aborted: bool = False
+    ) -> Flow[None]:
+        """Void what the consumer saw of attempt `number` (a sub-flow)."""
+        return reset(
+            cause,
+            job,
+            decorator="retry_on_low_quality",
+            function=self.function,
+            number=number,
+            maximum=self.maximum,
+            reason=reason,
+            aborted=aborted,
+        )

@@ -248,17 +248,9 @@ def _rejected(
         judge_usage=job.judge_usage,
         job_id=job.id,
     )
-    emit(
-        _event(
-            cfg,
-            job,
-            "rejected",
-            n,
-            cfg.options.max_revisions + 1,
-            verdict=verdicts[-1] if verdicts else None,
-            error=f"{reason}: {summary}",
-        )
-    )
+    last = verdicts[-1] if verdicts else None
+    most = cfg.options.max_revisions + 1
+    emit(_event(cfg, job, "rejected", n, most, verdict=last, error=f"{reason}: {summary}"))
     return error
 
 
