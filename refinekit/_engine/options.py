@@ -45,7 +45,8 @@ class Options:
     A subclass names its decorator (`decorator`), the configuration it makes for a function
     (`config`, through `configure`: called when decorating, and for a method's signature
     without `self`/`cls`) and how it decorates one (`decorate`, the decorator the decorator
-    function returns).
+    function returns). The configuration holds what depends on the function and these
+    options (`cfg.options`), which the decorator's flow reads there.
     """
 
     decorator: ClassVar[str] = "refinekit"
