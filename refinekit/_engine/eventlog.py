@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from .._core.redact import redact
 
 if TYPE_CHECKING:
-    from .events import Event
+    from .event import Event
 
 __all__ = ["EVENT_LOG", "LINES", "EventLog", "LogLine", "logger"]
 
