@@ -55,7 +55,7 @@ from pydantic import BaseModel
 
 from refinekit._providers import streams
 from refinekit._structure.parse import Parser
-from refinekit._structure.partial import PartialReader
+from refinekit._structure.partial_validation import PartialReader
 
 PIECE = 4
 """Characters per streamed chunk (about one token)."""

@@ -24,7 +24,7 @@ from ._core.errors import (
     ResponseValidationError,
 )
 from ._core.package import rehome, version
-from ._core.streamed import Final, Partial, Reset, ResetCause, ToolCallChunk
+from ._core.stream_items import Final, Partial, Reset, ResetCause, ToolCallChunk
 from ._core.types import (
     Attempt,
     AttemptInfo,

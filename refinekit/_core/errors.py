@@ -463,7 +463,7 @@ class ReplyShapeError(ValueError):
 class StreamInterrupted(Exception):
     """A streamed reply that broke before its end; what ended it is its `__cause__`.
 
-    Raised by the stream readers (`refinekit._providers.streams`) in place of the SDK's or the
+    Raised by the stream readers (`refinekit._providers.sdk_streams`) in place of the SDK's or the
     transport's error, with `chunks`, the chunks read before it broke. Its `reason` (which may
     quote the server's error text) is redacted when it is made, so every text built from it
     (an event's `aborted`, a `Reset.reason`, a correction) is too.

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeAlias, TypeV
 
 from .._core.errors import ReplyShapeError
 from .._core.errtext import correction_text, utf8_text
-from .._core.streamed import Final, Partial, Reset
+from .._core.stream_items import Final, Partial, Reset
 from .._core.types import Attempt, Verdict
 from .._engine.attempt import attempt_step
 from .._engine.budget import without_attempts
@@ -26,13 +26,13 @@ from .._engine.policy import check_budget
 from .._engine.prices import Budget
 from .._engine.request import function_name
 from .._engine.reserve import Reservation
-from .._engine.streaming import StreamLike, SyncStreamLike, is_streamed
+from .._engine.stream_commands import StreamLike, SyncStreamLike, is_streamed
 from .._engine.wrapper import wrap
 from .._providers.replies import Reply, finish_reason_of, reply_text
 from .._structure.corrections import CHECK_MARKER, CorrectionRequest, default_correction
 from .._structure.diagnose import diagnose
 from .._structure.parse import CorrectionFailure, Parsed, Parser, parse_failure, python_json
-from .correct_stream import StreamedReply, final, read_reply, void
+from .correct_partials import StreamedReply, final, read_reply, void
 
 __all__ = [
     "CHECK_MARKER",
@@ -260,7 +260,7 @@ def _correct_flow(
         )
         with (yield from made) as step:
             previous, reply, started = step.held, step.value, step.started
-            if is_streamed(reply):  # read as it comes (correct_stream); its usage counted
+            if is_streamed(reply):  # read as it comes (correct_partials); its usage counted
                 reply = yield from read_reply(
                     reply,
                     job,

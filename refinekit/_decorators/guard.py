@@ -32,8 +32,8 @@ from .._engine.outcome import Record
 from .._engine.policy import JudgeErrorPolicy, check_policy, judge_failure
 from .._engine.prices import Budget
 from .._engine.request import QuestionSelector, RequestMaker
-from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed
-from .._engine.textstream import TextRead, publish, read_text
+from .._engine.stream_commands import StreamLike, SyncStreamLike, arguments_chars, is_streamed
+from .._engine.text_answers import TextRead, publish, read_text
 from .._engine.wrapper import wrap
 from .._providers.replies import Reply, Returns, answer_text, check_returns, text_answer
 

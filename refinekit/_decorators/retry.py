@@ -34,10 +34,10 @@ from .._engine.policy import (
 from .._engine.prices import Budget
 from .._engine.request import QuestionSelector, RequestMaker
 from .._engine.reserve import Reservation
-from .._engine.streaming import arguments_chars, is_streamed
+from .._engine.stream_commands import arguments_chars, is_streamed
 from .._engine.wrapper import wrap
 from .._providers.replies import Returns, check_returns, text_answer
-from .retry_stream import Attempts, StreamMode, check_stream_mode
+from .retry_stream_modes import Attempts, StreamMode, check_stream_mode
 from .retry_types import (
     DEFAULT_WAIT,
     MAX_RETRIES_LIMIT,
@@ -290,7 +290,7 @@ def _retry_steps(
             assert recorder is not None
             streamed = rejection is None and is_streamed(value)
             cut: Verdict | None = None
-            if streamed:  # read as text (retry_stream): counted, maybe stopped by a rule
+            if streamed:  # read as text (retry_stream_modes): counted, maybe stopped by a rule
                 chars = arguments_chars(call_args, call_kwargs)
                 value, cut = yield from streams.read(value, job, number, chars)
                 if cut is not None:

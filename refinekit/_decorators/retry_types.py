@@ -15,9 +15,9 @@ import tenacity
 from tenacity.wait import wait_base
 
 from .._core.numbers import is_real, shown
-from .._core.streamed import Reset
+from .._core.stream_items import Reset
 from .._engine.decorated import AsyncStreamingFunction, StreamingFunction
-from .._engine.streaming import StreamLike, SyncStreamLike
+from .._engine.stream_commands import StreamLike, SyncStreamLike
 from .._providers.replies import Reply
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, ParamSpec, Protocol, T
 
 from .._core.errors import AnswerRejected, JudgeError, ReviserFailed, TimedOut
 from .._core.numbers import is_number, is_real, shown
-from .._core.streamed import ToolCallChunk
+from .._core.stream_items import ToolCallChunk
 from .._core.types import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from .._engine import budget as _budget
 from .._engine.attempt import attempt_step
@@ -24,8 +24,14 @@ from .._engine.outcome import Record
 from .._engine.policy import OnInconclusive, check_budget, check_on_inconclusive, judge_failure
 from .._engine.prices import Budget
 from .._engine.request import QuestionSelector, RequestMaker
-from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed, listening
-from .._engine.textstream import TextRead, publish, read_text, replay
+from .._engine.stream_commands import (
+    StreamLike,
+    SyncStreamLike,
+    arguments_chars,
+    is_streamed,
+    listening,
+)
+from .._engine.text_answers import TextRead, publish, read_text, replay
 from .._engine.wrapper import wrap
 from .._providers.replies import is_reply, message_of, message_text, tool_call_names
 from .revisers import (

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from .itemstream import AsyncItemStream, ItemStream
 from .outcome import Outcome
+from .stream_calls import AsyncItemStream, ItemStream
 
 __all__ = [
     "AsyncDecoratedFunction",

@@ -16,7 +16,7 @@ counted call has taken over a limit gets `BudgetExceeded` thrown into the flow a
 as a failed command's error is, instead of running the command. With an instrument installed
 (`refinekit._engine.events.instruments`), each command runs as the instruments give it back.
 
-A command whose type is in `OPENERS` (a stream's reader: `refinekit._engine.streaming.Open`)
+A command whose type is in `OPENERS` (a stream's reader: `refinekit._engine.stream_commands.Open`)
 gives the flow something to close; however the flow ends (returned, raised, cancelled, its
 stream closed by the consumer), the drivers close what it opened (`close()` on the sync side,
 `aclose()` on the async side), so a stream's HTTP response never outlives its flow. Closing

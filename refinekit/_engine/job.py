@@ -39,7 +39,7 @@ _JOB: ContextVar[Job | None] = ContextVar("refinekit_job", default=None)
 _ATTEMPT: ContextVar[AttemptInfo | None] = ContextVar("refinekit_attempt", default=None)
 LISTENING: ContextVar[bool] = ContextVar("refinekit_stream_listening", default=False)
 """Whether the flow runs under `fn.stream(...)`: its `Emit`s reach a consumer, and it goes
-only as fast as the consumer asks (`refinekit._engine.streaming`)."""
+only as fast as the consumer asks (`refinekit._engine.stream_commands`)."""
 
 
 _SCOPE: ContextVar[tuple[Job, Budget] | None] = ContextVar("refinekit_budget", default=None)

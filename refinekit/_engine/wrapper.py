@@ -22,7 +22,7 @@ instance.
 `Outcome`; `fn.retry_with(**changes)` decorates the same function again with the decorator's
 options changed (`Options.changed`); `fn.stream(...)` makes the same call consumed as it runs:
 an iterator (an async iterator when `fn` is async to call) of the items the flow emits, then
-the item the decorator's `last` makes of its value (`refinekit._engine.itemstream`).
+the item the decorator's `last` makes of its value (`refinekit._engine.stream_calls`).
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from typing import Any, Generic, Literal, TypeVar, cast
 from . import events as _hooks
 from .bridge import is_async_callable
 from .flow import Flow, run_async, run_sync
-from .itemstream import AsyncItemStream, ItemStream, Last, stream_async, stream_sync
 from .job import Job, enter_job, leave_job
 from .options import Options, by_value
 from .outcome import Outcome, Record
 from .request import function_name
-from .streaming import LISTENING
+from .stream_calls import AsyncItemStream, ItemStream, Last, stream_async, stream_sync
+from .stream_commands import LISTENING
 
 __all__ = ["Decorated", "wrap"]
 

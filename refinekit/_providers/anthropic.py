@@ -16,7 +16,7 @@ from typing import Any
 
 from .._core.errors import StreamInterrupted
 from .._core.types import Usage
-from .chunks import Delta
+from .deltas import Delta
 from .fields import call_usage, get, tokens
 
 __all__ = [

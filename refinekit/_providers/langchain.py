@@ -16,7 +16,7 @@ from typing import Any
 
 from .._core.types import Usage
 from .anthropic import STOP_REASONS
-from .chunks import Delta, ToolCalls, call_part, with_calls
+from .deltas import Delta, ToolCalls, call_part, with_calls
 from .fields import call_usage, get, tokens
 
 __all__ = [

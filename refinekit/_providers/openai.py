@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._core.types import Usage
-from .chunks import Delta, ToolCalls, call_part, with_calls
+from .deltas import Delta, ToolCalls, call_part, with_calls
 from .fields import call_usage, get
 
 __all__ = [

@@ -564,7 +564,7 @@ def test_excludes_rejects_no_phrase_or_an_empty_one(phrases: tuple[str, ...]) ->
 
 def feed(check: object, parts: list[str]) -> tuple[int, Verdict] | None:
     """The index of the part after which the prefix checker rejected, and its verdict."""
-    from refinekit._engine.textstream import prefix_checker
+    from refinekit._engine.text_answers import prefix_checker
 
     prefix = prefix_checker(check)
     assert prefix is not None
@@ -592,7 +592,7 @@ def test_max_length_rejects_a_prefix_past_its_limit() -> None:
 
 def test_prefix_checkers_compose_as_their_evaluators_do() -> None:
     from refinekit import all_of, any_of
-    from refinekit._engine.textstream import prefix_checker
+    from refinekit._engine.text_answers import prefix_checker
 
     def judge_fn(request: EvaluationRequest) -> bool:
         return True

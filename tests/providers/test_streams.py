@@ -15,7 +15,7 @@ from streaming_helpers import Source
 
 from refinekit import Usage
 from refinekit._providers import streams
-from refinekit._providers.streams import Delta, StreamInterrupted
+from refinekit._providers.sdk_streams import Delta, StreamInterrupted
 
 
 def read_all(kind: str, stream: Any) -> list[Delta]:

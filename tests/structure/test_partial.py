@@ -22,7 +22,7 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from refinekit import InSource
-from refinekit._structure.partial import PartialReader, Progress
+from refinekit._structure.partial_validation import PartialReader, Progress
 
 SOURCE = "Invoice A-1 from Baltic Paper, total 12.50 EUR"
 

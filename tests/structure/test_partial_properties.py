@@ -18,7 +18,7 @@ from pydantic import BaseModel, field_validator
 
 from refinekit import InSource
 from refinekit._providers import streams
-from refinekit._structure.partial import PartialReader, Progress
+from refinekit._structure.partial_validation import PartialReader, Progress
 
 
 class Line(BaseModel):

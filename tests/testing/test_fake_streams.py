@@ -9,7 +9,7 @@ import pytest
 
 from refinekit import Usage
 from refinekit._providers import streams
-from refinekit._providers.streams import Delta, StreamInterrupted
+from refinekit._providers.sdk_streams import Delta, StreamInterrupted
 from refinekit.testing import FakeStream
 
 INVOICE = '{"number": "A-1", "total": 12.5}'

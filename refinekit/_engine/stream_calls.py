@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 from . import events as _hooks
 from .flow import Flow, Hand, drive_async, drive_sync
 from .job import enter_job, leave_job
-from .streaming import LISTENING
+from .stream_commands import LISTENING
 
 __all__ = [
     "AsyncItemStream",

@@ -71,7 +71,7 @@ from typing import Any, Literal
 from .._core.errors import StreamInterrupted
 from .._core.redact import client_secrets, redact
 from . import anthropic, langchain, litellm, openai
-from .chunks import Delta
+from .deltas import Delta
 
 __all__ = [
     "AsyncDeltas",

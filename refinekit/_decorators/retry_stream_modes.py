@@ -1,7 +1,7 @@
 """`@retry_on_low_quality` over a streamed text answer: buffered or provisional.
 
 `retry`'s flow hands each attempt's value to `Attempts.read`: a stream is read as text
-(`refinekit._engine.textstream`), stopped early when a rule check's prefix checker rejects it
+(`refinekit._engine.text_answers`), stopped early when a rule check's prefix checker rejects it
 (the attempt is then rejected with that verdict, and no judge is asked); anything else is kept
 as it is. What the consumer of `fn.stream(...)` sees depends on the mode:
 
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from .._core.streamed import ResetCause, ToolCallChunk
+from .._core.stream_items import ResetCause, ToolCallChunk
 from .._core.types import Verdict
 from .._engine.flow import Flow
 from .._engine.job import Job
-from .._engine.streaming import Emit, is_streamed, listening
-from .._engine.textstream import read_text, replay, reset
+from .._engine.stream_commands import Emit, is_streamed, listening
+from .._engine.text_answers import read_text, replay, reset
 
 __all__ = ["STREAM_MODES", "Attempts", "StreamMode", "check_stream_mode"]
 

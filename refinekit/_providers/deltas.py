@@ -1,4 +1,4 @@
-"""`Delta`: one piece of a streamed reply, whatever SDK streamed it (see `streams`).
+"""`Delta`: one piece of a streamed reply, whatever SDK streamed it (see `sdk_streams`).
 
 And what the chunk readers of OpenAI's and LangChain's shapes share (`ToolCalls`, `call_part`,
 `with_calls`): both stream a tool call in parts named by an index (or an id), several calls'
@@ -18,7 +18,7 @@ __all__ = ["Delta", "ToolCalls", "call_part", "with_calls"]
 
 @dataclass(frozen=True)
 class Delta:
-    """What one chunk of a streamed reply added (`refinekit._providers.streams` reads them).
+    """What one chunk of a streamed reply added (`refinekit._providers.sdk_streams` reads them).
 
     Attributes:
         text: The content text it adds ("" for none).

@@ -1,7 +1,7 @@
 """`@self_correct` over a streamed reply: partial values as fields complete, early abort.
 
 `correct`'s flow calls `read_reply` when the function returned a stream (see
-`refinekit._engine.streaming`): the reply's text (or its single tool call's arguments) is fed
+`refinekit._engine.stream_commands`): the reply's text (or its single tool call's arguments) is fed
 to a partial reader delta by delta; each time a field completes and passes its own validation
 a `Partial` is emitted; when a completed field fails (a wrong type, a `Literal` outside its
 choices, an `InSource` refusal, a field validator) and no lossless repair could fix it at the
@@ -29,13 +29,13 @@ import pydantic_core
 from pydantic import BaseModel
 
 from .._core.errtext import error_path
-from .._core.streamed import Final, Partial, Reset
+from .._core.stream_items import Final, Partial, Reset
 from .._engine.events import emit, make_event
 from .._engine.job import Job
-from .._engine.streaming import Emit, StreamRead, listening, read_stream
-from .._providers.streams import Delta, says_finish
+from .._engine.stream_commands import Emit, StreamRead, listening, read_stream
+from .._providers.sdk_streams import Delta, says_finish
 from .._structure.parse import CorrectionFailure, Parser, parse_failure
-from .._structure.partial import PartialReader
+from .._structure.partial_validation import PartialReader
 
 __all__ = ["ReadOptions", "StreamedReply", "final", "read_reply", "void"]
 
@@ -63,7 +63,7 @@ def _repairable(error: Mapping[str, Any]) -> bool:
 class _FieldReader:
     """The partial reader of a pydantic model schema's reply; other schemas wait for the end.
 
-    `refinekit._structure.partial.PartialReader` validates each top-level field once its
+    `refinekit._structure.partial_validation.PartialReader` validates each top-level field once its
     JSON value has closed, at a cost per delta that does not grow with the reply.
     """
 

@@ -19,14 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core.streamed import Reset, ResetCause, ToolCallChunk
+from .._core.stream_items import Reset, ResetCause, ToolCallChunk
 from .._core.types import Verdict
-from .._providers.streams import Delta
+from .._providers.sdk_streams import Delta
 from .evaluators import Adapted, _AllOf, _AnyOf
 from .events import emit, make_event
 from .flow import Flow
 from .job import Job
-from .streaming import Emit, StreamRead, listening, read_stream
+from .stream_commands import Emit, StreamRead, listening, read_stream
 
 __all__ = [
     "PrefixCheck",

@@ -1,6 +1,6 @@
 """Streams inside the flows: the commands that read one, and the one sub-flow that reads it.
 
-A decorated function may return a stream (anything `refinekit._providers.streams.is_stream` or
+A decorated function may return a stream (anything `refinekit._providers.sdk_streams.is_stream` or
 `is_async_stream` accepts: an `openai` or Anthropic stream, LiteLLM's wrapper, a LangChain
 iterator of chunks, a plain iterator of text). A decorator's flow reads it with `read_stream`,
 a sub-flow (`yield from`) written once for sync and async, on four commands:
@@ -10,7 +10,7 @@ a sub-flow (`yield from`) written once for sync and async, on four commands:
 - `Next(reader)`: its next `Delta`, or None at its end (`StreamInterrupted` when it broke);
 - `Close(reader)`: close it now, so that the server stops generating (an early abort);
 - `Emit(item)`: hand an item to the consumer of `fn.stream(...)`; the plain drivers
-  (`run_sync` / `run_async`) do nothing with it, the stream drivers (`itemstream`) yield it.
+  (`run_sync` / `run_async`) do nothing with it, the stream drivers (`stream_calls`) yield it.
 
 `read_stream` hands each delta to a `Sink` (the decorator's: partial validation, a prefix
 rule, pass-through), which says what to emit and whether to abort. The stream's request was
@@ -34,8 +34,8 @@ from typing import Any, Protocol, TypeAlias
 
 from .._core.errors import BudgetExceeded, StreamInterrupted
 from .._core.types import Usage
-from .._providers import streams
-from .._providers.streams import Delta
+from .._providers import sdk_streams as streams
+from .._providers.sdk_streams import Delta
 from . import budget as _budget
 from . import reserve as _reserve
 from .events import emit, make_event, wants_debug_events
