@@ -5,32 +5,14 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Cli, Workspace, cli_runner, judge_replies, workspace, yes_no
+from helpers import Cli, Workspace, judge_replies, yes_no
 
 from refinekit.eval._stats import wilson_interval
 from refinekit.eval.store._sqlite import SQLiteStore
 from refinekit.testing import Reply, ScriptedOpenAI
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
-    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
-    return scripted_openai
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
-
 
 CRITERIA_JUDGE = """
 import os

@@ -18,7 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,8 @@ from helpers import (
     Workspace,
     answers,
     asked,
-    cli_runner,
     judge_replies,
     table,
-    workspace,
     yes_no,
 )
 
@@ -47,22 +45,6 @@ from refinekit.testing import Reply, ScriptedOpenAI, set_testing
 
 SECRET = "sk-proj-Zq81vXw2mNe4RtY6uI0oP9aS"
 BEARER = "Bearer eyJhbGciOiJIUzI1NiJ9.c2VjcmV0.dG9rZW4"
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
-    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
-    return scripted_openai
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
 
 
 def db_rows(db: Path, query: str) -> list[sqlite3.Row]:

@@ -7,7 +7,6 @@ model receives on each attempt of a function written as the README shows.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,12 +25,6 @@ from refinekit.testing import ScriptedOpenAI
 DOC = {"text": "Our kettles carry a warranty of 10 months.", "source": "policies/warranty-1.md"}
 PROMPT = "Answer from the document.\n\nDocument: ...\n\nQuestion: How long is the warranty?"
 EVALUATOR = checks.all_of(checks.cites_source(), checks.contains("10 months"))
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as server:
-        yield server
 
 
 def prompts(server: ScriptedOpenAI) -> list[str]:

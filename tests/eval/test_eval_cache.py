@@ -11,8 +11,6 @@ from __future__ import annotations
 import importlib
 import json
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from helpers import (
@@ -21,9 +19,7 @@ from helpers import (
     Cli,
     Workspace,
     answers,
-    cli_runner,
     judge_replies,
-    workspace,
 )
 
 import refinekit.eval
@@ -37,21 +33,10 @@ VERDICTS = {"Seven days.": 0.9, "Free.": 0.8, "No.": 0.1, "Ten days.": 0.2}
 
 
 @pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
-    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
-    scripted_openai.script("answer", answers(REPLIES), times=None)
-    scripted_openai.script("judge", judge_replies(VERDICTS), times=None)
-    return scripted_openai
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
+def server(server: ScriptedOpenAI) -> ScriptedOpenAI:
+    server.script("answer", answers(REPLIES), times=None)
+    server.script("judge", judge_replies(VERDICTS), times=None)
+    return server
 
 
 def command(ws: Workspace, *extra: str) -> tuple[str, ...]:

@@ -7,11 +7,10 @@ counts the costs are computed from by hand here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Cli, Workspace, cli_runner, table, workspace
+from helpers import Cli, Workspace, table
 
 import refinekit.eval
 from refinekit import Prices
@@ -83,22 +82,6 @@ PRICES = {"answer": [2.0, 8.0], "judge": [1.0, 4.0]}
 # every answer reply: 1000 prompt + 200 completion tokens; every judge reply 500 + 1
 ANSWER_COST = (1000 * 2.0 + 200 * 8.0) / 1e6  # 0.0036
 JUDGE_COST = (500 * 1.0 + 1 * 4.0) / 1e6  # 0.000504
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
-    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
-    return scripted_openai
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
 
 
 def script_answers(server: ScriptedOpenAI, n: int = 3) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from helpers import SYNC_ANSWER, Cli, Workspace, answers, asked, cli_runner, table, workspace
+from helpers import SYNC_ANSWER, Cli, Workspace, answers, asked, table
 from pg import PostgresServer
 from pg import _free_port as free_port
 
@@ -34,22 +34,6 @@ from refinekit.eval.store._sql import SQLStore
 from refinekit.eval.store._sqlite import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
 from refinekit.judges import PostgresCache, SQLiteCache
 from refinekit.testing import ScriptedOpenAI
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
-    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
-    return scripted_openai
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

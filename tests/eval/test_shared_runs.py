@@ -12,11 +12,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from helpers import Cli, Workspace, answers, asked, cli_runner, workspace
+from helpers import Cli, Workspace, answers, asked
 
 from refinekit.eval.store import open_store
 from refinekit.testing import Reply, ScriptedOpenAI
@@ -47,20 +45,9 @@ QUESTIONS = [f"q{i}" for i in range(1, 13)]
 
 
 @pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
-    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
-    scripted_openai.script("answer", [answers(dict.fromkeys(QUESTIONS, "ok"))] * 40)
-    return scripted_openai
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
+def server(server: ScriptedOpenAI) -> ScriptedOpenAI:
+    server.script("answer", [answers(dict.fromkeys(QUESTIONS, "ok"))] * 40)
+    return server
 
 
 def worker(

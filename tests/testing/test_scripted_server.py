@@ -8,7 +8,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx2
@@ -26,12 +26,6 @@ from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 Create = Callable[..., Awaitable[ChatCompletion]]
 USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Is the sky blue?"}]
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as server:
-        yield server
 
 
 @pytest.fixture(params=["sync", "async"])
