@@ -94,6 +94,15 @@ def answering(mode: str, answer: str = "an answer") -> tuple[list[str], Callable
 # --- the `refinekit eval` / `calibrate` / `runs` tests: a folder with data files and modules ---
 
 
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """A CSV file at `path` with a header row made of the first row's keys; returns `path`."""
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
 class Workspace:
     """A folder standing for a user's project: data files and importable modules.
 
@@ -117,12 +126,7 @@ class Workspace:
 
     def csv(self, name: str, rows: list[dict[str, Any]]) -> Path:
         """A CSV file with a header row made of the first row's keys."""
-        path = self.path / name
-        with path.open("w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        return path
+        return write_csv(self.path / name, rows)
 
     def jsonl(self, name: str, rows: list[dict[str, Any]]) -> Path:
         """A JSONL file, one object a line."""
@@ -254,22 +258,42 @@ def table(out: str) -> dict[int, str]:
 
 # --- modules the eval tests import as targets and judges ---------------------------------
 
-# A def asking the "answer" model at $RK_BASE_URL the question it is given.
-SYNC_ANSWER = """
+# `ask` (a def) and `aask` (an async def): the "answer" model at $RK_BASE_URL's reply to the
+# question they are given. The answer functions the tests write call them.
+ASKING = """
 import os
 import openai
 
-def answer(question):
+def ask(question):
     client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
     with client:
         reply = client.chat.completions.create(
             model="answer", messages=[{"role": "user", "content": question}]
         )
     return reply.choices[0].message.content
+
+async def aask(question):
+    client = openai.AsyncOpenAI(
+        base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0
+    )
+    async with client:
+        reply = await client.chat.completions.create(
+            model="answer", messages=[{"role": "user", "content": question}]
+        )
+    return reply.choices[0].message.content
 """
 
-# A criteria judge on the "judge" model (or $RK_JUDGE_MODEL) at $RK_BASE_URL.
-CRITERIA_JUDGE = """
+# A def asking the "answer" model at $RK_BASE_URL the question it is given.
+SYNC_ANSWER = (
+    ASKING
+    + """
+def answer(question):
+    return ask(question)
+"""
+)
+
+# The top of a judge module: `client`, an `openai.OpenAI` client of the server at $RK_BASE_URL.
+JUDGE_CLIENT = """
 import os
 import openai
 from refinekit import judges
@@ -283,11 +307,18 @@ client = openai.OpenAI(
     max_retries=0,
     default_headers={"Connection": "close"},
 )
+"""
+
+# A criteria judge on the "judge" model (or $RK_JUDGE_MODEL) at $RK_BASE_URL.
+CRITERIA_JUDGE = (
+    JUDGE_CLIENT
+    + """
 judge = judges.criteria(
     JudgeModel(client, os.environ.get("RK_JUDGE_MODEL", "judge")),
     [Criterion("correct", "Is the answer right?", when_false="Give the right answer.")],
 )
 """
+)
 
 
 def schema_of(made: dict[str, Any], dialect: str) -> dict[str, Any]:

@@ -8,31 +8,21 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import Cli, Workspace, judge_replies, yes_no
+from helpers import JUDGE_CLIENT, Cli, Workspace, judge_replies, yes_no
 
 from refinekit.eval._stats import wilson_interval
 from refinekit.eval.store._sqlite import SQLiteStore
 from refinekit.testing import Reply, ScriptedOpenAI
 
-CRITERIA_JUDGE = """
-import os
-import openai
-from refinekit import judges
-from refinekit.judges import Criterion, JudgeModel
-
-# "Connection: close": the judge's async counterpart of this client, made for the run's
-# event loop, is never closed; this leaves no socket open behind it
-client = openai.OpenAI(
-    base_url=os.environ["RK_BASE_URL"],
-    api_key="sk-test",
-    max_retries=0,
-    default_headers={"Connection": "close"},
-)
+CRITERIA_JUDGE = (
+    JUDGE_CLIENT
+    + """
 judge = judges.criteria(
     JudgeModel(client, os.environ.get("RK_JUDGE_MODEL", "judge")),
     [Criterion("supported", "Does the context support the answer?")],  # pass 0.8, fail 0.2
 )
 """
+)
 
 # answer -> (the judge's P(yes), the people's label); no probability sits on a bin's edge
 ITEMS = {
@@ -424,18 +414,9 @@ def test_a_calibration_report_that_cannot_be_written_is_a_usage_error_before_the
     assert not (ws.path / ".refinekit" / "runs.db").exists()
 
 
-CODE_CHECK_JUDGE = """
-import os
-import openai
-from refinekit import judges
-from refinekit.judges import Criterion, JudgeModel
-
-client = openai.OpenAI(
-    base_url=os.environ["RK_BASE_URL"],
-    api_key="sk-test",
-    max_retries=0,
-    default_headers={"Connection": "close"},
-)
+CODE_CHECK_JUDGE = (
+    JUDGE_CLIENT
+    + """
 judge = judges.criteria(
     JudgeModel(client, "judge"),
     [
@@ -445,6 +426,7 @@ judge = judges.criteria(
     ],
 )
 """
+)
 
 
 def test_an_item_failed_by_a_code_check_keeps_the_reliability_table(

@@ -25,6 +25,7 @@ from typing import Any
 import openai
 import pytest
 from helpers import (
+    ASKING,
     CRITERIA_JUDGE,
     SYNC_ANSWER,
     Cli,
@@ -271,13 +272,13 @@ def test_decorated_target_attempts_and_each_reply_counted_once(
 # --- concurrency ----------------------------------------------------------------------------
 
 
-OVERLAPPING = """
+OVERLAPPING = (
+    ASKING
+    + """
 import asyncio
 import contextlib
 import io
 import json
-import os
-import openai
 
 in_flight = peak = 0
 _full = None
@@ -292,17 +293,11 @@ async def answer(question):
         _full.set()
     try:
         await asyncio.wait_for(_full.wait(), 5)  # hold until the expected calls overlap
-        client = openai.AsyncOpenAI(
-            base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0
-        )
-        async with client:
-            reply = await client.chat.completions.create(
-                model="answer", messages=[{"role": "user", "content": question}]
-            )
-        return reply.choices[0].message.content
+        return await aask(question)
     finally:
         in_flight -= 1
 """
+)
 
 
 @pytest.mark.parametrize("concurrency", [1, 3, 8])

@@ -12,13 +12,12 @@ simulation in benchmarks/bench_corrected_gate.py.
 from __future__ import annotations
 
 import asyncio
-import csv
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Cli, cli_runner
+from helpers import Cli, cli_runner, write_csv
 
 import refinekit.eval
 from refinekit import EvaluationRequest
@@ -35,14 +34,6 @@ def lenient(request: EvaluationRequest) -> bool:
 def coin(request: EvaluationRequest) -> bool:
     """A judge that agrees with people no better than chance on the labelled set."""
     return request.question.endswith(("0", "2", "4", "6", "8"))
-
-
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
 
 
 # the calibration: 20 good (people pass, the judge passes), 20 bad (both fail), 10 so-so

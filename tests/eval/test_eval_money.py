@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import Cli, Workspace, table
+from helpers import CRITERIA_JUDGE, Cli, Workspace, table
 
 import refinekit.eval
 from refinekit import Prices
@@ -50,23 +50,7 @@ def answer(question):
     return extract([{"role": "user", "content": question}]).text
 """
 
-JUDGE = """
-import os
-import openai
-from refinekit import judges
-from refinekit.judges import Criterion, JudgeModel
-
-client = openai.OpenAI(
-    base_url=os.environ["RK_BASE_URL"],
-    api_key="sk-test",
-    max_retries=0,
-    default_headers={"Connection": "close"},
-)
-judge = judges.criteria(
-    JudgeModel(client, "judge"),
-    [Criterion("correct", "Is the answer right?", when_false="Give the right answer.")],
-)
-"""
+JUDGE = CRITERIA_JUDGE
 
 ROWS = [
     {"question": "Refund window?", "must_mention": "seven days"},
@@ -84,11 +68,12 @@ ANSWER_COST = (1000 * 2.0 + 200 * 8.0) / 1e6  # 0.0036
 JUDGE_COST = (500 * 1.0 + 1 * 4.0) / 1e6  # 0.000504
 
 
-def script_answers(server: ScriptedOpenAI, n: int = 3) -> None:
+def script_answers(server: ScriptedOpenAI, n: int | None = 3, said: dict[str, str] = SAID) -> None:
+    """Script `n` answer replies (None: for ever), each 1000 prompt + 200 completion tokens."""
     server.script(
         "answer",
         lambda request: Reply.text(
-            SAID[str((request.body or {})["messages"][-1]["content"])],
+            said[str((request.body or {})["messages"][-1]["content"])],
             prompt_tokens=1000,
             completion_tokens=200,
         ),
@@ -382,15 +367,7 @@ def test_max_cost_stops_starting_cases_when_one_more_would_go_over_and_a_higher_
 ) -> None:
     rows = [*ROWS, *({"question": f"Question {i}?", "must_mention": "answer"} for i in range(3))]
     said = SAID | {f"Question {i}?": "An answer." for i in range(3)}
-    server.script(
-        "answer",
-        lambda request: Reply.text(
-            said[str((request.body or {})["messages"][-1]["content"])],
-            prompt_tokens=1000,
-            completion_tokens=200,
-        ),
-        times=None,
-    )
+    script_answers(server, None, said)
     target = ws.module(ANSWER)
     golden = ws.csv("golden.csv", rows)
     prices = prices_file(ws)

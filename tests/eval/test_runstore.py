@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from helpers import SYNC_ANSWER, Cli, Workspace, answers, asked, table
+from helpers import ASKING, SYNC_ANSWER, Cli, Workspace, answers, asked, table
 from pg import PostgresServer
 from pg import _free_port as free_port
 
@@ -895,12 +895,12 @@ def test_eval_runs_compare_report_and_resume_through_a_postgresql_store(
 # --- a real interrupted process: SIGKILL and SIGINT --------------------------------------------
 
 
-BLOCKING = """
+BLOCKING = (
+    ASKING
+    + """
 import asyncio
-import os
 import pathlib
 import time
-import openai
 
 def blocks(question):
     if question != os.environ.get("RK_BLOCK_ON"):
@@ -912,26 +912,15 @@ def answer(question):
     if blocks(question):
         while not pathlib.Path("never").exists():
             time.sleep(0.01)
-    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
-    with client:
-        reply = client.chat.completions.create(
-            model="answer", messages=[{"role": "user", "content": question}]
-        )
-    return reply.choices[0].message.content
+    return ask(question)
 
 async def aanswer(question):
     if blocks(question):
         while not pathlib.Path("never").exists():
             await asyncio.sleep(0.01)
-    client = openai.AsyncOpenAI(
-        base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0
-    )
-    async with client:
-        reply = await client.chat.completions.create(
-            model="answer", messages=[{"role": "user", "content": question}]
-        )
-    return reply.choices[0].message.content
+    return await aask(question)
 """
+)
 
 QUESTIONS = [f"q{i}" for i in range(1, 6)]
 

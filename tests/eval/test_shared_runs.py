@@ -14,32 +14,28 @@ import sys
 import time
 
 import pytest
-from helpers import Cli, Workspace, answers, asked
+from helpers import ASKING, Cli, Workspace, answers, asked
 
 from refinekit.eval.store import open_store
 from refinekit.testing import Reply, ScriptedOpenAI
 
-ANSWER = """
-import os
+ANSWER = (
+    ASKING
+    + """
 import pathlib
 import time
-import openai
 
 def answer(question):
     if question == os.environ.get("RK_BLOCK_ON"):
         pathlib.Path("started").write_text(question)  # tell the test, then wait for a file
         while not pathlib.Path("never").exists():     # that never appears
             time.sleep(0.01)
-    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
-    with client:
-        reply = client.chat.completions.create(
-            model="answer", messages=[{"role": "user", "content": question}]
-        )
-    return reply.choices[0].message.content
+    return ask(question)
 
 def other(question):
     return answer(question)
 """
+)
 
 QUESTIONS = [f"q{i}" for i in range(1, 13)]
 
