@@ -11,6 +11,8 @@ import itertools
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -147,6 +149,31 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Works
     ws = Workspace(tmp_path)
     yield ws
     ws.forget_modules()
+
+
+def _default_sigint() -> None:  # a shell may start the test run with SIGINT ignored
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def refinekit_process(folder: Path, *args: str | Path, **env: str) -> subprocess.Popen[str]:
+    """`python -m refinekit ARGS` started in `folder`, its output piped as text.
+
+    The process has this one's environment without $REFINEKIT_DB, `folder` first on its
+    PYTHONPATH (the modules written there, then the refinekit under test), `env` added, and
+    SIGINT's default action.
+    """
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    environ = {k: v for k, v in os.environ.items() if k != "REFINEKIT_DB"}
+    environ |= {"PYTHONPATH": path, **env}
+    return subprocess.Popen(
+        [sys.executable, "-m", "refinekit", *map(str, args)],
+        cwd=folder,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
 
 
 def judge_replies(

@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from helpers import ASKING, SYNC_ANSWER, Cli, Workspace, answers, asked, table
+from helpers import ASKING, SYNC_ANSWER, Cli, Workspace, answers, asked, refinekit_process, table
 from pg import PostgresServer
 from pg import _free_port as free_port
 
@@ -925,29 +925,14 @@ async def aanswer(question):
 QUESTIONS = [f"q{i}" for i in range(1, 6)]
 
 
-def _default_sigint() -> None:  # a shell may start the test run with SIGINT ignored
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def interrupted_eval(
     ws: Workspace, server: ScriptedOpenAI, function: str, sig: int
 ) -> tuple[int, str, str]:
     """`python -m refinekit eval` blocked on q3 (q1 and q2 done), then sent `sig`."""
     golden = ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in QUESTIONS])
     target = ws.module(BLOCKING, stem="blocking")
-    env = {k: v for k, v in os.environ.items() if k != "REFINEKIT_DB"}
-    env |= {"PYTHONPATH": str(ws.path), "RK_BASE_URL": server.base_url, "RK_BLOCK_ON": "q3"}
-    command = [sys.executable, "-m", "refinekit", "eval", golden.name]
-    command += ["--target", f"{target}:{function}", "--concurrency", "1"]
-    child = subprocess.Popen(
-        command,
-        cwd=ws.path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_default_sigint,
-    )
+    command = ["eval", golden.name, "--target", f"{target}:{function}", "--concurrency", "1"]
+    child = refinekit_process(ws.path, *command, RK_BASE_URL=server.base_url, RK_BLOCK_ON="q3")
     try:
         deadline = time.monotonic() + 60
         while not (ws.path / "started").exists():

@@ -7,14 +7,12 @@ its claim; the other takes it over; every case ends stored once and asked once.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-from helpers import ASKING, Cli, Workspace, answers, asked
+from helpers import ASKING, Cli, Workspace, answers, asked, refinekit_process
 
 from refinekit.eval.store import open_store
 from refinekit.testing import Reply, ScriptedOpenAI
@@ -49,25 +47,13 @@ def server(server: ScriptedOpenAI) -> ScriptedOpenAI:
 def worker(
     ws: Workspace, server: ScriptedOpenAI, db: str, *extra: str, block_on: str | None = None
 ) -> subprocess.Popen[str]:
-    [target] = ws.modules
     """A `refinekit eval` process on golden.csv; `block_on` a question it never finishes."""
-    env = {k: v for k, v in os.environ.items() if k != "REFINEKIT_DB"}
-    # the workspace's modules, then whatever the tests run with (the refinekit under test)
-    path = os.pathsep.join(p for p in (str(ws.path), os.environ.get("PYTHONPATH", "")) if p)
-    env |= {"PYTHONPATH": path, "RK_BASE_URL": server.base_url}
+    [target] = ws.modules
+    env = {"RK_BASE_URL": server.base_url}
     if block_on is not None:
         env["RK_BLOCK_ON"] = block_on
-    command = [sys.executable, "-m", "refinekit", "eval", "golden.csv", "--target"]
-    command += [f"{target}:answer", "--db", db, *extra]
-    return subprocess.Popen(
-        command,
-        cwd=ws.path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    command = ["eval", "golden.csv", "--target", f"{target}:answer", "--db", db, *extra]
+    return refinekit_process(ws.path, *command, **env)
 
 
 def wait_for(what: str, done: object, *processes: subprocess.Popen[str]) -> None:
