@@ -1,7 +1,8 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import Cli, Workspace, cli_runner, workspace
@@ -47,6 +48,17 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedOpenAI]:
     with ScriptedOpenAI() as scripted:
         monkeypatch.setenv("RK_BASE_URL", scripted.base_url)
         yield scripted
+
+
+@pytest.fixture
+async def client(kind: str, server: ScriptedOpenAI) -> AsyncIterator[Any]:
+    """An `openai` client of the test's kind (sync or async) on the scripted server."""
+    if kind == "sync":
+        with server.client() as sync_client:
+            yield sync_client
+    else:
+        async with server.async_client() as async_client:
+            yield async_client
 
 
 @pytest.fixture

@@ -16,15 +16,20 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
+from refinekit import EvaluationRequest, Verdict
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
+
+Evaluate = Callable[[Any, EvaluationRequest], Awaitable[Verdict]]
+"""Runs a judge on a request, sync or async by the test's kind (the `evaluate` fixture)."""
 
 
 def completion(text: str, prompt_tokens: int = 10, completion_tokens: int = 5) -> ChatCompletion:
@@ -73,6 +78,15 @@ async def acall(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call a decorated function from an async test, awaiting it when it is async."""
     result = fn(*args, **kwargs)
     return await result if inspect.isawaitable(result) else result
+
+
+async def close_clients(clients: Iterable[Any]) -> None:
+    """Close `openai` clients, sync and async alike."""
+    for client in clients:
+        if isinstance(client, openai.AsyncOpenAI):
+            await client.close()
+        else:
+            client.close()
 
 
 def answering(mode: str, answer: str = "an answer") -> tuple[list[str], Callable[..., Any]]:

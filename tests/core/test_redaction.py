@@ -23,6 +23,7 @@ from helpers import (
     acall,
     answering,
     answers,
+    close_clients,
     judge_replies,
     table,
 )
@@ -225,11 +226,7 @@ async def make_jm(kind: str, server: ScriptedOpenAI) -> AsyncIterator[MakeJudgeM
         return JudgeModel(client, JUDGE)
 
     yield make
-    for client in clients:
-        if isinstance(client, openai.AsyncOpenAI):
-            await client.close()
-        else:
-            client.close()
+    await close_clients(clients)
 
 
 async def evaluate(kind: str, judge: Any) -> Any:

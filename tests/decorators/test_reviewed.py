@@ -14,7 +14,7 @@ import logging
 import pickle
 import re
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,17 +49,6 @@ JUDGE = "judge"
 WRITER = "writer"
 
 # --- fixtures and helpers ------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def client(kind: str, server: ScriptedOpenAI) -> AsyncIterator[Any]:
-    """The client of the test's kind, for the judge and the default reviser alike."""
-    if kind == "sync":
-        with server.client() as sync_client:
-            yield sync_client
-    else:
-        async with server.async_client() as async_client:
-            yield async_client
 
 
 @pytest.fixture

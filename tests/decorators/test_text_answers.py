@@ -9,7 +9,7 @@ test's kind (`OpenAI` for a `def` function, `AsyncOpenAI` for an `async def` one
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,17 +32,6 @@ MODEL = "answer-model"
 DOC = {"text": "Refunds are accepted within 30 days.", "source": "policies/refunds.md"}
 UNCITED = "Refunds take 30 days."
 CITED = "Refunds take 30 days [policies/refunds.md]."
-
-
-@pytest.fixture
-async def client(kind: str, server: ScriptedOpenAI) -> AsyncIterator[Any]:
-    """The kind's `openai` client on the scripted server."""
-    if kind == "sync":
-        with server.client() as sync_client:
-            yield sync_client
-    else:
-        async with server.async_client() as async_client:
-            yield async_client
 
 
 def answerer(kind: str, client: Any, decorator: Callable[..., Any]) -> Callable[..., Any]:
