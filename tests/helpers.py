@@ -24,12 +24,26 @@ from typing import Any
 import openai
 import pytest
 from openai.types.chat import ChatCompletion
+from pydantic import BaseModel
 
 from refinekit import EvaluationRequest, Verdict
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 Evaluate = Callable[[Any, EvaluationRequest], Awaitable[Verdict]]
 """Runs a judge on a request, sync or async by the test's kind (the `evaluate` fixture)."""
+
+
+# Schemas of the self-correction tests (no docstrings: a docstring is the schema's description).
+
+
+class Invoice(BaseModel):
+    number: str
+    total_cents: int
+
+
+class Item(BaseModel):
+    name: str
+    price: int
 
 
 def completion(text: str, prompt_tokens: int = 10, completion_tokens: int = 5) -> ChatCompletion:
@@ -89,6 +103,19 @@ async def close_clients(clients: Iterable[Any]) -> None:
             client.close()
 
 
+def passes_on(n: int) -> Callable[[EvaluationRequest], Verdict]:
+    """An evaluator rejecting attempts before `n` with feedback "fix #<attempt>"."""
+
+    def evaluate(request: EvaluationRequest) -> Verdict:
+        attempt = request.metadata["attempt"]
+        return Verdict(passed=attempt >= n, feedback="" if attempt >= n else f"fix #{attempt}")
+
+    return evaluate
+
+
+reject_all = passes_on(10**6)
+
+
 def answering(mode: str, answer: str = "an answer") -> tuple[list[str], Callable[..., Any]]:
     """A function to decorate (`def` or `async def` by mode) and the questions it was asked."""
     calls: list[str] = []
@@ -108,6 +135,15 @@ def answering(mode: str, answer: str = "an answer") -> tuple[list[str], Callable
 
 
 # --- the `refinekit eval` / `calibrate` / `runs` tests: a folder with data files and modules ---
+
+
+FAKE_LLAMA = Path(__file__).resolve().with_name("fake_llama_server.py")
+"""The stand-in llama.cpp server the local model tests start."""
+
+
+def fake_llama_command(port: int, model: str, *options: str) -> list[str]:
+    """The command starting the stand-in llama.cpp server on `port`, serving `model`."""
+    return [sys.executable, str(FAKE_LLAMA), "--port", str(port), "--model_alias", model, *options]
 
 
 def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:

@@ -12,10 +12,11 @@ import datetime
 import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, BeforeValidator, ConfigDict
+from streaming_helpers import GOOD, INVOICE, KINDS, USER, Invoice
 
 import refinekit
 from refinekit import (
@@ -31,18 +32,6 @@ from refinekit import (
 )
 from refinekit.testing import RecordedStream, Reply, ScriptedOpenAI
 
-KINDS = ["sync", "async"]
-USER = [{"role": "user", "content": "Extract the invoice: A-1, EUR 12.50"}]
-
-
-class Invoice(BaseModel):
-    number: str
-    currency: Literal["EUR", "USD"]
-    total_cents: int
-
-
-GOOD = '{"number": "A-1", "currency": "EUR", "total_cents": 1250}'
-INVOICE = Invoice(number="A-1", currency="EUR", total_cents=1250)
 BAD = ['{"number": "A-1", ', '"currency": "GBP", ', '"total_cents": 1250, ', '"note": "more"}']
 
 
