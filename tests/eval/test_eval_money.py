@@ -89,6 +89,11 @@ def script_judge(server: ScriptedOpenAI, n: int = 3) -> None:
     )
 
 
+def priced_eval(ws: Workspace, target: str, prices: str | Path) -> tuple[str | Path, ...]:
+    """The arguments of `refinekit eval` on ROWS, answered by `target`, priced by `prices`."""
+    return ("eval", ws.csv("golden.csv", ROWS), "--target", f"{target}:answer", "--prices", prices)
+
+
 def prices_file(ws: Workspace, prices: object = PRICES) -> Path:
     path = ws.path / "prices.json"
     path.write_text(json.dumps(prices), encoding="utf-8")
@@ -273,9 +278,7 @@ def test_a_bad_prices_file_is_a_usage_error_before_anything_runs(
     if content is not None:
         path.write_text(content, encoding="utf-8")
 
-    result = cli(
-        "eval", ws.csv("golden.csv", ROWS), "--target", f"{target}:answer", "--prices", path
-    )
+    result = cli(*priced_eval(ws, target, path))
 
     assert result.code == 2
     assert says in result.err
@@ -289,14 +292,7 @@ def test_prices_naming_something_that_is_not_prices_is_a_usage_error(
     target = ws.module(ANSWER)
     prices = ws.module("PRICES = {'answer': (1.0, 2.0)}\n", "prices")
 
-    result = cli(
-        "eval",
-        ws.csv("golden.csv", ROWS),
-        "--target",
-        f"{target}:answer",
-        "--prices",
-        f"{prices}:PRICES",
-    )
+    result = cli(*priced_eval(ws, target, f"{prices}:PRICES"))
 
     assert result.code == 2
     assert "names a dict, not a refinekit.Prices" in result.err
@@ -311,14 +307,7 @@ def test_prices_as_a_prices_object_by_module_name(
         "import refinekit\nPRICES = refinekit.Prices({}, default=(2.0, 8.0))\n", "prices"
     )
 
-    result = cli(
-        "eval",
-        ws.csv("golden.csv", ROWS),
-        "--target",
-        f"{target}:answer",
-        "--prices",
-        f"{prices}:PRICES",
-    )
+    result = cli(*priced_eval(ws, target, f"{prices}:PRICES"))
 
     assert result.code == 0, result.err
     assert f"cost: {3 * ANSWER_COST:.6g} in all" in result.out
