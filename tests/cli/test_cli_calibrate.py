@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import JUDGE_CLIENT, Cli, Workspace, judge_replies, yes_no
+from helpers import JUDGE_CLIENT, Cli, Result, Workspace, judge_replies, yes_no
 
 from refinekit.eval._stats import wilson_interval
 from refinekit.eval.store._sqlite import SQLiteStore
@@ -316,6 +316,13 @@ AGREEMENT = [
 ]
 
 
+def calibrate_plain(ws: Workspace, cli: Cli, judge: str, *args: str) -> Result:
+    """`refinekit calibrate` of AGREEMENT's items by PLAIN_JUDGES' `judge`."""
+    data = ws.jsonl("labelled.jsonl", AGREEMENT)
+    module = ws.module(PLAIN_JUDGES)
+    return cli("calibrate", data, "--judge", f"{module}:{judge}", *args)
+
+
 @pytest.mark.parametrize(
     ("judge", "min_kappa", "code", "line"),
     [
@@ -345,10 +352,7 @@ def test_min_kappa_gates_calibration_on_cohens_kappa(
 def test_a_judge_inconclusive_on_every_item_measured_nothing_exit_1(
     ws: Workspace, cli: Cli, gate: list[str]
 ) -> None:
-    data = ws.jsonl("labelled.jsonl", AGREEMENT)
-    module = ws.module(PLAIN_JUDGES)
-
-    result = cli("calibrate", data, "--judge", f"{module}:unsure", *gate)
+    result = calibrate_plain(ws, cli, "unsure", *gate)
 
     assert result.code == 1
     assert "judged 0 items (0 unavailable and 4 inconclusive)" in result.out
@@ -363,10 +367,7 @@ def test_a_judge_inconclusive_on_every_item_measured_nothing_exit_1(
 def test_a_judge_that_gave_no_verdict_at_all_is_a_setup_failure_exit_4(
     ws: Workspace, cli: Cli, gate: list[str]
 ) -> None:
-    data = ws.jsonl("labelled.jsonl", AGREEMENT)
-    module = ws.module(PLAIN_JUDGES)
-
-    result = cli("calibrate", data, "--judge", f"{module}:down", *gate)
+    result = calibrate_plain(ws, cli, "down", *gate)
 
     assert result.code == 4
     assert result.err == (
@@ -386,10 +387,7 @@ def test_a_judge_that_gave_no_verdict_at_all_is_a_setup_failure_exit_4(
 def test_min_kappa_outside_minus_1_to_1_is_a_usage_error(
     ws: Workspace, cli: Cli, value: str
 ) -> None:
-    data = ws.jsonl("labelled.jsonl", AGREEMENT)
-    module = ws.module(PLAIN_JUDGES)
-
-    result = cli("calibrate", data, "--judge", f"{module}:judge", "--min-kappa", value)
+    result = calibrate_plain(ws, cli, "judge", "--min-kappa", value)
 
     assert result.code == 2
     assert "a number from -1 to 1" in result.err
@@ -399,11 +397,9 @@ def test_min_kappa_outside_minus_1_to_1_is_a_usage_error(
 def test_a_calibration_report_that_cannot_be_written_is_a_usage_error_before_the_run(
     ws: Workspace, cli: Cli
 ) -> None:
-    data = ws.jsonl("labelled.jsonl", AGREEMENT)
-    module = ws.module(PLAIN_JUDGES)
     (ws.path / "notes.txt").write_text("a file where the report's folder would be made")
 
-    result = cli("calibrate", data, "--judge", f"{module}:judge", "--report", "notes.txt/c.html")
+    result = calibrate_plain(ws, cli, "judge", "--report", "notes.txt/c.html")
 
     assert result.code == 2
     assert result.err == (
