@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -540,30 +540,47 @@ def test_a_heartbeat_renews_the_lease_and_a_worker_taken_for_gone_enters_again(
     assert store.run(run.id).status == "running"
 
 
-def test_workers_claiming_at_once_never_get_the_same_case(
-    store: SQLStore, request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
-    run_id = queued(store, 200)
+def in_workers(
+    store: SQLStore,
+    request: pytest.FixtureRequest,
+    run_id: int,
+    n: int,
+    work: Callable[[SQLStore, str], None],
+) -> list[BaseException]:
+    """`work(own, name)` in `n` threads at once, each a worker (w0, w1, ...) joined to the run
+    on a connection of its own, as a process has; what they raised."""
     where = store.where if isinstance(store, PostgresStore) else store.path
     url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
-    got: dict[str, list[str]] = {}
     errors: list[BaseException] = []
 
     def worker(name: str) -> None:
         try:
-            with open_store(url or where) as own:  # a connection of its own, as a process has
+            with open_store(url or where) as own:
                 own.join(run_id, name)
-                mine = got.setdefault(name, [])
-                while keys := own.claim(run_id, name, 3):
-                    mine.extend(keys)
+                work(own, name)
         except BaseException as e:
             errors.append(e)
 
-    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return errors
+
+
+def test_workers_claiming_at_once_never_get_the_same_case(
+    store: SQLStore, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    run_id = queued(store, 200)
+    got: dict[str, list[str]] = {}
+
+    def claim_all(own: SQLStore, name: str) -> None:
+        mine = got.setdefault(name, [])
+        while keys := own.claim(run_id, name, 3):
+            mine.extend(keys)
+
+    errors = in_workers(store, request, run_id, 4, claim_all)
     assert errors == []
     claimed = [key for keys in got.values() for key in keys]
     assert sorted(claimed) == sorted(f"k{i}" for i in range(1, 201))  # each once, none lost
@@ -656,26 +673,14 @@ def test_workers_claiming_under_a_cap_at_once_never_reserve_past_it(
     run_id = queued(store, 120)
     for i in range(60):  # 0.6 spent; each case reserves 0.01
         assert store.save_case(run_id, priced_case(f"s{i}", 0.01))
-    where = store.where if isinstance(store, PostgresStore) else store.path
-    url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
     got: dict[str, list[str]] = {}
-    errors: list[BaseException] = []
 
-    def worker(name: str) -> None:
-        try:
-            with open_store(url or where) as own:  # a connection of its own, as a process has
-                own.join(run_id, name)
-                mine = got.setdefault(name, [])
-                while (claimed := own.claim_within(run_id, name, 1.1)).fits:
-                    mine.extend(claimed.keys)
-        except BaseException as e:
-            errors.append(e)
+    def claim_within_cap(own: SQLStore, name: str) -> None:
+        mine = got.setdefault(name, [])
+        while (claimed := own.claim_within(run_id, name, 1.1)).fits:
+            mine.extend(claimed.keys)
 
-    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = in_workers(store, request, run_id, 4, claim_within_cap)
     assert errors == []
     claimed = [key for keys in got.values() for key in keys]
     # 0.6 spent and 50 cases reserving 0.01 each: 1.1, and no more; none claimed twice
@@ -692,30 +697,18 @@ def test_workers_claiming_and_storing_under_a_cap_at_once_never_spend_past_it(
     run_id = queued(store, 200)
     for i in range(20):  # 0.2 spent; each case costs 0.01 and reserves it
         assert store.save_case(run_id, priced_case(f"s{i}", 0.01))
-    where = store.where if isinstance(store, PostgresStore) else store.path
-    url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
-    errors: list[BaseException] = []
 
-    def worker(name: str) -> None:
-        try:
-            with open_store(url or where) as own:
-                own.join(run_id, name)
-                while True:
-                    got = own.claim_within(run_id, name, 0.8)
-                    if not got.fits:
-                        if got.in_flight == 0:
-                            return
-                        continue
-                    if got.keys:
-                        own.save_case(run_id, priced_case(got.keys[0], 0.01), worker=name)
-        except BaseException as e:
-            errors.append(e)
+    def claim_and_store(own: SQLStore, name: str) -> None:
+        while True:
+            got = own.claim_within(run_id, name, 0.8)
+            if not got.fits:
+                if got.in_flight == 0:
+                    return
+                continue
+            if got.keys:
+                own.save_case(run_id, priced_case(got.keys[0], 0.01), worker=name)
 
-    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = in_workers(store, request, run_id, 6, claim_and_store)
     assert errors == []
     assert store.spent(run_id) == (80, pytest.approx(0.8))  # 60 more cases, not one over
 
