@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
+from helpers import Cli
 
 from refinekit.testing import ScriptedOpenAI
+
+
+@pytest.fixture
+def cli(
+    cli: Cli, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Cli:
+    """`refinekit ARGS` in process, run in tmp_path; the test's own module is importable by
+    name, so that its functions serve as targets and judges."""
+    monkeypatch.syspath_prepend(str(request.path.parent))
+    monkeypatch.chdir(tmp_path)
+    return cli
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 import pytest
-from helpers import cli_runner, judge_replies, write_csv
+from helpers import Cli, judge_replies, write_csv
 
 import refinekit.eval
 from refinekit import EvaluationRequest, judges
@@ -217,14 +217,8 @@ FUNCTION_PANEL = judges.panel([("exact", exact), ("never", never), ("again", exa
 
 
 def test_the_cli_prints_each_member_and_what_adds_nothing(
-    labelled: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    labelled: Path, tmp_path: Path, cli: Cli
 ) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    monkeypatch.chdir(tmp_path)
-    cli = cli_runner(capsys)
     report = tmp_path / "calibration.html"
 
     result = cli(
