@@ -234,20 +234,9 @@ def test_the_cli_prints_the_corrected_rate_and_gates_on_it(
     made = cli("calibrate", str(files["labelled"]), "--judge", f"{module}:lenient", "--db", db)
     assert made.code == 0, made.err
 
-    result = cli(
-        "eval",
-        str(files["golden"]),
-        "--target",
-        f"{module}:answer",
-        "--judge",
-        f"{module}:lenient",
-        "--db",
-        db,
-        "--calibration",
-        "latest",
-        "--min-pass-rate",
-        "0.45",
-    )
+    command = ("eval", str(files["golden"]), "--target", f"{module}:answer")
+    command += ("--judge", f"{module}:lenient", "--db", db, "--min-pass-rate", "0.45")
+    result = cli(*command, "--calibration", "latest")
 
     _, lower, _ = corrected_interval(20, 30, 20, 20, 20, 30)
     assert result.code == 1, result.err
@@ -256,19 +245,7 @@ def test_the_cli_prints_the_corrected_rate_and_gates_on_it(
     assert f"gate: corrected lower bound {lower:.3f} is under --min-pass-rate 0.450: FAIL" in (
         result.out
     )
-    uncalibrated = cli(
-        "eval",
-        str(files["golden"]),
-        "--target",
-        f"{module}:answer",
-        "--judge",
-        f"{module}:lenient",
-        "--db",
-        db,
-        "--min-pass-rate",
-        "0.45",
-        "--strict-calibration",
-    )
+    uncalibrated = cli(*command, "--strict-calibration")
     assert uncalibrated.code == 2
     assert "the judge is uncalibrated" in uncalibrated.err
     with SQLiteStore(files["db"]) as store:

@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from urllib.parse import quote
 
@@ -406,25 +407,31 @@ def test_a_table_of_the_caches_name_that_is_no_judge_cache_is_refused_changing_n
     assert tables == {"refinekit_judge_cache"}
 
 
-def test_postgresql_caches_and_stores_opened_at_once_on_a_new_database_make_it_once(
-    postgres_url: str,
-) -> None:
+def at_once(*calls: Callable[[], object]) -> list[BaseException]:
+    """Each call in a thread of its own, all started at once; what they raised."""
     errors: list[BaseException] = []
 
-    def open_one(make: type[PostgresCache] | type[PostgresStore]) -> None:
+    def run(call: Callable[[], object]) -> None:
         try:
-            make(postgres_url).close()
+            call()
         except BaseException as e:
             errors.append(e)
 
-    threads = [
-        threading.Thread(target=open_one, args=(make,))
-        for make in (PostgresCache, PostgresStore) * 3
-    ]
+    threads = [threading.Thread(target=run, args=(call,)) for call in calls]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return errors
+
+
+def test_postgresql_caches_and_stores_opened_at_once_on_a_new_database_make_it_once(
+    postgres_url: str,
+) -> None:
+    def open_one(make: type[PostgresCache] | type[PostgresStore]) -> None:
+        make(postgres_url).close()
+
+    errors = at_once(*(partial(open_one, make) for make in (PostgresCache, PostgresStore) * 3))
     assert errors == []
     with PostgresStore(postgres_url) as store:
         assert store._all("SELECT version FROM schema_version") == [{"version": 5}]
@@ -551,22 +558,13 @@ def in_workers(
     on a connection of its own, as a process has; what they raised."""
     where = store.where if isinstance(store, PostgresStore) else store.path
     url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
-    errors: list[BaseException] = []
 
     def worker(name: str) -> None:
-        try:
-            with open_store(url or where) as own:
-                own.join(run_id, name)
-                work(own, name)
-        except BaseException as e:
-            errors.append(e)
+        with open_store(url or where) as own:
+            own.join(run_id, name)
+            work(own, name)
 
-    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return errors
+    return at_once(*(partial(worker, f"w{i}") for i in range(n)))
 
 
 def test_workers_claiming_at_once_never_get_the_same_case(
@@ -1090,19 +1088,10 @@ def test_a_postgresql_store_applies_the_steps_it_lacks_all_or_none(
 def test_postgresql_stores_opened_at_once_on_a_new_database_make_it_once(
     postgres_url: str,
 ) -> None:
-    errors: list[BaseException] = []
-
     def open_one() -> None:
-        try:
-            PostgresStore(postgres_url).close()
-        except BaseException as e:
-            errors.append(e)
+        PostgresStore(postgres_url).close()
 
-    threads = [threading.Thread(target=open_one) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = at_once(*[open_one] * 4)
     assert errors == []
     with PostgresStore(postgres_url) as store:
         assert store._all("SELECT version FROM schema_version") == [{"version": 5}]
