@@ -15,12 +15,12 @@ import httpx2
 import instructor
 import openai
 import pytest
+from helpers import Invoice
 from openai.types.chat import (
     ChatCompletion,
     ChatCompletionMessageFunctionToolCall,
     ChatCompletionMessageParam,
 )
-from pydantic import BaseModel
 
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
@@ -720,21 +720,23 @@ def test_other_credentials_are_redacted(server: ScriptedOpenAI) -> None:
 # instructor
 
 
-class Invoice(BaseModel):
-    number: str
-    total_cents: int
+async def extracted(server: ScriptedOpenAI, mode: instructor.Mode) -> list[Invoice]:
+    """An `Invoice` extracted with instructor in `mode`, by the sync client then the async one."""
+    with server.client() as client:
+        sync = instructor.from_openai(client, mode=mode)
+        invoices = [sync.create(model="extract", response_model=Invoice, messages=USER)]
+    async with server.async_client() as aclient:
+        asynchronous = instructor.from_openai(aclient, mode=mode)
+        invoices.append(
+            await asynchronous.create(model="extract", response_model=Invoice, messages=USER)
+        )
+    return invoices
 
 
 async def test_instructor_json_mode(server: ScriptedOpenAI) -> None:
     server.script("extract", ['{"number": "A-1", "total_cents": 1250}'] * 2)
-    with server.client() as client:
-        sync = instructor.from_openai(client, mode=instructor.Mode.JSON)
-        invoice = sync.create(model="extract", response_model=Invoice, messages=USER)
-    assert invoice.model_dump() == {"number": "A-1", "total_cents": 1250}
-    async with server.async_client() as aclient:
-        asynchronous = instructor.from_openai(aclient, mode=instructor.Mode.JSON)
-        invoice = await asynchronous.create(model="extract", response_model=Invoice, messages=USER)
-    assert invoice.model_dump() == {"number": "A-1", "total_cents": 1250}
+    for invoice in await extracted(server, instructor.Mode.JSON):
+        assert invoice.model_dump() == {"number": "A-1", "total_cents": 1250}
     body = server.requests[0].body
     assert body is not None
     assert body["response_format"] == {"type": "json_object"}
@@ -742,14 +744,8 @@ async def test_instructor_json_mode(server: ScriptedOpenAI) -> None:
 
 async def test_instructor_tools_mode(server: ScriptedOpenAI) -> None:
     server.script("extract", [Reply.tool_call("Invoice", {"number": "B-2", "total_cents": 99})] * 2)
-    with server.client() as client:
-        sync = instructor.from_openai(client, mode=instructor.Mode.TOOLS)
-        invoice = sync.create(model="extract", response_model=Invoice, messages=USER)
-    assert invoice.model_dump() == {"number": "B-2", "total_cents": 99}
-    async with server.async_client() as aclient:
-        asynchronous = instructor.from_openai(aclient, mode=instructor.Mode.TOOLS)
-        invoice = await asynchronous.create(model="extract", response_model=Invoice, messages=USER)
-    assert invoice.model_dump() == {"number": "B-2", "total_cents": 99}
+    for invoice in await extracted(server, instructor.Mode.TOOLS):
+        assert invoice.model_dump() == {"number": "B-2", "total_cents": 99}
     body = server.requests[0].body
     assert body is not None
     assert body["tool_choice"] == {"type": "function", "function": {"name": "Invoice"}}
