@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
@@ -95,12 +94,11 @@ async def acall(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 async def close_clients(clients: Iterable[Any]) -> None:
-    """Close `openai` clients, sync and async alike."""
+    """Close SDK clients (`openai`'s, `anthropic`'s), sync and async alike."""
     for client in clients:
-        if isinstance(client, openai.AsyncOpenAI):
-            await client.close()
-        else:
-            client.close()
+        closed = client.close()
+        if inspect.isawaitable(closed):
+            await closed
 
 
 def passes_on(n: int) -> Callable[[EvaluationRequest], Verdict]:
