@@ -511,22 +511,31 @@ async def test_hang_is_a_client_timeout_and_frees_the_connection(
     assert len(server.requests) == 2
 
 
+def held_request(
+    server: ScriptedOpenAI, client: openai.OpenAI, caught: list[BaseException]
+) -> threading.Thread:
+    """A thread asking model "m" through `client` (what the call raises goes to `caught`),
+    returned once its request arrived (and is held, when the script says so)."""
+
+    def ask() -> None:
+        try:
+            client.chat.completions.create(model="m", messages=USER)
+        except BaseException as e:
+            caught.append(e)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    while not server.requests:
+        asking.join(0.01)
+    return asking
+
+
 def test_in_flight_counts_requests_until_their_response_is_done(server: ScriptedOpenAI) -> None:
     server.script("m", [Reply.hang(), "done"])
     assert server.in_flight == 0
     with server.client(timeout=0.5) as client:
         caught: list[BaseException] = []
-
-        def ask() -> None:
-            try:
-                client.chat.completions.create(model="m", messages=USER)
-            except BaseException as e:
-                caught.append(e)
-
-        asking = threading.Thread(target=ask)
-        asking.start()
-        while not server.requests:
-            asking.join(0.01)
+        asking = held_request(server, client, caught)
         assert server.in_flight == 1  # held, and the client still waits
         asking.join(5)  # the client times out and hangs up
         assert [type(e) for e in caught] == [openai.APITimeoutError]
@@ -543,17 +552,7 @@ def test_stopping_the_server_ends_a_held_connection() -> None:
     caught: list[BaseException] = []
     with ScriptedOpenAI() as server, server.client(timeout=30) as client:
         server.script("m", [Reply.hang()])
-
-        def ask() -> None:
-            try:
-                client.chat.completions.create(model="m", messages=USER)
-            except BaseException as e:
-                caught.append(e)
-
-        asking = threading.Thread(target=ask)
-        asking.start()
-        while not server.requests:  # the request arrived and is held
-            asking.join(0.01)
+        asking = held_request(server, client, caught)
     # the client's 30 s timeout did not have to run out: stopping the server hung up
     asking.join(5)
     assert not asking.is_alive()
