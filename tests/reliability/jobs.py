@@ -238,6 +238,25 @@ class Job:
         self.steps[role] = steps
         server.script(self.model(role), [s.reply for s in steps])
 
+    def judge_streams(self, n: int) -> list[list[Step]]:
+        """`n` replies of the job's judge (self.judge_kind) for each of its requests a turn
+        makes: two for a criteria judge, one for the others."""
+        mix = self.mix
+        width = 2 if self.judge_kind == "criteria" else 1
+        return [
+            [
+                mix.verdict(
+                    self.judge_kind,
+                    self.rate,
+                    key=mix.secrets.judge_keys[self.judge_key],
+                    hangs=self.hangs,
+                    misconfigured=True,
+                )
+                for _ in range(n)
+            ]
+            for _ in range(width)
+        ]
+
     def served(self, server: ScriptedOpenAI, role: str) -> list[Step]:
         n = len(server.requests_for(self.model(role)))
         return self.steps[role][:n]
@@ -412,20 +431,7 @@ class RetryJob(Job):
         attempts = self.max_retries + 1
         answers = [mix.text(self.rate, hangs=self.hangs) for _ in range(attempts)]
         self.script(server, "answer", answers)
-        width = 2 if self.judge_kind == "criteria" else 1
-        self.streams = [
-            [
-                mix.verdict(
-                    self.judge_kind,
-                    self.rate,
-                    key=mix.secrets.judge_keys[self.judge_key],
-                    hangs=self.hangs,
-                    misconfigured=True,
-                )
-                for _ in range(attempts)
-            ]
-            for _ in range(width)
-        ]
+        self.streams = self.judge_streams(attempts)
         judge = make_judge(self, server, clients, self.judge_kind, self.streams, self.judge_policy)
         client = clients.answer(self.mode)
         model = self.model("answer")
@@ -588,20 +594,7 @@ class ReviewedJob(Job):
         by_judge_timeout = mix.rng.random() < 0.5
         drafts = 1 if self.review_mode == "shadow" else self.max_revisions + 1
         self.script(server, "answer", [mix.text(self.rate, hangs=self.hangs)])
-        width = 2 if self.judge_kind == "criteria" else 1
-        self.streams = [
-            [
-                mix.verdict(
-                    self.judge_kind,
-                    self.rate,
-                    key=mix.secrets.judge_keys[self.judge_key],
-                    hangs=self.hangs,
-                    misconfigured=True,
-                )
-                for _ in range(drafts)
-            ]
-            for _ in range(width)
-        ]
+        self.streams = self.judge_streams(drafts)
         judge_hangs = any(s.hangs for stream in self.streams for s in stream)
         self.by_judge_timeout = by_judge_timeout and judge_hangs
         if self.by_judge_timeout:  # a hang is then judge_timeout's to end
