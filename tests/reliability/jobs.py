@@ -418,7 +418,19 @@ class SelfCorrectJob(Job):
         return job
 
 
-class RetryJob(Job):
+class QuestionJob(Job):
+    """A job whose decorated function is asked QUESTION."""
+
+    fn: Any
+
+    def call(self) -> Any:
+        return self.fn(QUESTION)
+
+    async def acall(self) -> Any:
+        return await self.fn(QUESTION)
+
+
+class RetryJob(QuestionJob):
     decorator = "retry_on_low_quality"
 
     def prepare(self, server: ScriptedOpenAI, clients: Clients) -> None:
@@ -477,12 +489,6 @@ class RetryJob(Job):
             judge_error_policy=self.outer_policy,  # type: ignore[arg-type]
             on_exhausted=self.on_exhausted,  # type: ignore[arg-type]
         )(fn)
-
-    def call(self) -> Any:
-        return self.fn(QUESTION)
-
-    async def acall(self) -> Any:
-        return await self.fn(QUESTION)
 
     def outcome_name(self) -> str:
         if self.error is not None:
@@ -580,7 +586,7 @@ def make_judge(
     )
 
 
-class ReviewedJob(Job):
+class ReviewedJob(QuestionJob):
     decorator = "reviewed"
 
     def prepare(self, server: ScriptedOpenAI, clients: Clients) -> None:
@@ -648,12 +654,6 @@ class ReviewedJob(Job):
         if step.hangs and self.by_judge_timeout:
             return dataclasses.replace(step, result=frozenset({"timeout"}))
         return step
-
-    def call(self) -> Any:
-        return self.fn(QUESTION)
-
-    async def acall(self) -> Any:
-        return await self.fn(QUESTION)
 
     def outcome_name(self) -> str:
         if self.error is not None:
