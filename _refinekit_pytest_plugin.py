@@ -209,10 +209,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
     from refinekit._core.errors import GoldenFileError
-    from refinekit.eval._golden import DataFileError, read_rows
+    from refinekit.eval import DataFileError, read_golden
 
     try:
-        return read_rows(path)
+        return read_golden(path)
     except DataFileError as e:
         raise GoldenFileError(f"golden {e}") from None
 
@@ -222,8 +222,7 @@ def _golden_cases(
 ) -> tuple[list[tuple[Any, ...]], list[str]]:
     """Each row's values for the wanted arguments, and its id: the row number and a slug."""
     from refinekit._core.errors import GoldenFileError
-    from refinekit.eval._golden import column_for
-    from refinekit.eval._golden import slug as make_slug
+    from refinekit.eval import case_slug, column_for
 
     columns = list(rows[0])
     values: list[tuple[Any, ...]] = []
@@ -242,7 +241,7 @@ def _golden_cases(
             case.append(row[column])
         values.append(tuple(case))
         first = row[keys[0]] if keys else None
-        slug = make_slug(first) if first is not None else ""
+        slug = case_slug(first) if first is not None else ""
         ids.append(f"{number}-{slug}" if slug else str(number))
     return values, ids
 
@@ -269,7 +268,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     }
     fixtures: Any = getattr(metafunc, "_arg2fixturedefs", {})
     from refinekit._core.errors import GoldenFileError
-    from refinekit.eval._golden import column_for
+    from refinekit.eval import column_for
 
     try:
         rows = _read_rows(path)
@@ -343,7 +342,7 @@ class _GateHooks:
         gate.count()
         if gate.total == 0:
             return
-        from refinekit.eval._stats import wilson_interval
+        from refinekit.eval import wilson_interval
 
         gate.lower = wilson_interval(gate.passed, gate.total, _CONFIDENCE)[0]
         if not gate.failing:
@@ -382,7 +381,7 @@ class _GateHooks:
         rate = gate.passed / gate.total
         if gate.trials > 1:
             k = gate.trials
-            from refinekit.eval._stats import wilson_interval
+            from refinekit.eval import wilson_interval
 
             low, high = wilson_interval(gate.any_passed, gate.total, _CONFIDENCE)
             terminalreporter.write_line(

@@ -1,4 +1,4 @@
-"""The benchmark's synthetic data: `refinekit/cli/_demo/_synthetic.py`, which the local demo
+"""The benchmark's synthetic data: `refinekit/cli/_demo/_synthetic/`, which the local demo
 (`refinekit demo --local`) draws its batch from too. Re-exported here for the benchmarks."""
 
 from refinekit.cli._demo._synthetic import (

@@ -428,7 +428,7 @@ def _quartiles(values: Sequence[float]) -> str:
 
 def judging_extra(db: Path, items: Sequence[JudgingItem]) -> list[str]:
     """What calibrate does not print: P(yes) by label, its AUC, agreement by kind of item."""
-    from refinekit.eval.store._sqlite import SQLiteStore
+    from refinekit.eval._store._sqlite import SQLiteStore
 
     with SQLiteStore(db) as store:
         run = store.runs(kind="calibrate")[-1]
@@ -498,7 +498,7 @@ def run_judging(local: LocalModel, items: Sequence[JudgingItem], folder: Path) -
 
 def calibrated_probabilities(db: Path, n: int) -> list[float | None]:
     """The judge's P(yes) for each item of the last calibrate run, in the file's order."""
-    from refinekit.eval.store._sqlite import SQLiteStore
+    from refinekit.eval._store._sqlite import SQLiteStore
 
     with SQLiteStore(db) as store:
         run = store.runs(kind="calibrate")[-1]

@@ -64,7 +64,7 @@ from _machine import loadavg, machine  # noqa: E402
 from _pg import PostgresServer, binaries  # noqa: E402
 
 from refinekit.eval import CaseRecord, RunInfo  # noqa: E402
-from refinekit.eval.store import RunStore, open_store  # noqa: E402
+from refinekit.eval._store import RunStore, open_store  # noqa: E402
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI  # noqa: E402
 
 ANSWER_MODULE = """

@@ -177,6 +177,21 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def _as_written(text: str) -> str:
+    return text
+
+
+def _phrase_fold(name: str, phrases: tuple[str, ...], case_sensitive: bool) -> Callable[[str], str]:
+    """How the phrases of the check `name` and the answer are compared: as written or folded.
+
+    Raises:
+        ValueError: No phrase, or an empty one.
+    """
+    if not phrases or any(not isinstance(p, str) or not p for p in phrases):
+        raise ValueError(f"{name}() needs one or more non-empty strings")
+    return _as_written if case_sensitive else str.casefold
+
+
 def _listed(phrases: list[str], conjunction: str) -> str:
     """`'a'`, `'a' and 'b'`, `'a', 'b' or 'c'`: each phrase quoted."""
     quoted = [repr(p) for p in phrases]
@@ -201,11 +216,7 @@ def contains(*phrases: str, case_sensitive: bool = False, all_required: bool = T
     Raises:
         ValueError: No phrase, or an empty one.
     """
-    if not phrases or any(not isinstance(p, str) or not p for p in phrases):
-        raise ValueError("contains() needs one or more non-empty strings")
-
-    def fold(text: str) -> str:
-        return text if case_sensitive else text.casefold()
+    fold = _phrase_fold("contains", phrases, case_sensitive)
 
     def rule(request: EvaluationRequest) -> Verdict:
         answer = fold(request.answer)
@@ -266,11 +277,7 @@ def excludes(*phrases: str, case_sensitive: bool = False) -> Check:
     Raises:
         ValueError: No phrase, or an empty one.
     """
-    if not phrases or any(not isinstance(p, str) or not p for p in phrases):
-        raise ValueError("excludes() needs one or more non-empty strings")
-
-    def fold(text: str) -> str:
-        return text if case_sensitive else text.casefold()
+    fold = _phrase_fold("excludes", phrases, case_sensitive)
 
     folded = [fold(p) for p in phrases]
 

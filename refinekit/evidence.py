@@ -26,24 +26,15 @@ judge model is called. See docs/evidence.md.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from pydantic import field_validator
 
-from ._core.errtext import error_path
-from ._core.jsonload import MAX_DEPTH, TooDeep, loads
+from ._core.jsonload import MAX_DEPTH, TooDeep
 from ._core.types import ContextDocument, EvaluationRequest, ToolCall, ValueEvidence, Verdict
-from ._structure.spans import (
-    Found,
-    locate,
-    locate_number,
-    locate_word_number,
-    numbers,
-)
+from ._structure.stated import json_values, prose_values, where
 
 __all__ = ["JudgingState", "called", "from_messages", "stated_values"]
 
@@ -420,94 +411,7 @@ def called(tool_name: str, *, ok: bool = True) -> Callable[[EvaluationRequest], 
     return check
 
 
-# --- the values an answer states, and where the context states them ---------------------------
-
-_QUOTED = re.compile(
-    r'"([^"\n]{1,120})"'  # "Acme Ltd"
-    r"|(?<!\w)'([^'\n]{1,120})'(?!\w)"  # 'Acme Ltd', not the apostrophe of "don't"
-    r"|\u201c([^\u201d\n]{1,120})\u201d"  # curly double quotes
-    r"|\u2018([^\u2019\n]{1,120})\u2019"  # curly single quotes
-    r"|\u00ab\s?([^\u00bb\n]{1,120}?)\s?\u00bb"  # guillemets
-)
-_MAX_JSON_VALUES = 500
-"""The most values of a JSON answer that are read (the rest are not stated values)."""
-
-
-@dataclass(frozen=True)
-class _Stated:
-    path: str
-    written: str
-    number: Decimal | None
-    percent: bool | None
-
-
-class _JsonNumber:
-    """A JSON answer's number as the answer writes it: read neither as a float nor as an int."""
-
-    __slots__ = ("written",)
-
-    def __init__(self, written: str) -> None:
-        self.written = written
-
-
-def _json_values(answer: str) -> list[_Stated] | None:
-    """Each string and number of a JSON answer (an object or an array), or None for prose.
-
-    A number is its exact `Decimal`, as written (`1e400` is not a float's infinity, a
-    5,000-digit one is no int past Python's conversion limit). The answer is read to
-    `MAX_DEPTH` (200) levels and walked without recursion.
-
-    Raises:
-        TooDeep: The answer is JSON nested more than 200 levels deep.
-    """
-    text = answer.strip()
-    if not text or text[0] not in "{[":
-        return None
-    try:
-        # NaN and the infinities (JSON's extension) are stated as written: text to find too
-        data = loads(text, parse_float=_JsonNumber, parse_int=_JsonNumber, parse_constant=str)
-    except TooDeep:
-        raise
-    except ValueError:
-        return None
-    found: list[_Stated] = []
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
-    while stack and len(found) < _MAX_JSON_VALUES:
-        item, path = stack.pop()
-        if isinstance(item, dict):
-            stack.extend((v, (*path, str(k))) for k, v in reversed(item.items()))
-        elif isinstance(item, list):
-            stack.extend((v, (*path, i)) for i, v in reversed(list(enumerate(item))))
-        elif isinstance(item, str):
-            if item.strip():
-                found.append(_Stated(error_path(path), item, None, None))
-        elif isinstance(item, _JsonNumber):
-            found.append(_Stated(error_path(path), item.written, Decimal(item.written), None))
-    return found
-
-
-def _prose_values(answer: str) -> list[_Stated]:
-    """The numbers a prose answer writes in digits and the names it quotes, first seen first."""
-    found: list[tuple[int, _Stated]] = []
-    for place, (value, percent) in numbers(answer):
-        found.append((place.start, _Stated("", place.text, value, percent)))
-    for match in _QUOTED.finditer(answer):
-        quoted = next(g for g in match.groups() if g is not None).strip()
-        if any(c.isalnum() for c in quoted):
-            found.append((match.start(), _Stated("", quoted, None, None)))
-    found.sort(key=lambda pair: pair[0])
-    seen: set[tuple[Decimal | None, bool | None, str]] = set()
-    unique = []
-    for _, stated in found:
-        key: tuple[Decimal | None, bool | None, str]
-        if stated.number is not None:
-            key = (stated.number, stated.percent, "")
-        else:
-            key = (None, None, " ".join(stated.written.split()).casefold())
-        if key not in seen:
-            seen.add(key)
-            unique.append(stated)
-    return unique
+# --- the values an answer states, and where the context states it ---------------------------
 
 
 def _documents(request: EvaluationRequest) -> list[tuple[str, str]]:
@@ -520,15 +424,6 @@ def _documents(request: EvaluationRequest) -> list[tuple[str, str]]:
     if request.question:
         named.append(("question", request.question))
     return named
-
-
-def _where(stated: _Stated, text: str, words: bool) -> Found | None:
-    if stated.number is None:
-        return locate(stated.written, text)
-    place = locate_number(stated.number, text, percent=stated.percent)
-    if place is None and words:
-        place = locate_word_number(stated.number, text, percent=stated.percent)
-    return place
 
 
 def stated_values(request: EvaluationRequest) -> tuple[ValueEvidence, ...]:
@@ -572,7 +467,7 @@ def stated_values(request: EvaluationRequest) -> tuple[ValueEvidence, ...]:
     if not isinstance(request, EvaluationRequest):
         raise TypeError(f"stated_values() takes an EvaluationRequest, not {type(request).__name__}")
     try:
-        from_json = _json_values(request.answer)
+        from_json = json_values(request.answer)
     except TooDeep:
         raise ValueError(
             f"stated_values(): the answer is JSON nested more than {MAX_DEPTH} levels deep"
@@ -584,13 +479,13 @@ def stated_values(request: EvaluationRequest) -> tuple[ValueEvidence, ...]:
         prose = request.answer
         for source in sorted({d.source for d in request.context if d.source}, key=len)[::-1]:
             prose = prose.replace(source, " " * len(source))
-        values = _prose_values(prose)
+        values = prose_values(prose)
     documents = _documents(request)
     records = []
     for stated in values:
         record = ValueEvidence(path=stated.path, value=stated.written)
         for name, text in documents:
-            place = _where(stated, text, words=from_json is None)
+            place = where(stated, text, words=from_json is None)
             if place is not None:
                 record = ValueEvidence(
                     path=stated.path,

@@ -14,12 +14,12 @@ import pytest
 import refinekit
 import refinekit.checks
 import refinekit.eval
-import refinekit.eval.report
 import refinekit.evidence
 import refinekit.judges
 import refinekit.local
 import refinekit.otel
 import refinekit.testing
+from refinekit._decorators import correct, guard, retry, review
 
 PUBLIC = {
     "AnswerRejected",
@@ -267,12 +267,16 @@ def test_eval_names() -> None:
         "acalibrate",
         "arun",
         "calibrate",
+        "case_slug",
+        "column_for",
         "compare",
         "html_report",
+        "read_golden",
         "run",
         "runs",
         "store_location",
         "store_path",
+        "wilson_interval",
     }
     for name in refinekit.eval.__all__:
         obj = getattr(refinekit.eval, name)
@@ -310,6 +314,26 @@ def test_the_eval_options_are_the_signatures_of_run_and_calibrate() -> None:
         made.concurrency = 2  # type: ignore[misc]
     assert dataclasses.replace(made, concurrency=2).concurrency == 2
     assert made.concurrency == 4
+
+
+def test_each_decorators_options_are_its_signature() -> None:
+    # one definition of a decorator's options: its keyword arguments are its options' fields
+    # (and the keywords its typed overloads take, `returns` apart)
+    for decorator, options, keywords in (
+        (refinekit.retry_on_low_quality, retry._RetryOptions, retry._RetryKeywords),
+        (refinekit.guarded, guard._GuardOptions, guard._GuardKeywords),
+        (refinekit.reviewed, review._ReviewOptions, None),
+        (refinekit.self_correct, correct._CorrectOptions, None),
+    ):
+        fields = {f.name: f.default for f in dataclasses.fields(options) if f.init}
+        parameters = inspect.signature(decorator).parameters
+        assert {name: p.default for name, p in parameters.items()} == {
+            name: inspect.Parameter.empty if default is dataclasses.MISSING else default
+            for name, default in fields.items()
+        }, decorator.__name__
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters.values())
+        if keywords is not None:
+            assert {*keywords.__annotations__, "returns"} == set(fields), decorator.__name__
 
 
 def test_the_eval_outcome_type_has_its_own_name_and_the_old_one_warns() -> None:

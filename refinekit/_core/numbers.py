@@ -34,6 +34,7 @@ __all__ = [
     "read_word_numbers",
     "shown",
     "shown_written",
+    "usd",
 ]
 
 FLOAT_MAX = sys.float_info.max
@@ -152,3 +153,8 @@ def shown_written(written: str) -> str:
     if len(written) <= _SHOWN_CHARS:
         return written
     return f"{written[:24]}...{written[-8:]} ({len(written)} characters)"
+
+
+def usd(value: float) -> str:
+    """A cost as the reports show it: 6 significant figures, in the currency of the prices."""
+    return f"{value:.6g}"

@@ -2,38 +2,32 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import (
-    Any,
-    Generic,
-    ParamSpec,
-    Protocol,
-    TypeAlias,
-    TypeVar,
-    cast,
-    overload,
-)
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
 from .._core.errors import ReplyShapeError
 from .._core.errtext import correction_text, utf8_text
 from .._core.streamed import Final, Partial, Reset
 from .._core.types import Attempt, Verdict
-from .._engine import reserve as _reserve
+from .._engine.attempt import attempt_step
 from .._engine.budget import without_attempts
+from .._engine.decorated import AsyncStreamingFunction, StreamingFunction
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Flow
 from .._engine.job import Job, check_budget_option
+from .._engine.ledger import take_correction
+from .._engine.options import Options
 from .._engine.outcome import Record
 from .._engine.policy import check_budget
 from .._engine.prices import Budget
 from .._engine.request import function_name
 from .._engine.reserve import Reservation
 from .._engine.streaming import StreamLike, SyncStreamLike, is_streamed
-from .._engine.wrapper import AsyncStreamingFunction, StreamingFunction, wrap
+from .._engine.wrapper import wrap
 from .._providers.replies import Reply, finish_reason_of, reply_text
 from .._structure.corrections import CHECK_MARKER, CorrectionRequest, default_correction
 from .._structure.diagnose import diagnose
@@ -76,36 +70,15 @@ def _conversation(messages: object, function: str) -> list[dict[str, Any]]:
 CorrectionBuilder = Callable[[CorrectionRequest], "str | Sequence[Mapping[str, Any]]"]
 """A `correction=` hook: the turn to send for a failed reply, as text or as messages."""
 
-ValidationContext = (
+ValidationContext: TypeAlias = (
     "Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None"
 )
 
 
 class _CorrectConfig(Generic[T]):
-    __slots__ = (
-        "context",
-        "correction",
-        "early_abort",
-        "function",
-        "job_budget",
-        "max_corrections",
-        "messages_name",
-        "parser",
-        "repair",
-        "signature",
-    )
+    """The options as one function's calls read them, and where its conversation is."""
 
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        parser: Parser[T],
-        max_corrections: int,
-        *,
-        repair: bool,
-        correction: CorrectionBuilder | None,
-        context: Any,
-        early_abort: bool = True,
-    ) -> None:
+    def __init__(self, fn: Callable[..., Any], options: _CorrectOptions[T]) -> None:
         self.function = function_name(fn)
         self.signature = inspect.signature(fn)
         params = list(self.signature.parameters.values())
@@ -120,13 +93,13 @@ class _CorrectConfig(Generic[T]):
         self.messages_name = (
             None if params[0].kind is inspect.Parameter.VAR_POSITIONAL else params[0].name
         )
-        self.parser = parser
-        self.max_corrections = max_corrections
-        self.repair = repair
-        self.correction = correction
-        self.context = context
-        self.early_abort = early_abort
-        self.job_budget: Budget | None = None
+        self.parser = options.parser
+        self.max_corrections = options.max_corrections
+        self.repair = options.repair
+        self.correction = options.correction
+        self.context = options.validation_context
+        self.early_abort = options.early_abort
+        self.job_budget = options.job_budget
 
     def split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -176,6 +149,48 @@ class _CorrectConfig(Generic[T]):
             "str) or the messages to add (a list of dicts with a 'role'), got "
             f"{type(made).__name__}"
         )
+
+
+@dataclass(frozen=True)
+class _CorrectOptions(Options, Generic[T]):
+    """`self_correct`'s options: its keyword arguments (documented there), checked once."""
+
+    decorator: ClassVar[str] = "self_correct"
+    config: ClassVar[type[_CorrectConfig[Any]]] = _CorrectConfig
+    _: KW_ONLY
+    schema: type[T]
+    max_corrections: int = 2
+    repair: bool = True
+    correction: CorrectionBuilder | None = None
+    validation_context: ValidationContext = None
+    budget: Budget | None = None
+    early_abort: bool = True
+    # What the checks make of them:
+    parser: Parser[T] = field(init=False, repr=False, compare=False)
+    job_budget: Budget | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_budget("max_corrections", self.max_corrections, MAX_CORRECTIONS_LIMIT)
+        job_budget = check_budget_option(self.budget)
+        for name in ("repair", "early_abort"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
+        if self.correction is not None and not callable(self.correction):
+            raise TypeError(
+                "correction= must be a callable taking a refinekit.CorrectionRequest, got "
+                f"{type(self.correction).__name__}"
+            )
+        context = self.validation_context
+        if context is not None and not (isinstance(context, Mapping) or callable(context)):
+            raise TypeError(
+                "validation_context= must be a dict or a callable of the call's arguments, got "
+                f"{type(context).__name__}"
+            )
+        self.keep(parser=Parser(self.schema), job_budget=job_budget)
+
+    def decorate(self, fn: Any) -> Any:
+        return wrap(fn, _FLOW, self)
 
 
 def _sendable(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -242,15 +257,16 @@ def _correct_flow(
             if call > 1
             else f"call of {cfg.function}"
         )
+        # Fresh copies each call: edits the function makes to its messages never compound.
+        sent = [dict(m) for m in conversation]
+        sent.extend(dict(m) for m in added)
         # reserved until its reply is counted
-        reserving = _reserve.admit(job, planned, previous, turn, first_of=cfg.function)
-        with (yield from reserving) as previous:
-            # Fresh copies each call: edits the function makes to its messages never compound.
-            sent = [dict(m) for m in conversation]
-            sent.extend(dict(m) for m in added)
-            counted = job._replies_counted()
-            started = time.perf_counter()
-            reply = yield Call(fn, (sent, *rest), rest_kwargs)
+        command = Call(fn, (sent, *rest), rest_kwargs)
+        made = attempt_step(
+            job, cfg.function, command, planned=planned, previous=previous, extra_chars=turn
+        )
+        with (yield from made) as step:
+            previous, reply, started = step.held, step.value, step.started
             if is_streamed(reply):  # read as it comes (correct_stream); its usage counted
                 reply = yield from read_reply(
                     reply,
@@ -264,8 +280,6 @@ def _correct_flow(
                     maximum=call + max(0, cfg.max_corrections - job.corrections_used),
                     prompt_chars=sum(len(str(m.get("content") or "")) for m in sent),
                 )
-            else:
-                job._count_reply(reply, counted)
         result: Parsed | CorrectionFailure
         streamed = reply if isinstance(reply, StreamedReply) else None
         try:
@@ -304,7 +318,7 @@ def _correct_flow(
                 passed=False, feedback=failure.summary, metadata={"failure": diagnosis.kind}
             )
             _add(record, call, text, verdict, started, added)
-        if not job._take_correction(cfg.max_corrections):
+        if not take_correction(job, cfg.max_corrections):
             error = failure.error_type(
                 failure.summary,
                 raw_reply=text,
@@ -398,6 +412,8 @@ def _placeholder_failure(text: str, copied: tuple[str, ...]) -> CorrectionFailur
         summary, errors, text=text, parsed=True, value=value, placeholders=copied
     )
 
+
+_FLOW = without_attempts(_correct_flow, "self_correct")
 
 Corrected: TypeAlias = "Partial[Any] | Final[T] | Reset"
 """What `fn.stream(...)` of a `@self_correct` function yields (docs/streaming.md)."""
@@ -500,55 +516,12 @@ def self_correct(
             `correction`/`validation_context` is neither None nor usable, or `budget` is not
             a `refinekit.Budget` (when decorating).
     """
-    check_budget("max_corrections", max_corrections, MAX_CORRECTIONS_LIMIT)
-    job_budget = check_budget_option(budget)
-    if not isinstance(repair, bool):
-        raise TypeError(f"repair must be True or False, got {type(repair).__name__}")
-    if not isinstance(early_abort, bool):
-        raise TypeError(f"early_abort must be True or False, got {type(early_abort).__name__}")
-    if correction is not None and not callable(correction):
-        raise TypeError(
-            "correction= must be a callable taking a refinekit.CorrectionRequest, got "
-            f"{type(correction).__name__}"
-        )
-    if validation_context is not None and not (
-        isinstance(validation_context, Mapping) or callable(validation_context)
-    ):
-        raise TypeError(
-            "validation_context= must be a dict or a callable of the call's arguments, got "
-            f"{type(validation_context).__name__}"
-        )
-    parser: Parser[T] = Parser(schema)
-    options: dict[str, Any] = {
-        "schema": schema,
-        "max_corrections": max_corrections,
-        "repair": repair,
-        "correction": correction,
-        "validation_context": validation_context,
-        "budget": budget,
-        "early_abort": early_abort,
-    }
-
-    def configure(fn: Callable[..., Any]) -> _CorrectConfig[T]:
-        cfg = _CorrectConfig(
-            fn,
-            parser,
-            max_corrections,
-            repair=repair,
-            correction=correction,
-            context=validation_context,
-            early_abort=early_abort,
-        )
-        cfg.job_budget = job_budget
-        return cfg
-
-    def decorate(fn: Any) -> Any:
-        return wrap(
-            fn,
-            without_attempts(_correct_flow, "self_correct"),
-            configure,
-            decorator="self_correct",
-            remake=functools.partial(self_correct, **options),
-        )
-
-    return decorate
+    return _CorrectOptions(
+        schema=schema,
+        max_corrections=max_corrections,
+        repair=repair,
+        correction=correction,
+        validation_context=validation_context,
+        budget=budget,
+        early_abort=early_abort,
+    ).decorate

@@ -2,26 +2,39 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
+from dataclasses import KW_ONLY, dataclass, field
+from typing import (
+    Any,
+    ClassVar,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    overload,
+)
+
+from typing_extensions import Required, Unpack
 
 from .._core.errors import JudgeError, LowQualityAnswer
 from .._core.types import Attempt, EvaluationRequest, Verdict
-from .._engine import reserve as _reserve
+from .._engine.attempt import attempt_step
 from .._engine.budget import without_attempts
+from .._engine.decorated import AsyncStreamingFunction, StreamingFunction
 from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow
 from .._engine.job import Job, check_budget_option, current_attempt
+from .._engine.options import Options, signature_of
 from .._engine.outcome import Record
 from .._engine.policy import JudgeErrorPolicy, check_policy, judge_failure
 from .._engine.prices import Budget
 from .._engine.request import QuestionSelector, RequestMaker
 from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed
 from .._engine.textstream import TextRead, publish, read_text
-from .._engine.wrapper import AsyncStreamingFunction, StreamingFunction, wrap
+from .._engine.wrapper import wrap
 from .._providers.replies import Reply, Returns, answer_text, check_returns, text_answer
 
 __all__ = ["DEFAULT_REFUSAL", "Guarding", "TextGuarding", "guarded"]
@@ -89,42 +102,34 @@ class TextGuarding(Protocol):
     ) -> StreamingFunction[P, str, str]: ...
 
 
-class _GuardConfig:
-    __slots__ = (
-        "function",
-        "job_budget",
-        "judge_error_policy",
-        "refusal",
-        "requests",
-        "returns_text",
-        "screen",
-        "screen_input",
-    )
+class _GuardKeywords(TypedDict, total=False):
+    """The options but `returns`, as type checkers see them (`guarded`'s overloads)."""
 
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        *,
-        screen: Adapted,
-        refusal: str,
-        screen_input: bool,
-        input: InputSelector | None,
-        judge_error_policy: JudgeErrorPolicy,
-        returns_text: bool = False,
-    ) -> None:
-        self.returns_text = returns_text
-        self.requests = RequestMaker(fn, question=input, option="input")
+    screen: Required[EvaluatorLike]
+    refusal: str
+    screen_input: bool
+    input: InputSelector | None
+    judge_error_policy: JudgeErrorPolicy
+    budget: Budget | None
+
+
+class _GuardConfig:
+    """The options as one function's calls read them, and which of its arguments is the input."""
+
+    def __init__(self, fn: Callable[..., Any], options: _GuardOptions) -> None:
+        self.requests = RequestMaker(fn, question=options.input, option="input")
         self.function = self.requests.function
-        if screen_input and input is None and not self.requests.names:
+        self.screen_input = options.screen_input or options.input is not None
+        if self.screen_input and options.input is None and not self.requests.names:
             raise ValueError(
                 f"screen_input=True, but {self.function}{self.requests.signature} takes no "
                 "argument to screen"
             )
-        self.screen = screen
-        self.refusal = refusal
-        self.screen_input = screen_input
-        self.judge_error_policy = judge_error_policy
-        self.job_budget: Budget | None = None
+        self.screen = options.adapted
+        self.refusal = options.refusal
+        self.judge_error_policy = options.judge_error_policy
+        self.returns_text = options.returns_text
+        self.job_budget = options.job_budget
 
     def input_text(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The input as text: what `input=` selects, else `question`, else the first str.
@@ -144,6 +149,44 @@ class _GuardConfig:
                 "of the bound arguments)"
             )
         return text or ""
+
+
+@dataclass(frozen=True)
+class _GuardOptions(Options):
+    """`guarded`'s options: its keyword arguments (documented there), checked once."""
+
+    decorator: ClassVar[str] = "guarded"
+    config: ClassVar[type[_GuardConfig]] = _GuardConfig
+    _: KW_ONLY
+    screen: EvaluatorLike
+    refusal: str = DEFAULT_REFUSAL
+    screen_input: bool = False
+    input: InputSelector | None = None
+    judge_error_policy: JudgeErrorPolicy = "fail_closed"
+    budget: Budget | None = None
+    returns: Returns = "value"
+    # What the checks make of them:
+    adapted: Adapted = field(init=False, repr=False, compare=False)
+    job_budget: Budget | None = field(init=False, repr=False, compare=False)
+    returns_text: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        adapted = as_evaluator(self.screen)
+        if not isinstance(self.refusal, str):
+            raise TypeError(f"refusal must be a str, got {type(self.refusal).__name__}")
+        if not isinstance(self.screen_input, bool):
+            raise TypeError(f"screen_input must be a bool, got {type(self.screen_input).__name__}")
+        if self.input is not None and not isinstance(self.input, str) and not callable(self.input):
+            raise TypeError(
+                "input= must be a parameter name or a callable of the bound arguments, "
+                f"got {type(self.input).__name__}"
+            )
+        check_policy(self.judge_error_policy)
+        job_budget = check_budget_option(self.budget)
+        self.keep(adapted=adapted, job_budget=job_budget, returns_text=check_returns(self.returns))
+
+    def decorate(self, fn: Any) -> Any:
+        return wrap(fn, _FLOW, self)
 
 
 def _event(cfg: _GuardConfig, job: Job, kind: EventKind, **fields: Any) -> Event:
@@ -218,19 +261,11 @@ def _guard_flow(
         if (yield from _screen(cfg, job, "input", request, record)):
             return cfg.refusal
     # The one call: one model call reserved until its reply is counted (none left: stop).
-    with (
-        yield from _reserve.admit(job, f"call of {cfg.function}", None, 0, first_of=cfg.function)
-    ):
-        started = time.perf_counter()
-        counted = job._replies_counted()
-        rejection: LowQualityAnswer | None = None
-        try:
-            value = yield Call(fn, args, kwargs)
-        except LowQualityAnswer as raised:
-            # A draft carried by the signal can still be returned (an outer retry's
-            # "return_best"), so it is screened too.
-            rejection, value = raised, raised.answer
-        job._count_reply(value, counted)
+    # A draft carried by a raised LowQualityAnswer can still be returned (an outer retry's
+    # "return_best"), so it is screened too.
+    with (yield from attempt_step(job, cfg.function, Call(fn, args, kwargs), rejects=True)) as step:
+        started, value = step.started, step.value
+        rejection: LowQualityAnswer | None = step.rejection
         read: TextRead | None = None
         if rejection is None and is_streamed(value):  # buffered: nothing shown unscreened
             read = yield from read_text(
@@ -292,42 +327,19 @@ def _blocked_early(
     return True
 
 
-@overload
-def guarded(
-    *,
-    screen: EvaluatorLike,
-    refusal: str = ...,
-    screen_input: bool = ...,
-    input: InputSelector | None = ...,
-    judge_error_policy: JudgeErrorPolicy = ...,
-    budget: Budget | None = ...,
-    returns: Literal["text"],
-) -> TextGuarding: ...
+_FLOW = without_attempts(_guard_flow, "guarded")
 
 
 @overload
-def guarded(
-    *,
-    screen: EvaluatorLike,
-    refusal: str = ...,
-    screen_input: bool = ...,
-    input: InputSelector | None = ...,
-    judge_error_policy: JudgeErrorPolicy = ...,
-    budget: Budget | None = ...,
-    returns: Literal["value"] = ...,
-) -> Guarding: ...
+def guarded(*, returns: Literal["text"], **options: Unpack[_GuardKeywords]) -> TextGuarding: ...
 
 
-def guarded(
-    *,
-    screen: EvaluatorLike,
-    refusal: str = DEFAULT_REFUSAL,
-    screen_input: bool = False,
-    input: InputSelector | None = None,
-    judge_error_policy: JudgeErrorPolicy = "fail_closed",
-    budget: Budget | None = None,
-    returns: Returns = "value",
-) -> Guarding | TextGuarding:
+@overload
+def guarded(*, returns: Literal["value"] = ..., **options: Unpack[_GuardKeywords]) -> Guarding: ...
+
+
+@signature_of(_GuardOptions)
+def guarded(**options: Any) -> Guarding | TextGuarding:  # noqa: D417
     """Screen every output of the decorated function; publish a refusal instead of unsafe text.
 
     `screen` judges each return value (a passing verdict means safe). An unsafe output is
@@ -384,49 +396,4 @@ def guarded(
         ValueError: `input` names no parameter of the function, or `judge_error_policy` or
             `returns` is unknown (when decorating).
     """
-    adapted = as_evaluator(screen)
-    if not isinstance(refusal, str):
-        raise TypeError(f"refusal must be a str, got {type(refusal).__name__}")
-    if not isinstance(screen_input, bool):
-        raise TypeError(f"screen_input must be a bool, got {type(screen_input).__name__}")
-    if input is not None and not isinstance(input, str) and not callable(input):
-        raise TypeError(
-            "input= must be a parameter name or a callable of the bound arguments, "
-            f"got {type(input).__name__}"
-        )
-    check_policy(judge_error_policy)
-    job_budget = check_budget_option(budget)
-    returns_text = check_returns(returns)
-    options: dict[str, Any] = {
-        "screen": screen,
-        "refusal": refusal,
-        "screen_input": screen_input,
-        "input": input,
-        "judge_error_policy": judge_error_policy,
-        "budget": budget,
-        "returns": returns,
-    }
-
-    def configure(fn: Callable[..., Any]) -> _GuardConfig:
-        cfg = _GuardConfig(
-            fn,
-            screen=adapted,
-            refusal=refusal,
-            screen_input=screen_input or input is not None,
-            input=input,
-            judge_error_policy=judge_error_policy,
-            returns_text=returns_text,
-        )
-        cfg.job_budget = job_budget
-        return cfg
-
-    def decorate(fn: Any) -> Any:
-        return wrap(
-            fn,
-            without_attempts(_guard_flow, "guarded"),
-            configure,
-            decorator="guarded",
-            remake=functools.partial(guarded, **options),
-        )
-
-    return decorate
+    return _GuardOptions.of(options).decorate

@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
-from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any, ClassVar, Literal, TypedDict, overload
 
 import tenacity
-from tenacity.wait import wait_base
+from typing_extensions import Unpack
 
 from .._core import config as _config
 from .._core.errors import BudgetExceeded, JudgeError, LowQualityAnswer
 from .._core.errtext import utf8_text
-from .._core.numbers import is_real, shown
-from .._core.streamed import Reset
 from .._core.types import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from .._engine import budget as _budget
-from .._engine import reserve as _reserve
+from .._engine.attempt import attempt_step
 from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow, Sleep
-from .._engine.job import Job, check_budget_option, current_attempt, enter_attempt, leave_attempt
+from .._engine.job import Job, check_budget_option, current_attempt
+from .._engine.options import Options, signature_of
 from .._engine.outcome import Record
 from .._engine.policy import (
     JudgeErrorPolicy,
@@ -33,116 +32,26 @@ from .._engine.policy import (
     judge_failure,
 )
 from .._engine.prices import Budget
-from .._engine.recorder import start_recording, stop_recording
 from .._engine.request import QuestionSelector, RequestMaker
 from .._engine.reserve import Reservation
-from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed
-from .._engine.wrapper import AsyncStreamingFunction, StreamingFunction, wrap
-from .._providers.replies import Reply, Returns, check_returns, text_answer
+from .._engine.streaming import arguments_chars, is_streamed
+from .._engine.wrapper import wrap
+from .._providers.replies import Returns, check_returns, text_answer
 from .retry_stream import Attempts, StreamMode, check_stream_mode
+from .retry_types import (
+    DEFAULT_WAIT,
+    MAX_RETRIES_LIMIT,
+    Callback,
+    OnExhausted,
+    Retrying,
+    Stop,
+    TextRetrying,
+    Wait,
+    check_callable,
+    check_wait,
+)
 
 __all__ = ["DEFAULT_WAIT", "MAX_RETRIES_LIMIT", "Retrying", "TextRetrying", "retry_on_low_quality"]
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-MAX_RETRIES_LIMIT = 100
-"""The largest `max_retries` accepted: "retry until it passes" does not exist."""
-
-# tenacity 9.1 renamed `initial` to `multiplier` (and warns on `initial`); 8.x only has `initial`.
-_START = (
-    "multiplier"
-    if "multiplier" in inspect.signature(tenacity.wait_exponential_jitter).parameters
-    else "initial"
-)
-DEFAULT_WAIT: wait_base = tenacity.wait_exponential_jitter(
-    exp_base=2, max=5.0, jitter=0.2, **{_START: 0.2}
-)
-"""The default backoff: 0.2 s doubling per retry, plus up to 0.2 s of jitter, capped at 5 s."""
-
-Wait = wait_base | Callable[[tenacity.RetryCallState], float] | float | int
-OnExhausted = Literal["raise", "return_best"]
-Stop = Callable[[tenacity.RetryCallState], bool]
-"""A tenacity stop strategy (`stop_after_delay(10)`, `stop_after_attempt(3) | ...`)."""
-Callback = Callable[[tenacity.RetryCallState], object]
-"""A tenacity callback (`before_sleep_log(logger, logging.INFO)`, `after_log(...)`)."""
-
-
-class Retrying(Protocol):
-    """The decorator `retry_on_low_quality(...)` returns; the call returns the function's type.
-
-    A function that returns a stream gives its text; `fn.stream(...)` yields the answer's
-    pieces (`str`) and `refinekit.Reset`s (docs/streaming.md).
-    """
-
-    @overload
-    def __call__(  # type: ignore[overload-overlap]
-        self, fn: Callable[P, Coroutine[Any, Any, StreamLike]], /
-    ) -> AsyncStreamingFunction[P, str, str | Reset]: ...
-
-    @overload
-    def __call__(  # type: ignore[overload-overlap]
-        self, fn: Callable[P, AsyncIterator[Any]], /
-    ) -> AsyncStreamingFunction[P, str, str | Reset]: ...
-
-    @overload
-    def __call__(  # type: ignore[overload-overlap]
-        self, fn: Callable[P, Coroutine[Any, Any, R]], /
-    ) -> AsyncStreamingFunction[P, R, R | Reset]: ...
-
-    @overload
-    def __call__(
-        self, fn: Callable[P, SyncStreamLike], /
-    ) -> StreamingFunction[P, str, str | Reset]: ...
-
-    @overload
-    def __call__(self, fn: Callable[P, R], /) -> StreamingFunction[P, R, R | Reset]: ...
-
-
-class TextRetrying(Protocol):
-    """The decorator `retry_on_low_quality(returns="text", ...)` returns: the call returns `str`.
-
-    The function returns the model's reply (or its text, or a stream); the caller gets the
-    reply's text.
-    """
-
-    @overload
-    def __call__(
-        self, fn: Callable[P, Awaitable[Reply | StreamLike]], /
-    ) -> AsyncStreamingFunction[P, str, str | Reset]: ...
-
-    @overload
-    def __call__(
-        self, fn: Callable[P, AsyncIterator[Any]], /
-    ) -> AsyncStreamingFunction[P, str, str | Reset]: ...
-
-    @overload
-    def __call__(
-        self, fn: Callable[P, Reply | SyncStreamLike], /
-    ) -> StreamingFunction[P, str, str | Reset]: ...
-
-
-def _check_wait(wait: object) -> Callable[[tenacity.RetryCallState], float]:
-    if isinstance(wait, bool):
-        raise TypeError("wait must be a tenacity wait strategy or a number of seconds, not a bool")
-    if isinstance(wait, (int, float)):
-        if not is_real(wait) or wait < 0:  # NaN, infinite, or too large for a float
-            raise ValueError(
-                f"wait must be a finite number of seconds >= 0 (or a tenacity wait strategy), "
-                f"got {shown(wait)}"
-            )
-        return tenacity.wait_fixed(wait)
-    if callable(wait):
-        return wait
-    raise TypeError(
-        "wait must be a tenacity wait strategy (e.g. tenacity.wait_exponential()), a callable "
-        f"taking a tenacity.RetryCallState, or a number of seconds; got {type(wait).__name__}"
-    )
-
-
-def _check_callable(name: str, value: object, what: str) -> None:
-    if value is not None and not callable(value):
-        raise TypeError(f"{name}= must be {what}, got {type(value).__name__}")
 
 
 def _best(attempts: list[Attempt]) -> Attempt | None:
@@ -156,52 +65,33 @@ def _best(attempts: list[Attempt]) -> Attempt | None:
     return best
 
 
-class _RetryConfig:
-    __slots__ = (
-        "accepts_feedback",
-        "after",
-        "before_sleep",
-        "evaluator",
-        "feedback_index",
-        "function",
-        "job_budget",
-        "judge_error_policy",
-        "max_retries",
-        "on_exhausted",
-        "on_inconclusive",
-        "requests",
-        "returns_text",
-        "skip",
-        "stop",
-        "stream_mode",
-        "wait",
-    )
+class _RetryKeywords(TypedDict, total=False):
+    """The options but `returns`, as type checkers see them (`retry_on_low_quality`'s overloads)."""
 
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        *,
-        evaluator: Adapted | None,
-        max_retries: int,
-        wait: Callable[[tenacity.RetryCallState], float],
-        on_exhausted: OnExhausted,
-        question: QuestionSelector | None,
-        answer: Callable[[Any], str] | None,
-        context: Callable[[Mapping[str, Any]], Iterable[Any]] | None,
-        skip: Callable[[EvaluationRequest], bool] | None,
-        judge_error_policy: JudgeErrorPolicy,
-        on_inconclusive: OnInconclusive,
-        stop: Stop | None,
-        before_sleep: Callback | None,
-        after: Callback | None,
-        job_budget: Budget | None = None,
-        returns_text: bool = False,
-        stream_mode: StreamMode = "buffered",
-    ) -> None:
-        self.stream_mode = stream_mode
-        self.job_budget = job_budget
-        self.returns_text = returns_text
-        self.requests = RequestMaker(fn, question=question, answer=answer, context=context)
+    evaluator: EvaluatorLike | None
+    max_retries: int
+    wait: Wait
+    on_exhausted: OnExhausted
+    question: QuestionSelector | None
+    answer: Callable[[Any], str] | None
+    context: Callable[[Mapping[str, Any]], Iterable[Any]] | None
+    skip: Callable[[EvaluationRequest], bool] | None
+    judge_error_policy: JudgeErrorPolicy
+    on_inconclusive: OnInconclusive
+    stop: Stop | None
+    before_sleep: Callback | None
+    after: Callback | None
+    budget: Budget | None
+    stream_mode: StreamMode
+
+
+class _RetryConfig:
+    """The options as one function's calls read them, and where its `feedback` goes."""
+
+    def __init__(self, fn: Callable[..., Any], options: _RetryOptions) -> None:
+        self.requests = RequestMaker(
+            fn, question=options.question, answer=options.answer, context=options.context
+        )
         self.function = self.requests.function
         feedback = self.requests.signature.parameters.get("feedback")
         self.accepts_feedback = feedback is not None and feedback.kind in (
@@ -213,16 +103,19 @@ class _RetryConfig:
             if feedback is not None and feedback.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
             else None
         )
-        self.evaluator = evaluator
-        self.max_retries = max_retries
-        self.wait = wait
-        self.on_exhausted = on_exhausted
-        self.skip = skip
-        self.judge_error_policy = judge_error_policy
-        self.on_inconclusive = on_inconclusive
-        self.stop = stop
-        self.before_sleep = before_sleep
-        self.after = after
+        self.evaluator = options.adapted
+        self.max_retries = options.max_retries
+        self.wait = options.wait_fn
+        self.on_exhausted = options.on_exhausted
+        self.skip = options.skip
+        self.judge_error_policy = options.judge_error_policy
+        self.on_inconclusive = options.on_inconclusive
+        self.stop = options.stop
+        self.before_sleep = options.before_sleep
+        self.after = options.after
+        self.job_budget = options.job_budget
+        self.returns_text = options.returns_text
+        self.stream_mode = options.stream_mode
 
     def with_feedback(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], feedback: str
@@ -233,6 +126,71 @@ class _RetryConfig:
         if i is not None and len(args) > i:
             return (*args[:i], feedback, *args[i + 1 :]), kwargs
         return args, {**kwargs, "feedback": feedback}
+
+
+@dataclass(frozen=True)
+class _RetryOptions(Options):
+    """`retry_on_low_quality`'s options: its keyword arguments (documented there), checked once."""
+
+    decorator: ClassVar[str] = "retry_on_low_quality"
+    config: ClassVar[type[_RetryConfig]] = _RetryConfig
+    _: KW_ONLY
+    evaluator: EvaluatorLike | None = None
+    max_retries: int = 2
+    wait: Wait = DEFAULT_WAIT
+    on_exhausted: OnExhausted = "raise"
+    question: QuestionSelector | None = None
+    answer: Callable[[Any], str] | None = None
+    context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = None
+    skip: Callable[[EvaluationRequest], bool] | None = None
+    judge_error_policy: JudgeErrorPolicy = "fail_open"
+    on_inconclusive: OnInconclusive = "fail"
+    stop: Stop | None = None
+    before_sleep: Callback | None = None
+    after: Callback | None = None
+    budget: Budget | None = None
+    stream_mode: StreamMode = "buffered"
+    returns: Returns = "value"
+    # What the checks make of them:
+    adapted: Adapted | None = field(init=False, repr=False, compare=False)
+    wait_fn: Callable[[tenacity.RetryCallState], float] = field(
+        init=False, repr=False, compare=False
+    )
+    job_budget: Budget | None = field(init=False, repr=False, compare=False)
+    returns_text: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_budget("max_retries", self.max_retries, MAX_RETRIES_LIMIT)
+        check_stream_mode(self.stream_mode)
+        returns_text = check_returns(self.returns)
+        job_budget = check_budget_option(self.budget)
+        if self.on_exhausted not in ("raise", "return_best"):
+            raise ValueError(
+                f"on_exhausted must be 'raise' or 'return_best', got {self.on_exhausted!r}"
+            )
+        check_policy(self.judge_error_policy)
+        check_on_inconclusive(self.on_inconclusive)
+        adapted = None if self.evaluator is None else as_evaluator(self.evaluator)
+        wait_fn = check_wait(self.wait)
+        for name in ("question", "answer", "context", "skip"):
+            value = getattr(self, name)
+            if (
+                value is not None
+                and not callable(value)
+                and not (name == "question" and isinstance(value, str))
+            ):
+                raise TypeError(f"{name}= must be callable, got {type(value).__name__}")
+        stop = "a tenacity stop strategy (e.g. tenacity.stop_after_delay(10))"
+        check_callable("stop", self.stop, stop)
+        callback = "a callable taking a tenacity.RetryCallState"
+        check_callable("before_sleep", self.before_sleep, callback)
+        check_callable("after", self.after, callback)
+        self.keep(
+            adapted=adapted, wait_fn=wait_fn, job_budget=job_budget, returns_text=returns_text
+        )
+
+    def decorate(self, fn: Any) -> Any:
+        return wrap(fn, _retry_flow, self)
 
 
 def _event(
@@ -323,28 +281,27 @@ def _retry_steps(
         # before it is made, until its reply is counted; it stops here when that does not fit.
         extra = len(feedback) if feedback else 0
         planned = f"attempt {number} of {cfg.function}"
-        reserving = _reserve.admit(job, planned, previous_attempt, extra, first_of=cfg.function)
-        with (yield from reserving) as previous_attempt:
-            info = AttemptInfo(number, max_attempts, feedback, previous)
-            infos.append(info)
-            started = time.perf_counter()
-            token = enter_attempt(info)
-            recorder = start_recording()  # this attempt's tool calls, for the judge
-            counted = job._replies_counted()
-            try:
-                value = yield Call(fn, call_args, call_kwargs)
-            except LowQualityAnswer as raised:
-                rejection: LowQualityAnswer | None = raised
-                value = raised.answer
-            else:
-                rejection = None
-            finally:
-                stop_recording(recorder)
-                leave_attempt(token)
-            # Count the reply's tokens before the event, so `attempt` events include this
-            # attempt; a rejected reply (returned, or carried by a raised LowQualityAnswer)
-            # was paid for too.
-            job._count_reply(value, counted)
+        info = AttemptInfo(number, max_attempts, feedback, previous)
+        infos.append(info)
+        # Entered during the call, its tool calls recorded for the judge; a LowQualityAnswer
+        # it raises is a rejection. Its reply is counted before the event, so `attempt`
+        # events include this attempt.
+        made = attempt_step(
+            job,
+            cfg.function,
+            Call(fn, call_args, call_kwargs),
+            planned=planned,
+            previous=previous_attempt,
+            extra_chars=extra,
+            info=info,
+            enter=True,
+            tools=True,
+            rejects=True,
+        )
+        with (yield from made) as step:
+            previous_attempt, started, recorder = step.held, step.started, step.recorder
+            value, rejection = step.value, step.rejection
+            assert recorder is not None
             streamed = rejection is None and is_streamed(value)
             cut: Verdict | None = None
             if streamed:  # read as text (retry_stream): counted, maybe stopped by a rule
@@ -491,67 +448,18 @@ def _retry_steps(
 
 @overload
 def retry_on_low_quality(
-    *,
-    evaluator: EvaluatorLike | None = ...,
-    max_retries: int = ...,
-    wait: Wait = ...,
-    on_exhausted: OnExhausted = ...,
-    question: QuestionSelector | None = ...,
-    answer: Callable[[Any], str] | None = ...,
-    context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = ...,
-    skip: Callable[[EvaluationRequest], bool] | None = ...,
-    judge_error_policy: JudgeErrorPolicy = ...,
-    on_inconclusive: OnInconclusive = ...,
-    stop: Stop | None = ...,
-    before_sleep: Callback | None = ...,
-    after: Callback | None = ...,
-    budget: Budget | None = ...,
-    stream_mode: StreamMode = ...,
-    returns: Literal["text"],
+    *, returns: Literal["text"], **options: Unpack[_RetryKeywords]
 ) -> TextRetrying: ...
 
 
 @overload
 def retry_on_low_quality(
-    *,
-    evaluator: EvaluatorLike | None = ...,
-    max_retries: int = ...,
-    wait: Wait = ...,
-    on_exhausted: OnExhausted = ...,
-    question: QuestionSelector | None = ...,
-    answer: Callable[[Any], str] | None = ...,
-    context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = ...,
-    skip: Callable[[EvaluationRequest], bool] | None = ...,
-    judge_error_policy: JudgeErrorPolicy = ...,
-    on_inconclusive: OnInconclusive = ...,
-    stop: Stop | None = ...,
-    before_sleep: Callback | None = ...,
-    after: Callback | None = ...,
-    budget: Budget | None = ...,
-    stream_mode: StreamMode = ...,
-    returns: Literal["value"] = ...,
+    *, returns: Literal["value"] = ..., **options: Unpack[_RetryKeywords]
 ) -> Retrying: ...
 
 
-def retry_on_low_quality(
-    *,
-    evaluator: EvaluatorLike | None = None,
-    max_retries: int = 2,
-    wait: Wait = DEFAULT_WAIT,
-    on_exhausted: OnExhausted = "raise",
-    question: QuestionSelector | None = None,
-    answer: Callable[[Any], str] | None = None,
-    context: Callable[[Mapping[str, Any]], Iterable[Any]] | None = None,
-    skip: Callable[[EvaluationRequest], bool] | None = None,
-    judge_error_policy: JudgeErrorPolicy = "fail_open",
-    on_inconclusive: OnInconclusive = "fail",
-    stop: Stop | None = None,
-    before_sleep: Callback | None = None,
-    after: Callback | None = None,
-    budget: Budget | None = None,
-    stream_mode: StreamMode = "buffered",
-    returns: Returns = "value",
-) -> Retrying | TextRetrying:
+@signature_of(_RetryOptions)
+def retry_on_low_quality(**options: Any) -> Retrying | TextRetrying:  # noqa: D417
     """Judge every answer of the decorated function and retry a poor one with its feedback.
 
     An attempt fails when the function raises `LowQualityAnswer` itself or when `evaluator`
@@ -632,78 +540,4 @@ def retry_on_low_quality(
         TypeError: `evaluator`, `wait`, `stop`, `before_sleep`, `after` or `budget` cannot
             be used (also when decorating).
     """
-    options: dict[str, Any] = {
-        "evaluator": evaluator,
-        "max_retries": max_retries,
-        "wait": wait,
-        "on_exhausted": on_exhausted,
-        "question": question,
-        "answer": answer,
-        "context": context,
-        "skip": skip,
-        "judge_error_policy": judge_error_policy,
-        "on_inconclusive": on_inconclusive,
-        "stop": stop,
-        "before_sleep": before_sleep,
-        "after": after,
-        "budget": budget,
-        "stream_mode": stream_mode,
-        "returns": returns,
-    }
-    check_budget("max_retries", max_retries, MAX_RETRIES_LIMIT)
-    mode = check_stream_mode(stream_mode)
-    returns_text = check_returns(returns)
-    job_budget = check_budget_option(budget)
-    if on_exhausted not in ("raise", "return_best"):
-        raise ValueError(f"on_exhausted must be 'raise' or 'return_best', got {on_exhausted!r}")
-    check_policy(judge_error_policy)
-    check_on_inconclusive(on_inconclusive)
-    adapted = None if evaluator is None else as_evaluator(evaluator)
-    wait_fn = _check_wait(wait)
-    for name, value in (
-        ("question", question),
-        ("answer", answer),
-        ("context", context),
-        ("skip", skip),
-    ):
-        if (
-            value is not None
-            and not callable(value)
-            and not (name == "question" and isinstance(value, str))
-        ):
-            raise TypeError(f"{name}= must be callable, got {type(value).__name__}")
-    _check_callable("stop", stop, "a tenacity stop strategy (e.g. tenacity.stop_after_delay(10))")
-    _check_callable("before_sleep", before_sleep, "a callable taking a tenacity.RetryCallState")
-    _check_callable("after", after, "a callable taking a tenacity.RetryCallState")
-
-    def configure(fn: Callable[..., Any]) -> _RetryConfig:
-        return _RetryConfig(
-            fn,
-            evaluator=adapted,
-            max_retries=max_retries,
-            wait=wait_fn,
-            on_exhausted=on_exhausted,
-            question=question,
-            answer=answer,
-            context=context,
-            skip=skip,
-            judge_error_policy=judge_error_policy,
-            on_inconclusive=on_inconclusive,
-            stop=stop,
-            before_sleep=before_sleep,
-            after=after,
-            job_budget=job_budget,
-            returns_text=returns_text,
-            stream_mode=mode,
-        )
-
-    def decorate(fn: Any) -> Any:
-        return wrap(
-            fn,
-            _retry_flow,
-            configure,
-            decorator="retry_on_low_quality",
-            remake=functools.partial(retry_on_low_quality, **options),
-        )
-
-    return decorate
+    return _RetryOptions.of(options).decorate

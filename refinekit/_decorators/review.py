@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeAlias, overload
+from dataclasses import KW_ONLY, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, ParamSpec, Protocol, TypeAlias, overload
 
 from .._core.errors import AnswerRejected, JudgeError, ReviserFailed, TimedOut
 from .._core.numbers import is_number, is_real, shown
 from .._core.streamed import ToolCallChunk
 from .._core.types import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from .._engine import budget as _budget
-from .._engine import reserve as _reserve
+from .._engine.attempt import attempt_step
 from .._engine.budget import without_attempts
+from .._engine.decorated import AsyncStreamingFunction, StreamingFunction
 from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow, Timed
-from .._engine.job import Job, current_attempt, enter_attempt, leave_attempt
+from .._engine.job import Job, current_attempt
+from .._engine.options import Options, signature_of
 from .._engine.outcome import Record
 from .._engine.policy import OnInconclusive, check_budget, check_on_inconclusive, judge_failure
 from .._engine.prices import Budget
-from .._engine.recorder import start_recording, stop_recording
 from .._engine.request import QuestionSelector, RequestMaker
 from .._engine.streaming import StreamLike, SyncStreamLike, arguments_chars, is_streamed, listening
 from .._engine.textstream import TextRead, publish, read_text, replay
-from .._engine.wrapper import AsyncStreamingFunction, StreamingFunction, wrap
+from .._engine.wrapper import wrap
 from .._providers.replies import is_reply, message_of, message_text, tool_call_names
 from .revisers import (
     AnyReviser,
@@ -105,43 +106,88 @@ def answer_of(function: str, value: Any) -> str:
 
 
 class _ReviewConfig:
-    __slots__ = (
-        "budget",
-        "evaluator",
-        "function",
-        "job_budget",
-        "judge_timeout",
-        "max_revisions",
-        "mode",
-        "on_inconclusive",
-        "requests",
-        "reviser",
-    )
+    """The options as one function's calls read them, and which of its arguments is the question."""
 
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        *,
-        evaluator: Adapted,
-        mode: Mode,
-        max_revisions: int,
-        reviser: AnyReviser | None,
-        judge_timeout: float,
-        budget: float,
-        question: QuestionSelector | None,
-        on_inconclusive: OnInconclusive,
-    ) -> None:
+    def __init__(self, fn: Callable[..., Any], options: _ReviewOptions) -> None:
         # The question and evidence are found exactly as `@retry_on_low_quality` finds them.
-        self.requests = RequestMaker(fn, question=question)
+        self.requests = RequestMaker(fn, question=options.question)
         self.function = self.requests.function
-        self.evaluator = evaluator
-        self.mode = mode
-        self.max_revisions = max_revisions
-        self.reviser = reviser
-        self.judge_timeout = judge_timeout
-        self.budget = budget
-        self.on_inconclusive = on_inconclusive
-        self.job_budget: Budget | None = None
+        self.evaluator = options.evaluator
+        self.mode = options.mode
+        self.max_revisions = options.max_revisions
+        self.reviser = options.chosen
+        self.judge_timeout = options.timeout_s
+        self.budget = options.budget_s
+        self.on_inconclusive = options.on_inconclusive
+        self.job_budget = options.job_budget
+
+
+@dataclass(frozen=True)
+class _ReviewOptions(Options):
+    """`reviewed`'s options: its keyword arguments (documented there), checked once."""
+
+    decorator: ClassVar[str] = "reviewed"
+    config: ClassVar[type[_ReviewConfig]] = _ReviewConfig
+    _: KW_ONLY
+    judge: EvaluatorLike
+    mode: Mode = "enforce"
+    max_revisions: int = 1
+    reviser: Reviser | None = None
+    judge_timeout: float = 2.0
+    budget: float | Budget = 10.0
+    client: openai.OpenAI | openai.AsyncOpenAI | None = None
+    model: str | None = None
+    question: QuestionSelector | None = None
+    on_inconclusive: OnInconclusive = "fail"
+    # What the checks make of them:
+    evaluator: Adapted = field(init=False, repr=False, compare=False)
+    chosen: AnyReviser | None = field(init=False, repr=False, compare=False)
+    timeout_s: float = field(init=False, repr=False, compare=False)
+    budget_s: float = field(init=False, repr=False, compare=False)
+    job_budget: Budget | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        mode, budget = self.mode, self.budget
+        if mode not in ("off", "shadow", "enforce"):
+            raise ValueError(f"mode must be 'off', 'shadow' or 'enforce', got {mode!r}")
+        check_budget("max_revisions", self.max_revisions, MAX_REVISIONS_LIMIT)
+        timeout_s = _seconds("judge_timeout", self.judge_timeout)
+        job_budget = budget if isinstance(budget, Budget) else None
+        if job_budget is None and (
+            isinstance(budget, bool) or not isinstance(budget, (int, float))
+        ):
+            raise TypeError(
+                "budget must be a number of seconds or a refinekit.Budget, got "
+                f"{type(budget).__name__}"
+            )
+        budget_s = 10.0 if job_budget is not None else _seconds("budget", budget)
+        check_on_inconclusive(self.on_inconclusive)
+        evaluator = as_evaluator(self.judge)
+        question = self.question
+        if question is not None and not callable(question) and not isinstance(question, str):
+            raise TypeError(f"question= must be a parameter name or callable, got {question!r}")
+        chosen: AnyReviser | None = None
+        if self.reviser is not None:
+            if not callable(self.reviser):
+                raise TypeError(f"reviser= must be callable, got {type(self.reviser).__name__}")
+            chosen = CustomReviser(self.reviser)
+        elif self.client is not None or self.model is not None:
+            chosen = model_reviser(self.client, self.model)
+        elif mode == "enforce" and self.max_revisions > 0:
+            raise ValueError(
+                "enforce mode with max_revisions > 0 needs a reviser: pass reviser=, or client= "
+                "(an openai.OpenAI or AsyncOpenAI) and model= for the default reviser"
+            )
+        self.keep(
+            evaluator=evaluator,
+            chosen=chosen,
+            timeout_s=timeout_s,
+            budget_s=budget_s,
+            job_budget=job_budget,
+        )
+
+    def decorate(self, fn: Any) -> Any:
+        return wrap(fn, _OFF_FLOW if self.mode == "off" else _REVIEW_FLOW, self)
 
 
 def _event(
@@ -261,23 +307,13 @@ def _review_steps(
     drafts_max = 1 if cfg.mode == "shadow" else cfg.max_revisions + 1  # shadow never revises
     # The one call of the function: its tool calls and recorded context are the evidence.
     # One model call reserved until its reply is counted (none left: stop).
-    with (
-        yield from _reserve.admit(job, f"call of {cfg.function}", None, 0, first_of=cfg.function)
-    ):
-        started = time.perf_counter()
-        outer = current_attempt()  # inside @retry_on_low_quality: record_context goes to both
-        info = outer if outer is not None else AttemptInfo(1, 1)
-        mark = len(info._context)
-        token = enter_attempt(info) if outer is None else None
-        recorder = start_recording()
-        counted = job._replies_counted()
-        try:
-            value = yield Call(fn, args, kwargs)
-        finally:
-            stop_recording(recorder)
-            if token is not None:
-                leave_attempt(token)
-        job._count_reply(value, counted)
+    outer = current_attempt()  # inside @retry_on_low_quality: record_context goes to both
+    info = outer if outer is not None else AttemptInfo(1, 1)
+    call = Call(fn, args, kwargs)
+    made = attempt_step(job, cfg.function, call, info=info, enter=outer is None, tools=True)
+    with (yield from made) as step:
+        started, value, recorder, mark = step.started, step.value, step.recorder, step.noted
+        assert recorder is not None
         if is_streamed(value):  # shadow passes it through as it comes; enforce buffers it
             read = yield from read_text(
                 value,
@@ -455,6 +491,10 @@ def _off_flow(
     return read.text
 
 
+_REVIEW_FLOW = without_attempts(_review_flow, "reviewed")
+_OFF_FLOW = without_attempts(_off_flow, "reviewed")
+
+
 # --- the decorator -------------------------------------------------------------------------------
 
 
@@ -466,19 +506,8 @@ def _seconds(name: str, value: object) -> float:
     return float(value)
 
 
-def reviewed(
-    *,
-    judge: EvaluatorLike,
-    mode: Mode = "enforce",
-    max_revisions: int = 1,
-    reviser: Reviser | None = None,
-    judge_timeout: float = 2.0,
-    budget: float | Budget = 10.0,
-    client: openai.OpenAI | openai.AsyncOpenAI | None = None,
-    model: str | None = None,
-    question: QuestionSelector | None = None,
-    on_inconclusive: OnInconclusive = "fail",
-) -> Reviewing:
+@signature_of(_ReviewOptions)
+def reviewed(**options: Any) -> Reviewing:  # noqa: D417
     """Review the final text answer of the decorated function; revise the text, never re-run.
 
     The function runs exactly once. Its answer (a `str`, or a `ChatCompletion`'s text) is
@@ -537,68 +566,4 @@ def reviewed(
         TypeError: `judge`, `reviser`, `client` or `question` cannot be used (also when
             decorating).
     """
-    if mode not in ("off", "shadow", "enforce"):
-        raise ValueError(f"mode must be 'off', 'shadow' or 'enforce', got {mode!r}")
-    check_budget("max_revisions", max_revisions, MAX_REVISIONS_LIMIT)
-    timeout_s = _seconds("judge_timeout", judge_timeout)
-    job_budget = budget if isinstance(budget, Budget) else None
-    if job_budget is None and (isinstance(budget, bool) or not isinstance(budget, (int, float))):
-        raise TypeError(
-            f"budget must be a number of seconds or a refinekit.Budget, got {type(budget).__name__}"
-        )
-    budget_s = 10.0 if job_budget is not None else _seconds("budget", budget)
-    check_on_inconclusive(on_inconclusive)
-    evaluator = as_evaluator(judge)
-    if question is not None and not callable(question) and not isinstance(question, str):
-        raise TypeError(f"question= must be a parameter name or callable, got {question!r}")
-    chosen: AnyReviser | None = None
-    if reviser is not None:
-        if not callable(reviser):
-            raise TypeError(f"reviser= must be callable, got {type(reviser).__name__}")
-        chosen = CustomReviser(reviser)
-    elif client is not None or model is not None:
-        chosen = model_reviser(client, model)
-    elif mode == "enforce" and max_revisions > 0:
-        raise ValueError(
-            "enforce mode with max_revisions > 0 needs a reviser: pass reviser=, or client= "
-            "(an openai.OpenAI or AsyncOpenAI) and model= for the default reviser"
-        )
-
-    options: dict[str, Any] = {
-        "judge": judge,
-        "mode": mode,
-        "max_revisions": max_revisions,
-        "reviser": reviser,
-        "judge_timeout": judge_timeout,
-        "budget": budget,
-        "client": client,
-        "model": model,
-        "question": question,
-        "on_inconclusive": on_inconclusive,
-    }
-
-    def configure(fn: Callable[..., Any]) -> _ReviewConfig:
-        cfg = _ReviewConfig(
-            fn,
-            evaluator=evaluator,
-            mode=mode,
-            max_revisions=max_revisions,
-            reviser=chosen,
-            judge_timeout=timeout_s,
-            budget=budget_s,
-            question=question,
-            on_inconclusive=on_inconclusive,
-        )
-        cfg.job_budget = job_budget
-        return cfg
-
-    def decorate(fn: Any) -> Any:
-        return wrap(
-            fn,
-            without_attempts(_off_flow if mode == "off" else _review_flow, "reviewed"),
-            configure,
-            decorator="reviewed",
-            remake=functools.partial(reviewed, **options),
-        )
-
-    return decorate
+    return _ReviewOptions.of(options).decorate

@@ -19,6 +19,7 @@ from .._core.errors import ReviserFailed
 from .._core.errtext import utf8_text
 from .._core.redact import client_secrets, register_secrets, safe_url
 from .._core.types import EvaluationRequest, Verdict
+from .._engine.attempt import counted
 from .._engine.bridge import in_thread, is_async_callable, run_blocking
 from .._engine.job import current_job
 from .._engine.prompts import delimit, evidence_text
@@ -284,9 +285,7 @@ class Revise:
 
 def _counted(revised: Revised) -> Revised:
     """Count the revision's reply in the job (settling its reservation), when it has one."""
-    job = current_job()
-    if job is not None and revised.reply is not None:
-        job._count_reply(revised.reply)
+    counted(revised.reply)
     return revised
 
 

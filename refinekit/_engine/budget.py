@@ -12,9 +12,8 @@ few hooks:
 - `surface(error, attempts, best)`: the decorator the caller called puts its attempts on the
   error.
 
-The answer and judge usage are counted by the job (`refinekit._engine.job`), per model, so that a
-cost can be computed with the prices given; the job owns the counters (what is spent, what
-its calls in flight hold) and the lock.
+The answer and judge usage are counted in the job's accounts (`refinekit._engine.ledger`),
+per model, so that a cost can be computed with the prices given.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from .._core.errors import BudgetExceeded
 from .._core.types import Attempt, Cost
 from .events import emit, make_event
 from .job import Job, cost_of, current_job, effective, in_use
+from .ledger import per_model
 from .prices import Budget
 
 T = TypeVar("T")
@@ -55,8 +55,8 @@ def spent_of(job: Job, budget: Budget, *, locked: bool = False) -> tuple[int, in
     `locked`: the caller holds the job's lock (a reservation being made).
     """
     usage, judge = job.usage, job.judge_usage
-    per_model = dict(job._models) if locked else None
-    cost = cost_of(job, budget.prices, per_model=per_model) if budget.prices is not None else None
+    models = per_model(job, locked=True) if locked else None
+    cost = cost_of(job, budget.prices, per_model=models) if budget.prices is not None else None
     return (
         usage.total_tokens + judge.total_tokens,
         usage.model_calls + judge.model_calls,

@@ -1,27 +1,23 @@
 """Jobs (budgets and usage shared by nested refinekit calls) and the current attempt.
 
-A job owns its counters (usage per model, what its calls in flight hold) and their lock, the
-budget it runs under (its own, tightened for a while by an inner decorator's: `join` /
-`leave`, `effective`) and its cost (`cost_of`). How a job is held to its budget imports this
-module: `refinekit._engine.budget` (what is spent, the error that stops a job) and
-`refinekit._engine.reserve` (what a call reserves before it is sent).
+A job is a `Ledger` (`refinekit._engine.ledger`: its accounts, kept only through that
+module's functions) with the budget it runs under (its own, tightened for a while by an
+inner decorator's: `join` / `leave`, `effective`) and its cost (`cost_of`). How a job is held
+to its budget imports this module: `refinekit._engine.budget` (what is spent, the error that
+stops a job) and `refinekit._engine.reserve` (what a call reserves before it is sent).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._core.types import AttemptInfo, ContextDocument, Cost, Usage
-from .._providers.replies import model_of, usage_of
-from .ledger import Held, settle
+from .ledger import Ledger, add_judge_usage, add_usage, check_budget_option, in_use
+from .ledger import per_model as _per_model
 from .prices import Budget, Prices
-
-if TYPE_CHECKING:
-    from .reserve import Reservation
 
 __all__ = [
     "LISTENING",
@@ -44,30 +40,6 @@ _ATTEMPT: ContextVar[AttemptInfo | None] = ContextVar("refinekit_attempt", defau
 LISTENING: ContextVar[bool] = ContextVar("refinekit_stream_listening", default=False)
 """Whether the flow runs under `fn.stream(...)`: its `Emit`s reach a consumer, and it goes
 only as fast as the consumer asks (`refinekit._engine.streaming`)."""
-
-
-_in_use = False
-"""Whether any budget was given (to a decorator or a job) in this process: until one is, the
-drivers' check costs one global lookup."""
-
-
-def in_use() -> bool:
-    """Whether any budget was given in this process (until then, nothing is ever checked)."""
-    return _in_use
-
-
-def check_budget_option(budget: object) -> Budget | None:
-    """A decorator's `budget=`: None or a `Budget` (a TypeError names what to give)."""
-    global _in_use
-    if budget is None:
-        return None
-    if isinstance(budget, Budget):
-        _in_use = True
-        return budget
-    raise TypeError(
-        "budget= must be a refinekit.Budget, e.g. refinekit.Budget(max_calls=10), not "
-        f"{type(budget).__name__}"
-    )
 
 
 _SCOPE: ContextVar[tuple[Job, Budget] | None] = ContextVar("refinekit_budget", default=None)
@@ -117,14 +89,14 @@ def cost_of(
         MissingPrice: A model the job called has no price.
     """
     if prices is None:
-        if not _in_use:
+        if not in_use():
             return None
         budget = effective(job)
         prices = None if budget is None else budget.prices
         if prices is None:
             return None
     answer = judge = 0.0
-    models = job._per_model() if per_model is None else per_model
+    models = _per_model(job) if per_model is None else per_model
     for (is_judge, model), usage in models.items():
         value = prices.cost(model, usage.prompt_tokens, usage.completion_tokens)
         if is_judge:
@@ -134,7 +106,7 @@ def cost_of(
     return Cost(answer, judge)
 
 
-class Job:
+class Job(Ledger):
     """The budgets and usage of one unit of work.
 
     The outermost refinekit call opens a job and every refinekit call inside it joins that job,
@@ -147,40 +119,12 @@ class Job:
         id: A short random id, carried by every event of the job.
     """
 
-    __slots__ = (
-        "_budget",
-        "_corrections_used",
-        "_counted",
-        "_first",
-        "_judge_usage",
-        "_lock",
-        "_models",
-        "_ramps",
-        "_reserved",
-        "_token",
-        "_usage",
-        "id",
-    )
+    __slots__ = ("_budget", "_token", "id")
 
     def __init__(self, budget: Budget | None = None) -> None:
+        super().__init__()
         self.id = os.urandom(6).hex()
-        self._corrections_used = 0
-        self._usage = Usage()
-        self._judge_usage = Usage()
-        self._models: dict[tuple[bool, str | None], Usage] = {}
         self._budget = check_budget_option(budget)
-        self._counted: list[object] = []
-        self._first: tuple[str | None, Usage] | None = None
-        # One lock per job, whatever shares it (threads with a copy of its context, asyncio
-        # tasks): counting a reply, and reserving a call's share before it is sent
-        # (`refinekit._engine.reserve.Reservation`), each happen whole under it.
-        self._lock = threading.Lock()
-        # What the calls in flight hold of the budget and is not counted yet (calls, tokens,
-        # cost); made by the first reservation, so a job without a budget never has one.
-        self._reserved: Held | None = None
-        # First calls per function ramping up (`refinekit._engine.reserve.Ramp`): made by the
-        # first one under a token or cost limit.
-        self._ramps: dict[str, Any] | None = None
         self._token: Token[Job | None] | None = None
 
     @property
@@ -201,94 +145,6 @@ class Job:
             return None
         return cost_of(self, self._budget.prices)
 
-    def _per_model(self) -> dict[tuple[bool, str | None], Usage]:
-        """The job's usage per (judge?, model name), for pricing."""
-        with self._lock:
-            return dict(self._models)
-
-    def _first_answer(self) -> tuple[str | None, Usage] | None:
-        """The model and usage of the first answer usage counted (the first call), or None."""
-        return self._first
-
-    def _split(self, judge: bool, model: str | None, usage: Usage) -> None:
-        key = (judge, model)
-        self._models[key] = self._models.get(key, Usage()) + usage
-
-    @property
-    def corrections_used(self) -> int:
-        """Corrections `@self_correct` has used in this job so far."""
-        return self._corrections_used
-
-    @property
-    def usage(self) -> Usage:
-        """Token usage and calls of the answering model in this job so far (judges apart)."""
-        return self._usage
-
-    @property
-    def judge_usage(self) -> Usage:
-        """Token usage and calls of model judges in this job so far, apart from `usage`."""
-        return self._judge_usage
-
-    def _add_judge_usage(
-        self,
-        usage: Usage,
-        model: str | None = None,
-        reservation: Reservation | None = None,
-    ) -> None:
-        """Count a judge's reply; it settles `reservation` (default: the current one)."""
-        with self._lock:
-            self._judge_usage = self._judge_usage + usage
-            self._split(True, model, usage)
-            if _in_use:  # without any budget, nothing is ever reserved
-                settle(self, usage, model, reservation)
-
-    def _take_correction(self, limit: int) -> bool:
-        with self._lock:
-            if self._corrections_used >= limit:
-                return False
-            self._corrections_used += 1
-            return True
-
-    def _replies_counted(self) -> int:
-        """A mark to pass to `_add_usage` as `since`, taken before calling the wrapped function."""
-        return len(self._counted)
-
-    def _add_usage(
-        self,
-        usage: Usage,
-        reply: object = None,
-        since: int | None = None,
-        model: str | None = None,
-        reservation: Reservation | None = None,
-    ) -> None:
-        """Add a reply's usage, unless a nested refinekit call counted that reply after `since`.
-
-        An outer decorated function often returns the very reply an inner decorated call got;
-        it was paid for once, so it is counted once. What is counted settles `reservation`
-        (default: the current one; `refinekit._engine.ledger.settle`): it turns from
-        reserved into spent.
-        """
-        with self._lock:
-            if reply is not None:
-                if since is not None and any(r is reply for r in self._counted[since:]):
-                    return
-                self._counted.append(reply)
-            if self._first is None:
-                self._first = (model, usage)
-            self._usage = self._usage + usage
-            self._split(False, model, usage)
-            if _in_use:  # without any budget, nothing is ever reserved
-                settle(self, usage, model, reservation)
-
-    def _count_reply(self, reply: object, since: int | None = None) -> None:
-        """Count the token usage a reply carries, once (see `_add_usage`).
-
-        Anything that is not a model reply (a str, a pydantic model, None) adds nothing.
-        """
-        usage = usage_of(reply)
-        if usage is not None:
-            self._add_usage(usage, reply, since, model_of(reply))
-
     def __enter__(self) -> Job:
         if self._token is not None:
             raise RuntimeError("this refinekit job is already open; call refinekit.job() again")
@@ -307,7 +163,7 @@ class Job:
         self.__exit__(*exc_info)
 
     def __repr__(self) -> str:
-        return f"<refinekit.Job {self.id} corrections_used={self._corrections_used}>"
+        return f"<refinekit.Job {self.id} corrections_used={self.corrections_used}>"
 
 
 def job(*, budget: Budget | None = None) -> Job:
@@ -429,9 +285,9 @@ def record_usage(
         return
     usage = Usage(model_calls=calls, prompt_tokens=input_tokens, completion_tokens=output_tokens)
     if judge:
-        current._add_judge_usage(usage, model or None)
+        add_judge_usage(current, usage, model or None)
     else:
-        current._add_usage(usage, model=model or None)
+        add_usage(current, usage, model=model or None)
 
 
 def enter_attempt(info: AttemptInfo) -> Token[AttemptInfo | None]:

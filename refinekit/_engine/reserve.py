@@ -8,36 +8,33 @@ the calls in flight (`BudgetExceeded`):
 - `before_attempt(...)`: an attempt of the wrapped function (a first call: one call; another
   attempt or a correction: the previous attempt's own usage plus its feedback or correction
   turn, characters / 4); current until released, so that the calls made inside it take
-  their share from it. `admit(...)`, its sub-flow, lets the first calls of one function
-  ramp up under a token or cost limit (`ramp.Ramp`: one until one is measured, then as many as
-  measured, at the largest measured usage), waiting for their turn (`WaitTurn`);
+  their share from it. The first calls of one function ramp up under a token or cost limit
+  (`ledger.Ramp`: one until one is measured, then as many as measured, at the largest
+  measured usage), waiting for their turn (`NotYet`; the attempt step waits for it);
 - `before_call(...)`: a revision (one call, its prompt's estimate);
 - `judge_call(...)` / `judge_calls(...)`: a judge's request (one call, its prompt's
-  characters / 4), or a judge's concurrent requests reserved together, in order (`Tickets`).
+  characters / 4), or a judge's concurrent requests reserved together, in order (`Tickets`);
+  `ensure(...)`: a rating judge's retried request.
 
 A stream being read holds its usage so far in its reservation as it arrives (`StreamHold`).
-Counting a reply (`refinekit._engine.job`) settles the reservation it was made under (`settle`), and
-`Reservation.release` gives back what is left when the call has ended, failed or was
-cancelled. The job owns the counters and the lock; what is spent, and the error that stops a
-job, are `budget`'s.
+Counting a reply (`refinekit._engine.ledger.count`) settles the reservation it was made
+under, and `Reservation.release` gives back what is left when the call has ended, failed or
+was cancelled. The job's accounts and their lock are `ledger`'s, reached through its
+functions; what is spent, and the error that stops a job, are `budget`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Generator, Mapping, Sequence
-from contextvars import Token
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 from .._core.errors import BudgetExceeded
 from .._core.types import Usage
 from .budget import estimate_tokens, exceeded, request_tokens, spent_of, streamed_over
 from .job import LISTENING, Job, current_job, effective, in_use
-from .ledger import HELD, NOTHING, Held, reserved_of
-from .ramp import NotYet, Ramp, WaitTurn
-
-if TYPE_CHECKING:
-    from .prices import Budget, Prices
+from .ledger import HELD, NOTHELD, NOTHING, Held, Reservation, locked, ramp_of, reserved_of
+from .prices import Budget
+from .ramp import NotYet
 
 __all__ = [
     "NOTHELD",
@@ -45,125 +42,12 @@ __all__ = [
     "Reservation",
     "StreamHold",
     "Tickets",
-    "admit",
     "before_attempt",
     "before_call",
+    "ensure",
     "judge_call",
     "judge_calls",
 ]
-
-
-class Reservation:
-    """The share of its job's budget a call holds from before it is sent until it is counted.
-
-    Made by `before_attempt`, `before_call` and `judge_call(s)`, under the job's lock, only
-    when what is spent, what the calls in flight hold and the call's estimate fit the
-    limits. Counting a reply settles it (`settle`: what it held turns into spent, through the
-    reservations it sits in), and `release` gives back what is left when the call has ended
-    (or failed, or was cancelled): to the reservation it took it from, the rest to the job.
-    A context manager: released on exit. `NOTHELD` stands for "no budget, nothing held".
-
-    A reservation made inside another one (a call within an attempt of the wrapped function,
-    a judge call inside a decorated function) takes what it needs from that one first: the
-    attempt's estimate covers what runs inside it, and only what it lacks comes out of what
-    is left of the budget.
-    """
-
-    __slots__ = ("_token", "held", "job", "open", "parent", "prices", "ramp", "taken", "used")
-
-    def __init__(self, job: Job | None, parent: Reservation | None, prices: Prices | None):
-        self.job = job
-        self.parent = parent
-        self.prices = prices
-        self.held = Held()
-        self.taken = Held()  # what came from `parent`: goes back to it on release
-        self.used = Held()  # all that was counted inside it: an attempt's own usage
-        self.open = job is not None
-        self.ramp: Ramp | None = None  # a first call ramping up: told when it ends
-        self._token: Token[Reservation | None] | None = None
-
-    def __enter__(self) -> Reservation:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self.open or self._token is not None:  # NOTHELD: nothing to do, at no cost
-            self.release(completed=exc_type is None)
-
-    def release(self, *, completed: bool = True) -> None:
-        """Give back what is held and not counted; no-op when released already.
-
-        `completed`: the call ended without an error (for a first call ramping up: it
-        measured what a first call of its function uses, whatever refinekit could count).
-        """
-        job = self.job
-        if job is not None and self.open:
-            with job._lock:
-                if self.open:
-                    self.open = False
-                    parent = self.parent if self.parent is not None and self.parent.open else None
-                    _give_back(reserved_of(job), self.held, self.taken, parent)
-                    if self.ramp is not None:
-                        self.ramp.ended(self.used, completed)
-        token = self._token
-        if token is not None:
-            self._token = None
-            with contextlib.suppress(ValueError):  # a flow closed from another context
-                HELD.reset(token)
-
-    def ensure(self, planned: str, model: str | None, tokens: int) -> None:
-        """Before a request under this reservation: one call of `tokens` prompt tokens.
-
-        For a rating judge's requests as instructor sends them (its schema instruction added,
-        each retry after a reply that did not validate): what the reservation lacks of one
-        call and `tokens` (priced as `model`'s) is reserved into it, if it fits.
-
-        Raises:
-            BudgetExceeded: The request does not fit.
-        """
-        job = self.job
-        if job is None or not self.open:
-            return
-        budget = effective(job)
-        if budget is None:
-            return
-        need = Held(1, tokens, _price_of(budget, model, tokens))
-        with job._lock:
-            held = self.held
-            if held.calls >= need.calls and held.tokens >= need.tokens and held.cost >= need.cost:
-                return
-            refused = _refusal(job, budget, planned, need, held)
-            if refused is not None:
-                raise refused
-            reserved = reserved_of(job)
-            reserved.calls += max(0, need.calls - held.calls)
-            reserved.tokens += max(0, need.tokens - held.tokens)
-            reserved.cost += max(0.0, need.cost - held.cost)
-            held.calls = max(held.calls, need.calls)
-            held.tokens = max(held.tokens, need.tokens)
-            held.cost = max(held.cost, need.cost)
-
-    def __repr__(self) -> str:
-        state = "open" if self.open else "released"
-        return f"<Reservation {state} {self.held!r}>"
-
-
-NOTHELD = Reservation(None, None, None)
-"""No budget in effect: nothing is held, releasing does nothing."""
-
-
-def _give_back(reserved: Held, held: Held, taken: Held, parent: Reservation | None) -> None:
-    """What `held` has left goes to `parent` (up to what came from it), the rest to the job."""
-    back_calls = min(held.calls, taken.calls) if parent is not None else 0
-    back_tokens = min(held.tokens, taken.tokens) if parent is not None else 0
-    back_cost = min(held.cost, taken.cost) if parent is not None else 0.0
-    if parent is not None:
-        parent.held.calls += back_calls
-        parent.held.tokens += back_tokens
-        parent.held.cost += back_cost
-    reserved.calls -= held.calls - back_calls
-    reserved.tokens -= held.tokens - back_tokens
-    reserved.cost = max(0.0, reserved.cost - (held.cost - back_cost))
-    held.calls, held.tokens, held.cost = 0, 0, 0.0
 
 
 def _refusal(
@@ -212,7 +96,7 @@ def _current_parent(job: Job) -> Reservation | None:
 
 def _grant(job: Job, budget: Budget, planned: str, need: Held) -> Reservation:
     """Reserve `need` for a call, or raise why it cannot be made."""
-    with job._lock:
+    with locked(job):
         return _grant_locked(job, budget, planned, need)
 
 
@@ -277,7 +161,7 @@ def before_attempt(
 
     Raises:
         BudgetExceeded: The estimate does not fit.
-        NotYet: A first call that must wait for its turn (`admit` waits for it).
+        NotYet: A first call that must wait for its turn (the attempt step waits for it).
     """
     if not in_use():
         return NOTHELD
@@ -302,16 +186,11 @@ def before_attempt(
         held = _grant(job, budget, planned, Held(max(1, last.calls), tokens, cost))
     else:
         assert first_of is not None
-        with job._lock:
+        with locked(job):
             if _current_parent(job) is not None:  # inside another call: its estimate covers it
                 held = _grant_locked(job, budget, planned, Held(1, tokens, cost))
             else:
-                ramps = job._ramps
-                if ramps is None:
-                    ramps = job._ramps = {}
-                ramp = ramps.get(first_of)
-                if ramp is None:
-                    ramp = ramps[first_of] = Ramp(job)
+                ramp = ramp_of(job, first_of)
                 if ramp.in_flight >= max(1, ramp.measured):
                     raise NotYet(ramp.turn())
                 known = ramp.largest
@@ -319,28 +198,8 @@ def before_attempt(
                 held = _grant_locked(job, budget, planned, need)
                 ramp.in_flight += 1
                 held.ramp = ramp
-    held._token = HELD.set(held)
+    held.make_current()
     return held
-
-
-def admit(
-    job: Job,
-    planned: str,
-    previous: Reservation | None,
-    extra_chars: int,
-    *,
-    first_of: str | None = None,
-) -> Generator[WaitTurn, None, Reservation]:
-    """`before_attempt` as a sub-flow (`yield from`): a first call waits for its turn.
-
-    Raises:
-        BudgetExceeded: The estimate does not fit.
-    """
-    while True:
-        try:
-            return before_attempt(job, planned, previous, extra_chars, first_of=first_of)
-        except NotYet as wait:
-            yield WaitTurn(wait.turn)
 
 
 def before_call(
@@ -378,8 +237,41 @@ def before_call(
         return NOTHELD
     held = _grant(job, budget, planned, Held(1, tokens, _price_of(budget, model, tokens)))
     if current:
-        held._token = HELD.set(held)
+        held.make_current()
     return held
+
+
+def ensure(reservation: Reservation, planned: str, model: str | None, tokens: int) -> None:
+    """Before a request under `reservation`: one call of `tokens` prompt tokens.
+
+    For a rating judge's requests as instructor sends them (its schema instruction added,
+    each retry after a reply that did not validate): what the reservation lacks of one
+    call and `tokens` (priced as `model`'s) is reserved into it, if it fits.
+
+    Raises:
+        BudgetExceeded: The request does not fit.
+    """
+    job = reservation.job
+    if job is None or not reservation.open:
+        return
+    budget = effective(cast(Job, job))
+    if budget is None:
+        return
+    need = Held(1, tokens, _price_of(budget, model, tokens))
+    with locked(job):
+        held = reservation.held
+        if held.calls >= need.calls and held.tokens >= need.tokens and held.cost >= need.cost:
+            return
+        refused = _refusal(cast(Job, job), budget, planned, need, held)
+        if refused is not None:
+            raise refused
+        reserved = reserved_of(job)
+        reserved.calls += max(0, need.calls - held.calls)
+        reserved.tokens += max(0, need.tokens - held.tokens)
+        reserved.cost += max(0.0, need.cost - held.cost)
+        held.calls = max(held.calls, need.calls)
+        held.tokens = max(held.tokens, need.tokens)
+        held.cost = max(held.cost, need.cost)
 
 
 def _judge_planned(model: str) -> str:
@@ -428,7 +320,7 @@ def judge_calls(model: str, requests: Sequence[Mapping[str, Any]]) -> list[Reser
         tokens = request_tokens(request)
         needs.append(Held(1, tokens, _price_of(budget, model, tokens)))
     tickets: list[Reservation | None] = []
-    with job._lock:  # one step: no other call takes a share between two of them
+    with locked(job):  # one step: no other call takes a share between two of them
         for need in needs:
             try:
                 tickets.append(_grant_locked(job, budget, planned, need))
@@ -490,7 +382,7 @@ class StreamHold:
                 cost = budget.prices.cost(model, running.prompt_tokens, running.completion_tokens)
             except Exception:  # a missing price: the job's own check raises it when counted
                 cost = None
-        with job._lock:
+        with locked(job):
             reserved = reserved_of(job)
             if node is not None and node.open:
                 more = max(0, running.total_tokens - self._base_tokens) - self._tokens

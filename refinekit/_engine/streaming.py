@@ -41,6 +41,7 @@ from . import reserve as _reserve
 from .events import emit, make_event, wants_debug_events
 from .flow import OPENERS, Flow
 from .job import LISTENING, Job, effective, in_use
+from .ledger import add_usage
 
 __all__ = [
     "LISTENING",
@@ -364,7 +365,7 @@ def _finish(
     read.usage = _usage(read, reported, prompt_chars, chars)
     if count:
         node = hold.node if hold is not None else None
-        job._add_usage(read.usage, model=read.model, reservation=node)
+        add_usage(job, read.usage, model=read.model, reservation=node)
 
 
 def _event(

@@ -1,12 +1,12 @@
 """The wrapper every refinekit decorator puts around a function: join the job, run the flow.
 
 A decorator supplies its flow (`flow(cfg, fn, args, kwargs, job, record)`, a generator from
-`refinekit._engine.flow`) and a `configure` callable making its configuration for a function;
-`wrap` gives back a `Decorated` object with `fn`'s metadata that, on each call, joins the
-current job (or opens one, closed again when the call ends) and drives the flow with
-`run_sync`, or with `run_async` when `fn` is async to call (see
-`refinekit._engine.bridge.is_async_callable`: an `async def`, a partial of one, an object with an
-`async def __call__`). With a tracer installed (`refinekit.otel.instrument()`), the call
+`refinekit._engine.flow`) and its options (`refinekit._engine.options.Options`), which make
+its configuration for a function; `wrap` gives back a `Decorated` object with `fn`'s metadata
+that, on each call, joins the current job (or opens one, closed again when the call ends) and
+drives the flow with `run_sync`, or with `run_async` when `fn` is async to call (see
+`refinekit._engine.bridge.is_async_callable`: an `async def`, a partial of one, an object with
+an `async def __call__`). With a tracer installed (`refinekit.otel.instrument()`), the call
 runs inside its `call` context (a span); otherwise that costs one check.
 
 Methods. A `Decorated` is a descriptor, as a function is: looked up on an instance it gives a
@@ -20,101 +20,30 @@ instance.
 
 `fn.outcome(...)` makes the same call with a `Record` for the flow to fill, and returns the
 `Outcome`; `fn.retry_with(**changes)` decorates the same function again with the decorator's
-options changed; `fn.stream(...)` makes the same call consumed as it runs: an iterator (an
-async iterator when `fn` is async to call) of the items the flow emits, then the item the
-decorator's `last` makes of its value (`refinekit._engine.itemstream`).
+options changed (`Options.changed`); `fn.stream(...)` makes the same call consumed as it runs:
+an iterator (an async iterator when `fn` is async to call) of the items the flow emits, then
+the item the decorator's `last` makes of its value (`refinekit._engine.itemstream`).
 """
 
 from __future__ import annotations
 
 import inspect
-import pickle
-import sys
-import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from . import events as _hooks
 from .bridge import is_async_callable
 from .flow import Flow, run_async, run_sync
 from .itemstream import AsyncItemStream, ItemStream, Last, stream_async, stream_sync
 from .job import Job, enter_job, leave_job
+from .options import Options, by_value
 from .outcome import Outcome, Record
 from .request import function_name
 from .streaming import LISTENING
 
-__all__ = [
-    "AsyncDecoratedFunction",
-    "AsyncStreamingFunction",
-    "Decorated",
-    "DecoratedFunction",
-    "StreamingFunction",
-    "wrap",
-]
+__all__ = ["Decorated", "wrap"]
 
 C = TypeVar("C")
-P = ParamSpec("P")
-R_co = TypeVar("R_co", covariant=True)
-I_co = TypeVar("I_co", covariant=True)
-
-
-class DecoratedFunction(Protocol[P, R_co]):
-    """What type checkers see of a decorated `def` function: its call, `.outcome`, `.retry_with`.
-
-    Looked up on an instance (a decorated method) it is bound, and typed `Any`.
-    """
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
-
-    def outcome(self, *args: P.args, **kwargs: P.kwargs) -> Outcome[R_co]:
-        """The call's `Outcome`."""
-        ...
-
-    def retry_with(self, **changes: Any) -> DecoratedFunction[P, R_co]:
-        """The function decorated again with `changes` to the decorator's options."""
-        ...
-
-    def __get__(self, instance: Any, owner: type | None = None, /) -> Any: ...
-
-
-class AsyncDecoratedFunction(Protocol[P, R_co]):
-    """What type checkers see of a decorated `async def` function (see `DecoratedFunction`)."""
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R_co]: ...
-
-    def outcome(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, Outcome[R_co]]:
-        """The call's `Outcome`, awaitable."""
-        ...
-
-    def retry_with(self, **changes: Any) -> AsyncDecoratedFunction[P, R_co]:
-        """The function decorated again with `changes` to the decorator's options."""
-        ...
-
-    def __get__(self, instance: Any, owner: type | None = None, /) -> Any: ...
-
-
-class StreamingFunction(DecoratedFunction[P, R_co], Protocol[P, R_co, I_co]):
-    """A decorated `def` function whose call can be consumed as it runs: `fn.stream(...)`."""
-
-    def stream(self, *args: P.args, **kwargs: P.kwargs) -> ItemStream[I_co]:
-        """The call's items as they come (see docs/streaming.md)."""
-        ...
-
-    def retry_with(self, **changes: Any) -> StreamingFunction[P, R_co, I_co]:
-        """The function decorated again with `changes` to the decorator's options."""
-        ...
-
-
-class AsyncStreamingFunction(AsyncDecoratedFunction[P, R_co], Protocol[P, R_co, I_co]):
-    """A decorated `async def` function whose call can be consumed as it runs."""
-
-    def stream(self, *args: P.args, **kwargs: P.kwargs) -> AsyncItemStream[I_co]:
-        """The call's items as they come, an async iterator (see docs/streaming.md)."""
-        ...
-
-    def retry_with(self, **changes: Any) -> AsyncStreamingFunction[P, R_co, I_co]:
-        """The function decorated again with `changes` to the decorator's options."""
-        ...
 
 
 FlowOf = Callable[
@@ -213,9 +142,7 @@ class Decorated(Generic[C]):
         self,
         fn: Any,
         flow: FlowOf[C],
-        configure: Callable[[Callable[..., Any]], C],
-        decorator: str,
-        remake: Callable[..., Callable[[Any], Any]],
+        options: Options,
         last: Last | None = None,
     ) -> None:
         kind: Kind = "function"
@@ -243,9 +170,9 @@ class Decorated(Generic[C]):
         self._fn: Any = target
         self._kind: Kind = kind
         self._flow = flow
-        self._configure = configure
-        self._decorator = decorator
-        self._remake = remake
+        self._options = options
+        self._configure: Callable[[Callable[..., Any]], C] = options.configure
+        self._decorator = options.decorator
         self._last = last
         self._owner: type | None = None
         self._method = False  # an instance method: a call through the class passes `self`
@@ -253,9 +180,9 @@ class Decorated(Generic[C]):
         self._bound_cfg: C | None = None
         # Bad options are refused when decorating: the configuration is made now.
         if kind == "class":
-            self._bound_cfg = configure(_Receiverless(target))
+            self._bound_cfg = self._configure(_Receiverless(target))
         else:
-            self._cfg = configure(target)
+            self._cfg = self._configure(target)
         self._plain = kind != "class"  # a direct call calls `_fn` with `_cfg` as it is
 
     # --- binding -------------------------------------------------------------------------------
@@ -316,15 +243,7 @@ class Decorated(Generic[C]):
             TypeError: An option the decorator does not take.
             ValueError: A value the decorator refuses.
         """
-        try:
-            decorate = self._remake(**changes)
-        except TypeError as e:
-            if "unexpected keyword argument" not in str(e):
-                raise
-            raise TypeError(
-                f"retry_with(): @{self._decorator} takes no option {str(e).rsplit(' ', 1)[-1]}"
-            ) from None
-        made = decorate(self._original)
+        made = self._options.changed(changes).decorate(self._original)
         if isinstance(made, Decorated) and self._owner is not None:
             made.__set_name__(self._owner, getattr(self, "__name__", self._function))
         return made
@@ -342,35 +261,10 @@ class Decorated(Generic[C]):
         module other than `__main__`: unpickling gives the very object. Otherwise (defined in
         `__main__`, inside a function, or not reachable by its name) by value, as cloudpickle
         pickles such a function: the function and the decorator's options, pickled with
-        cloudpickle and decorated again when unpickled. No job, budget or usage is in either:
-        those belong to a call (see `refinekit.Job`).
+        cloudpickle and decorated again when unpickled (`refinekit._engine.options`). No job,
+        budget or usage is in either: those belong to a call (see `refinekit.Job`).
         """
-        if _by_reference(self):
-            return self._function
-        dumps = _cloudpickle_dumps()
-        if dumps is None or id(self) in _pickling_by_value.ids:
-            if self.__module__ == "__main__":
-                # What `pickle` does with a function of `__main__`: its name (the same process,
-                # or multiprocessing's children, which import the main module).
-                return self._function
-            raise pickle.PicklingError(
-                f"cannot pickle {self!r}: it is defined inside a function, so it pickles by "
-                "value, which takes cloudpickle (pip install cloudpickle); or define it at "
-                "module level"
-            )
-        _pickling_by_value.ids.add(id(self))
-        try:
-            payload = dumps((self._remake, self._original, self._method))
-        except Exception as e:
-            raise pickle.PicklingError(
-                f"cannot pickle {self!r} by value (it is defined in __main__ or inside a "
-                f"function): the function or an option of @{self._decorator} does not pickle "
-                f"({type(e).__name__}: {e}); define it in an importable module, so that it "
-                "pickles by name, or make the option picklable"
-            ) from None
-        finally:
-            _pickling_by_value.ids.discard(id(self))
-        return (_unpickle_by_value, (payload,))
+        return by_value(self)
 
 
 class SyncDecorated(Decorated[C]):
@@ -514,55 +408,6 @@ class AsyncDecorated(Decorated[C]):
         return AsyncItemStream(stream_async(self._flow, cfg, fn, args, kwargs, self._last))
 
 
-class _PicklingByValue(threading.local):
-    """The decorated objects this thread is pickling by value (a recursive one goes by name)."""
-
-    def __init__(self) -> None:
-        self.ids: set[int] = set()
-
-
-_pickling_by_value = _PicklingByValue()
-
-
-def _by_reference(decorated: Decorated[Any]) -> bool:
-    """Whether unpickling `decorated` by its module and qualified name finds it again."""
-    module_name = getattr(decorated, "__module__", None)
-    if not isinstance(module_name, str) or module_name == "__main__":
-        return False
-    found: Any = sys.modules.get(module_name)
-    if found is None:
-        return False
-    for part in decorated._function.split("."):
-        found = getattr(found, part, None)
-        if found is None:
-            return False
-    return found is decorated
-
-
-def _cloudpickle_dumps() -> Callable[[Any], bytes] | None:
-    """The `dumps` of cloudpickle (Ray's own copy when Ray is loaded and cloudpickle is not)."""
-    try:
-        import cloudpickle  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    except ImportError:
-        if "ray" not in sys.modules:
-            return None
-        try:
-            from ray import cloudpickle  # type: ignore[import-not-found,import-untyped,no-redef,unused-ignore]
-        except ImportError:  # pragma: no cover - a Ray without its cloudpickle
-            return None
-    return cloudpickle.dumps  # type: ignore[no-any-return]
-
-
-def _unpickle_by_value(payload: bytes) -> Decorated[Any]:
-    """A decorated object pickled by value: its function decorated again with its options."""
-    remake, original, method = pickle.loads(payload)
-    made = remake()(original)
-    if method:  # an instance method (its class's `__set_name__` is not called again)
-        made._method = True
-        made._plain = False
-    return made  # type: ignore[no-any-return]
-
-
 def _bind(fn: Any, instance: Any, owner: type | None) -> Callable[..., Any]:
     get = getattr(type(fn), "__get__", None)
     if get is None:
@@ -662,10 +507,8 @@ del _bound
 def wrap(
     fn: Any,
     flow: FlowOf[C],
-    configure: Callable[[Callable[..., Any]], C],
+    options: Options,
     *,
-    decorator: str,
-    remake: Callable[..., Callable[[Any], Any]],
     last: Last | None = None,
 ) -> Decorated[C]:
     """`fn` decorated: each call runs `flow(cfg, fn, args, kwargs, job, record)` in the job.
@@ -673,11 +516,10 @@ def wrap(
     Args:
         fn: The function (a `classmethod` or `staticmethod` object too).
         flow: The decorator's flow.
-        configure: Makes the decorator's configuration for a function (its name and
-            signature); called when decorating, and for a method's signature without
-            `self`/`cls`. It raises on bad options.
-        decorator: The decorator's name, for `Outcome.decorator`.
-        remake: The decorator with its options, taking changes (`retry_with`).
+        options: The decorator's options (checked when made): their `configure` makes the
+            configuration for a function (its name and signature), called when decorating,
+            and for a method's signature without `self`/`cls`; their `decorator` names the
+            decorator (`Outcome.decorator`); `retry_with` changes them.
         last: What `fn.stream(...)` yields last, made of the flow's value (None: nothing).
 
     Returns:
@@ -691,4 +533,4 @@ def wrap(
         if is_async_callable(target) or inspect.isasyncgenfunction(target)
         else SyncDecorated
     )
-    return cls(fn, flow, configure, decorator, remake, last)
+    return cls(fn, flow, options, last)

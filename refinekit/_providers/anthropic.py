@@ -17,7 +17,7 @@ from typing import Any
 from .._core.errors import StreamInterrupted
 from .._core.types import Usage
 from .chunks import Delta
-from .fields import get, tokens
+from .fields import call_usage, get, tokens
 
 __all__ = [
     "MANAGERS",
@@ -74,14 +74,7 @@ def usage(message: Any) -> Usage:
     `input_tokens` plus the cache's `cache_creation_input_tokens` and
     `cache_read_input_tokens` as prompt tokens; `output_tokens`.
     """
-    block = get(message, "usage")
-    if block is None:
-        return Usage(model_calls=1)
-    return Usage(
-        model_calls=1,
-        prompt_tokens=tokens(block, *_PROMPT),
-        completion_tokens=tokens(block, "output_tokens"),
-    )
+    return call_usage(get(message, "usage"), _PROMPT, "output_tokens")
 
 
 def model(message: Any) -> Any:

@@ -13,15 +13,19 @@ who use it (it is not a dependency of refinekit).
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._core.deadline import current_deadline
-from .._core.errors import JudgeError, JudgeUnavailable
-from .._core.redact import redact
-from .openai_client import deadline_bounded, error_message, retry_wait, status_error
+from .._core.errors import JudgeError
+from .openai_client import (
+    client_settings,
+    deadline_bounded,
+    error_message,
+    retry_wait,
+    sdk_error,
+)
 
 if TYPE_CHECKING:
     import anthropic
@@ -72,54 +76,37 @@ def api_error(
     """
     import anthropic
 
-    where = redact(where, secrets)
-    if isinstance(exc, anthropic.APITimeoutError):
-        return JudgeUnavailable(f"{where}: request timed out", model=model)
-    if isinstance(exc, anthropic.APIConnectionError):
-        return JudgeUnavailable(f"{where}: could not connect", model=model)
-    if isinstance(exc, anthropic.APIStatusError):
-        detail = error_message(exc, secrets)
-        error = status_error(exc, exc.status_code, detail, model, where)
-        if exc.status_code == 400 and "temperature" in detail.lower():
-            error.args = (
-                f"{error} (this model may take only its default temperature: pass "
-                "temperature=None to JudgeModel)",
-            )
-        return error
-    if isinstance(
-        exc, (anthropic.APIResponseValidationError, json.JSONDecodeError, RecursionError)
-    ) or (type(exc) is ValueError and "integer string conversion" in str(exc)):
-        return JudgeUnavailable(f"{where}: the reply was not a Messages API reply", model=model)
-    return None
+    error = sdk_error(
+        exc, anthropic, model=model, where=where, secrets=secrets, reply="a Messages API reply"
+    )
+    if (
+        error is not None
+        and isinstance(exc, anthropic.APIStatusError)
+        and exc.status_code == 400
+        and "temperature" in error_message(exc, secrets).lower()
+    ):
+        error.args = (
+            f"{error} (this model may take only its default temperature: pass "
+            "temperature=None to JudgeModel)",
+        )
+    return error
 
 
 # --- clients --------------------------------------------------------------------------------
-
-
-def _settings(client: anthropic.Anthropic | anthropic.AsyncAnthropic) -> dict[str, Any]:
-    return {
-        "api_key": client.api_key,
-        "auth_token": client.auth_token,
-        "base_url": client.base_url,
-        "timeout": client.timeout,
-        "max_retries": client.max_retries,
-        "default_headers": getattr(client, "_custom_headers", None),
-        "default_query": getattr(client, "_custom_query", None),
-    }
 
 
 def sync_counterpart(client: anthropic.AsyncAnthropic) -> anthropic.Anthropic:
     """A new sync client with `client`'s base URL, key, timeout, retries and headers."""
     import anthropic
 
-    return anthropic.Anthropic(**_settings(client))
+    return anthropic.Anthropic(**client_settings(client, "auth_token"))
 
 
 def async_counterpart(client: anthropic.Anthropic) -> anthropic.AsyncAnthropic:
     """A new async client with `client`'s base URL, key, timeout, retries and headers."""
     import anthropic
 
-    return anthropic.AsyncAnthropic(**_settings(client))
+    return anthropic.AsyncAnthropic(**client_settings(client, "auth_token"))
 
 
 # --- requests -------------------------------------------------------------------------------

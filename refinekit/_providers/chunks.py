@@ -1,6 +1,6 @@
 """`Delta`: one piece of a streamed reply, whatever SDK streamed it (see `streams`).
 
-And what the chunk readers of OpenAI's and LangChain's shapes share (`ToolCalls`,
+And what the chunk readers of OpenAI's and LangChain's shapes share (`ToolCalls`, `call_part`,
 `with_calls`): both stream a tool call in parts named by an index (or an id), several calls'
 parts in one chunk.
 """
@@ -13,7 +13,7 @@ from typing import Any
 from .._core.types import Usage
 from .fields import get
 
-__all__ = ["Delta", "ToolCalls", "with_calls"]
+__all__ = ["Delta", "ToolCalls", "call_part", "with_calls"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,19 @@ class ToolCalls:
         if key is None:  # neither: a continuation of the latest call
             return max(self._numbers.values(), default=0)
         return self._numbers.setdefault(key, len(self._numbers))
+
+
+def call_part(number: int, name: Any, arguments: Any, raw: Any) -> Delta:
+    """The delta of one streamed part of the call `number`, read from the chunk `raw`.
+
+    Its arguments when they are a `str`, its name when it is a non-empty `str`; else none.
+    """
+    return Delta(
+        tool_arguments=arguments if isinstance(arguments, str) else "",
+        tool_name=name if isinstance(name, str) and name else None,
+        tool_index=number,
+        raw=raw,
+    )
 
 
 def with_calls(first: Delta, calls: list[Delta]) -> list[Delta]:

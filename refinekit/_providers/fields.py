@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["get", "tokens"]
+from .._core.types import Usage
+
+__all__ = ["call_usage", "get", "tokens"]
 
 
 def get(obj: Any, name: str) -> Any:
@@ -23,3 +25,18 @@ def tokens(usage: Any, *names: str) -> int:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             total += value
     return total
+
+
+def call_usage(block: Any, prompt: Sequence[str], completion: str) -> Usage:
+    """One model call's usage, read from its usage block (None: a call that counts no tokens).
+
+    Its prompt tokens are the sum of the `prompt` fields, its completion tokens the
+    `completion` field.
+    """
+    if block is None:
+        return Usage(model_calls=1)
+    return Usage(
+        model_calls=1,
+        prompt_tokens=tokens(block, *prompt),
+        completion_tokens=tokens(block, completion),
+    )

@@ -16,8 +16,8 @@ from typing import Any
 
 from .._core.types import Usage
 from .anthropic import STOP_REASONS
-from .chunks import Delta, ToolCalls, with_calls
-from .fields import get, tokens
+from .chunks import Delta, ToolCalls, call_part, with_calls
+from .fields import call_usage, get, tokens
 
 __all__ = [
     "ChunkReader",
@@ -56,16 +56,13 @@ def finish_reason(message: Any) -> Any:
     return get(metadata, "finish_reason") or get(metadata, "stop_reason")
 
 
+_PROMPT = ("input_tokens",)
+"""The usage block's fields of the prompt's tokens."""
+
+
 def usage(message: Any) -> Usage:
     """`usage_metadata`'s `input_tokens` and `output_tokens`; one call without it."""
-    block = get(message, "usage_metadata")
-    if block is None:
-        return Usage(model_calls=1)
-    return Usage(
-        model_calls=1,
-        prompt_tokens=tokens(block, "input_tokens"),
-        completion_tokens=tokens(block, "output_tokens"),
-    )
+    return call_usage(get(message, "usage_metadata"), _PROMPT, "output_tokens")
 
 
 def model(message: Any) -> Any:
@@ -129,12 +126,4 @@ class ChunkReader:
         return with_calls(first, calls)
 
     def _call(self, call: Any, chunk: Any) -> Delta:
-        number = self._calls.number(call)
-        name = get(call, "name")
-        arguments = get(call, "args")
-        return Delta(
-            tool_arguments=arguments if isinstance(arguments, str) else "",
-            tool_name=name if isinstance(name, str) and name else None,
-            tool_index=number,
-            raw=chunk,
-        )
+        return call_part(self._calls.number(call), get(call, "name"), get(call, "args"), chunk)

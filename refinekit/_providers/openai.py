@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from .._core.types import Usage
-from .chunks import Delta, ToolCalls, with_calls
-from .fields import get, tokens
+from .chunks import Delta, ToolCalls, call_part, with_calls
+from .fields import call_usage, get
 
 __all__ = [
     "MANAGERS",
@@ -62,16 +62,13 @@ def finish_reason(completion: Any) -> Any:
     return get(choices[0], "finish_reason") if choices else None
 
 
+_PROMPT = ("prompt_tokens",)
+"""The usage block's fields of the prompt's tokens."""
+
+
 def usage(completion: Any) -> Usage:
     """A completion's `usage` (`prompt_tokens`, `completion_tokens`); one call without one."""
-    block = get(completion, "usage")
-    if block is None:
-        return Usage(model_calls=1)
-    return Usage(
-        model_calls=1,
-        prompt_tokens=tokens(block, "prompt_tokens"),
-        completion_tokens=tokens(block, "completion_tokens"),
-    )
+    return call_usage(get(completion, "usage"), _PROMPT, "completion_tokens")
 
 
 def model(completion: Any) -> Any:
@@ -129,13 +126,7 @@ class ChunkReader:
                 return None
             chunk = get(chunk, "chunk")
         block = get(chunk, "usage")
-        used = None
-        if block is not None:
-            used = Usage(
-                model_calls=1,
-                prompt_tokens=tokens(block, "prompt_tokens"),
-                completion_tokens=tokens(block, "completion_tokens"),
-            )
+        used = None if block is None else call_usage(block, _PROMPT, "completion_tokens")
         name = get(chunk, "model")
         named = name if isinstance(name, str) and name else None
         choices = get(chunk, "choices")
@@ -164,10 +155,4 @@ class ChunkReader:
             name = None  # a name some SDKs repeat on every chunk is given once
         else:
             self._named.add(number)
-        arguments = get(function, "arguments")
-        return Delta(
-            tool_arguments=arguments if isinstance(arguments, str) else "",
-            tool_name=name,
-            tool_index=number,
-            raw=chunk,
-        )
+        return call_part(number, name, get(function, "arguments"), chunk)

@@ -18,6 +18,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 from typing import Any, TypeVar
 
 import openai
@@ -32,8 +33,10 @@ __all__ = [
     "api_error",
     "async_counterpart",
     "bounded",
+    "client_settings",
     "error_message",
     "retry_after_of",
+    "sdk_error",
     "status_error",
     "sync_counterpart",
 ]
@@ -66,19 +69,46 @@ def api_error(
         where: Who failed, for the message (e.g. "judge model 'x' at http://host/v1").
         secrets: What to redact from the server's error text.
     """
+    return sdk_error(
+        exc, openai, model=model, where=where, secrets=secrets, reply="a chat completion"
+    )
+
+
+def sdk_error(
+    exc: BaseException,
+    sdk: ModuleType,
+    *,
+    model: str,
+    where: str,
+    secrets: Sequence[str],
+    reply: str,
+) -> JudgeError | None:
+    """The refinekit error for a failed request of an SDK built as `openai`'s is (`anthropic`).
+
+    Both raise the same errors: a timeout, a connection error, an HTTP error status, a reply
+    that is not the API's.
+
+    Args:
+        exc: What the SDK's client raised.
+        sdk: The SDK's module (`openai`, `anthropic`).
+        model: The judge model's name.
+        where: Who failed, for the message.
+        secrets: What to redact from the server's error text.
+        reply: What the API replies, for the message ("a chat completion").
+    """
     where = redact(where, secrets)
-    if isinstance(exc, openai.APITimeoutError):
+    if isinstance(exc, sdk.APITimeoutError):
         return JudgeUnavailable(f"{where}: request timed out", model=model)
-    if isinstance(exc, openai.APIConnectionError):
+    if isinstance(exc, sdk.APIConnectionError):
         return JudgeUnavailable(f"{where}: could not connect", model=model)
-    if isinstance(exc, openai.APIStatusError):
+    if isinstance(exc, sdk.APIStatusError):
         return status_error(exc, exc.status_code, error_message(exc, secrets), model, where)
     # a body that is not JSON, nested deeper than Python's json reads (a RecursionError), or
     # holding an integer longer than Python converts (4,300 digits)
-    if isinstance(
-        exc, (openai.APIResponseValidationError, json.JSONDecodeError, RecursionError)
-    ) or (type(exc) is ValueError and "integer string conversion" in str(exc)):
-        return JudgeUnavailable(f"{where}: the reply was not a chat completion", model=model)
+    if isinstance(exc, (sdk.APIResponseValidationError, json.JSONDecodeError, RecursionError)) or (
+        type(exc) is ValueError and "integer string conversion" in str(exc)
+    ):
+        return JudgeUnavailable(f"{where}: the reply was not {reply}", model=model)
     return None
 
 
@@ -160,17 +190,22 @@ def retry_after_of(exc: BaseException) -> float | None:
 # --- clients --------------------------------------------------------------------------------
 
 
-def _settings(client: openai.OpenAI | openai.AsyncOpenAI) -> dict[str, Any]:
-    return {
-        "api_key": client.api_key,
-        "organization": client.organization,
-        "project": client.project,
-        "base_url": client.base_url,
-        "timeout": client.timeout,
-        "max_retries": client.max_retries,
-        "default_headers": getattr(client, "_custom_headers", None),
-        "default_query": getattr(client, "_custom_query", None),
+def client_settings(client: Any, *own: str) -> dict[str, Any]:
+    """What a client of an SDK built as `openai`'s is (`anthropic`) is made with, by keyword.
+
+    Its key, base URL, timeout, retries, headers and query, and its SDK's `own` settings.
+    """
+    settings = {
+        name: getattr(client, name)
+        for name in ("api_key", *own, "base_url", "timeout", "max_retries")
     }
+    settings["default_headers"] = getattr(client, "_custom_headers", None)
+    settings["default_query"] = getattr(client, "_custom_query", None)
+    return settings
+
+
+_OWN = ("organization", "project")
+"""The settings of an `openai` client that other SDKs' clients do not have."""
 
 
 def sync_counterpart(client: openai.AsyncOpenAI) -> openai.OpenAI:
@@ -178,7 +213,7 @@ def sync_counterpart(client: openai.AsyncOpenAI) -> openai.OpenAI:
 
     It is the caller's to close.
     """
-    return openai.OpenAI(**_settings(client))
+    return openai.OpenAI(**client_settings(client, *_OWN))
 
 
 def async_counterpart(client: openai.OpenAI) -> openai.AsyncOpenAI:
@@ -186,7 +221,7 @@ def async_counterpart(client: openai.OpenAI) -> openai.AsyncOpenAI:
 
     It is the caller's to close, on the event loop it is used on.
     """
-    return openai.AsyncOpenAI(**_settings(client))
+    return openai.AsyncOpenAI(**client_settings(client, *_OWN))
 
 
 # --- time limits ----------------------------------------------------------------------------

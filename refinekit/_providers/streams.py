@@ -288,8 +288,13 @@ class _Reading:
         self.chunks += 1
         return [self._whole(delta) for delta in read]
 
-    def broken(self, error: Exception) -> StreamInterrupted | None:
-        """`error` as a `StreamInterrupted`, when it says the stream broke; else None."""
+    def raise_broken(self, error: Exception) -> None:
+        """Raise `error` as a `StreamInterrupted` (from it) when it says the stream broke."""
+        broken = self._broken(error)
+        if broken is not None:
+            raise broken from error
+
+    def _broken(self, error: Exception) -> StreamInterrupted | None:
         reason = _interruption(error)
         if reason is None:
             return None
@@ -312,14 +317,12 @@ class _Reading:
         return error
 
 
-class Deltas(Iterator[Delta]):
-    """A stream read as `Delta`s (`read(stream)`); `close()` closes the stream at once."""
+class _Reader:
+    """What both readers hold: the stream, what is read of it, the deltas not yet given."""
 
     def __init__(self, stream: Any) -> None:
-        """Read `stream` (nothing is read, nor a context manager entered, before `next`)."""
         self._stream = stream
-        self._managed = _manager(stream) is not None
-        self._source: Any = None
+        self._source: Any = None  # the stream entered (a context manager's), once opened
         self._reading = _Reading(_secrets_of(stream))
         self._pending: deque[Delta] = deque()
         self._closed = False
@@ -333,6 +336,15 @@ class Deltas(Iterator[Delta]):
     def closed(self) -> bool:
         """Whether the stream is closed: read to its end, broken, or closed."""
         return self._closed
+
+
+class Deltas(_Reader, Iterator[Delta]):
+    """A stream read as `Delta`s (`read(stream)`); `close()` closes the stream at once."""
+
+    def __init__(self, stream: Any) -> None:
+        """Read `stream` (nothing is read, nor a context manager entered, before `next`)."""
+        super().__init__(stream)
+        self._managed = _manager(stream) is not None
 
     def __iter__(self) -> Deltas:
         return self
@@ -354,10 +366,8 @@ class Deltas(Iterator[Delta]):
                 raise StopIteration from None
             except Exception as e:
                 self._close_quietly()
-                broken = self._reading.broken(e)
-                if broken is None:
-                    raise
-                raise broken from e
+                self._reading.raise_broken(e)
+                raise
             try:
                 self._pending.extend(self._reading.deltas(item))
             except Exception:
@@ -395,12 +405,12 @@ class Deltas(Iterator[Delta]):
         self.close()
 
 
-class AsyncDeltas(AsyncIterator[Delta]):
+class AsyncDeltas(_Reader, AsyncIterator[Delta]):
     """A stream read as `Delta`s (`aread(stream)`); `aclose()` closes the stream at once."""
 
     def __init__(self, stream: Any) -> None:
         """Read `stream` (nothing is read, nor a context manager entered, before `anext`)."""
-        self._stream = stream
+        super().__init__(stream)
         self._managed = _manager(stream)  # True async, False sync, None no manager
         self._async: bool | None
         self._wrapper = litellm.is_wrapper(stream)
@@ -408,20 +418,6 @@ class AsyncDeltas(AsyncIterator[Delta]):
             self._async = litellm.is_async(stream) is not False
         else:
             self._async = None if self._managed is not None else is_async_stream(stream)
-        self._source: Any = None
-        self._reading = _Reading(_secrets_of(stream))
-        self._pending: deque[Delta] = deque()
-        self._closed = False
-
-    @property
-    def chunks(self) -> int:
-        """The chunks (or events) read from the stream so far."""
-        return self._reading.chunks
-
-    @property
-    def closed(self) -> bool:
-        """Whether the stream is closed: read to its end, broken, or closed."""
-        return self._closed
 
     def __aiter__(self) -> AsyncDeltas:
         return self
@@ -459,10 +455,8 @@ class AsyncDeltas(AsyncIterator[Delta]):
                 raise StopAsyncIteration from None
             except Exception as e:
                 await self._close_quietly()
-                broken = self._reading.broken(e)
-                if broken is None:
-                    raise
-                raise broken from e
+                self._reading.raise_broken(e)
+                raise
             try:
                 self._pending.extend(self._reading.deltas(item))
             except Exception:

@@ -104,6 +104,14 @@ def _scan(text: str) -> Iterator[tuple[int, int, bool]]:
         yield start, n, False
 
 
+def _outside_strings(text: str, fix: Callable[[str, int], str]) -> str:
+    """`text` with `fix(chunk, start)` applied to each span outside its string literals."""
+    return "".join(
+        text[start:end] if in_string else fix(text[start:end], start)
+        for start, end, in_string in _scan(text)
+    )
+
+
 def balanced_end(text: str, start: int) -> int | None:
     """The index just past the bracket that closes the one at `text[start]`, strings skipped.
 
@@ -184,16 +192,8 @@ def syntax_fixes(text: str) -> tuple[str, list[str]]:
     `ast.literal_eval` (which evaluates nothing) and written as JSON.
     """
     fixes: list[str] = []
-    parts: list[str] = []
-    for start, end, in_string in _scan(text):
-        chunk = text[start:end]
-        if in_string:
-            parts.append(chunk)
-            continue
-        chunk = _strip_comments(chunk, fixes)
-        chunk = _words(chunk, fixes)
-        parts.append(chunk)
-    fixed = _trailing_commas("".join(parts), fixes)
+    code = _outside_strings(text, lambda chunk, _: _words(_strip_comments(chunk, fixes), fixes))
+    fixed = _trailing_commas(code, fixes)
     if fixes and _is_json(fixed):
         return fixed, fixes
     literal = _python_literal(text)  # single quotes: Python's own reader, which runs nothing
@@ -211,26 +211,22 @@ def _is_json(text: str) -> bool:
 
 
 def _trailing_commas(text: str, fixes: list[str]) -> str:
-    out: list[str] = []
-    for start, end, in_string in _scan(text):
-        chunk = text[start:end]
-        if in_string:
-            out.append(chunk)
-            continue
+    def fix(chunk: str, start: int) -> str:
         chars = list(chunk)
         for k, c in enumerate(chars):
             if c != ",":
                 continue
             rest = chunk[k + 1 :].lstrip()
             following = rest[:1]
-            if not following and out is not None:
+            if not following:
                 # the closing bracket may be in a later non-string chunk: look ahead
                 following = _next_code_char(text, start + k + 1)
             if following in ("}", "]"):
                 chars[k] = ""
                 _add(fixes, "trailing_comma")
-        out.append("".join(chars))
-    return "".join(out)
+        return "".join(chars)
+
+    return _outside_strings(text, fix)
 
 
 def _next_code_char(text: str, i: int) -> str:

@@ -13,10 +13,17 @@ the text's numbers, as written in digits, has its value exactly (`numbers`: `1,0
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
-from .._core.numbers import Number, number_value, read_numbers, read_word_numbers
+from .._core.numbers import (
+    Number,
+    WrittenNumber,
+    number_value,
+    read_numbers,
+    read_word_numbers,
+)
 
 __all__ = [
     "MAX_SOURCE_CHARS",
@@ -127,10 +134,7 @@ def locate_number(value: Decimal, text: str, *, percent: bool | None = None) -> 
         text: The text.
         percent: Only a percentage (True), only a plain number (False), or either (None).
     """
-    for n in read_numbers(text):
-        if n.value == value and (percent is None or percent == n.percent):
-            return Found(n.start, n.end, n.written)
-    return None
+    return _first(read_numbers(text), value, percent)
 
 
 def locate_word_number(value: Decimal, text: str, *, percent: bool | None = None) -> Found | None:
@@ -143,7 +147,11 @@ def locate_word_number(value: Decimal, text: str, *, percent: bool | None = None
         text: The text.
         percent: Only a percentage (True), only a plain number (False), or either (None).
     """
-    for n in read_word_numbers(text):
+    return _first(read_word_numbers(text), value, percent)
+
+
+def _first(read: Iterable[WrittenNumber], value: Decimal, percent: bool | None) -> Found | None:
+    for n in read:
         if n.value == value and (percent is None or percent == n.percent):
             return Found(n.start, n.end, n.written)
     return None

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from .._engine.bridge import run_blocking
-from ..eval import CalibrateOptions, Calibration
-from ..eval._workflow import execute_calibrate
-from ._args import options_of
+from ..eval import CalibrateOptions, Calibration, calibrate
 from ._output import (
     EXIT_GATE,
-    EXIT_SETUP,
     EXIT_USAGE,
     Io,
     clean,
     cost_line,
     pct,
-    setup_failure,
+    setup_failed,
     streams,
     watched_run,
     write_report,
@@ -29,21 +25,11 @@ __all__ = ["calibrate_command"]
 def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit calibrate`; `args` are the parsed options. Returns the exit status."""
     io = streams(out, err)
-    result = watched_run(
-        io,
-        "calibrate",
-        args.report,
-        lambda watcher: run_blocking(
-            lambda: execute_calibrate(options_of(CalibrateOptions, args, on_event=watcher))
-        ),
-    )
+    result = watched_run(io, "calibrate", args, calibrate, CalibrateOptions)
     if isinstance(result, int):
         return result
     if result.setup_failed:  # no figure, no gate: the judge never judged
-        io.error("calibrate", setup_failure(result.cases, "the judge gave no verdict"))
-        if args.report is not None:
-            write_report(io, "calibrate", args.report, result)
-        return EXIT_SETUP
+        return setup_failed(io, "calibrate", args.report, result, "the judge gave no verdict")
     c = result.calibration
     if c.items == 0:  # every verdict inconclusive (or unavailable): nothing to compare
         io.say()

@@ -6,22 +6,17 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .._core.config import is_testing
-from .._engine.bridge import run_blocking
-from ..eval import CaseRecord, Comparison, EvalOptions, EvalResult
-from ..eval._money import usd
-from ..eval._summary import no_context_advice
-from ..eval._workflow import execute_eval
-from ._args import options_of
+from .._core.numbers import usd
+from ..eval import CaseRecord, Comparison, EvalOptions, EvalResult, run
 from ._output import (
     EXIT_GATE,
-    EXIT_SETUP,
     EXIT_USAGE,
     Io,
     cases,
     clean,
     cost_line,
     pct,
-    setup_failure,
+    setup_failed,
     streams,
     watched_run,
     write_report,
@@ -33,22 +28,12 @@ __all__ = ["eval_command"]
 def eval_command(args: Any, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`refinekit eval`; `args` are the parsed options. Returns the exit status."""
     io = streams(out, err)
-    result = watched_run(
-        io,
-        "eval",
-        args.report,
-        lambda watcher: run_blocking(
-            lambda: execute_eval(options_of(EvalOptions, args, on_event=watcher))
-        ),
-    )
+    result = watched_run(io, "eval", args, run, EvalOptions)
     if isinstance(result, int):
         return result
     _print_cases(io, result.cases)
     if result.setup_failed:  # no gate, no comparison: nothing was measured
-        io.error("eval", setup_failure(result.cases, "no answer was judged"))
-        if args.report is not None:
-            write_report(io, "eval", args.report, result)
-        return EXIT_SETUP
+        return setup_failed(io, "eval", args.report, result, "no answer was judged")
     status = _print_summary(io, result, args.judge)
     if args.compare is not None:
         comparison = result.comparison
@@ -99,8 +84,8 @@ def _print_cases(io: Io, records: Sequence[CaseRecord]) -> None:
 def _print_summary(io: Io, result: EvalResult, judge: str | None) -> int:
     s = result.summary
     io.say()
-    if s.no_context:  # once, before the figure it explains
-        io.say(f"context: {no_context_advice(s.no_context, s.cases)}")
+    if s.no_context_advice is not None:  # once, before the figure it explains
+        io.say(f"context: {s.no_context_advice}")
     if s.rate is None:
         io.say(f"pass rate: n/a (none of the {cases(s.cases)} was judged)")
     else:

@@ -13,6 +13,7 @@ resumable).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 from collections import Counter
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO, TypeVar, cast
 
+from .._core.numbers import usd
 from .._core.redact import redact
 from ..eval import (
     CalibrationResult,
@@ -30,6 +32,7 @@ from ..eval import (
     EvalResult,
     RunAborted,
     RunEvent,
+    RunOptions,
     RunProgress,
     RunStarted,
     RunStopped,
@@ -37,8 +40,6 @@ from ..eval import (
     UsageProblem,
     html_report,
 )
-from ..eval._money import usd
-from ..eval._summary import lacks_context
 from ._pipe import PipeSafe
 from ._progress import ProgressDisplay
 from ._text import REPORT_BESIDE_STORE, cases, clean, counted, pct
@@ -56,7 +57,7 @@ __all__ = [
     "cost_line",
     "pct",
     "report_problem",
-    "setup_failure",
+    "setup_failed",
     "streams",
     "write_report",
 ]
@@ -114,7 +115,7 @@ class RunWatcher:
             self.display.start(event.resumed, event.cases)
         elif isinstance(event, CaseFinished):
             self.display.update(event.done, event.total, event.cost, event.counts)
-            if self.command == "eval" and not self.no_context_told and lacks_context(event.record):
+            if self.command == "eval" and not self.no_context_told and event.record.lacks_context:
                 self.no_context_told = True
                 self.display.note(
                     f"refinekit {self.command}: case #{event.record.position} failed "
@@ -211,7 +212,17 @@ def cost_line(what: str, cost: Mapping[str, Any], unit: str) -> str:
     )
 
 
-def setup_failure(records: Sequence[CaseRecord], what: str) -> str:
+def setup_failed(
+    io: Io, command: str, report: str | None, result: EvalResult | CalibrationResult, what: str
+) -> int:
+    """Say that no case reached a verdict (`what` happened), write the report; exit status 4."""
+    io.error(command, _setup_failure(result.cases, what))
+    if report is not None:
+        write_report(io, command, report, result)
+    return EXIT_SETUP
+
+
+def _setup_failure(records: Sequence[CaseRecord], what: str) -> str:
     """The one line saying that no case reached a verdict, with the commonest error."""
     counts = Counter(r.outcome for r in records)
     how = " and ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
@@ -229,21 +240,32 @@ R = TypeVar("R", EvalResult, CalibrationResult)
 
 
 def watched_run(
-    io: Io, command: str, report: str | None, start: Callable[[RunWatcher], R]
+    io: Io, command: str, args: Any, run: Callable[..., R], options: type[RunOptions]
 ) -> R | int:
-    """Run `start(watcher)` as `command`'s run, told as it goes: its result, or an exit status.
+    """`run` (`refinekit.eval.run` or `calibrate`) of the parsed `args`, told as it goes.
 
-    The report's path is checked first (nothing is paid for a report that cannot be kept); a
-    usage or store problem is exit 2; a run that stopped early or was interrupted ends its
-    story and gives its status.
+    The arguments are the fields of `options` (the parser's destinations are its field
+    names: `--fresh` is `resume=False`, `--address` is `ray_address`, `--run` is `run_id`;
+    a field no argument holds keeps its default), and the run's `on_event` is the watcher
+    that tells its story. The report's path is checked first (nothing is paid for a report
+    that cannot be kept); a usage or store problem is exit 2; a run that stopped early or
+    was interrupted ends its story and gives its status.
+
+    Returns:
+        The run's result, or the exit status when there is none.
     """
-    problem = report_problem(report)
+    problem = report_problem(args.report)
     if problem is not None:
         io.error(command, problem)
         return EXIT_USAGE
+    fields = {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(options)
+        if hasattr(args, field.name)
+    }
     watcher = RunWatcher(io, command)
     try:
-        result = start(watcher)
+        result = run(**fields, on_event=watcher)
     except (UsageProblem, RunStoreError) as e:
         watcher.finished()
         io.error(command, str(e))

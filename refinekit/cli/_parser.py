@@ -157,11 +157,17 @@ def _did_you_mean(word: str, choices: Sequence[str]) -> str:
 
 
 def _outcomes(text: str) -> frozenset[str]:
-    """`--retry`'s value: outcomes a resumed run runs again, comma-separated."""
-    from ..eval._resume import RETRYABLE
+    """`--retry`'s value: outcomes a resumed run runs again, comma-separated.
 
-    wanted = frozenset(part.strip() for part in text.split(",") if part.strip())
-    if not wanted or not wanted <= set(RETRYABLE):
+    The options check it (`RunOptions.retry`); the command line wants at least one.
+    """
+    from ..eval import RunOptions, UsageProblem  # the command line loads eval when it runs
+
+    try:
+        wanted = frozenset(RunOptions(retry=text).retry)
+    except UsageProblem:
+        wanted = frozenset()
+    if not wanted:
         raise argparse.ArgumentTypeError(
             f"raised, unavailable or raised,unavailable (a passed, failed or inconclusive case "
             f"is a measurement, never run again), got {text!r}"

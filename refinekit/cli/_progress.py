@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..eval._money import usd
+from .._core.numbers import usd
 from ._text import clean
 
 if TYPE_CHECKING:

@@ -6,8 +6,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..eval import RunStoreError, UsageProblem, runs
-from ..eval.store import store_location
+from ..eval import RunStoreError, UsageProblem, runs, store_location
 from ._output import EXIT_USAGE, clean, streams
 
 __all__ = ["runs_command"]

@@ -18,8 +18,8 @@ from types import FrameType
 from typing import Any, NoReturn, TextIO
 
 from .._core.errors import UsageProblem
+from .._core.objects import load_object
 from .._core.redact import redact
-from ..eval._target import load_object
 from ..testing import ScriptedOpenAI
 from ._pipe import PipeSafe
 from ._text import clean

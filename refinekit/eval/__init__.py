@@ -36,6 +36,7 @@ from ._agreement import (
 )
 from ._calibration import Calibration, Thresholds
 from ._corrected import CorrectedRate, JudgeCalibration
+from ._golden import case_slug, column_for, read_golden
 from ._options import CalibrateOptions, EvalOptions, RunOptions
 from ._results import (
     CalibrationResult,
@@ -46,11 +47,11 @@ from ._results import (
     RunStarted,
     RunStopped,
 )
-from ._stats import ReliabilityBin
+from ._stats import ReliabilityBin, wilson_interval
+from ._store import CaseOutcome, CaseRecord, RunInfo, StoreURL, store_location, store_path
 from ._stored import compare, html_report, runs
 from ._summary import Comparison, Summary
 from ._workflow import acalibrate, arun, calibrate, run
-from .store import CaseOutcome, CaseRecord, RunInfo, StoreURL, store_location, store_path
 
 __all__ = [
     "CalibrateOptions",
@@ -87,12 +88,16 @@ __all__ = [
     "acalibrate",
     "arun",
     "calibrate",
+    "case_slug",
+    "column_for",
     "compare",
     "html_report",
+    "read_golden",
     "run",
     "runs",
     "store_location",
     "store_path",
+    "wilson_interval",
 ]
 
 rehome(globals(), __all__, __name__)  # shown as `refinekit.eval.<name>`

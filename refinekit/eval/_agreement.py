@@ -19,7 +19,7 @@ from typing import Any
 
 from ..judges._panel import PanelRule, outcome
 from ._stats import cohen_kappa, kappa_interval, wilson_interval
-from .store import CaseRecord
+from ._store import CaseRecord
 
 __all__ = [
     "LengthBand",

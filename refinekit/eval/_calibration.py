@@ -23,7 +23,7 @@ from ._stats import (
     reliability_table,
     wilson_interval,
 )
-from .store import CaseRecord
+from ._store import CaseRecord
 
 __all__ = ["Calibration", "Thresholds", "calibrate", "recommend_thresholds"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from .._core.errors import RunStoreError, UsageProblem
 from ._stats import corrected_interval, kappa_interval, wilson_interval
+from ._store import RunInfo, RunStore
 from ._summary import CONFIDENCE, Summary
-from .store import RunInfo, RunStore
 
 __all__ = ["CorrectedRate", "JudgeCalibration", "correct", "load_calibration"]
 

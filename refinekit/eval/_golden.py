@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,21 +16,32 @@ from .._core.jsonload import MAX_DEPTH, TooDeep, loads
 
 __all__ = [
     "DataFileError",
+    "case_slug",
     "column_for",
     "file_sha256",
     "numbered_rows",
-    "read_rows",
+    "read_golden",
     "row_key",
-    "slug",
 ]
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a CSV (header row first) or JSONL (one object a line) file.
+def read_golden(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The rows of a golden (or labelled) file, as `run` and `@pytest.mark.golden` read it.
 
-    `numbered_rows` documents the rules and the errors.
+    A CSV file (header row first) or a JSONL file (one JSON object a line); blank lines are
+    skipped, and a CSV row must have exactly as many values as the header has columns.
+
+    Args:
+        path: The file, `.csv` or `.jsonl`.
+
+    Returns:
+        Each row as a dict of its columns, in file order.
+
+    Raises:
+        DataFileError: The file cannot be read, or a row is malformed; the message names the
+            line where the bad row starts.
     """
-    return [row for _, row in numbered_rows(path)]
+    return [row for _, row in numbered_rows(Path(path))]
 
 
 def numbered_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -192,10 +204,19 @@ def _snake(name: str) -> str:
 
 
 def column_for(name: str, columns: list[str], *, loose: bool = False) -> str | None:
-    """The column a name reads: its exact name, else spaces and dashes as underscores.
+    """The column of a golden file an argument named `name` reads.
 
-    With `loose`, also case- and style-insensitive (`expectedSource`, `Expected source` and
-    `expected_source` are one column), as the CLI's well-known columns are matched.
+    Its exact name, else the column whose name has spaces and dashes where `name` has
+    underscores (`Must mention`, `must-mention` -> `must_mention`).
+
+    Args:
+        name: The argument's name.
+        columns: The file's column names.
+        loose: Also match case- and style-insensitively (`expectedSource`, `Expected source`
+            and `expected_source` are one column), as a run matches its well-known columns.
+
+    Returns:
+        The column's name as the file spells it, or None when no column matches.
     """
     if name in columns:
         return name
@@ -210,8 +231,16 @@ def column_for(name: str, columns: list[str], *, loose: bool = False) -> str | N
     return None
 
 
-def slug(value: Any, limit: int = 30) -> str:
-    """A short readable id made of a value: letters and digits, dashes between."""
+def case_slug(value: Any, limit: int = 30) -> str:
+    """A short readable id of a value, as a golden case's test id shows its first column.
+
+    Args:
+        value: The value: text, or anything JSON shows.
+        limit: The most characters the id has.
+
+    Returns:
+        Lowercase letters and digits, a dash between runs of them.
+    """
     text = value if isinstance(value, str) else json.dumps(value)
     return re.sub(r"[^0-9a-zA-Z]+", "-", text).strip("-").lower()[:limit].rstrip("-")
 

@@ -18,13 +18,14 @@ from .._core.types import CriterionResult, EvaluationRequest, Usage, Verdict
 from .._engine.evaluators import as_evaluator
 from .._engine.events import Event
 from .._engine.job import job
+from .._engine.ledger import per_model
 from ..judges._cache import cache_salt, use_cache
 from ..judges._cache_backends import JudgeCache
 from ..judges._panel import every_member
 from ._cases import Case
 from ._column_checks import column_checks
 from ._ratelimit import RateLimiter
-from .store import CaseOutcome
+from ._store import CaseOutcome
 
 __all__ = [
     "CacheCounts",
@@ -174,7 +175,7 @@ class Judging:
             judging_job.judge_usage,
             time.perf_counter() - started,
             cached,
-            judging_job._per_model(),
+            per_model(judging_job),
         )
 
 

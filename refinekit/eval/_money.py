@@ -17,13 +17,12 @@ from typing import Any
 
 from .._core.errors import UsageProblem
 from .._core.jsonload import loads
-from .._core.numbers import is_number, is_real, shown
+from .._core.objects import load_object
 from .._core.types import Usage
 from .._engine.prices import Prices
-from ._target import load_object
-from .store import CaseRecord
+from ._store import CaseRecord
 
-__all__ = ["ROLES", "case_cost", "check_max_cost", "load_prices", "money", "price_note"]
+__all__ = ["ROLES", "case_cost", "load_prices", "money", "price_note"]
 
 ROLES = ("answer", "answer_judge", "judge", "extra")
 """The keys of a priced case's `cost`: `extra` (the answer calls after the first: retries and
@@ -107,24 +106,6 @@ def _prices_object(spec: str) -> Prices:
             "(or give a JSON file of prices)"
         )
     return value
-
-
-def check_max_cost(max_cost: float | None, prices: Prices | None) -> float | None:
-    """A `max_cost=` / `--max-cost` argument: a number above 0, with prices to count by.
-
-    Raises:
-        UsageProblem: Not a number above 0, or no prices.
-    """
-    if max_cost is None:
-        return None
-    if not is_number(max_cost) or not is_real(max_cost) or max_cost <= 0:
-        raise UsageProblem(f"max_cost must be a number above 0, got {shown(max_cost)}")
-    if prices is None:
-        raise UsageProblem(
-            "--max-cost needs --prices (prices=) to compute what the cases cost: a JSON file "
-            '{"model": [input, output]} per million tokens'
-        )
-    return float(max_cost)
 
 
 def price_note(prices: Prices | None) -> Any:
@@ -218,8 +199,3 @@ def money(cases: Sequence[CaseRecord]) -> dict[str, Any] | None:
         "priced": len(priced),
         "unpriced": len(cases) - len(priced),
     }
-
-
-def usd(value: float) -> str:
-    """A cost as the reports show it: 6 significant figures, in the currency of the prices."""
-    return f"{value:.6g}"

@@ -3,34 +3,115 @@
 Every option of an evaluation run is a field here (the shared ones `RunOptions`'), and nowhere
 else: `run`, `arun`, `calibrate` and `acalibrate` take these fields as their arguments (their
 signatures are these classes', `signature_of`), `refinekit eval` and `refinekit calibrate`
-build one object from their parsed arguments, and the object travels whole: to what loads and
-checks it (`_plans`), to the session, and to the Ray workers. Adding an option is a field
-here, a line in the parser and the code that uses it.
+build one object from their parsed arguments, and the object travels whole: to the plan that
+loads what it names (`_plans`), to the session, and to the Ray workers. Adding an option is a
+field here, its check in `__post_init__`, a line in the parser and the code that uses it.
 
-An options object is plain data: nothing is checked when it is made (a `dataclasses.replace`
-copy neither); every value is checked when it runs, before anything is paid for
-(`UsageProblem`).
+Every value is checked once, when the object is made (a `dataclasses.replace` copy too), and
+kept in the form a run reads (`retry` as a frozenset, `calibration` as a run's id, the
+fractions as floats): a bad one raises `UsageProblem` before anything is paid for. What the
+values name (the files, the modules, the store, Ray) is loaded and checked when the run
+starts.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal
 
+from .._core.errors import UsageProblem
+from .._core.numbers import is_number, is_real, shown
 from .._engine.evaluators import EvaluatorLike
+from .._engine.options import signature_of
 from .._engine.prices import Prices
 from ._results import RunEvent
 
-__all__ = ["CalibrateOptions", "EvalOptions", "PathLike", "RunOptions", "signature_of"]
+__all__ = [
+    "RETRYABLE",
+    "CalibrateOptions",
+    "EvalOptions",
+    "PathLike",
+    "RunOptions",
+    "signature_of",
+]
 
 PathLike = str | os.PathLike[str]
 """A file's path: text or an `os.PathLike`."""
 
-P = ParamSpec("P")
-R = TypeVar("R")
+RETRYABLE = ("raised", "unavailable")
+"""The outcomes `retry` may run again: each says nothing about the answer, only that no
+verdict was reached. A passed, failed or inconclusive case is a measurement, never re-run."""
+
+
+def _whole(name: str, value: int, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise UsageProblem(
+            f"{name} must be a whole number from {low} to {high}, got {shown(value)}"
+        )
+    return value
+
+
+def _fraction(
+    name: str, value: float | None, low: float, high: float, *, open_low: bool = False
+) -> float | None:
+    if value is None:
+        return None
+    if (
+        not is_number(value)
+        or not is_real(value)
+        or not low <= value <= high
+        or (open_low and value == low)
+    ):
+        side = "above" if open_low else "from"
+        raise UsageProblem(
+            f"{name} must be a number {side} {low:g} to {high:g}, got {shown(value)}"
+        )
+    return float(value)
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise UsageProblem(f"{name} must be True or False, not {value!r}")
+    return value
+
+
+def _outcomes(retry: Iterable[str]) -> frozenset[str]:
+    if isinstance(retry, str):  # "raised,unavailable", as the command line takes it
+        retry = retry.split(",")
+    wanted = frozenset(part.strip() for part in retry if part.strip())
+    if not wanted <= set(RETRYABLE):
+        raise UsageProblem(
+            f"retry takes raised and unavailable (a passed, failed or inconclusive case is a "
+            f"measurement, never run again), got {sorted(wanted)}"
+        )
+    return wanted
+
+
+def _run_id(value: object) -> int | None:
+    """A `run_id=` argument: None, or a run's number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageProblem(f"run_id must be a stored run's number (1 or more), not {value!r}")
+    return value
+
+
+def _calibration(value: object) -> int | str | None:
+    """A `calibration=` argument: None, a run's id, or "latest"."""
+    if value is None or value == "latest":
+        return value
+    if isinstance(value, bool):
+        raise UsageProblem(f"calibration takes a calibrate run's id or 'latest', not {value!r}")
+    if isinstance(value, int) and value >= 1:
+        return value
+    if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
+        return int(value)
+    raise UsageProblem(
+        "--calibration takes a calibrate run's id (see `refinekit runs --kind calibrate`) or "
+        f"'latest', not {value!r}"
+    )
 
 
 @dataclass(frozen=True)
@@ -87,6 +168,22 @@ class RunOptions:
     workers: int | None = None
     cache: bool = False
     prices: Prices | Mapping[str, Any] | PathLike | None = None
+
+    def __post_init__(self) -> None:
+        """Check the shared options, and keep each in the form a run reads.
+
+        Raises:
+            UsageProblem: An option is out of range or of the wrong kind.
+        """
+        self._set("cache", _flag("cache", self.cache))
+        self._set("run_id", _run_id(self.run_id))
+        self._set("concurrency", _whole("concurrency", self.concurrency, 1, 256))
+        self._set("retry", _outcomes(self.retry))
+        self._set("resume", _flag("resume", self.resume))
+
+    def _set(self, name: str, value: object) -> None:
+        """A checked value in place of the given one (the object is frozen once made)."""
+        object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True)
@@ -151,6 +248,32 @@ class EvalOptions(RunOptions):
     alpha: float = 0.05
     max_cost: float | None = None
 
+    def __post_init__(self) -> None:
+        """Check every option (`RunOptions`' too); see the class for each one's range.
+
+        Raises:
+            UsageProblem: An option is out of range or of the wrong kind, or two cannot be
+                combined (`calibration` with `repeat` or `trials` above 1).
+        """
+        super().__post_init__()
+        if self.max_cost is not None:
+            max_cost = self.max_cost
+            if not is_number(max_cost) or not is_real(max_cost) or max_cost <= 0:
+                raise UsageProblem(f"max_cost must be a number above 0, got {shown(max_cost)}")
+            self._set("max_cost", float(max_cost))
+        self._set("repeat", _whole("repeat", self.repeat, 1, 50))
+        self._set("trials", _whole("trials", self.trials, 1, 50))
+        self._set("min_pass_rate", _fraction("min_pass_rate", self.min_pass_rate, 0.0, 1.0))
+        self._set("min_judge_kappa", _fraction("min_judge_kappa", self.min_judge_kappa, -1.0, 1.0))
+        self._set("strict_calibration", _flag("strict_calibration", self.strict_calibration))
+        self._set("calibration", _calibration(self.calibration))
+        if self.calibration is not None and (self.repeat > 1 or self.trials > 1):
+            raise UsageProblem(
+                "--calibration corrects one verdict per answer, as the judge was calibrated: "
+                "it cannot be combined with --repeat or --trials above 1"
+            )
+        self._set("alpha", _fraction("alpha", self.alpha, 0.0, 1.0, open_low=True))
+
 
 @dataclass(frozen=True)
 class CalibrateOptions(RunOptions):
@@ -179,18 +302,13 @@ class CalibrateOptions(RunOptions):
     bins: int = 10
     min_kappa: float | None = None
 
+    def __post_init__(self) -> None:
+        """Check every option (`RunOptions`' too); see the class for each one's range.
 
-def signature_of(options: Callable[P, Any]) -> Callable[[Callable[..., R]], Callable[P, R]]:
-    """Give a function the signature of an options class: its arguments are the fields.
-
-    For type checkers (a `ParamSpec` taken from the class) and for `help()` and IDEs (its
-    `__signature__`), so `run`'s arguments are written once, as `EvalOptions`' fields.
-    """
-    shown = inspect.signature(options)
-
-    def give(fn: Callable[..., R]) -> Callable[P, R]:
-        returns = inspect.signature(fn).return_annotation
-        fn.__signature__ = shown.replace(return_annotation=returns)  # type: ignore[attr-defined]
-        return fn
-
-    return give
+        Raises:
+            UsageProblem: An option is out of range or of the wrong kind.
+        """
+        super().__post_init__()
+        self._set("bins", _whole("bins", self.bins, 1, 100))
+        self._set("target_error", _fraction("target_error", self.target_error, 0.0, 0.99))
+        self._set("min_kappa", _fraction("min_kappa", self.min_kappa, -1.0, 1.0))

@@ -31,8 +31,8 @@ from typing import Any
 
 from .._core.errors import RunAborted, UsageProblem
 from ._results import CaseFinished
-from .store import StoreURL
-from .store._claims import LEASE_SECONDS
+from ._store import StoreURL
+from ._store._claims import LEASE_SECONDS
 
 __all__ = ["RayBackend", "run_on_ray"]
 
@@ -83,7 +83,7 @@ def check_backend(
 
 Work = Callable[[Path, Callable[[Any], None]], None]
 """A worker's part of the run: given its copy of the run's file and a listener, it claims and
-stores cases until none is left (`refinekit.eval._plans.work`, with the run's options)."""
+stores cases until none is left (`refinekit.eval._workflow.work`, with the run's options)."""
 
 
 def _work(task: dict[str, Any]) -> int:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ._calibration import Calibration
 from ._corrected import CorrectedRate
+from ._store import CaseRecord, RunInfo, StoreURL
 from ._summary import Comparison, Summary
-from .store import CaseRecord, RunInfo, StoreURL
 
 __all__ = [
     "CalibrationResult",

@@ -5,42 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from .._core.errors import UsageProblem
-from .._engine.prices import Prices
 from ._cases import Case
 from ._golden import file_sha256
-from ._money import price_note
-from .store import CaseRecord, RunInfo, RunStore
+from ._options import RETRYABLE
+from ._plans import RunPlan
+from ._store import CaseRecord, RunInfo, RunStore
 
-__all__ = ["RETRYABLE", "RunPlan", "Started", "fingerprint", "start"]
-
-RETRYABLE = ("raised", "unavailable")
-"""The outcomes `--retry` may run again: each says nothing about the answer, only that no
-verdict was reached. A passed, failed or inconclusive case is a measurement, never re-run."""
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """What identifies a run and how it runs: its file, target, judge and options."""
-
-    dataset: Path
-    target: str | None
-    judge: str | None
-    concurrency: int = 4
-    repeat: int = 1
-    trials: int = 1  # the answer function's runs per case (`--trials`)
-    kind: Literal["eval", "calibrate"] = "eval"
-    retry: frozenset[str] = frozenset()  # outcomes whose stored cases a resume runs again
-    prices: Prices | None = None  # not in the fingerprint: a resume may price differently
-    max_cost: float | None = None
-    cache: bool = False  # the run's judge looks its requests up in the store's judge cache
-
-    def priced_options(self) -> dict[str, Any]:
-        """The prices and cost limit this session runs with, as the run's options keep them."""
-        return {"prices": price_note(self.prices), "max_cost": self.max_cost}
+__all__ = ["Started", "fingerprint", "start"]
 
 
 def fingerprint(*parts: Any) -> str:
@@ -81,8 +55,8 @@ def _named(store: RunStore, plan: RunPlan, run_id: int) -> RunInfo:
         name
         for name, stored, given in (
             ("kind", run.kind, plan.kind),
-            ("target", run.target, plan.target),
-            ("judge", run.judge, plan.judge),
+            ("target", run.target, plan.target_name),
+            ("judge", run.judge, plan.judge_name),
             ("repeat", run.options.get("repeat", 1), plan.repeat),
             ("trials", run.options.get("trials", 1), plan.trials),
         )
@@ -98,19 +72,11 @@ def _named(store: RunStore, plan: RunPlan, run_id: int) -> RunInfo:
     return run
 
 
-def start(
-    store: RunStore,
-    plan: RunPlan,
-    cases: list[Case],
-    *,
-    fresh: bool,
-    version: str,
-    worker: str,
-    run_id: int | None = None,
-) -> Started:
+def start(store: RunStore, plan: RunPlan, *, version: str, worker: str) -> Started:
     """Join the run other workers are running, resume an unfinished one, or start one.
 
-    The run is of the same command (or `run_id`'s); `worker` enters it.
+    The run is of the same command (or the options' `run_id`'s; with `resume=False` a new
+    one); `worker` enters it.
 
     On resume the stored cases are not run again, except those whose outcome is in
     `plan.retry`: they are run again and their new record replaces the old one. A run that
@@ -126,14 +92,20 @@ def start(
     # trials join the fingerprint only when asked for: the runs of before keep theirs
     trials = (plan.trials,) if plan.trials > 1 else ()
     key = fingerprint(
-        plan.kind, str(plan.dataset.resolve()), plan.target, plan.judge, plan.repeat, *trials
+        plan.kind,
+        str(plan.dataset.resolve()),
+        plan.target_name,
+        plan.judge_name,
+        plan.repeat,
+        *trials,
     )
+    cases, run_id = plan.cases, plan.options.run_id
     keys = {c.key for c in cases}
     with store.locked():  # one process at a time decides, so two never start the same run
         if run_id is not None:
             previous: RunInfo | None = _named(store, plan, run_id)
         else:
-            previous = None if fresh else store.unfinished(key)
+            previous = store.unfinished(key) if plan.options.resume else None
         if previous is not None and previous.status == "running":
             if previous.dataset_sha256 != sha:
                 raise UsageProblem(
@@ -157,9 +129,9 @@ def start(
                 kind=plan.kind,
                 dataset=plan.dataset,
                 dataset_sha256=sha,
-                target=plan.target,
-                judge=plan.judge,
-                options={"concurrency": plan.concurrency, "repeat": plan.repeat}
+                target=plan.target_name,
+                judge=plan.judge_name,
+                options={"concurrency": plan.options.concurrency, "repeat": plan.repeat}
                 | ({"trials": plan.trials} if plan.trials > 1 else {})
                 | plan.priced_options(),
                 fingerprint=key,

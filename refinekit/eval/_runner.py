@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,25 +28,28 @@ from .._core.errors import (
     RunAborted,
     RunStoreError,
 )
+from .._core.numbers import usd
 from .._core.redact import redact
 from .._core.types import AttemptInfo, ContextDocument, EvaluationRequest, Usage
 from .._engine.bridge import in_thread, is_async_callable
 from .._engine.events import Event, subscribe
 from .._engine.job import enter_attempt, job, leave_attempt
+from .._engine.ledger import count, first_answer, mark, per_model
 from .._engine.prices import Prices
 from .._providers.replies import answer_text
 from ..judges._cache_backends import JudgeCache
 from ._cases import Case, as_text, context_of, merged
 from ._golden import column_for
 from ._judging import Judgement, Judging, decide, error_text, probability_of, verdict_dump
-from ._money import added, case_cost, usd
+from ._money import added, case_cost
+from ._plans import RunPlan
 from ._ratelimit import RateLimiter
-from ._resume import RunPlan
+from ._resume import Started
+from ._store import CappedClaim, CaseOutcome, CaseRecord, RunStore
+from ._store._claims import LEASE_SECONDS
 from ._target import Target
-from .store import CappedClaim, CaseOutcome, CaseRecord, RunInfo, RunStore
-from .store._claims import LEASE_SECONDS
 
-__all__ = ["Progress", "renewing", "run_cases"]
+__all__ = ["Progress", "alongside", "renewing", "run_cases"]
 
 _CONFIGURATION_ERRORS = (
     JudgeMisconfigured,
@@ -234,13 +237,13 @@ async def _answer_once(
 
     try:
         async with job() as answer_job:
-            counted = answer_job._replies_counted()
+            counted = mark(answer_job)
             try:
                 result = await judging.limiter.call(answer_once)
             except Exception as e:
                 error = e
             else:  # a reply returned as it came (no decorator counted it) was paid for too
-                answer_job._count_reply(result, counted)
+                count(answer_job, result, counted)
     finally:
         leave_attempt(token)
     if isinstance(error, _CONFIGURATION_ERRORS):
@@ -250,7 +253,7 @@ async def _answer_once(
         ) from error
     context = merged(attempt._context, context_of(case))
     tried = max(1, attempts.by_job.pop(answer_job.id, 1))
-    answered_by = answer_job._per_model()
+    answered_by = per_model(answer_job)
     cost: dict[str, Any] = {
         "corrections": answer_job.corrections_used,
         "answer_usage": answer_job.usage,
@@ -301,8 +304,8 @@ def _priced(
     """
     if prices is None:
         return {}
-    models = {} if answer_job is None else answer_job._per_model()
-    first = None if answer_job is None else answer_job._first_answer()
+    models = {} if answer_job is None else per_model(answer_job)
+    first = None if answer_job is None else first_answer(answer_job)
     return case_cost(models, first, judge_models, prices)
 
 
@@ -456,7 +459,22 @@ def _over_budget(got: CappedClaim, max_cost: float) -> tuple[str, float]:
 
 
 @contextlib.asynccontextmanager
-async def renewing(store: RunStore, run_id: int, worker: str) -> AsyncIterator[None]:
+async def alongside(work: Coroutine[Any, Any, None]) -> AsyncIterator[asyncio.Future[None]]:
+    """While the block runs, `work` runs as a task of its own; cancelled when the block ends.
+
+    The task is what the block gets, to ask once it ended whether `work` raised.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def renewing(
+    store: RunStore, run_id: int, worker: str
+) -> contextlib.AbstractAsyncContextManager[object]:
     """While the block runs, renew the worker's lease every third of it."""
 
     async def heartbeat() -> None:
@@ -464,38 +482,28 @@ async def renewing(store: RunStore, run_id: int, worker: str) -> AsyncIterator[N
             await asyncio.sleep(LEASE_SECONDS / 3)
             store.heartbeat(run_id, worker)
 
-    beating = asyncio.ensure_future(heartbeat())
-    try:
-        yield
-    finally:
-        beating.cancel()
-        await asyncio.gather(beating, return_exceptions=True)
+    return alongside(heartbeat())
 
 
 async def run_cases(
     store: RunStore,
-    run: RunInfo,
-    cases: Sequence[Case],
+    plan: RunPlan,
+    started: Started,
     *,
     worker: str,
-    target: Target | None,
-    judge: Any | None,
-    plan: RunPlan,
     progress: Progress,
     limiter: RateLimiter,
-    labels: Mapping[str, str] | None = None,
-    earlier: Mapping[str, CaseRecord] | None = None,
     cache: JudgeCache | None = None,
 ) -> None:
-    """Answer the run's cases still to do, as `worker`, storing each as it finishes.
+    """Answer the cases still to do of the run `started`, as `worker`, storing each.
 
     The cases come from the store's queue of the run (`claim`), which other workers may be
-    taking cases from too; `cases` are the data file's, by which a claimed key is answered.
-    Without a `target` the cases are labelled answers (`labels`), judged as they are. A case
-    in `earlier` (a stored case run again, `--retry`) replaces its stored record, with the
-    earlier record's model calls and tokens added to its own: they were paid for. With a
-    `cache`, the run's judge looks its requests up there first (`--cache`; each repeat under
-    its own salt); the answer function's own judges do not.
+    taking cases from too; the plan's cases are the data file's, by which a claimed key is
+    answered. Without a `target` the cases are labelled answers (the plan's `labels`), judged
+    as they are. A case in `started.earlier` (a stored case run again, `--retry`) replaces
+    its stored record, with the earlier record's model calls and tokens added to its own:
+    they were paid for. With a `cache`, the run's judge looks its requests up there first
+    (`--cache`; each repeat under its own salt); the answer function's own judges do not.
 
     Raises:
         RunAborted: The judge is misconfigured or raised a bug, or a model called has no
@@ -505,23 +513,28 @@ async def run_cases(
             no case of the run was in flight: no more cases were started.
     """
     judging = Judging(
-        judge, plan.judge, plan.repeat, limiter, cache, every_member=plan.kind == "calibrate"
+        plan.judge,
+        plan.judge_name,
+        plan.repeat,
+        limiter,
+        cache,
+        every_member=plan.kind == "calibrate",
     )
     attempts = _Attempts()
     prices = plan.prices
-    if target is not None:
-        tgt = target
+    if plan.target is not None:
+        tgt = plan.target
 
         async def once(case: Case) -> CaseRecord:
             return await _eval_case(case, tgt, judging, attempts, prices, plan.trials)
     else:
-        assert labels is not None
-        lab = labels
+        assert plan.labels is not None
+        lab = plan.labels
 
         async def once(case: Case) -> CaseRecord:
             return await _calibrate_case(case, judging, lab[case.key], prices)
 
-    stored = earlier or {}
+    stored = started.earlier
 
     async def work(case: Case) -> CaseRecord:
         try:
@@ -546,16 +559,16 @@ async def run_cases(
 
     with subscribe(attempts), subscribe(judging.counts):
         over = await _run_all(
-            {c.key: c for c in cases},
+            {c.key: c for c in plan.cases},
             work,
-            plan.concurrency,
+            plan.options.concurrency,
             store,
-            run.id,
+            started.run.id,
             worker,
             progress,
             max_cost=plan.max_cost,
         )
-    if over is not None and store.pending(run.id) > 0:
+    if over is not None and store.pending(started.run.id) > 0:
         why, spent = over
         assert plan.max_cost is not None
         raise CostLimitReached(

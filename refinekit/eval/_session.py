@@ -9,20 +9,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from .._core.errors import RunAborted, RunStoreError
 from .._core.package import version
 from . import _results
-from ._cases import Case
+from ._plans import RunPlan
 from ._ratelimit import RateLimiter
 from ._results import CaseFinished, RunEvent, RunProgress, RunStarted, RunStopped
-from ._resume import RunPlan, start
-from ._runner import Progress, renewing, run_cases
-from ._target import Target
-from .store import CaseRecord, RunInfo, RunStore, StoreURL
-from .store._claims import new_worker
+from ._resume import start
+from ._runner import Progress, alongside, renewing, run_cases
+from ._store import CaseRecord, RunInfo, RunStore
+from ._store._claims import new_worker
 
 __all__ = ["Session"]
 
@@ -33,42 +31,25 @@ class Session:
     `await execute()` runs its cases; then `complete` stores it complete.
     """
 
-    def __init__(
-        self,
-        store: RunStore,
-        plan: RunPlan,
-        cases: list[Case],
-        *,
-        db: Path | StoreURL,
-        fresh: bool,
-        target: Target | None,
-        judge: Any | None,
-        labels: Mapping[str, str] | None = None,
-        on_event: Callable[[RunEvent], None] | None = None,
-        run_id: int | None = None,
-    ) -> None:
+    def __init__(self, store: RunStore, plan: RunPlan) -> None:
         self.store = store
-        self.db = db
+        self.db = plan.db
         self.plan = plan
-        self.cases = cases
-        self.target = target
-        self.judge = judge
-        self.labels = labels
-        self.on_event = on_event
+        self.cases = plan.cases
+        self.on_event: Callable[[RunEvent], None] | None = plan.options.on_event
         self.limiter = RateLimiter()
         self.worker = new_worker()
-        self.started = start(
-            store, plan, cases, fresh=fresh, version=version(), worker=self.worker, run_id=run_id
-        )
+        self.started = start(store, plan, version=version(), worker=self.worker)
         self.run = self.started.run
-        self.progress = Progress(total=len(cases), done=self.started.resumed, on_case=self._done)
+        total = len(self.cases)
+        self.progress = Progress(total=total, done=self.started.resumed, on_case=self._done)
         self._told: tuple[int, float | None] | None = None  # the last position told
         self._tell(
             RunStarted(
                 run=self.run,
-                db=db,
+                db=self.db,
                 dataset=plan.dataset,
-                cases=len(cases),
+                cases=total,
                 resuming=self.started.resuming,
                 joined=self.started.joined,
                 resumed=self.started.resumed,
@@ -114,12 +95,8 @@ class Session:
                     self._told = position
                     self._tell(RunProgress(position[0], len(self.cases), position[1]))
 
-        watching = asyncio.ensure_future(watch())
-        try:
+        async with alongside(watch()) as watching:
             yield
-        finally:
-            watching.cancel()
-            await asyncio.gather(watching, return_exceptions=True)
         error = None if watching.cancelled() else watching.exception()
         if error is not None:
             raise error  # on_event raised, as it may from a CaseFinished
@@ -130,28 +107,20 @@ class Session:
         return self.started.retried_before + self.progress.retried
 
     async def _cases(self) -> None:
-        cache = self.store.judge_cache() if self.plan.cache else None
+        cache = self.store.judge_cache() if self.plan.options.cache else None
         try:
-            await self._run_cases(cache)
+            await run_cases(
+                self.store,
+                self.plan,
+                self.started,
+                worker=self.worker,
+                progress=self.progress,
+                limiter=self.limiter,
+                cache=cache,
+            )
         finally:
             if cache is not None:
                 cache.close()
-
-    async def _run_cases(self, cache: Any) -> None:
-        await run_cases(
-            self.store,
-            self.run,
-            self.cases,
-            worker=self.worker,
-            target=self.target,
-            judge=self.judge,
-            plan=self.plan,
-            progress=self.progress,
-            limiter=self.limiter,
-            labels=self.labels,
-            earlier=self.started.earlier,
-            cache=cache,
-        )
 
     async def execute(self, elsewhere: Callable[[], Awaitable[object]] | None = None) -> None:
         """Run the cases still to do with any other workers of the run, until none is left.

@@ -7,10 +7,10 @@ from typing import Literal
 
 from .._core.errors import RunStoreError, UsageProblem
 from ._options import PathLike
+from ._report import calibration_report, eval_report
 from ._results import CalibrationResult, EvalResult
+from ._store import RunInfo, StoreURL, open_store, store_location
 from ._summary import Comparison, compare_runs
-from .report import calibration_report, eval_report
-from .store import RunInfo, StoreURL, open_store, store_location
 
 __all__ = ["compare", "html_report", "runs"]
 

@@ -7,19 +7,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core.types import Usage
-from ..checks import _NO_SOURCE
 from ._money import money
 from ._stats import flip_rate, mcnemar_exact, wilson_interval
-from .store import CaseRecord, RunInfo
+from ._store import CaseRecord, RunInfo
 
 __all__ = [
     "CONFIDENCE",
     "Comparison",
     "Summary",
     "compare_runs",
-    "lacks_context",
     "measured",
-    "no_context_advice",
     "summarise",
     "trial_figures",
 ]
@@ -53,31 +50,6 @@ def measured(record: CaseRecord) -> bool:
     if record.outcome == "raised":  # the stored error reads "TypeName: message"
         return (record.error or "").split(":", 1)[0].strip() in _REFUSALS
     return False
-
-
-def lacks_context(record: CaseRecord) -> bool:
-    """Whether a check of the case failed for want of a context document with a source.
-
-    `checks.cites_source()` says so in its feedback when no document has a source, whether it
-    is the run's judge (or part of it) or the answer function's own (its `LowQualityAnswer`).
-    """
-    texts: list[Any] = [record.feedback]
-    for verdict in record.verdicts:
-        texts.append(verdict.get("feedback"))
-        texts += [c.get("feedback") for c in verdict.get("criteria") or () if isinstance(c, dict)]
-    return any(isinstance(text, str) and _NO_SOURCE in text for text in texts)
-
-
-def no_context_advice(without: int, cases: int) -> str:
-    """What to do when `without` of a run's `cases` had no context document to cite."""
-    some = "every case" if without == cases else f"{without} of {cases} cases"
-    return (
-        f"{some} failed cites_source because no context document with a source reached it: "
-        "the target recorded none and the golden file gave none. Call "
-        "refinekit.record_context(docs) in the target with the documents it used (each with "
-        "its source), or give them in the golden file's context column (in JSONL an object "
-        '{"text": ..., "source": ...} or a list of them; a CSV cell is text without a source)'
-    )
 
 
 @dataclass(frozen=True)
@@ -117,8 +89,8 @@ class Summary:
             first: retries and corrections; part of `answer`), `priced` and `unpriced` (cases
             stored by a session without prices). None when no case was priced.
         no_context: Cases a check failed because no context document with a source reached
-            it (`lacks_context`): the target recorded none and the row gave none. They count
-            as failed (see `no_context_advice` for the way out).
+            it (`CaseRecord.lacks_context`): the target recorded none and the row gave none.
+            They count as failed (`no_context_advice` says the way out).
         trials: With `trials` above 1 (`trial_figures`): `k`; over the counted cases,
             `pass_all` (pass^k: every trial passed; the pass rate itself) and `pass_any`
             (pass@k: at least one passed), each with its rate and 95% Wilson `lower` and
@@ -158,6 +130,27 @@ class Summary:
     def flip_interval(self) -> tuple[float, float]:
         """The 95% Wilson interval of the flip rate, `flipped` out of `repeated`."""
         return wilson_interval(self.flipped, self.repeated, CONFIDENCE)
+
+    @property
+    def no_context_advice(self) -> str | None:
+        """What to do when cases failed with no context document to cite (`no_context`).
+
+        None when none did.
+        """
+        if not self.no_context:
+            return None
+        some = (
+            "every case"
+            if self.no_context == self.cases
+            else f"{self.no_context} of {self.cases} cases"
+        )
+        return (
+            f"{some} failed cites_source because no context document with a source reached it: "
+            "the target recorded none and the golden file gave none. Call "
+            "refinekit.record_context(docs) in the target with the documents it used (each with "
+            "its source), or give them in the golden file's context column (in JSONL an object "
+            '{"text": ..., "source": ...} or a list of them; a CSV cell is text without a source)'
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The figures as a JSON-ready dict, as the run store keeps them (no `cost` unpriced)."""
@@ -208,7 +201,7 @@ def summarise(cases: Sequence[CaseRecord]) -> Summary:
         },
         seconds=sum(c.answer_seconds + c.judge_seconds for c in cases),
         cost=money(cases),
-        no_context=sum(lacks_context(c) for c in cases),
+        no_context=sum(c.lacks_context for c in cases),
         trials=trial_figures(cases),
         **count,
     )

@@ -1,51 +1,214 @@
 """The evaluation workflow from Python: `run` and `calibrate`, and their async twins.
 
 Their arguments are the fields of one options object (`EvalOptions`, `CalibrateOptions`:
-`refinekit.eval._options`), made once here or by the command line. Each owns its run from
-start to finish, as `refinekit eval` and `refinekit calibrate` do
-(they are these, with their output printed): it loads the data file, the target and the judge
-(a usage problem raises before anything runs), opens the run store, starts a run or resumes
-the newest unfinished one of the same call, runs the cases concurrently (each stored as it
-finishes), and stores the run complete with its figures.
+`refinekit.eval._options`), made once here. Each owns its run from start to finish, as
+`refinekit eval` and `refinekit calibrate` do (they are these, with their output printed): its
+plan loads the data file, the target and the judge (a usage problem raises before anything
+runs), the run store opens, a session starts a run or resumes the newest unfinished one of the
+same call and runs the cases concurrently (each stored as it finishes, here or on Ray workers),
+and the run is stored complete with its figures.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .._engine.bridge import run_blocking
+from ._calibration import calibrate as calibration_of
+from ._corrected import correct
+from ._money import money
 from ._options import CalibrateOptions, EvalOptions, signature_of
-from ._plans import CalibratePlan, EvalPlan, elsewhere
-from ._results import CalibrationResult, EvalResult
-from .store import open_store
+from ._plans import CalibratePlan, EvalPlan, RunPlan
+from ._ray import run_on_ray
+from ._results import CalibrationResult, EvalResult, RunEvent
+from ._session import Session
+from ._store import CaseRecord, RunInfo, StoreURL, open_store
+from ._summary import compare_runs, measured, summarise
 
-__all__ = [
-    "acalibrate",
-    "arun",
-    "calibrate",
-    "execute_calibrate",
-    "execute_eval",
-]
-
-# --- running them -------------------------------------------------------------------------------
+__all__ = ["acalibrate", "arun", "calibrate", "work"]
 
 
-async def execute_eval(options: EvalOptions) -> EvalResult:
-    """An eval run of `options`, from start to finish (what `arun` and `refinekit eval` do)."""
+async def _eval(options: EvalOptions) -> EvalResult:
+    """An eval run of `options`, from start to finish (what `run` and `arun` do)."""
     plan = EvalPlan(options)
     with open_store(plan.db) as store:
-        session, before = plan.session(store)
-        await session.execute(elsewhere(plan, session))
-        return plan.result(session, before)
+        before = plan.prepare(store)
+        session = Session(store, plan)
+        await session.execute(_elsewhere(plan, session))
+        return _eval_result(plan, session, before)
 
 
-async def execute_calibrate(options: CalibrateOptions) -> CalibrationResult:
-    """A calibration of `options`, from start to finish (`acalibrate`, `refinekit calibrate`)."""
+async def _calibrate(options: CalibrateOptions) -> CalibrationResult:
+    """A calibration of `options`, from start to finish (`calibrate`, `acalibrate`)."""
     plan = CalibratePlan(options)
     with open_store(plan.db) as store:
-        session = plan.session(store)
-        await session.execute(elsewhere(plan, session))
-        return plan.result(session)
+        session = Session(store, plan)
+        await session.execute(_elsewhere(plan, session))
+        return _calibration_result(plan, session)
+
+
+def _complete(
+    session: Session, records: Sequence[CaseRecord], figures: Mapping[str, Any]
+) -> tuple[RunInfo, bool]:
+    """Store the run complete with its `figures` and what every run keeps besides.
+
+    Returns:
+        The run as stored, and whether its setup failed (no case was measured).
+    """
+    setup_failed = not any(measured(r) for r in records)
+    kept: dict[str, Any] = {"retried": session.retried, "setup_failed": setup_failed}
+    if session.plan.options.cache:
+        hits = sum(r.judge_cache.get("hits", 0) for r in records)
+        misses = sum(r.judge_cache.get("misses", 0) for r in records)
+        kept["judge_cache"] = {"hits": hits, "misses": misses}
+    return session.complete({**figures, **kept}), setup_failed
+
+
+def _previous(session: Session, run: RunInfo) -> RunInfo | None:
+    """The run `compare="previous"` means: the newest earlier one that measured something."""
+    before = session.store.previous(run)
+    while before is not None and before.summary.get("setup_failed"):
+        before = session.store.previous(before)
+    return before
+
+
+def _eval_result(plan: EvalPlan, session: Session, before: RunInfo | None) -> EvalResult:
+    """Store the run complete; its figures and, when asked, the comparison."""
+    o = plan.options
+    records = session.records()
+    summary = summarise(records)
+    calibration = plan.judge_calibration
+    corrected = None if calibration is None else correct(summary, calibration)
+    run, setup_failed = _complete(
+        session,
+        records,
+        summary.as_dict()
+        | {"rate_limit_waits": session.limiter.waits, "cases_in_file": len(plan.cases)}
+        | ({"corrected": corrected.as_dict()} if corrected is not None else {})
+        | ({"judge_warning": plan.judge_warning} if plan.judge_warning else {}),
+    )
+    comparison = None
+    if o.compare is not None and not setup_failed:  # a failed setup measured nothing
+        if before is None:
+            before = _previous(session, run)
+        if before is not None:
+            comparison = compare_runs(before, session.store.cases(before.id), run, records)
+    return EvalResult(
+        run=run,
+        cases=records,
+        summary=summary,
+        setup_failed=setup_failed,
+        min_pass_rate=o.min_pass_rate,
+        comparison=comparison,
+        alpha=o.alpha,
+        db=session.db,
+        cases_in_file=len(plan.cases),
+        retried=session.retried,
+        rate_limit_waits=session.limiter.waits,
+        rate_limit_seconds=session.limiter.waited,
+        corrected=corrected,
+        judge_warning=plan.judge_warning,
+    )
+
+
+def _calibration_result(plan: CalibratePlan, session: Session) -> CalibrationResult:
+    """Store the calibration complete, with its figures."""
+    o = plan.options
+    records = session.records()
+    figures = calibration_of(
+        records, target_error=o.target_error, bins=o.bins, judge=plan.judge_name
+    )
+    spent = money(records)
+    run, setup_failed = _complete(
+        session, records, figures.as_dict() | ({"cost": spent} if spent is not None else {})
+    )
+    return CalibrationResult(
+        run=run,
+        cases=records,
+        calibration=figures,
+        setup_failed=setup_failed,
+        min_kappa=o.min_kappa,
+        db=session.db,
+        retried=session.retried,
+    )
+
+
+# --- on Ray -------------------------------------------------------------------------------------
+
+
+def _elsewhere(plan: RunPlan, session: Session) -> Callable[[], Awaitable[object]] | None:
+    """What runs the cases instead of this process: Ray workers joining the run.
+
+    Each worker gets the run's options as a worker of this run takes them (`_for_worker`) and
+    `work` to run them with; None for the local backend.
+    """
+    backend = plan.backend
+    if backend is None:
+        return None
+    options = _for_worker(plan, session.run.id)
+    return lambda: run_on_ray(backend, functools.partial(work, options), plan.dataset)
+
+
+def _for_worker(plan: RunPlan, run_id: int) -> EvalOptions | CalibrateOptions:
+    """The run's options as a Ray worker of run `run_id` takes them.
+
+    It joins that run in the same store (the SQLite file's absolute path, or the URL with its
+    credentials: it travels inside the cluster, as the tasks' other arguments do), answers
+    cases only (the driver has the gates, the comparison and the Ray tasks), and sends a
+    `module:name` target as its name, to be imported there.
+    """
+    db = plan.db._url if isinstance(plan.db, StoreURL) else str(plan.db.resolve())
+    common: dict[str, Any] = {
+        "db": db,
+        "resume": True,
+        "retry": (),
+        "on_event": None,
+        "run_id": run_id,
+        "backend": "local",
+        "ray_address": None,
+        "workers": None,
+    }
+    options = plan.options
+    if isinstance(options, EvalOptions):
+        # a `module:name` (or `path.py:name`) as the module it names, from any folder
+        target = plan.target_name if isinstance(options.target, str) else options.target
+        assert target is not None
+        return dataclasses.replace(
+            options,
+            target=target,
+            min_pass_rate=None,
+            compare=None,
+            calibration=None,
+            strict_calibration=False,
+            **common,
+        )
+    assert isinstance(options, CalibrateOptions)
+    return dataclasses.replace(options, min_kappa=None, **common)
+
+
+def work(
+    options: EvalOptions | CalibrateOptions,
+    data: Path,
+    on_event: Callable[[RunEvent], None],
+) -> None:
+    """A worker's part of a run, as a Ray task does it: cases claimed and stored until done.
+
+    `data` is the task's copy of the run's file; `on_event` is told as it goes.
+    """
+    plan: RunPlan
+    if isinstance(options, EvalOptions):
+        plan = EvalPlan(dataclasses.replace(options, golden=data, on_event=on_event))
+    else:
+        plan = CalibratePlan(dataclasses.replace(options, labelled=data, on_event=on_event))
+    with open_store(plan.db) as store:
+        run_blocking(Session(store, plan).execute)
+
+
+# --- from Python --------------------------------------------------------------------------------
 
 
 @signature_of(EvalOptions)
@@ -79,7 +242,7 @@ def run(*args: Any, **kwargs: Any) -> EvalResult:
             finished cases are stored, and the same call resumes (`CostLimitReached`, a
             `RunAborted`, for `max_cost`: with a higher one).
     """
-    return run_blocking(lambda: execute_eval(EvalOptions(*args, **kwargs)))
+    return run_blocking(lambda: _eval(EvalOptions(*args, **kwargs)))
 
 
 @signature_of(EvalOptions)
@@ -89,7 +252,7 @@ async def arun(*args: Any, **kwargs: Any) -> EvalResult:
     The arguments, result and errors are `run`'s. A cancelled run is stored incomplete, as an
     interrupted one is, and the same call resumes it.
     """
-    return await execute_eval(EvalOptions(*args, **kwargs))
+    return await _eval(EvalOptions(*args, **kwargs))
 
 
 @signature_of(CalibrateOptions)
@@ -113,10 +276,10 @@ def calibrate(*args: Any, **kwargs: Any) -> CalibrationResult:
         RunStoreError: The run store cannot be used.
         RunAborted: The judge is misconfigured or raised a bug; the finished items are stored.
     """
-    return run_blocking(lambda: execute_calibrate(CalibrateOptions(*args, **kwargs)))
+    return run_blocking(lambda: _calibrate(CalibrateOptions(*args, **kwargs)))
 
 
 @signature_of(CalibrateOptions)
 async def acalibrate(*args: Any, **kwargs: Any) -> CalibrationResult:
     """`calibrate`, on the running event loop; its arguments, result and errors."""
-    return await execute_calibrate(CalibrateOptions(*args, **kwargs))
+    return await _calibrate(CalibrateOptions(*args, **kwargs))

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from .._core.numbers import is_number, is_real, shown
 from .._core.redact import redact, register_secrets, safe_url, url_problem, url_secrets
@@ -71,6 +71,22 @@ class Counters:
             self.misses += 1
 
 
+_D = TypeVar("_D", bound="_Database")
+
+
+class _Database(Counters):
+    """A cache in a database: a context manager that closes its connection on exit."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _D) -> _D:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
 class MemoryCache(Counters):
     """A judge cache in this process's memory: bounded, least recently used out first.
 
@@ -121,7 +137,7 @@ class MemoryCache(Counters):
         return f"MemoryCache(entries={len(self)}, max_entries={self.max_entries})"
 
 
-class SQLiteCache(Counters):
+class SQLiteCache(_Database):
     """A judge cache in an SQLite file: one table, shared by threads and processes.
 
     The file is opened in WAL mode with a busy timeout, so several processes (parallel eval
@@ -204,17 +220,11 @@ class SQLiteCache(Counters):
         with self._lock:
             self._db.close()
 
-    def __enter__(self) -> SQLiteCache:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"SQLiteCache({str(self.path)!r})"
 
 
-class PostgresCache(Counters):
+class PostgresCache(_Database):
     """A judge cache in a PostgreSQL database: one table, shared by every process and machine.
 
     The table is `refinekit_judge_cache` (key, value, the time stored), made if missing; a
@@ -313,12 +323,6 @@ class PostgresCache(Counters):
     def close(self) -> None:
         """Close the connection. Closing twice is harmless."""
         self._db.close()
-
-    def __enter__(self) -> PostgresCache:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresCache({self.where!r})"

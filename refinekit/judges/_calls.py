@@ -23,7 +23,8 @@ from .._core.redact import redacted_logs
 from .._core.types import Usage
 from .._engine.budget import request_tokens
 from .._engine.job import current_job
-from .._engine.reserve import Reservation, judge_call
+from .._engine.ledger import add_judge_usage
+from .._engine.reserve import Reservation, ensure, judge_call
 from .._providers.anthropic_client import api_error as anthropic_api_error
 from .._providers.anthropic_client import bounded as anthropic_bounded
 from .._providers.openai_client import api_error, bounded
@@ -71,7 +72,7 @@ def _record(completion: Any, reservation: Reservation | None = None) -> None:
     job = current_job()
     if job is not None:
         usage = usage_of(completion) or Usage(model_calls=1)
-        job._add_judge_usage(usage, model_of(completion), reservation)
+        add_judge_usage(job, usage, model_of(completion), reservation)
 
 
 class Complete:
@@ -172,7 +173,7 @@ class Structured:
         planned = f"judge call to model {self.judge.model!r}"
 
         def before(kwargs: dict[str, Any]) -> None:
-            held.ensure(planned, self.judge.model, request_tokens(kwargs))
+            ensure(held, planned, self.judge.model, request_tokens(kwargs))
 
         if is_async:
 

@@ -9,8 +9,8 @@ from .._engine.flow import Flow
 from .._engine.policy import JudgeErrorPolicy
 from .._engine.prompts import DATA_RULE, context_text, delimit, tool_calls_block
 from ._base import Judge, yes_no
-from ._cache import cached
-from ._calls import Complete, reply_text_of
+from ._cache import Cached, cached
+from ._calls import Complete, Structured, reply_text_of
 from ._client import JudgeModel
 
 RELEVANCY_TASK = (
@@ -32,8 +32,40 @@ def _messages(task: str, *parts: str) -> list[dict[str, Any]]:
     ]
 
 
-class _Relevancy(Judge):
+class _YesNo(Judge):
+    """A judge that asks one yes/no question: `failed` is a failing answer's feedback."""
+
+    failed: str
+
+    def _read(self, completion: Any) -> tuple[bool, str]:
+        """Whether the reply says yes, and its text."""
+        text = reply_text_of(self.judge_model, completion)
+        return yes_no(self.judge_model, text), text
+
+    def _ask(self, messages: list[dict[str, Any]]) -> Complete | Structured | Cached:
+        """The question's command (a cached model call, an 8-token reply)."""
+        return cached(
+            self.name,
+            Complete(self.judge_model, self.judge_model.request(messages, 8)),
+            self._read,
+        )
+
+    def _verdict(self, completion: Any) -> Verdict:
+        passed, text = self._read(completion)
+        return Verdict(
+            passed=passed,
+            score=1.0 if passed else 0.0,
+            feedback="" if passed else self.failed,
+            metadata={"judge": self.name, "reply": text[:200]},
+        )
+
+
+class _Relevancy(_YesNo):
     name = "relevancy"
+    failed = (
+        "The answer is not in line with the context for the question: answer the question from "
+        "the context given."
+    )
 
     def __init__(
         self, judge_model: JudgeModel, strict: bool, policy: JudgeErrorPolicy | None
@@ -56,25 +88,15 @@ class _Relevancy(Judge):
             *tool_calls_block(request),
             delimit("answer", request.answer),
         )
-        completion = yield cached(
-            self.name,
-            Complete(self.judge_model, self.judge_model.request(messages, 8)),
-            self._read,
-        )
-        passed, text = self._read(completion)
-        return Verdict(
-            passed=passed,
-            score=1.0 if passed else 0.0,
-            feedback=""
-            if passed
-            else "The answer is not in line with the context for the question: answer the "
-            "question from the context given.",
-            metadata={"judge": self.name, "reply": text[:200]},
-        )
+        completion = yield self._ask(messages)
+        return self._verdict(completion)
 
 
-class _FactCheck(Judge):
+class _FactCheck(_YesNo):
     name = "fact_check"
+    failed = (
+        "The answer states something the context does not support: keep to what the context says."
+    )
 
     def __init__(
         self,
@@ -86,11 +108,6 @@ class _FactCheck(Judge):
         if prompt not in ("default", "minicheck"):
             raise ValueError(f"prompt must be 'default' or 'minicheck', got {prompt!r}")
         self.prompt = prompt
-
-    def _read(self, completion: Any) -> tuple[bool, str]:
-        """Whether the reply says the claim is supported, and its text."""
-        text = reply_text_of(self.judge_model, completion)
-        return yes_no(self.judge_model, text), text
 
     def _judge(self, request: EvaluationRequest) -> Flow[Verdict]:
         document = "\n\n".join(d.text for d in request.context)
@@ -107,21 +124,8 @@ class _FactCheck(Judge):
                 *tool_calls_block(request),
                 delimit("claim", request.answer),
             )
-        completion = yield cached(
-            self.name,
-            Complete(self.judge_model, self.judge_model.request(messages, 8)),
-            self._read,
-        )
-        passed, text = self._read(completion)
-        return Verdict(
-            passed=passed,
-            score=1.0 if passed else 0.0,
-            feedback=""
-            if passed
-            else "The answer states something the context does not support: keep to what the "
-            "context says.",
-            metadata={"judge": self.name, "reply": text[:200]},
-        )
+        completion = yield self._ask(messages)
+        return self._verdict(completion)
 
 
 def relevancy(

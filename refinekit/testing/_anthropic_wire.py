@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _openai_wire
 from ._script import Error, Malformed, NoChoices, RecordedRequest, Reply, Text, ToolCall
-from ._wire import API_KEY, Event, Ids, Response, Role, Streamed, sse, usage
+from ._wire import API_KEY, Event, Ids, Response, Role, Streamed, error_response, sse, usage
 
 if TYPE_CHECKING:
     import anthropic
@@ -93,19 +93,15 @@ def async_client(base_url: str, kwargs: dict[str, Any]) -> anthropic.AsyncAnthro
 
 
 def error(
-    status: int,
-    message: str,
-    *,
-    param: str | None = None,
-    code: str | None = None,
-    type: str | None = None,
-    retry_after: str | None = None,
+    status: int, message: str, *, param: str | None = None, code: str | None = None
 ) -> Response:
-    """An error response in Anthropic's shape (`param` and `code` are OpenAI's: not sent)."""
+    """The server's own error in Anthropic's shape (`param` and `code` are OpenAI's: not sent)."""
+    return error_response(status, _error_body(status, message, None))
+
+
+def _error_body(status: int, message: str, type: str | None) -> dict[str, Any]:
     kind = type or _ERROR_TYPES.get(status) or ("api_error" if status >= 500 else None)
-    body = {"type": "error", "error": {"type": kind or "invalid_request_error", "message": message}}
-    headers = (("retry-after", retry_after),) if retry_after is not None else ()
-    return Response(status, json.dumps(body).encode(), headers)
+    return {"type": "error", "error": {"type": kind or "invalid_request_error", "message": message}}
 
 
 def _input_messages(request: RecordedRequest) -> list[Any]:
@@ -185,7 +181,8 @@ def answer(reply: Reply, request: RecordedRequest, ids: Ids) -> Response:
             reply.completion_tokens,
         )
     if isinstance(reply, Error):
-        return error(reply.status, reply.message, type=reply.type, retry_after=reply.retry_after)
+        body = _error_body(reply.status, reply.message, reply.type)
+        return error_response(reply.status, body, reply.retry_after)
     if isinstance(reply, NoChoices):
         return _message(request, ids, [], "end_turn", "", None, 0)
     if isinstance(reply, Malformed):

@@ -110,17 +110,7 @@ class FakeJudge:
         return self.verdicts[asked - 1]
 
     async def aevaluate(self, request: EvaluationRequest) -> Verdict:
-        """Record the request and return the next scripted verdict, as a coroutine.
-
-        Args:
-            request: What to judge.
-
-        Returns:
-            The next scripted verdict.
-
-        Raises:
-            AssertionError: Every scripted verdict has been returned already.
-        """
+        """`evaluate`, as a coroutine: record the request, return the next scripted verdict."""
         return self.evaluate(request)
 
     def __repr__(self) -> str:

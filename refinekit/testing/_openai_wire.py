@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._script import Error, Malformed, NoChoices, RecordedRequest, Reply, Text, ToolCall
-from ._wire import Event, Ids, Response, Streamed, sse, usage
+from ._wire import Event, Ids, Response, Streamed, error_response, sse, usage
 
 __all__ = ["CHAT_PATH", "answer", "error", "stream"]
 
@@ -108,25 +108,17 @@ def error_type(status: int) -> str:
 
 
 def error(
-    status: int,
-    message: str,
-    *,
-    param: str | None = None,
-    code: str | None = None,
-    type: str | None = None,
-    retry_after: str | None = None,
+    status: int, message: str, *, param: str | None = None, code: str | None = None
 ) -> Response:
-    """An error response in OpenAI's shape."""
-    body = {
-        "error": {
-            "message": message,
-            "type": type or error_type(status),
-            "param": param,
-            "code": code,
-        }
-    }
-    headers = (("retry-after", retry_after),) if retry_after is not None else ()
-    return Response(status, json.dumps(body).encode(), headers)
+    """The server's own error in OpenAI's shape."""
+    return error_response(status, _error_body(status, message, param, code, None))
+
+
+def _error_body(
+    status: int, message: str, param: str | None, code: str | None, type: str | None
+) -> dict[str, Any]:
+    kind = type or error_type(status)
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def answer(reply: Reply, request: RecordedRequest, ids: Ids) -> Response:
@@ -150,13 +142,8 @@ def answer(reply: Reply, request: RecordedRequest, ids: Ids) -> Response:
         counted = _usage(request, reply.arguments, reply.prompt_tokens, reply.completion_tokens)
         return _completion(request, ids, [_choice(message, None, "tool_calls")], counted)
     if isinstance(reply, Error):
-        return error(
-            reply.status,
-            reply.message,
-            type=reply.type,
-            code=reply.code,
-            retry_after=reply.retry_after,
-        )
+        body = _error_body(reply.status, reply.message, None, reply.code, reply.type)
+        return error_response(reply.status, body, reply.retry_after)
     if isinstance(reply, NoChoices):
         return _completion(request, ids, [], _usage(request, "", None, 0))
     if isinstance(reply, Malformed):

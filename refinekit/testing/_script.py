@@ -426,19 +426,21 @@ class Delay(Reply):
 
 
 @dataclass(frozen=True)
-class Hang(Reply):
-    """`Reply.hang`: never answer; with `after`, stall a stream after that many chunks."""
+class _Stops(Reply):
+    """A reply that stops: at once, or a stream of `then` after `after` chunks."""
 
     after: int | None = None
     then: Text | ToolCall | None = None
 
 
 @dataclass(frozen=True)
-class Disconnect(Reply):
-    """`Reply.disconnect`: close the connection without a response, or a stream mid-way."""
+class Hang(_Stops):
+    """`Reply.hang`: never answer; with `after`, stall a stream after that many chunks."""
 
-    after: int | None = None
-    then: Text | ToolCall | None = None
+
+@dataclass(frozen=True)
+class Disconnect(_Stops):
+    """`Reply.disconnect`: close the connection without a response, or a stream mid-way."""
 
 
 @dataclass(frozen=True)
@@ -449,11 +451,8 @@ class Truncated(Reply):
 
 
 @dataclass(frozen=True)
-class Malformed(Reply):
+class Malformed(_Stops):
     """`Reply.malformed`: HTTP 200 and a body that is not JSON; or a stream's bad chunk."""
-
-    after: int | None = None
-    then: Text | ToolCall | None = None
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ __all__ = [
     "Response",
     "Streamed",
     "Wire",
+    "error_response",
     "is_streamed",
     "render",
     "sse",
@@ -105,6 +106,12 @@ class Ids:
 
     completions: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     tool_calls: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+
+def error_response(status: int, body: dict[str, Any], retry_after: str | None = None) -> Response:
+    """An error response: its JSON body, and the `retry-after` header when one is given."""
+    headers = (("retry-after", retry_after),) if retry_after is not None else ()
+    return Response(status, json.dumps(body).encode(), headers)
 
 
 class Wire(Protocol):

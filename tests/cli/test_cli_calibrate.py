@@ -11,7 +11,7 @@ import pytest
 from helpers import JUDGE_CLIENT, Cli, Result, Workspace, judge_replies, yes_no
 
 from refinekit.eval._stats import wilson_interval
-from refinekit.eval.store._sqlite import SQLiteStore
+from refinekit.eval._store._sqlite import SQLiteStore
 from refinekit.testing import Reply, ScriptedOpenAI
 
 CRITERIA_JUDGE = (

@@ -40,8 +40,8 @@ from helpers import (
 from refinekit import JudgeUnavailable
 from refinekit.eval._ratelimit import RateLimiter
 from refinekit.eval._stats import mcnemar_exact, wilson_interval
+from refinekit.eval._store._sqlite import CaseRecord, RunInfo, SQLiteStore
 from refinekit.eval._summary import compare_runs
-from refinekit.eval.store._sqlite import CaseRecord, RunInfo, SQLiteStore
 from refinekit.testing import Reply, ScriptedOpenAI, set_testing
 
 SECRET = "sk-proj-Zq81vXw2mNe4RtY6uI0oP9aS"

@@ -19,7 +19,7 @@ from helpers import Cli, Workspace
 
 import refinekit
 from refinekit.eval._stats import wilson_interval
-from refinekit.eval.store._sqlite import SQLiteStore
+from refinekit.eval._store._sqlite import SQLiteStore
 
 # the target leaves a file behind when it runs: a usage error must leave none
 MARKING = """

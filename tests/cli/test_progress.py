@@ -20,7 +20,8 @@ from refinekit.cli._progress import PLAIN_SECONDS, ProgressDisplay, duration, fi
 from refinekit.eval import CaseFinished, CaseRecord, EvalOptions, RunEvent, RunProgress
 from refinekit.eval._cases import load_cases
 from refinekit.eval._plans import EvalPlan
-from refinekit.eval.store._sqlite import SQLiteStore
+from refinekit.eval._session import Session
+from refinekit.eval._store._sqlite import SQLiteStore
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -252,7 +253,7 @@ def test_run_progress_is_told_while_other_workers_answer(
             await asyncio.sleep(0)
 
     with SQLiteStore(db) as store:
-        session, _ = plan.session(store)
+        session = Session(store, plan)
         asyncio.run(session.execute(elsewhere))
 
     told = [(e.done, e.total) for e in events if isinstance(e, RunProgress)]

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 import refinekit
 from refinekit import EvaluationRequest, Verdict, guarded, retry_on_low_quality, reviewed
 from refinekit import self_correct as self_correct_
-from refinekit._engine import wrapper as _decorate
+from refinekit._engine import options as _options
 
 DECORATORS = ["retry_on_low_quality", "self_correct", "reviewed", "guarded"]
 PICKLERS = {"pickle": pickle, "cloudpickle": cloudpickle}
@@ -318,7 +318,7 @@ def test_an_option_that_does_not_pickle_is_named() -> None:
 def test_without_cloudpickle_a_local_function_says_what_to_do(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_decorate, "_cloudpickle_dumps", lambda: None)
+    monkeypatch.setattr(_options, "_cloudpickle_dumps", lambda: None)
     with pytest.raises(pickle.PicklingError, match=r"pip install cloudpickle.*module level"):
         pickle.dumps(local("reviewed", "sync"))
     assert pickle.loads(pickle.dumps(reviewed_sync)) is reviewed_sync  # by name, unchanged

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from refinekit.eval._calibration import calibrate, recommend_thresholds
 from refinekit.eval._stats import ReliabilityBin, wilson_interval
-from refinekit.eval.store import CaseOutcome, CaseRecord
+from refinekit.eval._store import CaseOutcome, CaseRecord
 from refinekit.judges import Criterion
 
 T, F = True, False  # the people's label: pass, fail

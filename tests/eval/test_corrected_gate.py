@@ -23,7 +23,7 @@ import refinekit.eval
 from refinekit import EvaluationRequest
 from refinekit.eval import EvalResult, UsageProblem
 from refinekit.eval._stats import corrected_interval, wilson_interval
-from refinekit.eval.store._sqlite import SQLiteStore
+from refinekit.eval._store._sqlite import SQLiteStore
 
 
 def lenient(request: EvaluationRequest) -> bool:
@@ -253,7 +253,7 @@ def test_the_cli_prints_the_corrected_rate_and_gates_on_it(
 
 
 def test_the_report_holds_the_gate_against_the_corrected_bound(files: dict[str, Path]) -> None:
-    from refinekit.eval.report import eval_report
+    from refinekit.eval._report import eval_report
 
     run = calibrated(files)
     corrected = evaluated(files, calibration=run, min_pass_rate=0.45)

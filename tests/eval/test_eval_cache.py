@@ -25,7 +25,7 @@ from helpers import (
 import refinekit.eval
 from refinekit import EvaluationRequest, judges
 from refinekit.eval import EvalResult
-from refinekit.eval.store._postgres import PostgresStore
+from refinekit.eval._store._postgres import PostgresStore
 from refinekit.judges import JudgeCache, PostgresCache, SQLiteCache
 from refinekit.testing import ScriptedOpenAI
 

@@ -15,7 +15,7 @@ from helpers import CRITERIA_JUDGE, Cli, Workspace, table
 import refinekit.eval
 from refinekit import Prices
 from refinekit.eval import CostLimitReached, RunAborted, UsageProblem
-from refinekit.eval.store._sqlite import SQLiteStore
+from refinekit.eval._store._sqlite import SQLiteStore
 from refinekit.testing import Reply, ScriptedOpenAI
 
 ANSWER = """

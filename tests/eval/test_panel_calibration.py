@@ -19,8 +19,8 @@ from helpers import Cli, judge_replies, write_csv
 import refinekit.eval
 from refinekit import EvaluationRequest, judges
 from refinekit.eval._calibration import Calibration
-from refinekit.eval.report import calibration_report
-from refinekit.eval.store._sqlite import SQLiteStore
+from refinekit.eval._report import calibration_report
+from refinekit.eval._store._sqlite import SQLiteStore
 from refinekit.testing import ScriptedOpenAI
 
 # people pass a1-a4; exact passes a1-a5 (wrong on a5); the model passes a1 a2 a4 a6 (wrong

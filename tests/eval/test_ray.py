@@ -25,8 +25,8 @@ from pydantic import BaseModel
 import refinekit
 import refinekit.eval
 from refinekit import self_correct
-from refinekit.eval.store import open_store
-from refinekit.eval.store._postgres import PostgresStore
+from refinekit.eval._store import open_store
+from refinekit.eval._store._postgres import PostgresStore
 from refinekit.testing import RecordedRequest, ScriptedOpenAI
 
 pytest.importorskip("ray.data", reason="refinekit[ray] is not installed")

@@ -29,11 +29,11 @@ import pytest
 from refinekit._core.types import Usage
 from refinekit.cli import main
 from refinekit.eval._calibration import Calibration, calibrate
+from refinekit.eval._report import calibration_report, eval_report
+from refinekit.eval._report._html import ANSWER_LIMIT, CSP, DETAILED_LIMIT, esc
 from refinekit.eval._stats import wilson_interval
+from refinekit.eval._store._sqlite import CaseRecord, SQLiteStore
 from refinekit.eval._summary import compare_runs, summarise
-from refinekit.eval.report import calibration_report, eval_report
-from refinekit.eval.report._html import ANSWER_LIMIT, CSP, DETAILED_LIMIT, esc
-from refinekit.eval.store._sqlite import CaseRecord, SQLiteStore
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -1171,7 +1171,7 @@ def test_a_missing_chromium_skips_only_outside_ci(
 
 
 def test_a_messages_code_spans_are_code_and_their_text_stays_escaped() -> None:
-    from refinekit.eval.report._html import prose
+    from refinekit.eval._report._html import prose
 
     assert prose("run `refinekit runs` first") == "run <code>refinekit runs</code> first"
     assert prose("`<script>` & `a'b`") == "<code>&lt;script&gt;</code> &amp; <code>a&#x27;b</code>"

@@ -26,13 +26,13 @@ import refinekit.eval
 from refinekit import Usage
 from refinekit._core.redact import safe_url
 from refinekit.eval import UsageProblem
-from refinekit.eval.store import _postgres as pgstore
-from refinekit.eval.store import _sqlite as runstore
-from refinekit.eval.store import open_store
-from refinekit.eval.store._claims import HOST, LEASE_SECONDS
-from refinekit.eval.store._postgres import PostgresStore
-from refinekit.eval.store._sql import SQLStore
-from refinekit.eval.store._sqlite import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
+from refinekit.eval._store import _postgres as pgstore
+from refinekit.eval._store import _sqlite as runstore
+from refinekit.eval._store import open_store
+from refinekit.eval._store._claims import HOST, LEASE_SECONDS
+from refinekit.eval._store._postgres import PostgresStore
+from refinekit.eval._store._sql import SQLStore
+from refinekit.eval._store._sqlite import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
 from refinekit.judges import PostgresCache, SQLiteCache
 from refinekit.testing import ScriptedOpenAI
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from helpers import ASKING, Cli, Workspace, answers, asked, refinekit_process
 
-from refinekit.eval.store import open_store
+from refinekit.eval._store import open_store
 from refinekit.testing import Reply, ScriptedOpenAI
 
 ANSWER = (

@@ -154,8 +154,8 @@ def test_the_cli_prints_one_row_per_case_and_the_pass_k_lines(golden: Path, cli:
 
 
 def test_the_report_has_one_row_per_case_and_the_pass_k_table(golden: Path, tmp_path: Path) -> None:
-    from refinekit.eval.report import eval_report
-    from refinekit.eval.store._sqlite import SQLiteStore
+    from refinekit.eval._report import eval_report
+    from refinekit.eval._store._sqlite import SQLiteStore
 
     db = tmp_path / "r.db"
     result = refinekit.eval.run(golden, target=answer, judge=good, trials=3, db=db)

@@ -33,7 +33,7 @@ from typing import Any
 
 from helpers import refinekit_process
 
-from refinekit.eval.store import open_store
+from refinekit.eval._store import open_store
 from refinekit.testing import Reply, ScriptedOpenAI
 
 WORKERS = 3

@@ -41,7 +41,7 @@ from faultmix import (
     _step,
 )
 
-from refinekit.eval.store._sqlite import CaseRecord, RunInfo, SQLiteStore
+from refinekit.eval._store._sqlite import CaseRecord, RunInfo, SQLiteStore
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 TRIES = 6  # refinekit eval tries a rate-limited call this many times in all

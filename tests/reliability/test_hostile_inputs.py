@@ -42,7 +42,7 @@ from refinekit import (
 )
 from refinekit._core.redact import safe_url, url_problem
 from refinekit.eval import RunStoreError, StoreURL, UsageProblem
-from refinekit.eval.store._sqlite import SQLiteStore
+from refinekit.eval._store._sqlite import SQLiteStore
 from refinekit.judges import PostgresCache, SQLiteCache
 from refinekit.testing import Reply, ScriptedOpenAI, set_testing
 

@@ -41,63 +41,16 @@ __all__ = [
 
 DEFAULT_DB = Path(".refinekit") / "runs.db"
 
-_V1 = """
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    kind TEXT NOT NULL,
-    status TEXT NOT NULL,
-    dataset TEXT NOT NULL,
-    dataset_sha256 TEXT NOT NULL,
-    target TEXT,
-    judge TEXT,
-    options TEXT NOT NULL,
-    fingerprint TEXT NOT NULL,
-    version TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    finished_at REAL,
-    pid INTEGER,
-    summary TEXT NOT NULL DEFAULT '{}'
-);
-CREATE INDEX IF NOT EXISTS runs_by_fingerprint ON runs (fingerprint, id);
-CREATE TABLE IF NOT EXISTS cases (
-    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    key TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    question TEXT NOT NULL,
-    row TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    answer TEXT,
-    error TEXT,
-    feedback TEXT NOT NULL,
-    score REAL,
-    probability REAL,
-    label TEXT,
-    verdicts TEXT NOT NULL,
-    passes INTEGER NOT NULL,
-    judgements INTEGER NOT NULL,
-    flipped INTEGER NOT NULL,
-    attempts INTEGER NOT NULL,
-    corrections INTEGER NOT NULL,
-    answer_seconds REAL NOT NULL,
-    judge_seconds REAL NOT NULL,
-    finished_at REAL NOT NULL,
-    PRIMARY KEY (run_id, key)
-);
-CREATE TABLE IF NOT EXISTS calls (
-    run_id INTEGER NOT NULL,
-    key TEXT NOT NULL,
-    role TEXT NOT NULL,
-    model_calls INTEGER NOT NULL,
-    prompt_tokens INTEGER NOT NULL,
-    completion_tokens INTEGER NOT NULL,
-    PRIMARY KEY (run_id, key, role),
-    FOREIGN KEY (run_id, key) REFERENCES cases (run_id, key) ON DELETE CASCADE
-);
-"""
-
-_MIGRATIONS = schema_steps(_V1, real="REAL", run_id="INTEGER")
+_MIGRATIONS = schema_steps(
+    create="CREATE TABLE IF NOT EXISTS",
+    index="CREATE INDEX IF NOT EXISTS",
+    identity="INTEGER PRIMARY KEY AUTOINCREMENT",
+    real="REAL",
+    run_id="INTEGER",
+    tokens="INTEGER",
+)
 """The schema's steps: `_MIGRATIONS[n - 1]` takes a store from version n - 1 to n (version 0:
-an empty file). Steps after the first are the PostgreSQL store's too (`_sqlbase.schema_steps`):
+an empty file), the PostgreSQL store's in SQLite's words (`_sqlbase.schema_steps`):
 a change to the schema is a step appended there, never an edit of an old step.
 
 Version 1: runs, cases, calls. Version 2: workers (who runs a run, with a lease) and claims

@@ -9,10 +9,10 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 
-from .._money import usd
+from ..._core.numbers import usd
 from .._stats import wilson_interval
+from .._store import CaseRecord, RunInfo
 from .._summary import CONFIDENCE, Summary
-from ..store import CaseRecord, RunInfo
 from ._charts import Point, history_svg
 from ._html import (
     CELL_LIMIT,
@@ -25,6 +25,7 @@ from ._html import (
     disclosure,
     esc,
     fmt3,
+    not_listed,
     number,
     one_line,
     recent,
@@ -182,11 +183,7 @@ def consistency_section(s: Summary, cases: Sequence[CaseRecord]) -> str:
         f"{esc(one_line(c.question, CELL_LIMIT))}</td></tr>"
         for c in flipped[:LISTED_LIMIT]
     )
-    more = (
-        f'<p class="muted">{len(flipped) - LISTED_LIMIT} more not listed.</p>'
-        if len(flipped) > LISTED_LIMIT
-        else ""
-    )
+    more = not_listed(len(flipped))
     table = (
         '<table><tr><th class="n">#</th><th class="n">verdicts passing</th><th>outcome</th>'
         f"<th>question</th></tr>{rows}</table>{more}"

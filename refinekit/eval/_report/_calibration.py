@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 from .._calibration import Calibration
 from .._stats import wilson_interval
+from .._store import CaseRecord, RunInfo, RunStore
 from .._summary import CONFIDENCE
-from ..store import CaseRecord, RunInfo, RunStore
 from ._cases import case_article
 from ._charts import Point, history_svg, reliability_svg
 from ._html import (
@@ -22,6 +22,7 @@ from ._html import (
     fmt3,
     gate_results,
     incomplete_note,
+    not_listed,
     number,
     one_line,
     page,
@@ -29,6 +30,7 @@ from ._html import (
     recent,
     run_meta,
     section,
+    stored_run,
     toc,
     when,
     whole,
@@ -59,15 +61,7 @@ def calibration_report(
         RunStoreError: No run has this id.
         ValueError: The run is not a calibrate run.
     """
-    run = store.run(run_id)
-    if run.kind != "calibrate":
-        raise ValueError(f"run {run_id} is a {run.kind} run, not a calibrate run")
-    cases = store.cases(run_id)
-    history = [
-        r
-        for r in store.runs(kind="calibrate", dataset=run.dataset)
-        if r.status == "complete" or r.id == run.id
-    ]
+    run, cases, history = stored_run(store, run_id, "calibrate")
     c = calibration
     judged = [
         (i, case)
@@ -459,11 +453,7 @@ def _not_judged(cases: Sequence[CaseRecord]) -> str:
         f'<td class="text">{esc(one_line(x.error or "", CELL_LIMIT * 2))}</td></tr>'
         for x in cases[:LISTED_LIMIT]
     )
-    more = (
-        f'<p class="muted">{len(cases) - LISTED_LIMIT} more not listed.</p>'
-        if len(cases) > LISTED_LIMIT
-        else ""
-    )
+    more = not_listed(len(cases))
     return (
         "<p>Items the judge could not judge; they are left out of every figure.</p>"
         '<table class="wide"><tr><th class="n">#</th><th>outcome</th><th>question</th>'

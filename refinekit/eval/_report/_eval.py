@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..._core.numbers import usd
 from .._money import total as total_cost
-from .._money import usd
-from .._summary import Comparison, Summary, no_context_advice, summarise
-from ..store import CaseRecord, RunInfo, RunStore
+from .._store import CaseRecord, RunInfo, RunStore
+from .._summary import Comparison, Summary, summarise
 from ._cases import case_article
 from ._figures import (
     attempts_section,
@@ -32,12 +32,14 @@ from ._html import (
     fmt_p,
     gate_results,
     incomplete_note,
+    not_listed,
     number,
     one_line,
     page,
     prose,
     run_meta,
     section,
+    stored_run,
     toc,
     when,
     whole,
@@ -77,16 +79,8 @@ def eval_report(
         RunStoreError: No run has this id.
         ValueError: The run is not an eval run.
     """
-    run = store.run(run_id)
-    if run.kind != "eval":
-        raise ValueError(f"run {run_id} is a {run.kind} run, not an eval run")
-    cases = store.cases(run_id)
+    run, cases, history = stored_run(store, run_id, "eval")
     summary = summarise(cases)
-    history = [
-        r
-        for r in store.runs(kind="eval", dataset=run.dataset)
-        if r.status == "complete" or r.id == run.id
-    ]
     failing = [(i, c) for i, c in enumerate(cases) if c.outcome != "passed"]
     setup_failed = bool(run.summary.get("setup_failed"))
     corrected = run.summary.get("corrected")
@@ -198,9 +192,9 @@ def _glance(s: Summary, setup_failed: bool) -> str:
 
 def _no_context(s: Summary) -> str:
     """The note when cases failed `cites_source` for want of context (nothing otherwise)."""
-    if not s.no_context:
+    advice = s.no_context_advice
+    if advice is None:
         return ""
-    advice = no_context_advice(s.no_context, s.cases)
     return f'<p class="warn">{esc(advice[0].upper() + advice[1:])}.</p>'
 
 
@@ -401,11 +395,7 @@ def _comparison(c: Comparison) -> str:
             + "</tr>"
             for was, now in items[:LISTED_LIMIT]
         )
-        more = (
-            f'<p class="muted">{len(items) - LISTED_LIMIT} more not listed.</p>'
-            if len(items) > LISTED_LIMIT
-            else ""
-        )
+        more = not_listed(len(items))
         head = (
             f'<tr><th class="n">#</th><th>run {before.id}</th><th>this run</th><th>question</th>'
             + ("<th>feedback / error now</th>" if notes else "")

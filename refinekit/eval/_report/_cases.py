@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..store import CaseRecord
+from .._store import CaseRecord
 from ._html import (
     ANSWER_LIMIT,
     NOTE_LIMIT,

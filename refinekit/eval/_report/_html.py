@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any
 
 from ..._core.package import version
-from ..store import RunInfo
+from .._store import CaseRecord, RunInfo, RunStore
 
 __all__ = [
     "ANSWER_LIMIT",
@@ -42,6 +42,7 @@ __all__ = [
     "fmt_p",
     "incomplete_note",
     "meta",
+    "not_listed",
     "number",
     "one_line",
     "outcome_class",
@@ -52,6 +53,7 @@ __all__ = [
     "run_meta",
     "section",
     "shorten",
+    "stored_run",
     "style",
     "toc",
     "value_text",
@@ -68,6 +70,38 @@ CELL_LIMIT = 120  # characters of a text in the all-cases table
 DETAILED_LIMIT = 200  # cases shown in full in a list of failing cases or disagreements
 LISTED_LIMIT = 200  # rows of a list of regressions, improvements, flips
 HISTORY_LIMIT = 60  # stored runs in a history chart
+
+
+def not_listed(rows: int) -> str:
+    """The note under a list of `rows` rows cut at `LISTED_LIMIT` ('' when none is cut)."""
+    if rows <= LISTED_LIMIT:
+        return ""
+    return f'<p class="muted">{rows - LISTED_LIMIT} more not listed.</p>'
+
+
+def stored_run(
+    store: RunStore, run_id: int, kind: str
+) -> tuple[RunInfo, list[CaseRecord], list[RunInfo]]:
+    """A stored run a report is of, its cases, and the history it is charted in.
+
+    The history is the complete runs of its kind over the same file, and the run itself.
+
+    Raises:
+        RunStoreError: No run has this id.
+        ValueError: The run is not of `kind`.
+    """
+    run = store.run(run_id)
+    if run.kind != kind:
+        raise ValueError(
+            f"run {run_id} is a {run.kind} run, not a{'n' if kind == 'eval' else ''} {kind} run"
+        )
+    history = [
+        r
+        for r in store.runs(kind=kind, dataset=run.dataset)
+        if r.status == "complete" or r.id == run.id
+    ]
+    return run, store.cases(run_id), history
+
 
 OUTCOMES = ("passed", "failed", "raised", "unavailable", "inconclusive")
 _STATUSES = ("complete", "incomplete", "running")

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 
 from ..._core.redact import safe_url
 from ..._core.types import Usage
+from ...checks import _NO_SOURCE
 
 __all__ = [
     "CappedClaim",
@@ -159,6 +160,22 @@ class CaseRecord:
             return []
         criteria = self.verdicts[0].get("criteria") or []
         return [c for c in criteria if isinstance(c, dict)]
+
+    @property
+    def lacks_context(self) -> bool:
+        """Whether a check failed for want of a context document with a source.
+
+        `checks.cites_source()` says so in its feedback when no document has a source,
+        whether it is the run's judge (or part of it) or the answer function's own (its
+        `LowQualityAnswer`): the answer function recorded no context and the row gave none.
+        """
+        texts: list[Any] = [self.feedback]
+        for verdict in self.verdicts:
+            texts.append(verdict.get("feedback"))
+            texts += [
+                c.get("feedback") for c in verdict.get("criteria") or () if isinstance(c, dict)
+            ]
+        return any(isinstance(text, str) and _NO_SOURCE in text for text in texts)
 
 
 @dataclass(frozen=True)

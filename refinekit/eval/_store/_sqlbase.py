@@ -2,9 +2,9 @@
 
 `SQLBase` is what the SQLite and PostgreSQL stores' shared code stands on: rows of a query, a
 statement run, a new run's id, a statement run once per row, a transaction, the store's run
-lock and clock, and the SQL that differs between them (`_IS`, row locks). Its schema steps
-after each store's first are written once (`schema_steps`), and so are the version check and
-the migration, over a few more hooks.
+lock and clock, and the SQL that differs between them (`_IS`, row locks). Its schema steps are
+written once, in each dialect's words (`schema_steps`), and so are the version check and the
+migration, over a few more hooks.
 """
 
 from __future__ import annotations
@@ -18,6 +18,61 @@ from typing import Any
 from ..._core.errors import RunStoreError
 
 __all__ = ["SQLBase", "schema_steps"]
+
+_FIRST_STEP = """
+{create} runs (
+    id {identity},
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    dataset TEXT NOT NULL,
+    dataset_sha256 TEXT NOT NULL,
+    target TEXT,
+    judge TEXT,
+    options TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    version TEXT NOT NULL,
+    started_at {real} NOT NULL,
+    finished_at {real},
+    pid INTEGER,
+    summary TEXT NOT NULL DEFAULT '{{}}'
+);
+{index} runs_by_fingerprint ON runs (fingerprint, id);
+{create} cases (
+    run_id {run_id} NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    question TEXT NOT NULL,
+    row TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    answer TEXT,
+    error TEXT,
+    feedback TEXT NOT NULL,
+    score {real},
+    probability {real},
+    label TEXT,
+    verdicts TEXT NOT NULL,
+    passes INTEGER NOT NULL,
+    judgements INTEGER NOT NULL,
+    flipped INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    corrections INTEGER NOT NULL,
+    answer_seconds {real} NOT NULL,
+    judge_seconds {real} NOT NULL,
+    finished_at {real} NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
+{create} calls (
+    run_id {run_id} NOT NULL,
+    key TEXT NOT NULL,
+    role TEXT NOT NULL,
+    model_calls INTEGER NOT NULL,
+    prompt_tokens {tokens} NOT NULL,
+    completion_tokens {tokens} NOT NULL,
+    PRIMARY KEY (run_id, key, role),
+    FOREIGN KEY (run_id, key) REFERENCES cases (run_id, key) ON DELETE CASCADE
+)
+"""
+"""Version 1: runs, cases, calls; in each dialect's words (`schema_steps`)."""
 
 _LATER_STEPS = (
     # 2: who runs a run (workers, each with a lease) and the cases it still has to answer
@@ -71,11 +126,15 @@ ALTER TABLE cases ADD COLUMN trials TEXT NOT NULL DEFAULT '[]'
 )
 
 
-def schema_steps(first: str, *, real: str, run_id: str) -> tuple[tuple[str, ...], ...]:
-    """A store's schema steps: its own first one, then the shared later ones in its types.
+def schema_steps(
+    *, create: str, index: str, identity: str, real: str, run_id: str, tokens: str
+) -> tuple[tuple[str, ...], ...]:
+    """A store's schema steps, in its dialect's words.
 
-    The dialects differ most in the first; the later ones take `real` for a float column and
-    `run_id` for a run's id.
+    `create` and `index` begin the first step's `CREATE TABLE` and `CREATE INDEX`
+    statements, `identity` is the type of a run's id column (a new run takes the next),
+    `real` a float column's type, `run_id` the type of a column holding a run's id, `tokens`
+    a token count's.
 
     `steps[n - 1]` takes a store from version n - 1 to n (0: an empty database, or one holding
     only a judge cache's table). A change to the schema is a step appended to `_LATER_STEPS`,
@@ -83,7 +142,11 @@ def schema_steps(first: str, *, real: str, run_id: str) -> tuple[tuple[str, ...]
     3's `IF NOT EXISTS` is the one kind of edit that keeps this: it ends at the same schema,
     from one more starting point.)
     """
-    texts = (first, *(step.format(real=real, run_id=run_id) for step in _LATER_STEPS))
+    words = {"real": real, "run_id": run_id}
+    first = _FIRST_STEP.format(
+        create=create, index=index, identity=identity, tokens=tokens, **words
+    )
+    texts = (first, *(step.format(**words) for step in _LATER_STEPS))
     return tuple(
         tuple(statement.strip() for statement in text.split(";") if statement.strip())
         for text in texts
