@@ -482,28 +482,25 @@ def page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_markers_are_read_as_documented(page: Path) -> None:
-    page.write_text(
-        "Text.\n\n"
+    marked = (
         "```python\nx = 1\n```\n\n"
         '<!-- docs-test: skip reason="a signature" -->\n\n'
         "```python\nf(x: int) -> str\n```\n\n"
         "<!-- docs-test: needs=placeholders,scripted_server\n"
         "call_model.script('yes')\n"
         "-->\n"
-        "- item:\n\n"  # not a fence: the marker above must be right before one
+    )
+    page.write_text(
+        "Text.\n\n"
+        + marked
+        + "- item:\n\n"  # not a fence: the marker above must be right before one
         "  ```python\n  y = 2\n  ```\n",
         encoding="utf-8",
     )
     with pytest.raises(MarkerError, match=r"page\.md:13: a docs-test comment must come right"):
         blocks(page)
     page.write_text(
-        "```python\nx = 1\n```\n\n"
-        '<!-- docs-test: skip reason="a signature" -->\n\n'
-        "```python\nf(x: int) -> str\n```\n\n"
-        "<!-- docs-test: needs=placeholders,scripted_server\n"
-        "call_model.script('yes')\n"
-        "-->\n"
-        "  ```python\n  y = 2\n  ```\n"
+        marked + "  ```python\n  y = 2\n  ```\n"
         "<!-- docs-test: pytest -->\n"
         "```python\ndef test_it(): pass\n```\n",
         encoding="utf-8",
