@@ -153,14 +153,16 @@ def traced(fn: Callable[[], Any]) -> Callable[[], Any] | None:
     except ImportError:
         return None
     tracing = OtelTracing(TracerProvider())
-    hooks = (tracing._on_event,)
+    saved = (_hooks._hooks, _hooks._wants_debug)
+    hooks = (*saved[0], tracing._on_event)
 
     def on() -> Any:
-        _hooks.tracing, _hooks._hooks = tracing, hooks
+        _hooks.instruments, _hooks._hooks, _hooks._wants_debug = (tracing,), hooks, _hooks._every
         try:
             return fn()
         finally:
-            _hooks.tracing, _hooks._hooks = None, ()
+            _hooks.instruments = ()
+            _hooks._hooks, _hooks._wants_debug = saved
 
     return on
 

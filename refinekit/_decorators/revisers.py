@@ -254,6 +254,7 @@ class Revise:
     """
 
     __slots__ = ("planned", "request", "reviser", "timeout", "tokens")
+    role = "attempt"  # a revision is the call's next attempt (`refinekit._engine.flow.Command`)
 
     def __init__(
         self,

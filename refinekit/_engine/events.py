@@ -1,17 +1,21 @@
-"""Events and the hook API; logging is one subscriber.
+"""Events, their subscribers, and the engine's instruments.
 
-Every text a log line quotes (feedback, an error, a verdict's reason, a DEBUG detail) passes
-through `redact` first. An event's own texts (`feedback`, `error`, `detail`, `aborted`) are
-redacted when it is made, whoever made it.
+Whatever happens in a refinekit call is an `Event`, handed to every subscriber (`subscribe`):
+the `refinekit` logger is one, attached by default (`refinekit._engine.eventlog`: each kind of
+event's log lines), and `refinekit.otel.instrument()` subscribes another. An event's own texts
+(`feedback`, `error`, `detail`, `aborted`) are redacted when it is made, whoever made it.
+
+Instruments (`Instrument`, none by default) observe the engine's work itself: each decorated
+call and each command a flow runs; `refinekit.otel.instrument()` installs its tracer as one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
+import functools
 import threading
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -19,12 +23,11 @@ from typing import Any, Literal, Protocol
 from .._core.errors import MissingPrice, RefinekitWarning
 from .._core.redact import redact, redact_fields
 from .._core.types import Cost, Usage, Verdict
+from .eventlog import EVENT_LOG, logger
 from .job import cost_of
 
 __all__ = ["Event", "EventKind", "Subscription", "subscribe"]
 
-logger = logging.getLogger("refinekit")
-logger.addHandler(logging.NullHandler())
 
 EventKind = Literal[
     "attempt",
@@ -188,8 +191,38 @@ def _cost(job: Any) -> Cost | None:
 
 Hook = Callable[[Event], object]
 
+WantsDebug = Callable[[], bool]
+"""Whether a DEBUG-only event would reach a subscriber now (see `wants_debug_events`)."""
+
 _lock = threading.Lock()
+_subscribed: tuple[tuple[Hook, WantsDebug | None], ...] = ()
 _hooks: tuple[Hook, ...] = ()
+"""Every subscriber, in the order subscribed: what `emit` calls."""
+
+
+def _every() -> bool:
+    return True
+
+
+_wants_debug: WantsDebug = _every
+
+
+def _install(subscribed: tuple[tuple[Hook, WantsDebug | None], ...]) -> None:
+    """Make `subscribed` the subscribers (under `_lock`), with the one check of who wants all."""
+    global _subscribed, _hooks, _wants_debug
+    checks = tuple(wants for _, wants in subscribed if wants is not None)
+    if len(checks) < len(subscribed):  # a hook of `subscribe`: it takes every event
+        _wants_debug = _every
+    elif len(checks) == 1:
+        _wants_debug = checks[0]
+    else:
+        _wants_debug = functools.partial(_any_wants, checks)
+    _subscribed = subscribed
+    _hooks = tuple(hook for hook, _ in subscribed)
+
+
+def _any_wants(checks: tuple[WantsDebug, ...]) -> bool:
+    return any(wants() for wants in checks)
 
 
 class Subscription:
@@ -202,9 +235,8 @@ class Subscription:
 
     def close(self) -> None:
         """Stop calling the hook. Closing twice is harmless."""
-        global _hooks
         with _lock:
-            _hooks = tuple(h for h in _hooks if h is not self.hook)
+            _install(tuple(entry for entry in _subscribed if entry[0] is not self.hook))
 
     def __enter__(self) -> Subscription:
         return self
@@ -225,11 +257,19 @@ def subscribe(hook: Hook) -> Subscription:
     Returns:
         A `Subscription`; close it (or use it as a context manager) to unsubscribe.
     """
+    return attach(hook, None)
+
+
+def attach(hook: Hook, wants_debug: WantsDebug | None) -> Subscription:
+    """Subscribe `hook`; `wants_debug` says when it takes DEBUG-only events (None: always).
+
+    A subscriber that takes them only sometimes (the log: when its logger writes DEBUG
+    records) lets `wants_debug_events` skip building such events when nobody wants them.
+    """
     if not callable(hook):
         raise TypeError(f"a hook must be callable, got {type(hook).__name__}")
-    global _hooks
     with _lock:
-        _hooks = (*_hooks, hook)
+        _install((*_subscribed, (hook, wants_debug)))
     return Subscription(hook)
 
 
@@ -250,11 +290,11 @@ def wants_debug_events() -> bool:
     The other kinds (retry, correction, exhausted, unjudged, blocked, review, revision,
     rejected) are always emitted.
     """
-    return bool(_hooks) or logger.isEnabledFor(logging.DEBUG)
+    return _wants_debug()
 
 
 def emit(event: Event) -> None:
-    _log_event(event)
+    """Hand `event` to every subscriber, the log first (see `subscribe`)."""
     for hook in _hooks:
         try:
             hook(event)
@@ -262,171 +302,64 @@ def emit(event: Event) -> None:
             _report_hook_error(hook, event, exc)
 
 
-class Tracing(Protocol):
-    """What the engine asks of a tracer (`refinekit.otel.instrument()` installs one).
+attach(EVENT_LOG, EVENT_LOG.wants_debug)  # the default subscriber: the `refinekit` logger
 
-    The decorator wrapper opens `call(...)` around each decorated call, and the flow drivers
-    run each command through `run_sync` / `run_async` instead of the command's own methods;
-    nothing else in refinekit knows about tracing. With no tracer installed (`tracing` is
-    None) both are skipped after one check, so tracing off costs nothing measurable.
+
+class Instrument(Protocol):
+    """What observes refinekit's work beyond its events (`refinekit.otel.instrument()` adds one).
+
+    The decorator wrapper runs each decorated call inside every installed instrument's
+    `call(...)`, and the flow drivers run each command as the instruments give it back
+    (`command(...)`, called just before the command runs); nothing else in refinekit knows
+    about them. With none installed both are skipped after one check, so they cost nothing
+    measurable then. An instrument learns what a command is from the command itself (its
+    `role`: see `refinekit._engine.flow.Command`).
     """
 
     def call(self, flow: Callable[..., Any], cfg: Any, job: Any) -> AbstractContextManager[None]:
         """Around one decorated call: `flow` is the decorator's flow, `job` the call's job."""
         ...
 
-    def run_sync(self, command: Any) -> Any:
-        """Run a flow command blocking (`command.run_sync()`), traced."""
-        ...
-
-    def run_async(self, command: Any) -> Awaitable[Any]:
-        """Run a flow command awaited (`command.run_async()`), traced."""
+    def command(self, command: Any) -> Any:
+        """`command` as it runs observed: itself, or a command running it."""
         ...
 
 
-tracing: Tracing | None = None
-"""The installed tracer, or None (the default): read by `wrapper.wrap` and `flow`'s drivers."""
+instruments: tuple[Instrument, ...] = ()
+"""The installed instruments (none by default): read by the wrapper and the flow drivers."""
 
 
-def set_tracing(tracer: Tracing | None) -> None:
-    """Install `tracer` for every call that starts from now on (None switches tracing off)."""
-    global tracing
-    tracing = tracer
+def set_instruments(installed: Iterable[Instrument]) -> None:
+    """Install `installed` for every call that starts from now on (none: nothing observes)."""
+    global instruments
+    instruments = tuple(installed)
 
 
-def _clip(text: str | None, limit: int = 300) -> str:
-    """Text for a log line: redacted (before it is shortened), on one line, at most `limit`."""
-    if text is None:
-        return ""
-    text = redact(" ".join(text.split()))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def observed(installed: tuple[Instrument, ...], command: Any) -> Any:
+    """`command` as the instruments `installed` run it, the first one innermost."""
+    for instrument in installed:
+        command = instrument.command(command)
+    return command
 
 
-def _log_event(event: Event) -> None:
-    if event.kind == "retry":
-        if logger.isEnabledFor(logging.INFO):
-            logger.info(
-                "%s: attempt %d/%d rejected, retrying in %.2fs: %s",
-                event.function,
-                event.attempt,
-                event.max_attempts,
-                event.wait or 0.0,
-                _clip(event.feedback),
-            )
-    elif event.kind == "correction":
-        if logger.isEnabledFor(logging.INFO):
-            logger.info(
-                "%s: correction %d/%d: %s",
-                event.function,
-                event.attempt,
-                event.max_attempts,
-                _clip(event.error),
-            )
-        if event.detail and logger.isEnabledFor(logging.DEBUG):
-            logger.debug("%s: correction message sent:\n%s", event.function, redact(event.detail))
-    elif event.kind == "unjudged":
-        if logger.isEnabledFor(logging.WARNING):
-            reason = event.verdict.reason if event.verdict is not None else None
-            logger.warning(
-                "%s: attempt %d/%d returned unjudged: %s",
-                event.function,
-                event.attempt,
-                event.max_attempts,
-                _clip(reason),
-            )
-    elif event.kind == "blocked":
-        # The blocked text itself (`detail`) never goes above DEBUG.
-        if logger.isEnabledFor(logging.WARNING):
-            logger.warning("%s: %s; returned the refusal", event.function, _clip(event.error))
-        if event.detail is not None and logger.isEnabledFor(logging.DEBUG):
-            logger.debug("%s: blocked text:\n%s", event.function, redact(event.detail))
-    elif event.kind == "review":
-        if logger.isEnabledFor(logging.INFO):
-            verdict = event.verdict
-            review = verdict.metadata.get("review") if verdict is not None else None
-            mode = review.get("mode", "") if isinstance(review, dict) else ""
-            if verdict is None:
-                outcome = "no verdict"
-            elif verdict.passed:
-                outcome = "passed"
-            else:
-                outcome = "failed" if verdict.judged else verdict.status
-            unjudged = verdict is not None and not verdict.judged
-            why = (verdict.reason if unjudged and verdict is not None else None) or (
-                event.feedback or event.error
-            )
-            logger.info(
-                "%s: %sreview of draft %d/%d: %s%s",
-                event.function,
-                f"{mode} " if mode else "",
-                event.attempt,
-                event.max_attempts,
-                outcome,
-                f": {_clip(why)}" if why else "",
-            )
-    elif event.kind == "revision":
-        if logger.isEnabledFor(logging.INFO):
-            logger.info(
-                "%s: revision %d/%d requested: %s",
-                event.function,
-                event.attempt,
-                event.max_attempts,
-                _clip(event.feedback),
-            )
-    elif event.kind == "rejected":
-        if logger.isEnabledFor(logging.WARNING):
-            logger.warning(
-                "%s: answer rejected after %d draft%s: %s",
-                event.function,
-                event.attempt,
-                "" if event.attempt == 1 else "s",
-                _clip(event.error),
-            )
-    elif event.kind == "budget":
-        if logger.isEnabledFor(logging.WARNING):
-            logger.warning("%s: %s", event.function, _clip(event.error))
-    elif event.kind == "grounding":
-        if logger.isEnabledFor(logging.INFO):
-            logger.info("%s: grounded decoding: %s", event.function, _clip(event.error))
-    elif event.kind == "exhausted":
-        if logger.isEnabledFor(logging.WARNING):
-            logger.warning(
-                "%s: out of attempts after %d: %s",
-                event.function,
-                event.attempt,
-                _clip(event.error),
-            )
-    elif event.kind == "stream" and event.aborted is not None:
-        if logger.isEnabledFor(logging.INFO):
-            logger.info(
-                "%s: stream of attempt %d/%d closed after %d chunk%s: %s",
-                event.function,
-                event.attempt,
-                event.max_attempts,
-                event.chunks or 0,
-                "" if event.chunks == 1 else "s",
-                _clip(event.aborted),
-            )
-    elif event.kind == "reset":
-        if logger.isEnabledFor(logging.INFO):
-            logger.info(
-                "%s: stream reset: attempt %d/%d is void: %s",
-                event.function,
-                event.attempt,
-                event.max_attempts,
-                _clip(event.error),
-            )
-    elif event.kind == "judge_cache":
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("judge cache %s: %s (key %s)", event.cache, event.function, event.detail)
-    elif logger.isEnabledFor(logging.DEBUG):
-        logger.debug(
-            "%s: %s %d/%d%s",
-            event.function,
-            event.kind,
-            event.attempt,
-            event.max_attempts,
-            "" if event.verdict is None else f" passed={event.verdict.passed}",
-        )
-        if event.repairs:
-            logger.debug("%s: repaired: %s", event.function, ", ".join(event.repairs))
+_UNOBSERVED: AbstractContextManager[None] = contextlib.nullcontext()
+
+
+def observed_call(flow: Callable[..., Any], cfg: Any, job: Any) -> AbstractContextManager[None]:
+    """Every installed instrument's `call(...)` context, the first one innermost (as `observed`)."""
+    installed = instruments
+    if not installed:
+        return _UNOBSERVED
+    if len(installed) == 1:
+        return installed[0].call(flow, cfg, job)
+    return _nested_calls(installed, flow, cfg, job)
+
+
+@contextlib.contextmanager
+def _nested_calls(
+    installed: tuple[Instrument, ...], flow: Callable[..., Any], cfg: Any, job: Any
+) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for instrument in reversed(installed):
+            stack.enter_context(instrument.call(flow, cfg, job))
+        yield

@@ -1,19 +1,29 @@
-"""The I/O-free way refinekit's loops are written once for sync and async.
+"""The I/O-free way refinekit's loops are written once for sync and async, calls and streams.
 
 A loop (retry, correction, composite evaluation) is a generator that yields *commands*
-("call the function", "evaluate this", "sleep N seconds") and receives their results. Two thin
-drivers run the commands: `run_sync` with plain calls and `time.sleep`, `run_async` with
-`await` and `asyncio.sleep`. No behaviour lives in a driver, so none exists on one side only.
-This is the shape of httpx's auth flows.
+("call the function", "evaluate this", "sleep N seconds") and receives their results. One pair
+of drivers runs the commands: `drive_sync` with plain calls and `time.sleep`, `drive_async`
+with `await` and `asyncio.sleep`. No behaviour lives in a driver, so none exists on one side
+only. This is the shape of httpx's auth flows.
 
-Before each command both drivers ask the job's budget (`refinekit._engine.budget.check`): a job a
+A call is a stream with no items: an `Emit` command hands its item to the consumer of
+`fn.stream(...)` (`drive_sync` yields it and resumes the flow when the consumer asks for the
+next one; `drive_async` awaits its `emit` callback), and a flow driven as a plain call
+(`run_sync` / `run_async`, thin uses of the drivers) emits nothing.
+
+Before each command the drivers ask the job's budget (`refinekit._engine.budget.check`): a job a
 counted call has taken over a limit gets `BudgetExceeded` thrown into the flow at that step,
-as a failed command's error is, instead of running the command.
+as a failed command's error is, instead of running the command. With an instrument installed
+(`refinekit._engine.events.instruments`), each command runs as the instruments give it back.
 
 A command whose type is in `OPENERS` (a stream's reader: `refinekit._engine.streaming.Open`)
-gives the flow something to close; however the flow ends (returned, raised, cancelled), the
-drivers close what it opened (`close()` on the sync side, `aclose()` on the async side), so a
-stream's HTTP response never outlives its flow. Closing twice is harmless.
+gives the flow something to close; however the flow ends (returned, raised, cancelled, its
+stream closed by the consumer), the drivers close what it opened (`close()` on the sync side,
+`aclose()` on the async side), so a stream's HTTP response never outlives its flow. Closing
+twice is harmless.
+
+A command may describe itself to instruments (see `Command`): its `role`, and, when it runs
+other commands, `map_commands`.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ class Call:
     """Call the wrapped function; the flow receives its return value (or its exception)."""
 
     __slots__ = ("args", "fn", "kwargs")
+    role = "attempt"
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
         self.fn = fn
@@ -73,6 +84,7 @@ class Evaluate:
     """Judge a request with an evaluator (see `evaluators.as_evaluator`)."""
 
     __slots__ = ("evaluator", "request")
+    role = "evaluation"
 
     def __init__(self, evaluator: Any, request: EvaluationRequest):
         self.evaluator = evaluator
@@ -91,6 +103,7 @@ class Sleep:
     """Wait before the next attempt."""
 
     __slots__ = ("seconds",)
+    role = "wait"
 
     def __init__(self, seconds: float):
         self.seconds = seconds
@@ -103,7 +116,19 @@ class Sleep:
 
 
 class Command(Protocol):
-    """Anything a flow may yield: it knows how to run blocking and how to run awaited."""
+    """Anything a flow may yield: it knows how to run blocking and how to run awaited.
+
+    What an instrument may read of a command, when the command has it (a class attribute or
+    a method; nothing else of refinekit reads them):
+
+    - `role`: "attempt" (it runs the function, or asks for a revision: the call's next
+      attempt), "wait" (before the next attempt), "evaluation" (`evaluator`, `request`),
+      "model_request" (a judge model's request: `judge`, with its `model`, `provider` and
+      `where`, and the request's `kwargs`), "time_limit" (`command`, `seconds`), "gather"
+      (`commands`), "cached" (`command`, made only on a miss);
+    - `map_commands(change)`: the same command running `change(c)` for each command `c` it
+      runs (`Gather`, `Timed`, a judge cache's lookup).
+    """
 
     def run_sync(self) -> Any: ...
 
@@ -119,9 +144,13 @@ class Gather:
     """
 
     __slots__ = ("commands",)
+    role = "gather"
 
     def __init__(self, commands: Sequence[Command]):
         self.commands = tuple(commands)
+
+    def map_commands(self, change: Callable[[Command], Command]) -> Gather:
+        return Gather([change(c) for c in self.commands])
 
     def run_sync(self) -> list[Any]:
         if len(self.commands) <= 1:
@@ -153,10 +182,14 @@ class Timed:
     """
 
     __slots__ = ("command", "seconds")
+    role = "time_limit"
 
     def __init__(self, command: Command, seconds: float):
         self.command = command
         self.seconds = seconds
+
+    def map_commands(self, change: Callable[[Command], Command]) -> Timed:
+        return Timed(change(self.command), self.seconds)
 
     def _timed_out(self) -> TimedOut:
         return TimedOut(f"no result within {self.seconds:.3g} s")
@@ -213,6 +246,24 @@ class Timed:
         return task.result()
 
 
+class Emit:
+    """Hand `item` to the consumer of `fn.stream(...)`; nothing without one.
+
+    The drivers hand it over themselves (it runs no budget check and no instrument).
+    """
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+
+    def run_sync(self) -> None:
+        return None
+
+    async def run_async(self) -> None:
+        return None
+
+
 OPENERS: set[type] = set()
 """Command types whose result must be closed when the flow ends (see the module's docstring)."""
 
@@ -242,41 +293,59 @@ def _outcome(run: Callable[[], Any]) -> Any:
 
 Flow = Generator[Command, Any, T]
 
+Hand = Callable[[Any], Awaitable[None]]
+"""Where `drive_async` hands an emitted item: it returns when the consumer wants the next."""
 
-def run_sync(flow: Flow[T]) -> T:
-    """Drive a flow with blocking calls (through the installed tracer, if any: `events.tracing`)."""
-    tracing = _hooks.tracing
+
+def drive_sync(flow: Flow[T], result: list[T]) -> Generator[Any, None, None]:
+    """Run `flow` with blocking calls; yield the item of each `Emit` it yields.
+
+    The flow resumes when the next item is asked for; its value is appended to `result` (a
+    generator's own return value would cost an exception on every call). Closing the
+    generator closes the flow.
+    """
+    installed = _hooks.instruments
     value: Any = None
     error: Exception | None = None
-    opened: list[Any] = []
+    opened: list[Any] | None = None
     try:
         while True:
             try:
                 command = flow.send(value) if error is None else flow.throw(error)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                result.append(stop.value)
+                return
             error = None
+            kind = type(command)
+            if kind is Emit:
+                value = None
+                yield command.item  # type: ignore[attr-defined]  # an Emit (`kind`)
+                continue
             try:
                 _budget.check()  # a job over its budget goes no further
-                value = command.run_sync() if tracing is None else tracing.run_sync(command)
-                if type(command) in OPENERS:
-                    opened.append(value)
+                value = (_hooks.observed(installed, command) if installed else command).run_sync()
+                if kind in OPENERS:
+                    opened = [value] if opened is None else [*opened, value]
             except Exception as exc:
                 value, error = None, exc
-            except BaseException:
-                flow.close()
-                raise
+    except BaseException:
+        flow.close()
+        raise
     finally:
         if opened:
             _close_sync(opened)
 
 
-async def run_async(flow: Flow[T]) -> T:
-    """Drive a flow on the running event loop; never blocks it. Traced as `run_sync` is."""
-    tracing = _hooks.tracing
+async def drive_async(flow: Flow[T], emit: Hand | None = None) -> T:
+    """Run `flow` on the running event loop (never blocking it); hand each `Emit`'s item to `emit`.
+
+    Returns:
+        The flow's value. An item emitted with no `emit` (a plain call) goes nowhere.
+    """
+    installed = _hooks.instruments
     value: Any = None
     error: Exception | None = None
-    opened: list[Any] = []
+    opened: list[Any] | None = None
     try:
         while True:
             try:
@@ -284,19 +353,37 @@ async def run_async(flow: Flow[T]) -> T:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             error = None
+            kind = type(command)
+            if kind is Emit:
+                value = None
+                if emit is not None:
+                    await emit(command.item)  # type: ignore[attr-defined]  # an Emit
+                continue
             try:
                 _budget.check()  # a job over its budget goes no further
-                if tracing is None:
-                    value = await command.run_async()
+                if installed:
+                    value = await _hooks.observed(installed, command).run_async()
                 else:
-                    value = await tracing.run_async(command)
-                if type(command) in OPENERS:
-                    opened.append(value)
+                    value = await command.run_async()
+                if kind in OPENERS:
+                    opened = [value] if opened is None else [*opened, value]
             except Exception as exc:
                 value, error = None, exc
-            except BaseException:
-                flow.close()
-                raise
+    except BaseException:
+        flow.close()
+        raise
     finally:
         if opened:
             await _close_async(opened)
+
+
+def run_sync(flow: Flow[T]) -> T:
+    """Drive a flow to its value with blocking calls (`drive_sync`, as a call: no consumer)."""
+    result: list[T] = []
+    for _ in drive_sync(flow, result):
+        pass  # an item with no consumer goes nowhere
+    return result[0]
+
+
+run_async = drive_async
+"""Drive a flow to its value on the running event loop: `drive_async` as a call (no `emit`)."""

@@ -1,14 +1,14 @@
 """`fn.stream(...)`: a decorated call driven so that its flow's `Emit`s reach the caller.
 
-The two stream drivers run a flow as `run_sync` / `run_async` do (the budget checked before
-each command, the tracer's hooks, what the flow opened closed at its end), except that an
-`Emit` command's item is handed to the caller, and the flow resumes when the caller asks for
-the next item: nothing is read from the model ahead of the caller. When the flow returns, the
-decorator's `last(value)` gives the last item (`@self_correct`'s `Final`), if any.
+The flow runs on the one pair of drivers (`refinekit._engine.flow.drive_sync` /
+`drive_async`), which hand each `Emit` command's item to the caller; the flow resumes when the
+caller asks for the next item: nothing is read from the model ahead of the caller. When the
+flow returns, the decorator's `last(value)` gives the last item (`@self_correct`'s `Final`), if
+any.
 
-`stream_sync` / `stream_async` make one call's items: the call's job and the tracer's `call`
-span around a driver (the wrapper's `fn.stream(...)` hands them its flow). The caller gets an
-`ItemStream` (an iterator) or an `AsyncItemStream` (an async iterator) of them.
+`stream_sync` / `stream_async` make one call's items: the call's job and the instruments'
+`call` context around a driver (the wrapper's `fn.stream(...)` hands them its flow). The caller
+gets an `ItemStream` (an iterator) or an `AsyncItemStream` (an async iterator) of them.
 Each runs the call in a context of its own, copied when `fn.stream(...)` is called, so that the
 call's job, attempt and budget scope never leak into the caller's code between two items, and
 the call is cleaned up in its own context wherever the caller drops it. Closing it early
@@ -24,20 +24,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
 from typing import Any, Generic, TypeVar
 
-from . import budget as _budget
 from . import events as _hooks
-from .flow import OPENERS, Flow, _close_async, _close_sync
+from .flow import Flow, Hand, drive_async, drive_sync
 from .job import enter_job, leave_job
-from .streaming import LISTENING, Emit
+from .streaming import LISTENING
 
 __all__ = [
     "AsyncItemStream",
     "ItemStream",
-    "drive_async",
-    "drive_sync",
     "stream_async",
     "stream_sync",
 ]
@@ -47,132 +44,65 @@ I_co = TypeVar("I_co", covariant=True)
 Last = Callable[[Any], Any]
 """The item a flow's return value gives the stream last (None: no item)."""
 
+Run = Callable[[Hand], Coroutine[Any, Any, None]]
+"""An async call's items: run, it hands each to its argument (an `AsyncItemStream`'s)."""
 
-def drive_sync(flow: Flow[Any], last: Last | None) -> Generator[Any, None, None]:
-    """Run `flow` blocking; yield each item it emits, then `last(value)` when there is one."""
-    tracing = _hooks.tracing
-    value: Any = None
-    error: Exception | None = None
-    opened: list[Any] = []
+
+MakeFlow = Callable[..., Flow[Any]]
+"""A decorator's flow: `(cfg, fn, args, kwargs, job, record) -> Flow`."""
+
+Args = tuple[Any, ...]
+Kwargs = dict[str, Any]
+
+
+@contextlib.contextmanager
+def _streamed(
+    flow: MakeFlow, cfg: Any, fn: Callable[..., Any], args: Args, kwargs: Kwargs
+) -> Iterator[Flow[Any]]:
+    """One streamed call's flow, in its job and inside the instruments' `call` context.
+
+    The call joins the job current in the stream's context (or opens one, closed at its end).
+    """
+    LISTENING.set(True)
+    job, token = enter_job(getattr(cfg, "job_budget", None))
     try:
-        while True:
-            try:
-                command = flow.send(value) if error is None else flow.throw(error)
-            except StopIteration as stop:
-                item = None if last is None else last(stop.value)
-                if item is not None:
-                    yield item
-                return
-            error = None
-            if type(command) is Emit:
-                value = None
-                yield command.item
-                continue
-            try:
-                _budget.check()
-                value = command.run_sync() if tracing is None else tracing.run_sync(command)
-                if type(command) in OPENERS:
-                    opened.append(value)
-            except Exception as exc:
-                value, error = None, exc
+        with _hooks.observed_call(flow, cfg, job):
+            yield flow(cfg, fn, args, kwargs, job, None)
     finally:
-        flow.close()
-        if opened:
-            _close_sync(opened)
-
-
-async def drive_async(flow: Flow[Any], last: Last | None) -> AsyncGenerator[Any, None]:
-    """Run `flow` awaited; yield each item it emits, then `last(value)` when there is one."""
-    tracing = _hooks.tracing
-    value: Any = None
-    error: Exception | None = None
-    opened: list[Any] = []
-    try:
-        while True:
-            try:
-                command = flow.send(value) if error is None else flow.throw(error)
-            except StopIteration as stop:
-                item = None if last is None else last(stop.value)
-                if item is not None:
-                    yield item
-                return
-            error = None
-            if type(command) is Emit:
-                value = None
-                yield command.item
-                continue
-            try:
-                _budget.check()
-                if tracing is None:
-                    value = await command.run_async()
-                else:
-                    value = await tracing.run_async(command)
-                if type(command) in OPENERS:
-                    opened.append(value)
-            except Exception as exc:
-                value, error = None, exc
-    finally:
-        flow.close()
-        if opened:
-            await _close_async(opened)
+        leave_job(token)
 
 
 def stream_sync(
-    flow: Callable[..., Flow[Any]],
-    cfg: Any,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    last: Last | None,
+    flow: MakeFlow, cfg: Any, fn: Callable[..., Any], args: Args, kwargs: Kwargs, last: Last | None
 ) -> Generator[Any, None, None]:
     """The items of one call, in the stream's own context (an `ItemStream`'s generator).
 
-    The call joins the job current in that context (or opens one, closed at its end) and its
-    flow is driven with `drive_sync`, inside the tracer's `call` span when one is installed.
+    Its flow is driven with `drive_sync`; `last` makes the last item of the flow's value.
     """
-    LISTENING.set(True)
-    job, token = enter_job(getattr(cfg, "job_budget", None))
-    try:
-        made = flow(cfg, fn, args, kwargs, job, None)
-        tracing = _hooks.tracing
-        if tracing is None:
-            yield from drive_sync(made, last)
-        else:
-            with tracing.call(flow, cfg, job):
-                yield from drive_sync(made, last)
-    finally:
-        leave_job(token)
+    with _streamed(flow, cfg, fn, args, kwargs) as made:
+        result: list[Any] = []
+        yield from drive_sync(made, result)
+        item = None if last is None else last(result[0])
+        if item is not None:
+            yield item
 
 
-async def stream_async(
-    flow: Callable[..., Flow[Any]],
-    cfg: Any,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    last: Last | None,
-) -> AsyncGenerator[Any, None]:
-    """The items of one async call, in the stream's own task (an `AsyncItemStream`'s).
+def stream_async(
+    flow: MakeFlow, cfg: Any, fn: Callable[..., Any], args: Args, kwargs: Kwargs, last: Last | None
+) -> Run:
+    """The items of one async call, run in the stream's own task (an `AsyncItemStream`'s).
 
-    As `stream_sync`, driven with `drive_async`.
+    As `stream_sync`, driven with `drive_async`: run with a `Hand`, it hands each item to it.
     """
-    LISTENING.set(True)
-    job, token = enter_job(getattr(cfg, "job_budget", None))
-    try:
-        items = drive_async(flow(cfg, fn, args, kwargs, job, None), last)
-        try:
-            tracing = _hooks.tracing
-            if tracing is None:
-                async for item in items:
-                    yield item
-            else:
-                with tracing.call(flow, cfg, job):
-                    async for item in items:
-                        yield item
-        finally:
-            await items.aclose()
-    finally:
-        leave_job(token)
+
+    async def run(hand: Hand) -> None:
+        with _streamed(flow, cfg, fn, args, kwargs) as made:
+            value = await drive_async(made, hand)
+            item = None if last is None else last(value)
+            if item is not None:
+                await hand(item)
+
+    return run
 
 
 class ItemStream(Iterator[I_co], Generic[I_co]):
@@ -217,10 +147,10 @@ class AsyncItemStream(AsyncIterator[I_co], Generic[I_co]):
     An async context manager too: leaving the block closes it.
     """
 
-    __slots__ = ("_context", "_done", "_items", "_requests", "_task")
+    __slots__ = ("_context", "_done", "_requests", "_run", "_task")
 
-    def __init__(self, items: AsyncGenerator[Any, None]) -> None:
-        self._items = items
+    def __init__(self, run: Run) -> None:
+        self._run = run
         self._context = contextvars.copy_context()
         self._task: asyncio.Task[None] | None = None
         self._requests: asyncio.Queue[asyncio.Future[tuple[int, Any]]] | None = None
@@ -230,32 +160,33 @@ class AsyncItemStream(AsyncIterator[I_co], Generic[I_co]):
         return self
 
     @staticmethod
-    async def _serve(
-        items: AsyncGenerator[Any, None], requests: asyncio.Queue[asyncio.Future[tuple[int, Any]]]
-    ) -> None:
+    async def _serve(run: Run, requests: asyncio.Queue[asyncio.Future[tuple[int, Any]]]) -> None:
         """The call's task: one item per request, until the flow ends.
 
         It holds no reference to its `AsyncItemStream`, so a stream dropped by its consumer
         (a task cancelled between two items) is freed at once and its `__del__` stops the call.
         """
-        request: asyncio.Future[tuple[int, Any]] | None = None
+        request: asyncio.Future[tuple[int, Any]] | None = await requests.get()
+
+        async def hand(item: Any) -> None:
+            nonlocal request
+            assert request is not None
+            request.set_result((_ITEM, item))
+            request = None
+            request = await requests.get()  # the flow waits for the caller's next request
+
         try:
-            while True:
-                request = await requests.get()
-                try:
-                    item = await items.__anext__()
-                except StopAsyncIteration:
-                    request.set_result((_END, None))
-                    return
-                except Exception as exc:
-                    request.set_result((_ERROR, exc))
-                    return
-                request.set_result((_ITEM, item))
-                request = None
+            try:
+                await run(hand)
+            except Exception as exc:
+                assert request is not None
+                request.set_result((_ERROR, exc))
+                return
+            assert request is not None
+            request.set_result((_END, None))
         finally:
             if request is not None and not request.done():
                 request.cancel()
-            await items.aclose()
 
     async def __anext__(self) -> I_co:
         if self._done:
@@ -264,9 +195,7 @@ class AsyncItemStream(AsyncIterator[I_co], Generic[I_co]):
         if self._task is None:
             self._requests = asyncio.Queue()
             # The task runs in the stream's context (a copy of it on Python 3.10).
-            self._task = self._context.run(
-                loop.create_task, self._serve(self._items, self._requests)
-            )
+            self._task = self._context.run(loop.create_task, self._serve(self._run, self._requests))
         assert self._requests is not None
         request: asyncio.Future[tuple[int, Any]] = loop.create_future()
         self._requests.put_nowait(request)
@@ -288,8 +217,7 @@ class AsyncItemStream(AsyncIterator[I_co], Generic[I_co]):
         """Stop the call: the model's stream is closed at once; no error is raised."""
         self._done = True
         task = self._task
-        if task is None:
-            await self._items.aclose()  # never started: nothing ran
+        if task is None:  # never started: nothing ran
             return
         if not task.done():
             task.cancel()

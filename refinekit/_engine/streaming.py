@@ -39,7 +39,7 @@ from .._providers.streams import Delta
 from . import budget as _budget
 from . import reserve as _reserve
 from .events import emit, make_event, wants_debug_events
-from .flow import OPENERS, Flow
+from .flow import OPENERS, Emit, Flow
 from .job import LISTENING, Job, effective, in_use
 from .ledger import add_usage
 
@@ -96,21 +96,6 @@ def arguments_chars(args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
         elif isinstance(value, (list, tuple)) and all(isinstance(m, Mapping) for m in value):
             total += _budget._request_chars({"messages": value})
     return total
-
-
-class Emit:
-    """Hand `item` to the consumer of `fn.stream(...)`; nothing without one."""
-
-    __slots__ = ("item",)
-
-    def __init__(self, item: Any) -> None:
-        self.item = item
-
-    def run_sync(self) -> None:
-        return None
-
-    async def run_async(self) -> None:
-        return None
 
 
 class Open:

@@ -66,17 +66,16 @@ def _drive_sync(
     job: Job,
     record: Record | None,
 ) -> Any:
-    """Run the flow with `run_sync`, inside the tracer's `call` span when one is installed.
+    """Run the flow with `run_sync`, inside the instruments' `call` context (when installed).
 
     A call is never streamed, even inside another decorated call's `fn.stream(...)`: its flow
     runs with `listening()` False, so it behaves as a call does (it emits nothing anyway).
     """
     heard = LISTENING.set(False) if LISTENING.get() else None
     try:
-        tracing = _hooks.tracing
-        if tracing is None:
+        if not _hooks.instruments:
             return run_sync(flow(cfg, fn, args, kwargs, job, record))
-        with tracing.call(flow, cfg, job):
+        with _hooks.observed_call(flow, cfg, job):
             return run_sync(flow(cfg, fn, args, kwargs, job, record))
     finally:
         if heard is not None:
@@ -92,16 +91,15 @@ async def _drive_async(
     job: Job,
     record: Record | None,
 ) -> Any:
-    """Run the flow with `run_async`, inside the tracer's `call` span when one is installed.
+    """Run the flow with `run_async`, inside the instruments' `call` context (when installed).
 
     Never streamed, as `_drive_sync`.
     """
     heard = LISTENING.set(False) if LISTENING.get() else None
     try:
-        tracing = _hooks.tracing
-        if tracing is None:
+        if not _hooks.instruments:
             return await run_async(flow(cfg, fn, args, kwargs, job, record))
-        with tracing.call(flow, cfg, job):
+        with _hooks.observed_call(flow, cfg, job):
             return await run_async(flow(cfg, fn, args, kwargs, job, record))
     finally:
         if heard is not None:

@@ -182,13 +182,14 @@ class Cached:
     """A flow command: a judge request answered from the cache, or made and then stored."""
 
     __slots__ = ("accept", "cache", "command", "judge", "key", "kind", "stored_type")
+    role = "cached"  # see `refinekit._engine.flow.Command`
 
     def __init__(self, kind: str, command: Complete | Structured, accept: Accept | None) -> None:
         judge = command.judge
         cache = cache_of(judge)
         assert cache is not None
         self.kind = kind
-        self.command: Any = command  # a `Complete` or `Structured`, maybe wrapped for tracing
+        self.command: Any = command  # a `Complete` or `Structured`, maybe as an instrument runs it
         self.accept = accept
         self.judge = judge
         self.cache: JudgeCache = cache
@@ -204,12 +205,12 @@ class Cached:
             self.stored_type = _completion_type(judge)
         self.key = request_key(judge, kind, command.kwargs, structured)
 
-    def with_command(self, command: Any) -> Cached:
-        """The same lookup, with the same key, around another command (the traced one)."""
+    def map_commands(self, change: Callable[[Any], Any]) -> Cached:
+        """The same lookup, with the same key, making `change(command)` on a miss."""
         copy = object.__new__(Cached)
         for name in self.__slots__:
             setattr(copy, name, getattr(self, name))
-        copy.command = command
+        copy.command = change(self.command)
         return copy
 
     # -- what is stored ------------------------------------------------------------------

@@ -83,6 +83,7 @@ class Complete:
     """
 
     __slots__ = ("judge", "kwargs", "ticket")
+    role = "model_request"  # see `refinekit._engine.flow.Command`
 
     def __init__(
         self, judge: JudgeModel, kwargs: dict[str, Any], ticket: Reservation | None = None
@@ -128,6 +129,7 @@ class Structured:
     """A flow command: a reply parsed into `response_model` with instructor (its retries)."""
 
     __slots__ = ("judge", "kwargs", "max_retries", "mode", "response_model")
+    role = "model_request"  # see `refinekit._engine.flow.Command`
 
     def __init__(
         self,

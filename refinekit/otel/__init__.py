@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["instrument", "is_instrumented", "uninstrument"]
 
 _lock = threading.Lock()
+_installed: list[_hooks.Instrument] = []
+"""The tracer `instrument()` installed (at most one), among the engine's instruments."""
 
 
 def instrument(tracer_provider: TracerProvider | None = None) -> None:
@@ -58,7 +60,8 @@ def instrument(tracer_provider: TracerProvider | None = None) -> None:
     with _lock:
         _stop()
         tracer.start()
-        _hooks.set_tracing(tracer)
+        _installed.append(tracer)
+        _hooks.set_instruments((*_hooks.instruments, tracer))
 
 
 def uninstrument() -> None:
@@ -69,12 +72,13 @@ def uninstrument() -> None:
 
 def is_instrumented() -> bool:
     """Whether `instrument()` is in effect."""
-    return _hooks.tracing is not None
+    return bool(_installed)
 
 
 def _stop() -> None:
-    current = _hooks.tracing
-    _hooks.set_tracing(None)
-    stop = getattr(current, "stop", None)
-    if stop is not None:
-        stop()
+    for tracer in _installed:
+        _hooks.set_instruments(i for i in _hooks.instruments if i is not tracer)
+        stop = getattr(tracer, "stop", None)
+        if stop is not None:
+            stop()
+    _installed.clear()

@@ -1,19 +1,22 @@
 """The OpenTelemetry tracer behind `refinekit.otel.instrument()`: spans from the engine's hooks.
 
-Imported only by `instrument()`, so `import refinekit` never imports `opentelemetry`. The
-engine calls it at two places (see `refinekit._engine.events.Tracing`): around each decorated call
-(`call`: the call's span) and for each command a flow yields (`run_sync` / `run_async`):
+Imported only by `instrument()`, so `import refinekit` never imports `opentelemetry`. It is
+one of the engine's instruments (see `refinekit._engine.events.Instrument`): the engine runs
+each decorated call inside its `call` context (the call's span) and each command a flow yields
+as its `command` gives it back. What a command is, the command says itself (its `role`, see
+`refinekit._engine.flow.Command`):
 
-- `Call` (the function) and `Revise` (`@reviewed`'s reviser) start the call's next attempt:
-  the previous attempt's span ends and a new one becomes the current span, so what the
-  function does (its own model call, a nested decorated call) and the judging of its answer
-  nest under it; a `Sleep` (the wait before a retry) or the call's end ends it;
-- `Evaluate` gets a span of its own, and its verdict a `gen_ai.evaluation.result` event on
-  the span of the attempt it judged;
-- a judge model's request (`Complete`, `Structured`) gets a GenAI client span (`chat
-  {model}`) with the model and the token counts of the reply;
-- `Gather` and `Timed` run their commands traced, in the worker threads or tasks they use
-  (each runs in a copy of the caller's context, so the current span carries over);
+- an "attempt" (the function; `@reviewed`'s reviser) starts the call's next attempt: the
+  previous attempt's span ends and a new one becomes the current span, so what the function
+  does (its own model call, a nested decorated call) and the judging of its answer nest under
+  it; a "wait" (before a retry) or the call's end ends it;
+- an "evaluation" gets a span of its own, and its verdict a `gen_ai.evaluation.result` event
+  on the span of the attempt it judged;
+- a judge's "model_request" gets a GenAI client span (`chat {model}`) with the model and the
+  token counts of the reply (a judge cache's hit makes no request: no span);
+- a command running others (`map_commands`: a time limit, a gathering, a judge cache's
+  lookup) runs them traced, in the worker threads or tasks it uses (each runs in a copy of the
+  caller's context, so the current span carries over);
 - a streamed reply's `stream` event sets its chunks, time to first chunk and why it was
   aborted (`refinekit.stream.*`) on the span of the attempt it belongs to.
 
@@ -26,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import traceback
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,14 +45,10 @@ from .._core.errors import MissingPrice, TimedOut
 from .._core.package import version
 from .._core.redact import redact
 from .._core.types import Cost, Usage, Verdict
-from .._decorators.revisers import Revise
 from .._engine.evaluators import evaluator_name
 from .._engine.events import Event, Subscription, subscribe
-from .._engine.flow import Call, Evaluate, Gather, Sleep, Timed
 from .._engine.job import cost_of, current_job
 from .._providers.replies import usage_of
-from ..judges._cache import Cached
-from ..judges._calls import Complete, Structured
 
 __all__ = ["OtelTracing"]
 
@@ -139,14 +140,20 @@ _TARGET: contextvars.ContextVar[Span | None] = contextvars.ContextVar(
 """Inside an evaluator: the attempt's span, where nested evaluations' results go too."""
 
 
+def _role(command: Any) -> str:
+    """What `command` is (see `refinekit._engine.flow.Command`); "" for the others."""
+    role: str = getattr(command, "role", "")
+    return role
+
+
 def _starts_attempt(command: Any) -> bool:
-    if isinstance(command, Timed):
+    if _role(command) == "time_limit":
         command = command.command
-    return isinstance(command, (Call, Revise))
+    return _role(command) == "attempt"
 
 
 class OtelTracing:
-    """Spans for refinekit's calls, attempts, evaluations and judge requests."""
+    """Spans for refinekit's calls, attempts, evaluations and judge requests: an instrument."""
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self.tracer = trace.get_tracer(n.TRACER_NAME, version(), tracer_provider=tracer_provider)
@@ -221,39 +228,23 @@ class OtelTracing:
             )
             state.attempt_token = otel_context.attach(trace.set_span_in_context(state.attempt))
             return state
-        if isinstance(command, Sleep):
+        if _role(command) == "wait":
             state.end_attempt()
         return None
 
-    def run_sync(self, command: Any) -> Any:
-        state = self._before(command)
-        try:
-            return self._traced(command).run_sync()
-        except Exception as exc:
-            _failed(command, exc, state)
-            raise
+    def command(self, command: Any) -> _Traced:
+        """`command` as it runs traced: the engine runs it next, in the flow's own context."""
+        return _Traced(self, command)
 
-    async def run_async(self, command: Any) -> Any:
-        state = self._before(command)
-        try:
-            return await self._traced(command).run_async()
-        except Exception as exc:
-            _failed(command, exc, state)
-            raise
-
-    def _traced(self, command: Any) -> Any:
+    def traced(self, command: Any) -> Any:
         """`command` as it runs traced (itself when it needs no span)."""
-        if isinstance(command, Evaluate):
+        role = _role(command)
+        if role == "evaluation":
             return _TracedEvaluate(self, command)
-        if isinstance(command, (Complete, Structured)):
+        if role == "model_request":
             return _TracedJudgeCall(self, command)
-        if isinstance(command, Cached):  # a hit makes no call: only a miss gets its span
-            return command.with_command(self._traced(command.command))
-        if isinstance(command, Gather):
-            return Gather([self._traced(c) for c in command.commands])
-        if isinstance(command, Timed):
-            return Timed(self._traced(command.command), command.seconds)
-        return command
+        map_commands = getattr(command, "map_commands", None)
+        return command if map_commands is None else map_commands(self.traced)
 
     # --- the event bus ----------------------------------------------------------------------
 
@@ -284,6 +275,32 @@ class OtelTracing:
         state.current.add_event(n.EVENT_PREFIX + event.kind, attributes)
 
 
+class _Traced:
+    """A command a flow yields, run traced: its attempt started or ended, its failure recorded."""
+
+    __slots__ = ("command", "otel")
+
+    def __init__(self, otel: OtelTracing, command: Any) -> None:
+        self.otel = otel
+        self.command = command
+
+    def run_sync(self) -> Any:
+        state = self.otel._before(self.command)
+        try:
+            return self.otel.traced(self.command).run_sync()
+        except Exception as exc:
+            _failed(self.command, exc, state)
+            raise
+
+    async def run_async(self) -> Any:
+        state = self.otel._before(self.command)
+        try:
+            return await self.otel.traced(self.command).run_async()
+        except Exception as exc:
+            _failed(self.command, exc, state)
+            raise
+
+
 def _cost(job: Any) -> Cost | None:
     """The job's cost for the call's span; None unpriced (a missing price is raised elsewhere)."""
     try:
@@ -302,8 +319,8 @@ def _failed(command: Any, exc: Exception, attempt_of: _CallState | None) -> None
     if attempt_of is not None and attempt_of.attempt is not None:
         record_error(attempt_of.attempt, exc)
     elif (
-        isinstance(command, Timed)
-        and isinstance(command.command, Evaluate)
+        _role(command) == "time_limit"
+        and _role(command.command) == "evaluation"
         and isinstance(exc, TimedOut)
     ):
         state = _STATE.get()
@@ -317,17 +334,38 @@ def _add_result(span: Span, attributes: dict[str, Any]) -> None:
     span.add_event(n.EVALUATION_RESULT, attributes)
 
 
-class _TracedEvaluate:
-    """An `Evaluate` in a span of its own; its verdict an evaluation event."""
+class _Spanned:
+    """A command run in a span of its own: `_span()` opens it and yields what the result does."""
 
     __slots__ = ("command", "otel")
 
-    def __init__(self, otel: OtelTracing, command: Evaluate) -> None:
+    def __init__(self, otel: OtelTracing, command: Any) -> None:
         self.otel = otel
         self.command = command
 
+    def _span(self) -> AbstractContextManager[Callable[[Any], None]]:
+        raise NotImplementedError
+
+    def run_sync(self) -> Any:
+        with self._span() as done:
+            result = self.command.run_sync()
+            done(result)
+            return result
+
+    async def run_async(self) -> Any:
+        with self._span() as done:
+            result = await self.command.run_async()
+            done(result)
+            return result
+
+
+class _TracedEvaluate(_Spanned):
+    """An evaluation in a span of its own; its verdict an evaluation event."""
+
+    __slots__ = ()
+
     @contextlib.contextmanager
-    def _span(self) -> Iterator[tuple[Span, Span | None, str]]:
+    def _span(self) -> Iterator[Callable[[Verdict], None]]:
         name = evaluator_name(self.command.evaluator)
         state = _STATE.get()
         target = state.current if state is not None else _TARGET.get()
@@ -341,7 +379,7 @@ class _TracedEvaluate:
             state_token = _STATE.set(None)
             target_token = _TARGET.set(target)
             try:
-                yield span, target, name
+                yield functools.partial(_evaluated, span, target, name)
             except Exception as exc:
                 record_error(span, exc)
                 _add_result(
@@ -351,18 +389,6 @@ class _TracedEvaluate:
             finally:
                 _TARGET.reset(target_token)
                 _STATE.reset(state_token)
-
-    def run_sync(self) -> Verdict:
-        with self._span() as (span, target, name):
-            verdict = self.command.run_sync()
-            _evaluated(span, target, name, verdict)
-            return verdict
-
-    async def run_async(self) -> Verdict:
-        with self._span() as (span, target, name):
-            verdict = await self.command.run_async()
-            _evaluated(span, target, name, verdict)
-            return verdict
 
 
 def _evaluated(span: Span, target: Span | None, name: str, verdict: Verdict) -> None:
@@ -385,23 +411,20 @@ def _open(target: Span | None, span: Span) -> Span:
     return target if target is not None and target.is_recording() else span
 
 
-class _TracedJudgeCall:
+class _TracedJudgeCall(_Spanned):
     """A judge model's request in a GenAI client span (`chat {model}`)."""
 
-    __slots__ = ("command", "otel")
-
-    def __init__(self, otel: OtelTracing, command: Complete | Structured) -> None:
-        self.otel = otel
-        self.command = command
+    __slots__ = ()
 
     @contextlib.contextmanager
-    def _span(self) -> Iterator[Span]:
+    def _span(self) -> Iterator[Callable[[Any], None]]:
+        before = _judge_usage()
         judge = self.command.judge
         kwargs = self.command.kwargs
         model = str(kwargs.get("model") or judge.model)
         attributes: dict[str, Any] = {
             n.OPERATION_NAME: n.OPERATION_CHAT,
-            n.PROVIDER_NAME: _provider(judge),
+            n.PROVIDER_NAME: judge.provider,
             n.REQUEST_MODEL: model,
         }
         if isinstance(kwargs.get("max_tokens"), int):
@@ -417,30 +440,10 @@ class _TracedJudgeCall:
             set_status_on_exception=False,
         ) as span:
             try:
-                yield span
+                yield functools.partial(_replied, span, before=before)
             except Exception as exc:
                 record_error(span, exc)
                 raise
-
-    def run_sync(self) -> Any:
-        before = _judge_usage()
-        with self._span() as span:
-            result = self.command.run_sync()
-            _replied(span, result, before)
-            return result
-
-    async def run_async(self) -> Any:
-        before = _judge_usage()
-        with self._span() as span:
-            result = await self.command.run_async()
-            _replied(span, result, before)
-            return result
-
-
-def _provider(judge: Any) -> str:
-    client = getattr(judge, "_client", None)
-    module = type(client).__module__ if client is not None else ""
-    return "anthropic" if module.startswith("anthropic") else "openai"
 
 
 def _server(judge: Any) -> dict[str, Any]:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, get_args
 
 import pytest
 from helpers import as_kind, call, completion, passes_on, reject_all
@@ -23,6 +24,9 @@ from refinekit import (
     retry_on_low_quality,
     self_correct,
 )
+from refinekit._engine import events as events_module
+from refinekit._engine.eventlog import LINES
+from refinekit._engine.events import EventKind
 
 # --- helpers -------------------------------------------------------------------------------------
 
@@ -358,3 +362,58 @@ def test_the_refinekit_logger_has_a_null_handler() -> None:
     handlers = logging.getLogger("refinekit").handlers
     assert any(isinstance(h, logging.NullHandler) for h in handlers)
     assert all(isinstance(h, logging.NullHandler) for h in handlers)
+
+
+def test_each_kind_of_event_has_its_log_lines_or_an_attempts() -> None:
+    assert set(get_args(EventKind)) - set(LINES) == {"attempt", "verdict", "skipped"}
+
+
+# --- instruments ---------------------------------------------------------------------------------
+
+
+class Recorder:
+    """An instrument writing down each call it is around and the role of each command."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    @contextlib.contextmanager
+    def call(self, flow: Any, cfg: Any, job: Any) -> Iterator[None]:
+        self.seen.append("call")
+        yield
+        self.seen.append("end")
+
+    def command(self, command: Any) -> Any:
+        self.seen.append(getattr(command, "role", "") or type(command).__name__)
+        return command
+
+
+def test_an_instrument_sees_each_call_and_each_command(kind: str) -> None:
+    recorder = Recorder()
+    events_module.set_instruments([recorder])
+    try:
+        fn = retry_on_low_quality(evaluator=passes_on(2), max_retries=1)(
+            as_kind(kind, answers("a"))
+        )
+        assert call(fn, "q") == "a"
+    finally:
+        events_module.set_instruments(())
+    assert recorder.seen[0] == "call"
+    assert recorder.seen[-1] == "end"
+    assert recorder.seen.count("attempt") == 2
+    assert recorder.seen.count("evaluation") == 2
+
+
+def test_instruments_nest_the_first_innermost(kind: str) -> None:
+    outer, inner = Recorder(), Recorder()
+    order: list[str] = []
+    outer.command = lambda command: order.append("outer") or command  # type: ignore[method-assign]
+    inner.command = lambda command: order.append("inner") or command  # type: ignore[method-assign]
+    events_module.set_instruments([inner, outer])
+    try:
+        fn = retry_on_low_quality()(as_kind(kind, answers("a")))
+        assert call(fn, "q") == "a"
+    finally:
+        events_module.set_instruments(())
+    assert order[:2] == ["inner", "outer"]
+    assert inner.seen == outer.seen == ["call", "end"]

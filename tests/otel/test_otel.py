@@ -6,6 +6,7 @@ the scripted server, so token counts are the ones its replies carry.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextvars
 import inspect
@@ -27,6 +28,7 @@ from opentelemetry.trace import StatusCode
 from pydantic import BaseModel
 
 import refinekit.otel
+import refinekit.otel._tracer
 from refinekit import (
     AnswerRejected,
     Event,
@@ -733,3 +735,15 @@ async def test_a_retried_text_streams_attempt_spans_say_how_each_stream_went_ove
     (sent,) = [s.sent for s in server.streamed("m") if s.fault is None]  # not the hung one
     assert complete[names.STREAM_CHUNKS] == sent + 3
     assert "refinekit.stream" in [e.name for e in first.events]
+
+
+def test_the_tracer_learns_a_command_from_the_command_not_from_its_class() -> None:
+    # the engine and the commands know nothing of OpenTelemetry, and the tracer imports no
+    # decorator, judge or flow module: each command says what it is (its `role`)
+    tree = ast.parse(inspect.getsource(refinekit.otel._tracer))
+    imported = {
+        node.module or ""
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    }
+    assert not {m for m in imported if m.startswith(("_decorators", "judges", "_engine.flow"))}
