@@ -1,8 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from helpers import Cli, Workspace, cli_runner, workspace
 from pg import PostgresServer, binaries, require
 
 import refinekit
@@ -36,10 +39,38 @@ def events() -> Iterator[list[Event]]:
 
 
 @pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    """A scripted OpenAI-compatible server on 127.0.0.1 for the test, stopped after it."""
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedOpenAI]:
+    """A scripted OpenAI-compatible server on 127.0.0.1 for the test, stopped after it.
+
+    Its address is in $RK_BASE_URL too, where the target and judge modules the `refinekit
+    eval` tests write (tests/helpers.py) read it.
+    """
     with ScriptedOpenAI() as scripted:
+        monkeypatch.setenv("RK_BASE_URL", scripted.base_url)
         yield scripted
+
+
+@pytest.fixture
+async def client(kind: str, server: ScriptedOpenAI) -> AsyncIterator[Any]:
+    """An `openai` client of the test's kind (sync or async) on the scripted server."""
+    if kind == "sync":
+        with server.client() as sync_client:
+            yield sync_client
+    else:
+        async with server.async_client() as async_client:
+            yield async_client
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+    """The test's project folder (helpers.Workspace): importable, current, no $REFINEKIT_DB."""
+    yield from workspace(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    """`refinekit ARGS` run in process: its exit status and what it printed (helpers.Result)."""
+    return cli_runner(capsys)
 
 
 @pytest.fixture(scope="session")

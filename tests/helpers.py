@@ -11,18 +11,38 @@ import itertools
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from openai.types.chat import ChatCompletion
+from pydantic import BaseModel
 
+from refinekit import EvaluationRequest, Verdict
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
+
+Evaluate = Callable[[Any, EvaluationRequest], Awaitable[Verdict]]
+"""Runs a judge on a request, sync or async by the test's kind (the `evaluate` fixture)."""
+
+
+# Schemas of the self-correction tests (no docstrings: a docstring is the schema's description).
+
+
+class Invoice(BaseModel):
+    number: str
+    total_cents: int
+
+
+class Item(BaseModel):
+    name: str
+    price: int
 
 
 def completion(text: str, prompt_tokens: int = 10, completion_tokens: int = 5) -> ChatCompletion:
@@ -73,6 +93,27 @@ async def acall(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return await result if inspect.isawaitable(result) else result
 
 
+async def close_clients(clients: Iterable[Any]) -> None:
+    """Close SDK clients (`openai`'s, `anthropic`'s), sync and async alike."""
+    for client in clients:
+        closed = client.close()
+        if inspect.isawaitable(closed):
+            await closed
+
+
+def passes_on(n: int) -> Callable[[EvaluationRequest], Verdict]:
+    """An evaluator rejecting attempts before `n` with feedback "fix #<attempt>"."""
+
+    def evaluate(request: EvaluationRequest) -> Verdict:
+        attempt = request.metadata["attempt"]
+        return Verdict(passed=attempt >= n, feedback="" if attempt >= n else f"fix #{attempt}")
+
+    return evaluate
+
+
+reject_all = passes_on(10**6)
+
+
 def answering(mode: str, answer: str = "an answer") -> tuple[list[str], Callable[..., Any]]:
     """A function to decorate (`def` or `async def` by mode) and the questions it was asked."""
     calls: list[str] = []
@@ -92,6 +133,24 @@ def answering(mode: str, answer: str = "an answer") -> tuple[list[str], Callable
 
 
 # --- the `refinekit eval` / `calibrate` / `runs` tests: a folder with data files and modules ---
+
+
+FAKE_LLAMA = Path(__file__).resolve().with_name("fake_llama_server.py")
+"""The stand-in llama.cpp server the local model tests start."""
+
+
+def fake_llama_command(port: int, model: str, *options: str) -> list[str]:
+    """The command starting the stand-in llama.cpp server on `port`, serving `model`."""
+    return [sys.executable, str(FAKE_LLAMA), "--port", str(port), "--model_alias", model, *options]
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """A CSV file at `path` with a header row made of the first row's keys; returns `path`."""
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
 
 
 class Workspace:
@@ -117,12 +176,7 @@ class Workspace:
 
     def csv(self, name: str, rows: list[dict[str, Any]]) -> Path:
         """A CSV file with a header row made of the first row's keys."""
-        path = self.path / name
-        with path.open("w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        return path
+        return write_csv(self.path / name, rows)
 
     def jsonl(self, name: str, rows: list[dict[str, Any]]) -> Path:
         """A JSONL file, one object a line."""
@@ -143,6 +197,31 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Works
     ws = Workspace(tmp_path)
     yield ws
     ws.forget_modules()
+
+
+def _default_sigint() -> None:  # a shell may start the test run with SIGINT ignored
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def refinekit_process(folder: Path, *args: str | Path, **env: str) -> subprocess.Popen[str]:
+    """`python -m refinekit ARGS` started in `folder`, its output piped as text.
+
+    The process has this one's environment without $REFINEKIT_DB, `folder` first on its
+    PYTHONPATH (the modules written there, then the refinekit under test), `env` added, and
+    SIGINT's default action.
+    """
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    environ = {k: v for k, v in os.environ.items() if k != "REFINEKIT_DB"}
+    environ |= {"PYTHONPATH": path, **env}
+    return subprocess.Popen(
+        [sys.executable, "-m", "refinekit", *map(str, args)],
+        cwd=folder,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
 
 
 def judge_replies(
@@ -254,22 +333,42 @@ def table(out: str) -> dict[int, str]:
 
 # --- modules the eval tests import as targets and judges ---------------------------------
 
-# A def asking the "answer" model at $RK_BASE_URL the question it is given.
-SYNC_ANSWER = """
+# `ask` (a def) and `aask` (an async def): the "answer" model at $RK_BASE_URL's reply to the
+# question they are given. The answer functions the tests write call them.
+ASKING = """
 import os
 import openai
 
-def answer(question):
+def ask(question):
     client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
     with client:
         reply = client.chat.completions.create(
             model="answer", messages=[{"role": "user", "content": question}]
         )
     return reply.choices[0].message.content
+
+async def aask(question):
+    client = openai.AsyncOpenAI(
+        base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0
+    )
+    async with client:
+        reply = await client.chat.completions.create(
+            model="answer", messages=[{"role": "user", "content": question}]
+        )
+    return reply.choices[0].message.content
 """
 
-# A criteria judge on the "judge" model (or $RK_JUDGE_MODEL) at $RK_BASE_URL.
-CRITERIA_JUDGE = """
+# A def asking the "answer" model at $RK_BASE_URL the question it is given.
+SYNC_ANSWER = (
+    ASKING
+    + """
+def answer(question):
+    return ask(question)
+"""
+)
+
+# The top of a judge module: `client`, an `openai.OpenAI` client of the server at $RK_BASE_URL.
+JUDGE_CLIENT = """
 import os
 import openai
 from refinekit import judges
@@ -283,11 +382,18 @@ client = openai.OpenAI(
     max_retries=0,
     default_headers={"Connection": "close"},
 )
+"""
+
+# A criteria judge on the "judge" model (or $RK_JUDGE_MODEL) at $RK_BASE_URL.
+CRITERIA_JUDGE = (
+    JUDGE_CLIENT
+    + """
 judge = judges.criteria(
     JudgeModel(client, os.environ.get("RK_JUDGE_MODEL", "judge")),
     [Criterion("correct", "Is the answer right?", when_false="Give the right answer.")],
 )
 """
+)
 
 
 def schema_of(made: dict[str, Any], dialect: str) -> dict[str, Any]:

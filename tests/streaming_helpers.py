@@ -9,7 +9,23 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+KINDS = ["sync", "async"]
+USER = [{"role": "user", "content": "Extract the invoice: A-1, EUR 12.50"}]
+
+
+# The invoice the streaming tests extract (no docstring: it would be the schema's description).
+class Invoice(BaseModel):
+    number: str
+    currency: Literal["EUR", "USD"]
+    total_cents: int
+
+
+GOOD = '{"number": "A-1", "currency": "EUR", "total_cents": 1250}'
+INVOICE = Invoice(number="A-1", currency="EUR", total_cents=1250)
 
 
 class Source:
@@ -26,23 +42,23 @@ class Source:
         self.given = 0
         self.closed = False
 
+    def _given(self) -> Iterator[str]:
+        for part in self.parts:
+            self.given += 1
+            yield part
+        if self.error is not None:
+            raise self.error
+
     def sync(self) -> Iterator[str]:
         try:
-            for part in self.parts:
-                self.given += 1
-                yield part
-            if self.error is not None:
-                raise self.error
+            yield from self._given()
         finally:
             self.closed = True
 
     async def async_(self) -> AsyncIterator[str]:
         try:
-            for part in self.parts:
-                self.given += 1
+            for part in self._given():
                 yield part
-            if self.error is not None:
-                raise self.error
         finally:
             self.closed = True
 

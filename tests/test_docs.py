@@ -30,6 +30,7 @@ from contextlib import ExitStack, redirect_stderr, redirect_stdout, suppress
 from pathlib import Path
 from typing import Any
 
+import docs_blocks
 import openai
 import pytest
 from docs_blocks import NEEDS, PAGES, ROOT, Block, MarkerError, blocks, numbered
@@ -473,33 +474,33 @@ def test_user_docs_speak_to_users_not_to_the_people_who_wrote_them() -> None:
     assert _offending(_DEVELOPER_WORDS) == []
 
 
-def test_markers_are_read_as_documented(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import docs_blocks
-
+@pytest.fixture
+def page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """page.md in tmp_path, the folder the docs' pages are read under (docs_blocks.ROOT)."""
     monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
-    page = tmp_path / "page.md"
-    page.write_text(
-        "Text.\n\n"
+    return tmp_path / "page.md"
+
+
+def test_markers_are_read_as_documented(page: Path) -> None:
+    marked = (
         "```python\nx = 1\n```\n\n"
         '<!-- docs-test: skip reason="a signature" -->\n\n'
         "```python\nf(x: int) -> str\n```\n\n"
         "<!-- docs-test: needs=placeholders,scripted_server\n"
         "call_model.script('yes')\n"
         "-->\n"
-        "- item:\n\n"  # not a fence: the marker above must be right before one
+    )
+    page.write_text(
+        "Text.\n\n"
+        + marked
+        + "- item:\n\n"  # not a fence: the marker above must be right before one
         "  ```python\n  y = 2\n  ```\n",
         encoding="utf-8",
     )
     with pytest.raises(MarkerError, match=r"page\.md:13: a docs-test comment must come right"):
         blocks(page)
     page.write_text(
-        "```python\nx = 1\n```\n\n"
-        '<!-- docs-test: skip reason="a signature" -->\n\n'
-        "```python\nf(x: int) -> str\n```\n\n"
-        "<!-- docs-test: needs=placeholders,scripted_server\n"
-        "call_model.script('yes')\n"
-        "-->\n"
-        "  ```python\n  y = 2\n  ```\n"
+        marked + "  ```python\n  y = 2\n  ```\n"
         "<!-- docs-test: pytest -->\n"
         "```python\ndef test_it(): pass\n```\n",
         encoding="utf-8",
@@ -525,25 +526,15 @@ def test_markers_are_read_as_documented(tmp_path: Path, monkeypatch: pytest.Monk
         ("<!-- docs-test: sikp -->", "unknown docs-test option 'sikp'"),
     ],
 )
-def test_a_bad_marker_says_what_to_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, message: str
-) -> None:
-    import docs_blocks
-
-    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
-    page = tmp_path / "page.md"
+def test_a_bad_marker_says_what_to_write(page: Path, marker: str, message: str) -> None:
     page.write_text(f"{marker}\n```python\nx = 1\n```\n", encoding="utf-8")
     with pytest.raises(MarkerError, match=re.escape(message)):
         blocks(page)
 
 
 def test_a_failing_block_says_where_and_how_to_mark_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docs_env: pytest.MonkeyPatch
+    page: Path, tmp_path: Path, docs_env: pytest.MonkeyPatch
 ) -> None:
-    import docs_blocks
-
-    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
-    page = tmp_path / "page.md"
     page.write_text(
         "```python\nanswer = 42\n```\n\nThen:\n\n"
         "```python\nprint(answer)\nprint(call_model)\n```\n",
@@ -566,12 +557,8 @@ def test_a_failing_block_says_where_and_how_to_mark_it(
 
 
 def test_a_block_reaches_no_host_but_127_0_0_1(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docs_env: pytest.MonkeyPatch
+    page: Path, tmp_path: Path, docs_env: pytest.MonkeyPatch
 ) -> None:
-    import docs_blocks
-
-    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
-    page = tmp_path / "page.md"
     page.write_text(
         "```python\nimport socket\nsocket.create_connection(('example.com', 443))\n```\n",
         encoding="utf-8",
@@ -585,13 +572,7 @@ def test_a_block_reaches_no_host_but_127_0_0_1(
         run.close()
 
 
-def test_a_pytest_block_whose_test_fails_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pytester: pytest.Pytester
-) -> None:
-    import docs_blocks
-
-    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
-    page = tmp_path / "page.md"
+def test_a_pytest_block_whose_test_fails_fails(page: Path, pytester: pytest.Pytester) -> None:
     page.write_text(
         "<!-- docs-test: pytest -->\n```python\nimport pytest\n\n\n"
         "@pytest.fixture\ndef city():\n    return 'Paris'\n```\n\n"
@@ -605,13 +586,7 @@ def test_a_pytest_block_whose_test_fails_fails(
         _run_pytest_block(test, [fixture, test], pytester)
 
 
-def test_file_and_cli_markers_are_read_as_documented(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import docs_blocks
-
-    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
-    page = tmp_path / "page.md"
+def test_file_and_cli_markers_are_read_as_documented(page: Path) -> None:
     page.write_text(
         "<!-- docs-test: file=app.py -->\n```python\nX = 1\n```\n\n"
         "<!-- docs-test: file=data/golden.csv -->\n```text\nquestion\nq\n```\n\n"
@@ -642,24 +617,14 @@ def test_file_and_cli_markers_are_read_as_documented(
     ],
 )
 def test_a_bad_file_or_cli_marker_says_what_to_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str, fence: str, message: str
+    page: Path, marker: str, fence: str, message: str
 ) -> None:
-    import docs_blocks
-
-    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
-    page = tmp_path / "page.md"
     page.write_text(f"{marker}\n```{fence}\n$ refinekit runs\n```\n", encoding="utf-8")
     with pytest.raises(MarkerError, match=re.escape(message)):
         blocks(page)
 
 
-def test_a_cli_block_runs_only_refinekit_commands(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import docs_blocks
-
-    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
-    page = tmp_path / "page.md"
+def test_a_cli_block_runs_only_refinekit_commands(page: Path) -> None:
     page.write_text("<!-- docs-test: cli -->\n```sh\n$ rm -rf build\n```\n", encoding="utf-8")
     with pytest.raises(MarkerError, match=r"page\.md:1: a cli block runs `\$ refinekit"):
         blocks(page)
@@ -722,12 +687,8 @@ def test_a_cli_block_is_checked_by_its_exit_status_output_and_files(
 
 
 def test_a_file_written_twice_grows_and_is_imported_afresh(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docs_env: pytest.MonkeyPatch
+    page: Path, tmp_path: Path, docs_env: pytest.MonkeyPatch
 ) -> None:
-    import docs_blocks
-
-    monkeypatch.setattr(docs_blocks, "ROOT", tmp_path)
-    page = tmp_path / "page.md"
     page.write_text(
         "<!-- docs-test: file=docs_grown_app.py -->\n```python\nA = 1\n```\n\n"
         "```python\nfrom docs_grown_app import A\n```\n\n"

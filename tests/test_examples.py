@@ -6,12 +6,13 @@ import importlib.util
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from refinekit.testing import ScriptedOpenAI
+from refinekit.testing import RecordedRequest, ScriptedOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_"))
@@ -292,6 +293,26 @@ def test_the_app_at_import_example_passes_its_own_tests() -> None:
     assert "3 passed" in result.stdout
 
 
+def main_on_endpoint(
+    module: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    server_env: Callable[[str], dict[str, str]],
+) -> tuple[str, str, list[RecordedRequest]]:
+    """`module.main()` with `env` set, on a scripted server serving module.SCRIPTED under
+    $REFINEKIT_JUDGE_MODEL (`server_env` its base URL's variables); what it printed (out,
+    err) and the requests the server got."""
+    with ScriptedOpenAI() as server:
+        server.script(env["REFINEKIT_JUDGE_MODEL"], module.SCRIPTED)
+        for name, value in (env | server_env(server.base_url)).items():
+            monkeypatch.setenv(name, value)
+        module.main()
+        requests = server.requests
+    captured = capsys.readouterr()
+    return captured.out, captured.err, requests
+
+
 @pytest.mark.parametrize("path", JUDGE_EXAMPLES, ids=lambda p: p.name)
 def test_judge_example_runs_on_a_configured_endpoint(
     path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -300,18 +321,13 @@ def test_judge_example_runs_on_a_configured_endpoint(
     scripted server, started by the test, under another model name and with a key."""
     monkeypatch.syspath_prepend(str(path.parent))  # as `python examples/x.py` has it
     module = load(path)
-    with ScriptedOpenAI() as server:
-        server.script("my-judge", module.SCRIPTED)
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        monkeypatch.setenv("REFINEKIT_JUDGE_MODEL", "my-judge")
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-example-test-key")
-        module.main()
-        requests = server.requests
-    captured = capsys.readouterr()
-    out = captured.out
+    env = {"REFINEKIT_JUDGE_MODEL": "my-judge", "OPENAI_API_KEY": "sk-example-test-key"}
+    out, err, requests = main_on_endpoint(
+        module, monkeypatch, capsys, env, lambda url: {"OPENAI_BASE_URL": url}
+    )
     assert "real endpoint (OPENAI_BASE_URL), judge model 'my-judge'" in out
     assert "scripted" not in out.lower()
-    assert "sk-example-test-key" not in out + captured.err
+    assert "sk-example-test-key" not in out + err
     for text in EXPECTED[path.name]:
         assert text in out
     assert len(requests) == len(module.SCRIPTED)
@@ -326,18 +342,17 @@ def test_the_anthropic_judge_example_runs_on_a_configured_endpoint(
     (which the client reads) at another scripted server here."""
     path = ROOT / "examples" / "judge_anthropic.py"
     module = load(path)
-    with ScriptedOpenAI() as server:
-        server.script("my-claude", module.SCRIPTED)
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url.removesuffix("/v1"))
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-example-test-key")
-        monkeypatch.setenv("REFINEKIT_JUDGE_MODEL", "my-claude")
-        module.main()
-        requests = server.requests
-    captured = capsys.readouterr()
-    out = captured.out
+    env = {"ANTHROPIC_API_KEY": "sk-ant-example-test-key", "REFINEKIT_JUDGE_MODEL": "my-claude"}
+    out, err, requests = main_on_endpoint(
+        module,
+        monkeypatch,
+        capsys,
+        env,
+        lambda url: {"ANTHROPIC_BASE_URL": url.removesuffix("/v1")},
+    )
     assert "real endpoint (ANTHROPIC_API_KEY), judge model 'my-claude'" in out
     assert "scripted" not in out.lower()
-    assert "sk-ant-example-test-key" not in out + captured.err
+    assert "sk-ant-example-test-key" not in out + err
     for text in EXPECTED[path.name]:
         assert text in out
     assert len(requests) == len(module.SCRIPTED)

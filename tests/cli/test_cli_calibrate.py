@@ -5,52 +5,24 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Cli, Workspace, cli_runner, judge_replies, workspace, yes_no
+from helpers import JUDGE_CLIENT, Cli, Result, Workspace, judge_replies, yes_no
 
 from refinekit.eval._stats import wilson_interval
 from refinekit.eval._store._sqlite import SQLiteStore
 from refinekit.testing import Reply, ScriptedOpenAI
 
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
-    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
-    return scripted_openai
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
-
-
-CRITERIA_JUDGE = """
-import os
-import openai
-from refinekit import judges
-from refinekit.judges import Criterion, JudgeModel
-
-# "Connection: close": the judge's async counterpart of this client, made for the run's
-# event loop, is never closed; this leaves no socket open behind it
-client = openai.OpenAI(
-    base_url=os.environ["RK_BASE_URL"],
-    api_key="sk-test",
-    max_retries=0,
-    default_headers={"Connection": "close"},
-)
+CRITERIA_JUDGE = (
+    JUDGE_CLIENT
+    + """
 judge = judges.criteria(
     JudgeModel(client, os.environ.get("RK_JUDGE_MODEL", "judge")),
     [Criterion("supported", "Does the context support the answer?")],  # pass 0.8, fail 0.2
 )
 """
+)
 
 # answer -> (the judge's P(yes), the people's label); no probability sits on a bin's edge
 ITEMS = {
@@ -344,6 +316,13 @@ AGREEMENT = [
 ]
 
 
+def calibrate_plain(ws: Workspace, cli: Cli, judge: str, *args: str) -> Result:
+    """`refinekit calibrate` of AGREEMENT's items by PLAIN_JUDGES' `judge`."""
+    data = ws.jsonl("labelled.jsonl", AGREEMENT)
+    module = ws.module(PLAIN_JUDGES)
+    return cli("calibrate", data, "--judge", f"{module}:{judge}", *args)
+
+
 @pytest.mark.parametrize(
     ("judge", "min_kappa", "code", "line"),
     [
@@ -373,10 +352,7 @@ def test_min_kappa_gates_calibration_on_cohens_kappa(
 def test_a_judge_inconclusive_on_every_item_measured_nothing_exit_1(
     ws: Workspace, cli: Cli, gate: list[str]
 ) -> None:
-    data = ws.jsonl("labelled.jsonl", AGREEMENT)
-    module = ws.module(PLAIN_JUDGES)
-
-    result = cli("calibrate", data, "--judge", f"{module}:unsure", *gate)
+    result = calibrate_plain(ws, cli, "unsure", *gate)
 
     assert result.code == 1
     assert "judged 0 items (0 unavailable and 4 inconclusive)" in result.out
@@ -391,10 +367,7 @@ def test_a_judge_inconclusive_on_every_item_measured_nothing_exit_1(
 def test_a_judge_that_gave_no_verdict_at_all_is_a_setup_failure_exit_4(
     ws: Workspace, cli: Cli, gate: list[str]
 ) -> None:
-    data = ws.jsonl("labelled.jsonl", AGREEMENT)
-    module = ws.module(PLAIN_JUDGES)
-
-    result = cli("calibrate", data, "--judge", f"{module}:down", *gate)
+    result = calibrate_plain(ws, cli, "down", *gate)
 
     assert result.code == 4
     assert result.err == (
@@ -414,10 +387,7 @@ def test_a_judge_that_gave_no_verdict_at_all_is_a_setup_failure_exit_4(
 def test_min_kappa_outside_minus_1_to_1_is_a_usage_error(
     ws: Workspace, cli: Cli, value: str
 ) -> None:
-    data = ws.jsonl("labelled.jsonl", AGREEMENT)
-    module = ws.module(PLAIN_JUDGES)
-
-    result = cli("calibrate", data, "--judge", f"{module}:judge", "--min-kappa", value)
+    result = calibrate_plain(ws, cli, "judge", "--min-kappa", value)
 
     assert result.code == 2
     assert "a number from -1 to 1" in result.err
@@ -427,11 +397,9 @@ def test_min_kappa_outside_minus_1_to_1_is_a_usage_error(
 def test_a_calibration_report_that_cannot_be_written_is_a_usage_error_before_the_run(
     ws: Workspace, cli: Cli
 ) -> None:
-    data = ws.jsonl("labelled.jsonl", AGREEMENT)
-    module = ws.module(PLAIN_JUDGES)
     (ws.path / "notes.txt").write_text("a file where the report's folder would be made")
 
-    result = cli("calibrate", data, "--judge", f"{module}:judge", "--report", "notes.txt/c.html")
+    result = calibrate_plain(ws, cli, "judge", "--report", "notes.txt/c.html")
 
     assert result.code == 2
     assert result.err == (
@@ -442,18 +410,9 @@ def test_a_calibration_report_that_cannot_be_written_is_a_usage_error_before_the
     assert not (ws.path / ".refinekit" / "runs.db").exists()
 
 
-CODE_CHECK_JUDGE = """
-import os
-import openai
-from refinekit import judges
-from refinekit.judges import Criterion, JudgeModel
-
-client = openai.OpenAI(
-    base_url=os.environ["RK_BASE_URL"],
-    api_key="sk-test",
-    max_retries=0,
-    default_headers={"Connection": "close"},
-)
+CODE_CHECK_JUDGE = (
+    JUDGE_CLIENT
+    + """
 judge = judges.criteria(
     JudgeModel(client, "judge"),
     [
@@ -463,6 +422,7 @@ judge = judges.criteria(
     ],
 )
 """
+)
 
 
 def test_an_item_failed_by_a_code_check_keeps_the_reliability_table(

@@ -18,23 +18,22 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 from helpers import (
+    ASKING,
     CRITERIA_JUDGE,
     SYNC_ANSWER,
     Cli,
     Workspace,
     answers,
     asked,
-    cli_runner,
     judge_replies,
     table,
-    workspace,
     yes_no,
 )
 
@@ -47,22 +46,6 @@ from refinekit.testing import Reply, ScriptedOpenAI, set_testing
 
 SECRET = "sk-proj-Zq81vXw2mNe4RtY6uI0oP9aS"
 BEARER = "Bearer eyJhbGciOiJIUzI1NiJ9.c2VjcmV0.dG9rZW4"
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
-    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
-    return scripted_openai
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
 
 
 def db_rows(db: Path, query: str) -> list[sqlite3.Row]:
@@ -289,13 +272,13 @@ def test_decorated_target_attempts_and_each_reply_counted_once(
 # --- concurrency ----------------------------------------------------------------------------
 
 
-OVERLAPPING = """
+OVERLAPPING = (
+    ASKING
+    + """
 import asyncio
 import contextlib
 import io
 import json
-import os
-import openai
 
 in_flight = peak = 0
 _full = None
@@ -310,17 +293,11 @@ async def answer(question):
         _full.set()
     try:
         await asyncio.wait_for(_full.wait(), 5)  # hold until the expected calls overlap
-        client = openai.AsyncOpenAI(
-            base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0
-        )
-        async with client:
-            reply = await client.chat.completions.create(
-                model="answer", messages=[{"role": "user", "content": question}]
-            )
-        return reply.choices[0].message.content
+        return await aask(question)
     finally:
         in_flight -= 1
 """
+)
 
 
 @pytest.mark.parametrize("concurrency", [1, 3, 8])

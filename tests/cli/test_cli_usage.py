@@ -15,22 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Cli, Workspace, cli_runner, workspace
+from helpers import Cli, Workspace
 
 import refinekit
 from refinekit.eval._stats import wilson_interval
 from refinekit.eval._store._sqlite import SQLiteStore
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
-
 
 # the target leaves a file behind when it runs: a usage error must leave none
 MARKING = """

@@ -34,6 +34,15 @@ class Clock:
         return self.now
 
 
+def plain_display(done: int, total: int) -> tuple[Clock, io.StringIO, ProgressDisplay]:
+    """A display of plain lines into a StringIO, on a clock of its own, started at `done`."""
+    clock = Clock()
+    stream = io.StringIO()
+    display = ProgressDisplay(stream, "eval", clock=clock)
+    display.start(done, total)
+    return clock, stream, display
+
+
 def test_duration_and_the_figures() -> None:
     assert duration(72) == "0:01:12"
     assert duration(3723.9) == "1:02:03"
@@ -46,10 +55,7 @@ def test_duration_and_the_figures() -> None:
 
 def test_piped_progress_is_a_plain_line_every_n_seconds() -> None:
     assert PLAIN_SECONDS == 10.0  # the period docs/workflow.md states
-    clock = Clock()
-    stream = io.StringIO()
-    display = ProgressDisplay(stream, "eval", clock=clock)
-    display.start(0, 300)
+    clock, stream, display = plain_display(0, 300)
 
     clock.now += 4
     display.update(10, 300, None, {"passed": 10})
@@ -76,10 +82,7 @@ def test_piped_progress_is_a_plain_line_every_n_seconds() -> None:
 
 
 def test_the_plain_line_shows_the_cost_so_far_with_prices_and_resumed_cases_as_done() -> None:
-    clock = Clock()
-    stream = io.StringIO()
-    display = ProgressDisplay(stream, "eval", clock=clock)
-    display.start(200, 300)  # 200 resumed: done, but no speed
+    clock, stream, display = plain_display(200, 300)  # 200 resumed: done, but no speed
     clock.now += 10
     display.update(220, 300, 0.0123456, {"failed": 20})
     assert stream.getvalue().splitlines() == [
@@ -89,10 +92,7 @@ def test_the_plain_line_shows_the_cost_so_far_with_prices_and_resumed_cases_as_d
 
 
 def test_a_fast_piped_run_writes_no_progress() -> None:
-    clock = Clock()
-    stream = io.StringIO()
-    display = ProgressDisplay(stream, "eval", clock=clock)
-    display.start(0, 3)
+    clock, stream, display = plain_display(0, 3)
     clock.now += 1
     display.update(3, 3, None, {"passed": 3})
     display.close()

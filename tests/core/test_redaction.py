@@ -12,8 +12,7 @@ import gc
 import logging
 import re
 import string
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import openai
@@ -24,10 +23,9 @@ from helpers import (
     acall,
     answering,
     answers,
-    cli_runner,
+    close_clients,
     judge_replies,
     table,
-    workspace,
 )
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
@@ -228,11 +226,7 @@ async def make_jm(kind: str, server: ScriptedOpenAI) -> AsyncIterator[MakeJudgeM
         return JudgeModel(client, JUDGE)
 
     yield make
-    for client in clients:
-        if isinstance(client, openai.AsyncOpenAI):
-            await client.close()
-        else:
-            client.close()
+    await close_clients(clients)
 
 
 async def evaluate(kind: str, judge: Any) -> Any:
@@ -572,16 +566,6 @@ def test_eval_keeps_the_judge_clients_unshaped_key_out_of_store_report_and_termi
 
 
 # --- refinekit eval: nothing stored, printed or reported --------------------------------------
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
 
 
 LEAKY_TARGET = f"""

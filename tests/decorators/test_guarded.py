@@ -57,6 +57,18 @@ def stack(
     return fn
 
 
+def guarded_and_retried(
+    kind: str, impl: Callable[..., Any], guard: str, screen_input: bool = False
+) -> tuple[Callable[..., Any], Screen, Quality]:
+    """`impl` under @guarded and @retry_on_low_quality (2 retries), the guard "inside" or
+    "outside" the retry; its screen and its quality judge."""
+    screen, quality = Screen(), Quality()
+    guard_it = guarded(screen=screen, screen_input=screen_input)
+    retry = retry_on_low_quality(evaluator=quality, max_retries=2)
+    answer = stack(kind, impl, *((retry, guard_it) if guard == "inside" else (guard_it, retry)))
+    return answer, screen, quality
+
+
 def answering(*replies: Any) -> tuple[Callable[..., Any], list[str]]:
     """A stand-in model returning `replies` in turn (the last one repeats); records questions."""
     asked: list[str] = []
@@ -571,13 +583,7 @@ async def test_the_blocked_text_is_never_logged_above_debug(
 async def test_guarded_inside_retry_screens_every_attempt(kind: str, events: list[Event]) -> None:
     """@retry_on_low_quality on top, @guarded below: every draft is screened before judging."""
     fn, asked = answering(UNSAFE, UNSAFE, SAFE)
-    screen, quality = Screen(), Quality()
-    answer = stack(
-        kind,
-        fn,
-        retry_on_low_quality(evaluator=quality, max_retries=2),
-        guarded(screen=screen),
-    )
+    answer, screen, quality = guarded_and_retried(kind, fn, "inside")
     assert await acall(answer, QUESTION) == SAFE
     assert len(asked) == 3
     assert len(screen.seen) == 3  # one screen per attempt
@@ -590,13 +596,7 @@ async def test_guarded_inside_retry_a_blocked_input_costs_retries_that_cannot_he
     kind: str, events: list[Event]
 ) -> None:
     fn, asked = answering(SAFE)
-    screen, quality = Screen(), Quality()
-    answer = stack(
-        kind,
-        fn,
-        retry_on_low_quality(evaluator=quality, max_retries=2),
-        guarded(screen=screen, screen_input=True),
-    )
+    answer, screen, quality = guarded_and_retried(kind, fn, "inside", screen_input=True)
     with pytest.raises(LowQualityAnswer) as caught:
         await acall(answer, UNSAFE_QUESTION)
     assert asked == []  # no model call ...
@@ -609,13 +609,7 @@ async def test_guarded_inside_retry_a_blocked_input_costs_retries_that_cannot_he
 async def test_guarded_outside_retry_screens_once_per_call(kind: str) -> None:
     """@guarded on top, @retry_on_low_quality below: only the answer the retry settles on."""
     fn, asked = answering("draft one", "draft two", SAFE)
-    screen, quality = Screen(), Quality()
-    answer = stack(
-        kind,
-        fn,
-        guarded(screen=screen),
-        retry_on_low_quality(evaluator=quality, max_retries=2),
-    )
+    answer, screen, quality = guarded_and_retried(kind, fn, "outside")
     assert await acall(answer, QUESTION) == SAFE
     assert len(asked) == 3
     assert screen.texts == [SAFE]  # one screen for three attempts
@@ -625,13 +619,7 @@ async def test_guarded_outside_retry_screens_once_per_call(kind: str) -> None:
 async def test_guarded_outside_retry_the_judge_sees_unscreened_drafts(kind: str) -> None:
     draft = f"draft: {UNSAFE}"
     fn, _ = answering(draft, SAFE)
-    screen, quality = Screen(), Quality()
-    answer = stack(
-        kind,
-        fn,
-        guarded(screen=screen),
-        retry_on_low_quality(evaluator=quality, max_retries=2),
-    )
+    answer, screen, quality = guarded_and_retried(kind, fn, "outside")
     assert await acall(answer, QUESTION) == SAFE
     assert quality.judged == [draft, SAFE]  # the quality judge saw the unsafe draft
     assert screen.texts == [SAFE]  # only the answer the retry settled on was screened
@@ -641,13 +629,7 @@ async def test_guarded_outside_retry_a_blocked_input_costs_no_attempt(
     kind: str, events: list[Event]
 ) -> None:
     fn, asked = answering(SAFE)
-    screen, quality = Screen(), Quality()
-    answer = stack(
-        kind,
-        fn,
-        guarded(screen=screen, screen_input=True),
-        retry_on_low_quality(evaluator=quality, max_retries=2),
-    )
+    answer, screen, quality = guarded_and_retried(kind, fn, "outside", screen_input=True)
     assert await acall(answer, UNSAFE_QUESTION) == REFUSAL
     assert asked == []
     assert quality.judged == []

@@ -9,22 +9,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from helpers import Invoice, Item
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from refinekit import CorrectionExhausted, JsonParseError, ResponseValidationError, self_correct
-
-
-class Invoice(BaseModel):
-    number: str
-    total_cents: int
-
-
-class Item(BaseModel):
-    name: str
-    price: int
-
 
 SCHEMAS: list[Any] = [Invoice, list[Item]]
 USER = [{"role": "user", "content": "Extract the invoice."}]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import tenacity
-from helpers import call, completion
+from helpers import call, completion, passes_on, reject_all
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
 
@@ -54,19 +54,6 @@ def stub() -> tuple[Callable[..., str], list[str | None]]:
         return f"a{len(feedback_seen)}"
 
     return answer, feedback_seen
-
-
-def passes_on(n: int) -> Callable[[EvaluationRequest], Verdict]:
-    """An evaluator rejecting attempts before `n` with feedback "fix #<attempt>"."""
-
-    def evaluate(request: EvaluationRequest) -> Verdict:
-        attempt = request.metadata["attempt"]
-        return Verdict(passed=attempt >= n, feedback="" if attempt >= n else f"fix #{attempt}")
-
-    return evaluate
-
-
-reject_all = passes_on(10**6)
 
 
 def recording(verdict: Callable[[EvaluationRequest], Verdict] | None = None) -> Any:

@@ -7,9 +7,10 @@ model receives on each attempt of a function written as the README shows.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
+import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
@@ -28,15 +29,23 @@ PROMPT = "Answer from the document.\n\nDocument: ...\n\nQuestion: How long is th
 EVALUATOR = checks.all_of(checks.cites_source(), checks.contains("10 months"))
 
 
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as server:
-        yield server
-
-
 def prompts(server: ScriptedOpenAI) -> list[str]:
     """The text of the last message of each request the model received."""
     return [r.body["messages"][-1]["content"] for r in server.requests]
+
+
+def readme_answer(client: openai.OpenAI) -> Callable[[str], str]:
+    """The function the README shows, asking model "m" through `client`."""
+
+    @retry_on_low_quality(evaluator=EVALUATOR, max_retries=2)
+    def answer(question: str) -> str:
+        record_context(DOC)
+        reply = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": retry_prompt(PROMPT)}]
+        )
+        return reply.choices[0].message.content or ""
+
+    return answer
 
 
 def test_a_retry_quotes_the_rejected_answer_then_the_feedback(server: ScriptedOpenAI) -> None:
@@ -48,15 +57,7 @@ def test_a_retry_quotes_the_rejected_answer_then_the_feedback(server: ScriptedOp
         ],
     )
     with server.client() as client:
-
-        @retry_on_low_quality(evaluator=EVALUATOR, max_retries=2)
-        def answer(question: str) -> str:
-            record_context(DOC)
-            reply = client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": retry_prompt(PROMPT)}]
-            )
-            return reply.choices[0].message.content or ""
-
+        answer = readme_answer(client)
         assert answer("How long is the warranty?").endswith("[policies/warranty-1.md].")
     first, second = prompts(server)
     assert first == PROMPT  # the first attempt: the prompt as built
@@ -91,15 +92,7 @@ async def test_the_async_path_sends_the_same_prompts(server: ScriptedOpenAI) -> 
 def test_only_the_latest_answer_and_feedback_are_added(server: ScriptedOpenAI) -> None:
     server.script("m", ["No.", "Still no [policies/warranty-1.md].", "Nope."])
     with server.client() as client:
-
-        @retry_on_low_quality(evaluator=EVALUATOR, max_retries=2)
-        def answer(question: str) -> str:
-            record_context(DOC)
-            reply = client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": retry_prompt(PROMPT)}]
-            )
-            return reply.choices[0].message.content or ""
-
+        answer = readme_answer(client)
         with pytest.raises(LowQualityAnswer):
             answer("How long is the warranty?")
     third = prompts(server)[2]

@@ -14,14 +14,14 @@ import logging
 import pickle
 import re
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-from helpers import acall, text_beside_tool_call
+from helpers import acall, as_kind, text_beside_tool_call
 
 import refinekit
 from refinekit import (
@@ -49,17 +49,6 @@ JUDGE = "judge"
 WRITER = "writer"
 
 # --- fixtures and helpers ------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def client(kind: str, server: ScriptedOpenAI) -> AsyncIterator[Any]:
-    """The client of the test's kind, for the judge and the default reviser alike."""
-    if kind == "sync":
-        with server.client() as sync_client:
-            yield sync_client
-    else:
-        async with server.async_client() as async_client:
-            yield async_client
 
 
 @pytest.fixture
@@ -767,24 +756,28 @@ async def test_inside_another_decorators_stream_a_tool_call_round_is_no_answer(
         assert "calls tools" in str(error)
 
 
+def judging(passed: bool) -> tuple[list[EvaluationRequest], Callable[[EvaluationRequest], bool]]:
+    """The requests a code-check judge was given, and the judge: `passed` for every answer."""
+    judged: list[EvaluationRequest] = []
+
+    def judge(request: EvaluationRequest) -> bool:
+        judged.append(request)
+        return passed
+
+    return judged, judge
+
+
 async def test_a_return_direct_tool_output_is_not_judged(kind: str) -> None:
     @refinekit.tool(return_direct=True)
     def order_status(order_id: str) -> str:
         return "shipped"
 
-    judged: list[EvaluationRequest] = []
+    judged, judge = judging(False)
 
     def impl(question: str) -> str:
         return order_status("A-1")
 
-    async def aimpl(question: str) -> str:
-        return impl(question)
-
-    def judge(request: EvaluationRequest) -> bool:
-        judged.append(request)
-        return False
-
-    answer = reviewed(judge=judge, max_revisions=0)(impl if kind == "sync" else aimpl)
+    answer = reviewed(judge=judge, max_revisions=0)(as_kind(kind, impl))
     assert await acall(answer, QUESTION) == "shipped"
     assert judged == []
 
@@ -827,19 +820,12 @@ async def test_a_bug_in_a_code_check_propagates(kind: str) -> None:
 
 
 async def test_the_functions_own_exception_propagates_unreviewed(kind: str) -> None:
-    judged: list[EvaluationRequest] = []
+    judged, judge = judging(True)
 
     def impl(question: str) -> str:
         raise LookupError("no such order")
 
-    async def aimpl(question: str) -> str:
-        return impl(question)
-
-    def judge(request: EvaluationRequest) -> bool:
-        judged.append(request)
-        return True
-
-    answer = reviewed(judge=judge, max_revisions=0)(impl if kind == "sync" else aimpl)
+    answer = reviewed(judge=judge, max_revisions=0)(as_kind(kind, impl))
     with pytest.raises(LookupError):
         await acall(answer, QUESTION)
     assert judged == []

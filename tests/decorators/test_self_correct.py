@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, NewType, Optional
 import httpx2
 import openai
 import pytest
-from helpers import call
+from helpers import Invoice, Item, call
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from pydantic import BaseModel, Field, TypeAdapter
 from typing_extensions import TypedDict
@@ -33,16 +33,6 @@ from refinekit._decorators.correct import CHECK_MARKER
 from refinekit.testing import ScriptedOpenAI
 
 # --- schemas and replies -------------------------------------------------------------------------
-
-
-class Invoice(BaseModel):
-    number: str
-    total_cents: int
-
-
-class Item(BaseModel):
-    name: str
-    price: int
 
 
 class Order(BaseModel):

@@ -10,13 +10,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import AfterValidator, BaseModel
-from streaming_helpers import Source, StreamingModel, call, chunked, collect
+from streaming_helpers import (
+    GOOD,
+    INVOICE,
+    KINDS,
+    USER,
+    Invoice,
+    Source,
+    StreamingModel,
+    call,
+    chunked,
+    collect,
+)
 
 import refinekit
 from refinekit import (
@@ -29,15 +40,6 @@ from refinekit import (
     ResponseValidationError,
     self_correct,
 )
-
-KINDS = ["sync", "async"]
-USER = [{"role": "user", "content": "Extract the invoice: A-1, EUR 12.50"}]
-
-
-class Invoice(BaseModel):
-    number: str
-    currency: Literal["EUR", "USD"]
-    total_cents: int
 
 
 def _not_zero(value: int) -> int:
@@ -52,8 +54,6 @@ class Checked(BaseModel):
     note: str = ""
 
 
-GOOD = '{"number": "A-1", "currency": "EUR", "total_cents": 1250}'
-INVOICE = Invoice(number="A-1", currency="EUR", total_cents=1250)
 BAD_CURRENCY = '{"number": "A-1", "currency": "GBP", "total_cents": 1250, "note": "' + "x" * 40
 
 

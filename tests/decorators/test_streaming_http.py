@@ -12,10 +12,11 @@ import datetime
 import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, BeforeValidator, ConfigDict
+from streaming_helpers import GOOD, INVOICE, KINDS, USER, Invoice
 
 import refinekit
 from refinekit import (
@@ -31,18 +32,6 @@ from refinekit import (
 )
 from refinekit.testing import RecordedStream, Reply, ScriptedOpenAI
 
-KINDS = ["sync", "async"]
-USER = [{"role": "user", "content": "Extract the invoice: A-1, EUR 12.50"}]
-
-
-class Invoice(BaseModel):
-    number: str
-    currency: Literal["EUR", "USD"]
-    total_cents: int
-
-
-GOOD = '{"number": "A-1", "currency": "EUR", "total_cents": 1250}'
-INVOICE = Invoice(number="A-1", currency="EUR", total_cents=1250)
 BAD = ['{"number": "A-1", ', '"currency": "GBP", ', '"total_cents": 1250, ', '"note": "more"}']
 
 
@@ -63,6 +52,20 @@ async def clients(server: ScriptedOpenAI) -> AsyncIterator[dict[str, Any]]:
     made["anthropic-sync"].close()
     await made["openai-async"].close()
     await made["anthropic-async"].close()
+
+
+@pytest.fixture(params=["openai", "anthropic"])
+def sdk(request: pytest.FixtureRequest) -> str:
+    """The SDK whose client a test streams with (each test taking it runs with both)."""
+    return str(request.param)
+
+
+def bad_then_good() -> list[Reply]:
+    """A stream held after its second chunk (the currency is wrong by then), then a good one."""
+    return [
+        Reply.hang(after=2, then=Reply.text("".join(BAD), chunks=BAD)),
+        Reply.text(GOOD, chunks=8, prompt_tokens=40, completion_tokens=17),
+    ]
 
 
 def streaming(sdk: str, kind: str, clients: dict[str, Any], first: str = "messages") -> Any:
@@ -111,18 +114,10 @@ def streams(server: ScriptedOpenAI) -> list[RecordedStream]:
     return sorted(server.streamed("m"), key=lambda s: order[id(s.request)])
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 async def test_self_correct_closes_the_http_stream_at_a_failed_field_and_corrects(
     server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
 ) -> None:
-    server.script(
-        "m",
-        [
-            Reply.hang(after=2, then=Reply.text("".join(BAD), chunks=BAD)),
-            Reply.text(GOOD, chunks=8, prompt_tokens=40, completion_tokens=17),
-        ],
-    )
+    server.script("m", bad_then_good())
     extract = self_correct(schema=Invoice)(streaming(sdk, kind, clients))
     items = await collect(kind, extract, USER)
     first, second = streams(server)
@@ -140,8 +135,6 @@ async def test_self_correct_closes_the_http_stream_at_a_failed_field_and_correct
     assert '"currency": got "GBP"' in correction.body["messages"][-1]["content"]
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 async def test_without_early_abort_the_failed_http_stream_is_read_to_its_end(
     server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
 ) -> None:
@@ -163,18 +156,10 @@ async def test_without_early_abort_the_failed_http_stream_is_read_to_its_end(
     assert '"total_cents": 1250}' in correction
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 async def test_streamed_usage_is_what_the_server_reported_and_an_aborted_stream_is_estimated(
     server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
 ) -> None:
-    server.script(
-        "m",
-        [
-            Reply.hang(after=2, then=Reply.text("".join(BAD), chunks=BAD)),
-            Reply.text(GOOD, chunks=8, prompt_tokens=40, completion_tokens=17),
-        ],
-    )
+    server.script("m", bad_then_good())
     extract = self_correct(schema=Invoice)(streaming(sdk, kind, clients))
     done = await outcome(kind, extract, USER)
     assert done.value == INVOICE
@@ -185,7 +170,6 @@ async def test_streamed_usage_is_what_the_server_reported_and_an_aborted_stream_
     assert done.usage.prompt_tokens > 40
 
 
-@pytest.mark.parametrize("kind", KINDS)
 async def test_a_disconnected_stream_is_cut_off_and_corrected(
     server: ScriptedOpenAI, clients: dict[str, Any], kind: str
 ) -> None:
@@ -199,7 +183,6 @@ async def test_a_disconnected_stream_is_cut_off_and_corrected(
     assert next(e for e in seen if e.kind == "correction").failure == "cut_off"
 
 
-@pytest.mark.parametrize("kind", KINDS)
 async def test_a_budget_closes_the_http_stream_midway(
     server: ScriptedOpenAI, clients: dict[str, Any], kind: str
 ) -> None:
@@ -226,8 +209,6 @@ async def test_a_budget_closes_the_http_stream_midway(
     assert raised.value.usage == event.usage
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 async def test_retry_stops_a_stream_at_a_forbidden_phrase_and_retries(
     server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
 ) -> None:
@@ -246,8 +227,6 @@ async def test_retry_stops_a_stream_at_a_forbidden_phrase_and_retries(
     assert second.finished
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 async def test_reviewed_enforce_publishes_the_approved_stream_and_shadow_passes_it_through(
     server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
 ) -> None:
@@ -267,8 +246,6 @@ async def test_reviewed_enforce_publishes_the_approved_stream_and_shadow_passes_
     assert judged == [text, "No idea."]
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 async def test_guarded_closes_an_unsafe_stream_and_publishes_the_refusal(
     server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
 ) -> None:
@@ -297,8 +274,6 @@ def text_decorators() -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 async def test_a_text_streams_usage_is_reported_and_an_aborted_ones_prompt_is_estimated(
     server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
 ) -> None:
@@ -356,18 +331,10 @@ async def test_a_budget_closes_a_text_stream_midway(
     assert raised.value.usage.model_calls == 1
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 async def test_each_stream_has_an_event_with_its_chunks_and_time_to_first_chunk(
     server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
 ) -> None:
-    server.script(
-        "m",
-        [
-            Reply.hang(after=2, then=Reply.text("".join(BAD), chunks=BAD)),
-            Reply.text(GOOD, chunks=8, prompt_tokens=40, completion_tokens=17),
-        ],
-    )
+    server.script("m", bad_then_good())
     seen: list[refinekit.Event] = []
     extract = self_correct(schema=Invoice)(streaming(sdk, kind, clients))
     with refinekit.subscribe(seen.append):
@@ -422,7 +389,6 @@ def langchain_model(kind: str, *texts: str) -> Any:
     return stream if kind == "sync" else astream
 
 
-@pytest.mark.parametrize("kind", KINDS)
 async def test_langchain_chunks_usage_metadata_is_counted_by_every_decorator(kind: str) -> None:
     extract = self_correct(schema=Invoice)(
         langchain_model(kind, '{"number": "A-1", ', '"currency": "EUR", ', '"total_cents": 1250}')
@@ -443,7 +409,6 @@ async def test_langchain_chunks_usage_metadata_is_counted_by_every_decorator(kin
     "ignore:Items? .* on TypedDict class .* using the .ReadOnly.:UserWarning"
 )
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-@pytest.mark.parametrize("kind", KINDS)
 async def test_a_litellm_stream_is_corrected_with_its_reported_usage(
     server: ScriptedOpenAI, kind: str
 ) -> None:
@@ -451,13 +416,7 @@ async def test_a_litellm_stream_is_corrected_with_its_reported_usage(
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import
     litellm = pytest.importorskip("litellm")
-    server.script(
-        "m",
-        [
-            Reply.hang(after=2, then=Reply.text("".join(BAD), chunks=BAD)),
-            Reply.text(GOOD, chunks=8, prompt_tokens=40, completion_tokens=17),
-        ],
-    )
+    server.script("m", bad_then_good())
     options = {
         "model": "openai/m",
         "api_base": server.base_url,
@@ -481,8 +440,6 @@ async def test_a_litellm_stream_is_corrected_with_its_reported_usage(
     assert second.finished
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 async def test_provisional_retry_shows_the_chunks_a_reset_then_the_retry(
     server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
 ) -> None:
@@ -505,8 +462,6 @@ async def test_provisional_retry_shows_the_chunks_a_reset_then_the_retry(
     assert streams(server)[0].client_closed
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 async def test_reviewed_passes_a_streamed_tool_call_round_through_unreviewed(
     server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
 ) -> None:
@@ -538,7 +493,6 @@ class Priced(BaseModel):
     buyer: Buyer
 
 
-@pytest.mark.parametrize("kind", KINDS)
 async def test_a_partial_value_is_json_so_json_dumps_takes_it(
     server: ScriptedOpenAI, clients: dict[str, Any], kind: str
 ) -> None:
@@ -572,7 +526,6 @@ class Placed(BaseModel):
     at: Annotated[Point, BeforeValidator(lambda v: Point(*v))]
 
 
-@pytest.mark.parametrize("kind", KINDS)
 async def test_a_field_pydantic_cannot_write_as_json_is_shown_as_validated(
     server: ScriptedOpenAI, clients: dict[str, Any], kind: str
 ) -> None:

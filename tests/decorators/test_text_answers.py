@@ -9,7 +9,7 @@ test's kind (`OpenAI` for a `def` function, `AsyncOpenAI` for an `async def` one
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,17 +34,6 @@ UNCITED = "Refunds take 30 days."
 CITED = "Refunds take 30 days [policies/refunds.md]."
 
 
-@pytest.fixture
-async def client(kind: str, server: ScriptedOpenAI) -> AsyncIterator[Any]:
-    """The kind's `openai` client on the scripted server."""
-    if kind == "sync":
-        with server.client() as sync_client:
-            yield sync_client
-    else:
-        async with server.async_client() as async_client:
-            yield async_client
-
-
 def answerer(kind: str, client: Any, decorator: Callable[..., Any]) -> Callable[..., Any]:
     """A help-centre answer function of the kind, decorated: it returns the `ChatCompletion`."""
     if kind == "sync":
@@ -66,6 +55,11 @@ def answerer(kind: str, client: Any, decorator: Callable[..., Any]) -> Callable[
         )
 
     return decorator(aanswer)  # type: ignore[no-any-return]
+
+
+def citing_retry() -> Callable[..., Any]:
+    """@retry_on_low_quality retrying an answer that cites no source, returning text."""
+    return retry_on_low_quality(evaluator=checks.cites_source(), returns="text")
 
 
 async def invoke(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -96,9 +90,7 @@ async def test_the_caller_gets_the_text_and_every_reply_counts(
     kind: str, client: Any, server: ScriptedOpenAI
 ) -> None:
     server.script(MODEL, [billed(UNCITED, 40, 4), billed(CITED, 60, 5)])
-    fn = answerer(
-        kind, client, retry_on_low_quality(evaluator=checks.cites_source(), returns="text")
-    )
+    fn = answerer(kind, client, citing_retry())
     with refinekit.job() as job:
         text = await invoke(fn, "How long do refunds take?")
     assert text == CITED
@@ -114,9 +106,7 @@ async def test_the_outcome_holds_text_and_the_usage(
     kind: str, client: Any, server: ScriptedOpenAI
 ) -> None:
     server.script(MODEL, [billed(UNCITED, 10, 4), billed(CITED, 20, 5)])
-    fn = answerer(
-        kind, client, retry_on_low_quality(evaluator=checks.cites_source(), returns="text")
-    )
+    fn = answerer(kind, client, citing_retry())
     outcome = await invoke(fn.outcome, "How long do refunds take?")
     assert outcome.value == CITED
     assert [a.answer for a in outcome.attempts] == [UNCITED, CITED]
@@ -273,7 +263,7 @@ async def test_an_anthropic_message_is_read_as_its_text_and_counted(
             messages=[{"role": "user", "content": retry_prompt("How long?")}],
         )
 
-    decorate = retry_on_low_quality(evaluator=checks.cites_source(), returns="text")
+    decorate = citing_retry()
     with refinekit.job() as job:
         if kind == "sync":
             with server.anthropic_client() as claude:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, get_args
 
 import pytest
-from helpers import as_kind, call, completion
+from helpers import as_kind, call, completion, passes_on, reject_all
 from pydantic import BaseModel
 
 import refinekit
@@ -40,19 +40,6 @@ def answers(*replies: Any) -> Callable[..., Any]:
         return replies[min(len(count), len(replies)) - 1]
 
     return answer
-
-
-def passes_on(n: int) -> Callable[[EvaluationRequest], Verdict]:
-    """An evaluator rejecting attempts before `n` with feedback "fix #<attempt>"."""
-
-    def evaluate(request: EvaluationRequest) -> Verdict:
-        attempt = request.metadata["attempt"]
-        return Verdict(passed=attempt >= n, feedback="" if attempt >= n else f"fix #{attempt}")
-
-    return evaluate
-
-
-reject_all = passes_on(10**6)
 
 
 # --- events of @retry_on_low_quality -------------------------------------------------------------

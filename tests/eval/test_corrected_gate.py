@@ -12,17 +12,16 @@ simulation in benchmarks/bench_corrected_gate.py.
 from __future__ import annotations
 
 import asyncio
-import csv
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Cli, cli_runner
+from helpers import Cli, write_csv
 
 import refinekit.eval
 from refinekit import EvaluationRequest
-from refinekit.eval import UsageProblem
+from refinekit.eval import EvalResult, UsageProblem
 from refinekit.eval._stats import corrected_interval, wilson_interval
 from refinekit.eval._store._sqlite import SQLiteStore
 
@@ -35,14 +34,6 @@ def lenient(request: EvaluationRequest) -> bool:
 def coin(request: EvaluationRequest) -> bool:
     """A judge that agrees with people no better than chance on the labelled set."""
     return request.question.endswith(("0", "2", "4", "6", "8"))
-
-
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
 
 
 # the calibration: 20 good (people pass, the judge passes), 20 bad (both fail), 10 so-so
@@ -69,6 +60,13 @@ def files(tmp_path: Path) -> dict[str, Path]:
     }
 
 
+def evaluated(files: dict[str, Path], judge: Any = lenient, **options: Any) -> EvalResult:
+    """`refinekit.eval.run` of the golden set answered by `answer`, judged by `judge`."""
+    return refinekit.eval.run(
+        files["golden"], target=answer, judge=judge, db=files["db"], **options
+    )
+
+
 def calibrated(files: dict[str, Path], judge: Any = lenient) -> int:
     result = refinekit.eval.calibrate(files["labelled"], judge=judge, db=files["db"])
     assert result.calibration.items == 50
@@ -78,14 +76,7 @@ def calibrated(files: dict[str, Path], judge: Any = lenient) -> int:
 def test_the_gate_holds_the_corrected_lower_bound_not_wilsons(files: dict[str, Path]) -> None:
     run = calibrated(files)
 
-    result = refinekit.eval.run(
-        files["golden"],
-        target=answer,
-        judge=lenient,
-        db=files["db"],
-        calibration=run,
-        min_pass_rate=0.45,
-    )
+    result = evaluated(files, calibration=run, min_pass_rate=0.45)
 
     rate, lower, upper = corrected_interval(20, 30, 20, 20, 20, 30)
     c = result.corrected
@@ -129,9 +120,7 @@ def test_latest_is_the_newest_calibration_of_this_judge(files: dict[str, Path]) 
     newer = calibrated(files)  # a second calibration of the same judge: a run of its own
     refinekit.eval.calibrate(files["labelled"], judge=coin, db=files["db"])  # another judge
 
-    result = refinekit.eval.run(
-        files["golden"], target=answer, judge=lenient, db=files["db"], calibration="latest"
-    )
+    result = evaluated(files, calibration="latest")
 
     assert result.corrected is not None
     assert result.corrected.calibration.run == newer
@@ -140,27 +129,21 @@ def test_latest_is_the_newest_calibration_of_this_judge(files: dict[str, Path]) 
 def test_a_gate_without_calibration_warns_that_the_judge_is_uncalibrated(
     files: dict[str, Path],
 ) -> None:
-    result = refinekit.eval.run(
-        files["golden"], target=answer, judge=lenient, db=files["db"], min_pass_rate=0.45
-    )
+    result = evaluated(files, min_pass_rate=0.45)
 
     assert result.corrected is None
     assert result.judge_warning is not None
     assert result.judge_warning.startswith("the judge is uncalibrated: no calibration")
     assert result.pass_rate_held is True  # on the Wilson bound, as before
     assert result.run.summary["judge_warning"] == result.judge_warning
-    ungated = refinekit.eval.run(
-        files["golden"], target=answer, judge=lenient, db=files["db"], resume=False
-    )
+    ungated = evaluated(files, resume=False)
     assert ungated.judge_warning is None  # no gate, nothing to warn of
 
 
 def test_the_reports_warning_shows_the_command_it_names_as_code_not_backticks(
     files: dict[str, Path],
 ) -> None:
-    result = refinekit.eval.run(
-        files["golden"], target=answer, judge=lenient, db=files["db"], min_pass_rate=0.45
-    )
+    result = evaluated(files, min_pass_rate=0.45)
     assert result.judge_warning is not None
     assert "`refinekit calibrate`" in result.judge_warning  # as the terminal prints it
 
@@ -194,41 +177,22 @@ def test_strict_calibration_refuses_an_uncalibrated_gate_before_anything_runs(
 def test_a_judge_whose_kappa_bound_is_too_low_is_uncalibrated(files: dict[str, Path]) -> None:
     run = calibrated(files, judge=coin)
 
-    result = refinekit.eval.run(
-        files["golden"], target=answer, judge=coin, db=files["db"], calibration=run
-    )
+    result = evaluated(files, judge=coin, calibration=run)
 
     assert result.corrected is None
     assert result.judge_warning is not None
     assert "under --min-judge-kappa 0.200" in result.judge_warning
     with pytest.raises(UsageProblem, match="min-judge-kappa"):
-        refinekit.eval.run(
-            files["golden"],
-            target=answer,
-            judge=coin,
-            db=files["db"],
-            calibration=run,
-            strict_calibration=True,
-        )
+        evaluated(files, judge=coin, calibration=run, strict_calibration=True)
     # the threshold is the caller's: at -1 any calibration corrects
-    loose = refinekit.eval.run(
-        files["golden"],
-        target=answer,
-        judge=coin,
-        db=files["db"],
-        calibration=run,
-        min_judge_kappa=-1.0,
-        resume=False,
-    )
+    loose = evaluated(files, judge=coin, calibration=run, min_judge_kappa=-1.0, resume=False)
     assert loose.corrected is not None
 
 
 def test_a_calibration_of_another_judge_is_named(files: dict[str, Path]) -> None:
     run = calibrated(files, judge=coin)
 
-    result = refinekit.eval.run(
-        files["golden"], target=answer, judge=lenient, db=files["db"], calibration=run
-    )
+    result = evaluated(files, calibration=run)
 
     assert result.corrected is None
     assert result.judge_warning is not None
@@ -257,45 +221,22 @@ def test_bad_calibration_options_are_usage_problems(
 
 
 def test_an_eval_run_is_no_calibration(files: dict[str, Path]) -> None:
-    first = refinekit.eval.run(files["golden"], target=answer, judge=lenient, db=files["db"])
+    first = evaluated(files)
     with pytest.raises(UsageProblem, match="is an eval run, not a calibrate run"):
-        refinekit.eval.run(
-            files["golden"],
-            target=answer,
-            judge=lenient,
-            db=files["db"],
-            calibration=first.run_id,
-            resume=False,
-        )
+        evaluated(files, calibration=first.run_id, resume=False)
 
 
 def test_the_cli_prints_the_corrected_rate_and_gates_on_it(
-    files: dict[str, Path],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    files: dict[str, Path], cli: Cli
 ) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    monkeypatch.chdir(files["db"].parent)
-    cli: Cli = cli_runner(capsys)
     module = __name__
     db = str(files["db"])
     made = cli("calibrate", str(files["labelled"]), "--judge", f"{module}:lenient", "--db", db)
     assert made.code == 0, made.err
 
-    result = cli(
-        "eval",
-        str(files["golden"]),
-        "--target",
-        f"{module}:answer",
-        "--judge",
-        f"{module}:lenient",
-        "--db",
-        db,
-        "--calibration",
-        "latest",
-        "--min-pass-rate",
-        "0.45",
-    )
+    command = ("eval", str(files["golden"]), "--target", f"{module}:answer")
+    command += ("--judge", f"{module}:lenient", "--db", db, "--min-pass-rate", "0.45")
+    result = cli(*command, "--calibration", "latest")
 
     _, lower, _ = corrected_interval(20, 30, 20, 20, 20, 30)
     assert result.code == 1, result.err
@@ -304,19 +245,7 @@ def test_the_cli_prints_the_corrected_rate_and_gates_on_it(
     assert f"gate: corrected lower bound {lower:.3f} is under --min-pass-rate 0.450: FAIL" in (
         result.out
     )
-    uncalibrated = cli(
-        "eval",
-        str(files["golden"]),
-        "--target",
-        f"{module}:answer",
-        "--judge",
-        f"{module}:lenient",
-        "--db",
-        db,
-        "--min-pass-rate",
-        "0.45",
-        "--strict-calibration",
-    )
+    uncalibrated = cli(*command, "--strict-calibration")
     assert uncalibrated.code == 2
     assert "the judge is uncalibrated" in uncalibrated.err
     with SQLiteStore(files["db"]) as store:
@@ -327,22 +256,8 @@ def test_the_report_holds_the_gate_against_the_corrected_bound(files: dict[str, 
     from refinekit.eval._report import eval_report
 
     run = calibrated(files)
-    corrected = refinekit.eval.run(
-        files["golden"],
-        target=answer,
-        judge=lenient,
-        db=files["db"],
-        calibration=run,
-        min_pass_rate=0.45,
-    )
-    warned = refinekit.eval.run(
-        files["golden"],
-        target=answer,
-        judge=lenient,
-        db=files["db"],
-        min_pass_rate=0.45,
-        resume=False,
-    )
+    corrected = evaluated(files, calibration=run, min_pass_rate=0.45)
+    warned = evaluated(files, min_pass_rate=0.45, resume=False)
 
     with SQLiteStore(files["db"]) as store:
         html = eval_report(store, corrected.run_id, min_pass_rate=0.45)

@@ -8,14 +8,11 @@ criteria judges over real HTTP to the scripted server.
 from __future__ import annotations
 
 import asyncio
-import csv
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import openai
 import pytest
-from helpers import judge_replies, yes_no
+from helpers import judge_replies, write_csv, yes_no
 
 import refinekit.eval
 from refinekit import judges
@@ -55,14 +52,6 @@ def better(question: str) -> str:
     return BETTER[question]
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
 @pytest.fixture
 def golden(tmp_path: Path) -> Path:
     return write_csv(tmp_path / "golden.csv", [{"question": q} for q in ANSWERS])
@@ -71,20 +60,6 @@ def golden(tmp_path: Path) -> Path:
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "store" / "runs.db"
-
-
-@pytest.fixture
-def judge_client(scripted_openai: ScriptedOpenAI) -> Iterator[openai.OpenAI]:
-    # "Connection: close": the judge's async counterpart of this client, made for the run's
-    # event loop, leaves no socket open behind it
-    client = openai.OpenAI(
-        base_url=scripted_openai.base_url,
-        api_key="sk-test",
-        max_retries=0,
-        default_headers={"Connection": "close"},
-    )
-    with client:
-        yield client
 
 
 def grounded(client: openai.OpenAI, model: str = "judge") -> judges.Judge:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import importlib
 import json
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from helpers import (
@@ -21,13 +19,12 @@ from helpers import (
     Cli,
     Workspace,
     answers,
-    cli_runner,
     judge_replies,
-    workspace,
 )
 
 import refinekit.eval
 from refinekit import EvaluationRequest, judges
+from refinekit.eval import EvalResult
 from refinekit.eval._store._postgres import PostgresStore
 from refinekit.judges import JudgeCache, PostgresCache, SQLiteCache
 from refinekit.testing import ScriptedOpenAI
@@ -37,21 +34,10 @@ VERDICTS = {"Seven days.": 0.9, "Free.": 0.8, "No.": 0.1, "Ten days.": 0.2}
 
 
 @pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
-    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
-    scripted_openai.script("answer", answers(REPLIES), times=None)
-    scripted_openai.script("judge", judge_replies(VERDICTS), times=None)
-    return scripted_openai
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
+def server(server: ScriptedOpenAI) -> ScriptedOpenAI:
+    server.script("answer", answers(REPLIES), times=None)
+    server.script("judge", judge_replies(VERDICTS), times=None)
+    return server
 
 
 def command(ws: Workspace, *extra: str) -> tuple[str, ...]:
@@ -268,6 +254,18 @@ def judge_in_the_app(ws: Workspace, cache: JudgeCache) -> None:
             judge.evaluate(EvaluationRequest(question=question, answer=answer))
 
 
+def run_in_python(ws: Workspace, db: str) -> EvalResult:
+    """The run `command` makes, with --cache, through the Python API (a new run, not resumed)."""
+    return refinekit.eval.run(
+        "golden.csv",
+        target=f"{ws.modules[0]}:answer",
+        judge=f"{ws.modules[1]}:judge",
+        db=db,
+        cache=True,
+        resume=False,
+    )
+
+
 def runs_listed(cli: Cli, db: str) -> list[str]:
     listed = cli("runs", "--db", db)
     assert listed.code == 0, listed.err
@@ -289,14 +287,7 @@ def test_an_eval_stores_its_runs_in_a_database_an_apps_judge_cache_made(
     # the app's judgements serve the eval's: one cache
     assert "judge cache: 3 of 3 judge requests answered from the store (0 sent" in first.out
     assert judged(server) == 3
-    second = refinekit.eval.run(  # the Python API on the same database
-        "golden.csv",
-        target=f"{ws.modules[0]}:answer",
-        judge=f"{ws.modules[1]}:judge",
-        db=shared_db,
-        cache=True,
-        resume=False,
-    )
+    second = run_in_python(ws, shared_db)  # the Python API on the same database
     assert (second.run.id, second.run.summary["judge_cache"]) == (2, {"hits": 3, "misses": 0})
     assert runs_listed(cli, shared_db) == ["eval", "eval"]
 
@@ -325,14 +316,7 @@ def test_an_apps_judge_cache_shares_a_database_that_holds_runs(
     second = cli(*command(ws, "--cache", "--fresh", "--db", shared_db))
     assert second.code == 0, second.err
     assert "judge cache: 3 of 3 judge requests answered from the store (0 sent" in second.out
-    third = refinekit.eval.run(
-        "golden.csv",
-        target=f"{ws.modules[0]}:answer",
-        judge=f"{ws.modules[1]}:judge",
-        db=shared_db,
-        cache=True,
-        resume=False,
-    )
+    third = run_in_python(ws, shared_db)
     assert third.run.summary["judge_cache"] == {"hits": 3, "misses": 0}
     assert runs_listed(cli, shared_db) == ["eval", "eval", "eval"]
     with open_cache(shared_db) as cache:

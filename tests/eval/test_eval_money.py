@@ -7,11 +7,10 @@ counts the costs are computed from by hand here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import Cli, Workspace, cli_runner, table, workspace
+from helpers import CRITERIA_JUDGE, Cli, Workspace, table
 
 import refinekit.eval
 from refinekit import Prices
@@ -51,23 +50,7 @@ def answer(question):
     return extract([{"role": "user", "content": question}]).text
 """
 
-JUDGE = """
-import os
-import openai
-from refinekit import judges
-from refinekit.judges import Criterion, JudgeModel
-
-client = openai.OpenAI(
-    base_url=os.environ["RK_BASE_URL"],
-    api_key="sk-test",
-    max_retries=0,
-    default_headers={"Connection": "close"},
-)
-judge = judges.criteria(
-    JudgeModel(client, "judge"),
-    [Criterion("correct", "Is the answer right?", when_false="Give the right answer.")],
-)
-"""
+JUDGE = CRITERIA_JUDGE
 
 ROWS = [
     {"question": "Refund window?", "must_mention": "seven days"},
@@ -85,27 +68,12 @@ ANSWER_COST = (1000 * 2.0 + 200 * 8.0) / 1e6  # 0.0036
 JUDGE_COST = (500 * 1.0 + 1 * 4.0) / 1e6  # 0.000504
 
 
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
-    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
-    return scripted_openai
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
-
-
-def script_answers(server: ScriptedOpenAI, n: int = 3) -> None:
+def script_answers(server: ScriptedOpenAI, n: int | None = 3, said: dict[str, str] = SAID) -> None:
+    """Script `n` answer replies (None: for ever), each 1000 prompt + 200 completion tokens."""
     server.script(
         "answer",
         lambda request: Reply.text(
-            SAID[str((request.body or {})["messages"][-1]["content"])],
+            said[str((request.body or {})["messages"][-1]["content"])],
             prompt_tokens=1000,
             completion_tokens=200,
         ),
@@ -119,6 +87,11 @@ def script_judge(server: ScriptedOpenAI, n: int = 3) -> None:
         Reply.text("Yes", {"Yes": 0.9, "No": 0.1}, prompt_tokens=500, completion_tokens=1),
         times=n,
     )
+
+
+def priced_eval(ws: Workspace, target: str, prices: str | Path) -> tuple[str | Path, ...]:
+    """The arguments of `refinekit eval` on ROWS, answered by `target`, priced by `prices`."""
+    return ("eval", ws.csv("golden.csv", ROWS), "--target", f"{target}:answer", "--prices", prices)
 
 
 def prices_file(ws: Workspace, prices: object = PRICES) -> Path:
@@ -305,9 +278,7 @@ def test_a_bad_prices_file_is_a_usage_error_before_anything_runs(
     if content is not None:
         path.write_text(content, encoding="utf-8")
 
-    result = cli(
-        "eval", ws.csv("golden.csv", ROWS), "--target", f"{target}:answer", "--prices", path
-    )
+    result = cli(*priced_eval(ws, target, path))
 
     assert result.code == 2
     assert says in result.err
@@ -321,14 +292,7 @@ def test_prices_naming_something_that_is_not_prices_is_a_usage_error(
     target = ws.module(ANSWER)
     prices = ws.module("PRICES = {'answer': (1.0, 2.0)}\n", "prices")
 
-    result = cli(
-        "eval",
-        ws.csv("golden.csv", ROWS),
-        "--target",
-        f"{target}:answer",
-        "--prices",
-        f"{prices}:PRICES",
-    )
+    result = cli(*priced_eval(ws, target, f"{prices}:PRICES"))
 
     assert result.code == 2
     assert "names a dict, not a refinekit.Prices" in result.err
@@ -343,14 +307,7 @@ def test_prices_as_a_prices_object_by_module_name(
         "import refinekit\nPRICES = refinekit.Prices({}, default=(2.0, 8.0))\n", "prices"
     )
 
-    result = cli(
-        "eval",
-        ws.csv("golden.csv", ROWS),
-        "--target",
-        f"{target}:answer",
-        "--prices",
-        f"{prices}:PRICES",
-    )
+    result = cli(*priced_eval(ws, target, f"{prices}:PRICES"))
 
     assert result.code == 0, result.err
     assert f"cost: {3 * ANSWER_COST:.6g} in all" in result.out
@@ -399,15 +356,7 @@ def test_max_cost_stops_starting_cases_when_one_more_would_go_over_and_a_higher_
 ) -> None:
     rows = [*ROWS, *({"question": f"Question {i}?", "must_mention": "answer"} for i in range(3))]
     said = SAID | {f"Question {i}?": "An answer." for i in range(3)}
-    server.script(
-        "answer",
-        lambda request: Reply.text(
-            said[str((request.body or {})["messages"][-1]["content"])],
-            prompt_tokens=1000,
-            completion_tokens=200,
-        ),
-        times=None,
-    )
+    script_answers(server, None, said)
     target = ws.module(ANSWER)
     golden = ws.csv("golden.csv", rows)
     prices = prices_file(ws)

@@ -9,14 +9,12 @@ by length band, the self-preference warning, and the report and the CLI that sho
 from __future__ import annotations
 
 import asyncio
-import csv
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-from helpers import cli_runner, judge_replies
+from helpers import Cli, judge_replies, write_csv
 
 import refinekit.eval
 from refinekit import EvaluationRequest, judges
@@ -40,30 +38,10 @@ def never(request: EvaluationRequest) -> bool:
     return False
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
 @pytest.fixture
 def labelled(tmp_path: Path) -> Path:
     rows = [{"question": f"q {a}", "answer": a, "label": label} for a, label in PEOPLE.items()]
     return write_csv(tmp_path / "labelled.csv", rows)
-
-
-@pytest.fixture
-def judge_client(scripted_openai: ScriptedOpenAI) -> Iterator[openai.OpenAI]:
-    client = openai.OpenAI(
-        base_url=scripted_openai.base_url,
-        api_key="sk-test",
-        max_retries=0,
-        default_headers={"Connection": "close"},
-    )
-    with client:
-        yield client
 
 
 def the_panel(client: openai.OpenAI) -> judges.Panel:
@@ -239,14 +217,8 @@ FUNCTION_PANEL = judges.panel([("exact", exact), ("never", never), ("again", exa
 
 
 def test_the_cli_prints_each_member_and_what_adds_nothing(
-    labelled: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    labelled: Path, tmp_path: Path, cli: Cli
 ) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    monkeypatch.chdir(tmp_path)
-    cli = cli_runner(capsys)
     report = tmp_path / "calibration.html"
 
     result = cli(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Workspace, answers, asked, cli_runner, workspace
+from helpers import Workspace, answers, asked, cli_runner
 from pydantic import BaseModel
 
 import refinekit
@@ -181,11 +181,6 @@ def answer(question):
 """
 
 RAY_QUESTIONS = [f"q{i}" for i in range(1, 25)]
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
 
 
 def ray_golden(ws: Workspace, server: ScriptedOpenAI) -> str:

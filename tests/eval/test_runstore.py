@@ -12,12 +12,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from helpers import SYNC_ANSWER, Cli, Workspace, answers, asked, cli_runner, table, workspace
+from helpers import ASKING, SYNC_ANSWER, Cli, Workspace, answers, asked, refinekit_process, table
 from pg import PostgresServer
 from pg import _free_port as free_port
 
@@ -34,22 +35,6 @@ from refinekit.eval._store._sql import SQLStore
 from refinekit.eval._store._sqlite import CaseRecord, RunInfo, RunStoreError, SQLiteStore, redact
 from refinekit.judges import PostgresCache, SQLiteCache
 from refinekit.testing import ScriptedOpenAI
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
-    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
-    return scripted_openai
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -422,25 +407,31 @@ def test_a_table_of_the_caches_name_that_is_no_judge_cache_is_refused_changing_n
     assert tables == {"refinekit_judge_cache"}
 
 
-def test_postgresql_caches_and_stores_opened_at_once_on_a_new_database_make_it_once(
-    postgres_url: str,
-) -> None:
+def at_once(*calls: Callable[[], object]) -> list[BaseException]:
+    """Each call in a thread of its own, all started at once; what they raised."""
     errors: list[BaseException] = []
 
-    def open_one(make: type[PostgresCache] | type[PostgresStore]) -> None:
+    def run(call: Callable[[], object]) -> None:
         try:
-            make(postgres_url).close()
+            call()
         except BaseException as e:
             errors.append(e)
 
-    threads = [
-        threading.Thread(target=open_one, args=(make,))
-        for make in (PostgresCache, PostgresStore) * 3
-    ]
+    threads = [threading.Thread(target=run, args=(call,)) for call in calls]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return errors
+
+
+def test_postgresql_caches_and_stores_opened_at_once_on_a_new_database_make_it_once(
+    postgres_url: str,
+) -> None:
+    def open_one(make: type[PostgresCache] | type[PostgresStore]) -> None:
+        make(postgres_url).close()
+
+    errors = at_once(*(partial(open_one, make) for make in (PostgresCache, PostgresStore) * 3))
     assert errors == []
     with PostgresStore(postgres_url) as store:
         assert store._all("SELECT version FROM schema_version") == [{"version": 5}]
@@ -556,30 +547,38 @@ def test_a_heartbeat_renews_the_lease_and_a_worker_taken_for_gone_enters_again(
     assert store.run(run.id).status == "running"
 
 
+def in_workers(
+    store: SQLStore,
+    request: pytest.FixtureRequest,
+    run_id: int,
+    n: int,
+    work: Callable[[SQLStore, str], None],
+) -> list[BaseException]:
+    """`work(own, name)` in `n` threads at once, each a worker (w0, w1, ...) joined to the run
+    on a connection of its own, as a process has; what they raised."""
+    where = store.where if isinstance(store, PostgresStore) else store.path
+    url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
+
+    def worker(name: str) -> None:
+        with open_store(url or where) as own:
+            own.join(run_id, name)
+            work(own, name)
+
+    return at_once(*(partial(worker, f"w{i}") for i in range(n)))
+
+
 def test_workers_claiming_at_once_never_get_the_same_case(
     store: SQLStore, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     run_id = queued(store, 200)
-    where = store.where if isinstance(store, PostgresStore) else store.path
-    url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
     got: dict[str, list[str]] = {}
-    errors: list[BaseException] = []
 
-    def worker(name: str) -> None:
-        try:
-            with open_store(url or where) as own:  # a connection of its own, as a process has
-                own.join(run_id, name)
-                mine = got.setdefault(name, [])
-                while keys := own.claim(run_id, name, 3):
-                    mine.extend(keys)
-        except BaseException as e:
-            errors.append(e)
+    def claim_all(own: SQLStore, name: str) -> None:
+        mine = got.setdefault(name, [])
+        while keys := own.claim(run_id, name, 3):
+            mine.extend(keys)
 
-    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = in_workers(store, request, run_id, 4, claim_all)
     assert errors == []
     claimed = [key for keys in got.values() for key in keys]
     assert sorted(claimed) == sorted(f"k{i}" for i in range(1, 201))  # each once, none lost
@@ -672,26 +671,14 @@ def test_workers_claiming_under_a_cap_at_once_never_reserve_past_it(
     run_id = queued(store, 120)
     for i in range(60):  # 0.6 spent; each case reserves 0.01
         assert store.save_case(run_id, priced_case(f"s{i}", 0.01))
-    where = store.where if isinstance(store, PostgresStore) else store.path
-    url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
     got: dict[str, list[str]] = {}
-    errors: list[BaseException] = []
 
-    def worker(name: str) -> None:
-        try:
-            with open_store(url or where) as own:  # a connection of its own, as a process has
-                own.join(run_id, name)
-                mine = got.setdefault(name, [])
-                while (claimed := own.claim_within(run_id, name, 1.1)).fits:
-                    mine.extend(claimed.keys)
-        except BaseException as e:
-            errors.append(e)
+    def claim_within_cap(own: SQLStore, name: str) -> None:
+        mine = got.setdefault(name, [])
+        while (claimed := own.claim_within(run_id, name, 1.1)).fits:
+            mine.extend(claimed.keys)
 
-    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = in_workers(store, request, run_id, 4, claim_within_cap)
     assert errors == []
     claimed = [key for keys in got.values() for key in keys]
     # 0.6 spent and 50 cases reserving 0.01 each: 1.1, and no more; none claimed twice
@@ -708,30 +695,18 @@ def test_workers_claiming_and_storing_under_a_cap_at_once_never_spend_past_it(
     run_id = queued(store, 200)
     for i in range(20):  # 0.2 spent; each case costs 0.01 and reserves it
         assert store.save_case(run_id, priced_case(f"s{i}", 0.01))
-    where = store.where if isinstance(store, PostgresStore) else store.path
-    url = request.getfixturevalue("postgres_url") if isinstance(store, PostgresStore) else None
-    errors: list[BaseException] = []
 
-    def worker(name: str) -> None:
-        try:
-            with open_store(url or where) as own:
-                own.join(run_id, name)
-                while True:
-                    got = own.claim_within(run_id, name, 0.8)
-                    if not got.fits:
-                        if got.in_flight == 0:
-                            return
-                        continue
-                    if got.keys:
-                        own.save_case(run_id, priced_case(got.keys[0], 0.01), worker=name)
-        except BaseException as e:
-            errors.append(e)
+    def claim_and_store(own: SQLStore, name: str) -> None:
+        while True:
+            got = own.claim_within(run_id, name, 0.8)
+            if not got.fits:
+                if got.in_flight == 0:
+                    return
+                continue
+            if got.keys:
+                own.save_case(run_id, priced_case(got.keys[0], 0.01), worker=name)
 
-    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = in_workers(store, request, run_id, 6, claim_and_store)
     assert errors == []
     assert store.spent(run_id) == (80, pytest.approx(0.8))  # 60 more cases, not one over
 
@@ -911,12 +886,12 @@ def test_eval_runs_compare_report_and_resume_through_a_postgresql_store(
 # --- a real interrupted process: SIGKILL and SIGINT --------------------------------------------
 
 
-BLOCKING = """
+BLOCKING = (
+    ASKING
+    + """
 import asyncio
-import os
 import pathlib
 import time
-import openai
 
 def blocks(question):
     if question != os.environ.get("RK_BLOCK_ON"):
@@ -928,32 +903,17 @@ def answer(question):
     if blocks(question):
         while not pathlib.Path("never").exists():
             time.sleep(0.01)
-    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
-    with client:
-        reply = client.chat.completions.create(
-            model="answer", messages=[{"role": "user", "content": question}]
-        )
-    return reply.choices[0].message.content
+    return ask(question)
 
 async def aanswer(question):
     if blocks(question):
         while not pathlib.Path("never").exists():
             await asyncio.sleep(0.01)
-    client = openai.AsyncOpenAI(
-        base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0
-    )
-    async with client:
-        reply = await client.chat.completions.create(
-            model="answer", messages=[{"role": "user", "content": question}]
-        )
-    return reply.choices[0].message.content
+    return await aask(question)
 """
+)
 
 QUESTIONS = [f"q{i}" for i in range(1, 6)]
-
-
-def _default_sigint() -> None:  # a shell may start the test run with SIGINT ignored
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def interrupted_eval(
@@ -962,19 +922,8 @@ def interrupted_eval(
     """`python -m refinekit eval` blocked on q3 (q1 and q2 done), then sent `sig`."""
     golden = ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in QUESTIONS])
     target = ws.module(BLOCKING, stem="blocking")
-    env = {k: v for k, v in os.environ.items() if k != "REFINEKIT_DB"}
-    env |= {"PYTHONPATH": str(ws.path), "RK_BASE_URL": server.base_url, "RK_BLOCK_ON": "q3"}
-    command = [sys.executable, "-m", "refinekit", "eval", golden.name]
-    command += ["--target", f"{target}:{function}", "--concurrency", "1"]
-    child = subprocess.Popen(
-        command,
-        cwd=ws.path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_default_sigint,
-    )
+    command = ["eval", golden.name, "--target", f"{target}:{function}", "--concurrency", "1"]
+    child = refinekit_process(ws.path, *command, RK_BASE_URL=server.base_url, RK_BLOCK_ON="q3")
     try:
         deadline = time.monotonic() + 60
         while not (ws.path / "started").exists():
@@ -1139,19 +1088,10 @@ def test_a_postgresql_store_applies_the_steps_it_lacks_all_or_none(
 def test_postgresql_stores_opened_at_once_on_a_new_database_make_it_once(
     postgres_url: str,
 ) -> None:
-    errors: list[BaseException] = []
-
     def open_one() -> None:
-        try:
-            PostgresStore(postgres_url).close()
-        except BaseException as e:
-            errors.append(e)
+        PostgresStore(postgres_url).close()
 
-    threads = [threading.Thread(target=open_one) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = at_once(*[open_one] * 4)
     assert errors == []
     with PostgresStore(postgres_url) as store:
         assert store._all("SELECT version FROM schema_version") == [{"version": 5}]

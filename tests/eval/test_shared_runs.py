@@ -7,84 +7,55 @@ its claim; the other takes it over; every case ends stored once and asked once.
 
 from __future__ import annotations
 
-import os
+import contextlib
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from helpers import Cli, Workspace, answers, asked, cli_runner, workspace
+from helpers import ASKING, Cli, Workspace, answers, asked, refinekit_process
 
 from refinekit.eval._store import open_store
 from refinekit.testing import Reply, ScriptedOpenAI
 
-ANSWER = """
-import os
+ANSWER = (
+    ASKING
+    + """
 import pathlib
 import time
-import openai
 
 def answer(question):
     if question == os.environ.get("RK_BLOCK_ON"):
         pathlib.Path("started").write_text(question)  # tell the test, then wait for a file
         while not pathlib.Path("never").exists():     # that never appears
             time.sleep(0.01)
-    client = openai.OpenAI(base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0)
-    with client:
-        reply = client.chat.completions.create(
-            model="answer", messages=[{"role": "user", "content": question}]
-        )
-    return reply.choices[0].message.content
+    return ask(question)
 
 def other(question):
     return answer(question)
 """
+)
 
 QUESTIONS = [f"q{i}" for i in range(1, 13)]
 
 
 @pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def server(scripted_openai: ScriptedOpenAI, monkeypatch: pytest.MonkeyPatch) -> ScriptedOpenAI:
-    monkeypatch.setenv("RK_BASE_URL", scripted_openai.base_url)
-    scripted_openai.script("answer", [answers(dict.fromkeys(QUESTIONS, "ok"))] * 40)
-    return scripted_openai
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
+def server(server: ScriptedOpenAI) -> ScriptedOpenAI:
+    server.script("answer", [answers(dict.fromkeys(QUESTIONS, "ok"))] * 40)
+    return server
 
 
 def worker(
     ws: Workspace, server: ScriptedOpenAI, db: str, *extra: str, block_on: str | None = None
 ) -> subprocess.Popen[str]:
-    [target] = ws.modules
     """A `refinekit eval` process on golden.csv; `block_on` a question it never finishes."""
-    env = {k: v for k, v in os.environ.items() if k != "REFINEKIT_DB"}
-    # the workspace's modules, then whatever the tests run with (the refinekit under test)
-    path = os.pathsep.join(p for p in (str(ws.path), os.environ.get("PYTHONPATH", "")) if p)
-    env |= {"PYTHONPATH": path, "RK_BASE_URL": server.base_url}
+    [target] = ws.modules
+    env = {"RK_BASE_URL": server.base_url}
     if block_on is not None:
         env["RK_BLOCK_ON"] = block_on
-    command = [sys.executable, "-m", "refinekit", "eval", "golden.csv", "--target"]
-    command += [f"{target}:answer", "--db", db, *extra]
-    return subprocess.Popen(
-        command,
-        cwd=ws.path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    command = ["eval", "golden.csv", "--target", f"{target}:answer", "--db", db, *extra]
+    return refinekit_process(ws.path, *command, **env)
 
 
 def wait_for(what: str, done: object, *processes: subprocess.Popen[str]) -> None:
@@ -107,6 +78,42 @@ def stored(db: str) -> int:
         return len(store.case_keys(runs[0].id)) if runs else 0
 
 
+def shared_golden(ws: Workspace) -> str:
+    """golden.csv of QUESTIONS (each to mention "ok") and the ANSWER module; the module's name."""
+    ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in QUESTIONS])
+    return ws.module(ANSWER, stem="shared")
+
+
+@contextlib.contextmanager
+def killed_after(
+    processes: list[subprocess.Popen[str]],
+) -> Iterator[list[subprocess.Popen[str]]]:
+    """`processes` (appended to in the block too), each killed at its end if still running."""
+    try:
+        yield processes
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+@contextlib.contextmanager
+def holding_q1(
+    ws: Workspace, server: ScriptedOpenAI, db: str
+) -> Iterator[tuple[subprocess.Popen[str], subprocess.Popen[str]]]:
+    """A first worker holding q1 and a second that has answered the 11 other cases (and waits)."""
+    with killed_after([]) as started:
+        first = worker(ws, server, db, "--concurrency", "1", block_on="q1")
+        started.append(first)
+        wait_for("the first worker started q1", (ws.path / "started").exists, first)
+        second = worker(ws, server, db, "--concurrency", "2")
+        started.append(second)
+        # the second answers every case but q1, which the first holds; then it waits
+        wait_for("the second worker answered the rest", lambda: stored(db) == 11, second)
+        yield first, second
+
+
 def store_of(kind: str, ws: Workspace, request: pytest.FixtureRequest) -> str:
     if kind == "postgresql":
         url: str = request.getfixturevalue("postgres_url")
@@ -119,24 +126,12 @@ def test_a_second_worker_joins_a_running_run_and_takes_over_a_killed_workers_cas
     kind: str, ws: Workspace, server: ScriptedOpenAI, request: pytest.FixtureRequest
 ) -> None:
     db = store_of(kind, ws, request)
-    ws.module(ANSWER, stem="shared")
-    ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in QUESTIONS])
-    first = worker(ws, server, db, "--concurrency", "1", block_on="q1")
-    second = None
-    try:
-        wait_for("the first worker started q1", (ws.path / "started").exists, first)
-        second = worker(ws, server, db, "--concurrency", "2")
-        # the second answers every case but q1, which the first holds; then it waits
-        wait_for("the second worker answered the rest", lambda: stored(db) == 11, second)
+    shared_golden(ws)
+    with holding_q1(ws, server, db) as (first, second):
         assert second.poll() is None  # still there: q1 is claimed by a live worker
         first.kill()  # SIGKILL: no goodbye, its claim on q1 stays in the store
         first.communicate()
         out, err = second.communicate(timeout=60)
-    finally:
-        for p in (first, second):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.communicate()
     assert first.wait() == -signal.SIGKILL
     assert second.returncode == 0, err
     assert "joining run 1, which other workers are running: 0 of 12 cases already stored" in out
@@ -153,8 +148,7 @@ def test_a_second_worker_joins_a_running_run_and_takes_over_a_killed_workers_cas
 def test_workers_started_at_once_share_the_cases_each_answered_once(
     ws: Workspace, server: ScriptedOpenAI, postgres_url: str
 ) -> None:
-    ws.module(ANSWER, stem="shared")
-    ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in QUESTIONS])
+    shared_golden(ws)
     # each reply takes a moment, so that all workers are at it before any is done
     reply = answers(dict.fromkeys(QUESTIONS, "ok"))
     server.reset()
@@ -175,9 +169,7 @@ def test_workers_started_at_once_share_the_cases_each_answered_once(
 def test_a_run_named_by_id_is_joined_from_a_file_at_another_path(
     ws: Workspace, server: ScriptedOpenAI, cli: Cli, postgres_url: str
 ) -> None:
-    target = ws.module(ANSWER, stem="shared")
-    rows = [{"question": q, "must_mention": "ok"} for q in QUESTIONS]
-    ws.csv("golden.csv", rows)
+    target = shared_golden(ws)
     first = worker(ws, server, postgres_url, "--concurrency", "1", block_on="q1")
     try:
         wait_for("the first worker started q1", (ws.path / "started").exists, first)
@@ -221,22 +213,11 @@ def test_a_worker_interrupted_leaves_its_case_to_the_others_at_once(
     ws: Workspace, server: ScriptedOpenAI
 ) -> None:
     db = str(ws.path / "shared.db")
-    ws.module(ANSWER, stem="shared")
-    ws.csv("golden.csv", [{"question": q, "must_mention": "ok"} for q in QUESTIONS])
-    first = worker(ws, server, db, "--concurrency", "1", block_on="q1")
-    second = None
-    try:
-        wait_for("the first worker started q1", (ws.path / "started").exists, first)
-        second = worker(ws, server, db, "--concurrency", "2")
-        wait_for("the second worker answered the rest", lambda: stored(db) == 11, second)
+    shared_golden(ws)
+    with holding_q1(ws, server, db) as (first, second):
         first.send_signal(signal.SIGINT)  # Ctrl-C: it leaves the run, freeing q1 at once
         first_out, first_err = first.communicate(timeout=30)
         out, err = second.communicate(timeout=60)
-    finally:
-        for p in (first, second):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.communicate()
     assert first.returncode == 130, first_err
     assert (
         "this worker left run 1; other workers are still running it (11 of 12 cases stored "
@@ -287,14 +268,8 @@ def test_workers_under_max_cost_together_never_start_more_than_the_cap_allows(
     reply = Reply.text("ok", prompt_tokens=1000, completion_tokens=1)
     server.script("answer", Reply.delay(0.1, reply), times=None)
     capped = ("--prices", "prices.json", "--max-cost", "0.1", "--concurrency", "3")
-    workers = [worker(ws, server, db, *capped) for _ in range(3)]
-    try:
+    with killed_after([worker(ws, server, db, *capped) for _ in range(3)]) as workers:
         results = [p.communicate(timeout=120) for p in workers]
-    finally:
-        for p in workers:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
 
     # every case costs the same: the estimate is never too low, and the run spends at most
     # the cap (the documented bound's excess is 0): 10 cases, not 16
@@ -337,11 +312,12 @@ def test_a_killed_workers_reservation_is_released_and_its_case_taken_over_under_
     server.reset()
     server.script("answer", Reply.text("ok", prompt_tokens=1000, completion_tokens=1), times=None)
     capped = ("--prices", "prices.json", "--max-cost", "0.1")
-    first = worker(ws, server, db, *capped, "--concurrency", "1", block_on="p1")
-    second = None
-    try:
+    with killed_after([]) as started:
+        first = worker(ws, server, db, *capped, "--concurrency", "1", block_on="p1")
+        started.append(first)
         wait_for("the first worker started p1", (ws.path / "started").exists, first)
         second = worker(ws, server, db, *capped, "--concurrency", "3")
+        started.append(second)
 
         def joined() -> bool:
             with open_store(db) as store:
@@ -354,11 +330,6 @@ def test_a_killed_workers_reservation_is_released_and_its_case_taken_over_under_
         first.kill()  # SIGKILL: its claim on p1 stays in the store, until the second sees it
         first.communicate()
         _, err = second.communicate(timeout=60)
-    finally:
-        for p in (first, second):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.communicate()
     assert second.returncode == 3, err
     assert "--max-cost 0.1: the run has spent 0.1 on 10 stored cases" in err
     assert sorted(asked(server)) == sorted(PRICED[:10])  # p1 by the second worker, once

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cli_runner
+from helpers import Cli
 
 import refinekit.eval
 from refinekit import EvaluationRequest
@@ -124,16 +124,7 @@ def test_bad_trials_are_usage_problems(golden: Path, tmp_path: Path, trials: Any
         refinekit.eval.run(golden, target=answer, judge=good, trials=trials, db=tmp_path / "r.db")
 
 
-def test_the_cli_prints_one_row_per_case_and_the_pass_k_lines(
-    golden: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    monkeypatch.chdir(tmp_path)
-    cli = cli_runner(capsys)
-
+def test_the_cli_prints_one_row_per_case_and_the_pass_k_lines(golden: Path, cli: Cli) -> None:
     result = cli(
         "eval",
         str(golden),

@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
+from helpers import close_clients
 
 import refinekit
 from refinekit import (
@@ -71,11 +71,7 @@ async def make_jm(kind: str, server: ScriptedOpenAI) -> AsyncIterator[MakeJudgeM
         return JudgeModel(client, model, **settings)
 
     yield make
-    for client in clients:
-        if isinstance(client, openai.AsyncOpenAI):
-            await client.close()
-        else:
-            client.close()
+    await close_clients(clients)
 
 
 def script_forever(server: ScriptedOpenAI, model: str = JUDGE) -> None:

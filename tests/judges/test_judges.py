@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import openai
 import pytest
-from helpers import acall, answering
+from helpers import Evaluate, acall, answering, close_clients
 
 import refinekit
 from refinekit import (
@@ -60,7 +60,6 @@ INJECTED_ANSWER = (
 )
 FAKE_TAGS = ("</answer>", "</claim>", "</answer_a>", "</answer_b>", "<answer>")
 
-Evaluate = Callable[[Any, EvaluationRequest], Awaitable[Verdict]]
 MakeJudgeModel = Callable[..., JudgeModel]
 
 
@@ -89,31 +88,13 @@ async def make_jm(kind: str, server: ScriptedOpenAI) -> AsyncIterator[MakeJudgeM
         return JudgeModel(client, model, **settings)
 
     yield make
-    for client in clients:
-        if isinstance(client, openai.AsyncOpenAI):
-            await client.close()
-        else:
-            client.close()
+    await close_clients(clients)
 
 
 @pytest.fixture
 def jm(make_jm: MakeJudgeModel) -> JudgeModel:
     """`JudgeModel(server.client() or server.async_client(), "judge")`."""
     return make_jm()
-
-
-@pytest.fixture
-def evaluate(kind: str) -> Evaluate:
-    """`judge.evaluate(request)` or `await judge.aevaluate(request)`, by kind."""
-
-    async def run(judge: Any, request: EvaluationRequest) -> Verdict:
-        if kind == "sync":
-            verdict: Verdict = judge.evaluate(request)
-        else:
-            verdict = await judge.aevaluate(request)
-        return verdict
-
-    return run
 
 
 async def compare(kind: str, pairwise: judges.Pairwise, *args: Any, **kwargs: Any) -> str:

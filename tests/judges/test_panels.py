@@ -8,11 +8,11 @@ a model of its own on the server ("a", "b", "c"), so a test sees which member wa
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-import openai
 import pytest
+from helpers import Evaluate
 
 import refinekit
 from refinekit import (
@@ -39,18 +39,6 @@ GOOD = EvaluationRequest(
 )
 WRONG_NUMBER = GOOD.model_copy(update={"answer": "Within 60 days, if it is unused."})
 
-Evaluate = Callable[[Any, EvaluationRequest], Awaitable[Verdict]]
-
-
-@pytest.fixture
-async def client(kind: str, server: ScriptedOpenAI) -> AsyncIterator[Any]:
-    made = server.client() if kind == "sync" else server.async_client()
-    yield made
-    if isinstance(made, openai.AsyncOpenAI):
-        await made.close()
-    else:
-        made.close()
-
 
 @pytest.fixture
 def judge(client: Any) -> Callable[..., judges.Judge]:
@@ -60,18 +48,6 @@ def judge(client: Any) -> Callable[..., judges.Judge]:
         return judges.relevancy(JudgeModel(client, model, **settings))
 
     return make
-
-
-@pytest.fixture
-def evaluate(kind: str) -> Evaluate:
-    async def run(evaluator: Any, request: EvaluationRequest) -> Verdict:
-        if kind == "sync":
-            verdict: Verdict = evaluator.evaluate(request)
-        else:
-            verdict = await evaluator.aevaluate(request)
-        return verdict
-
-    return run
 
 
 def asked(server: ScriptedOpenAI) -> list[str]:

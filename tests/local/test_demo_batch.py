@@ -10,11 +10,11 @@ then known, and so is which item a correction or a retry rescued.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import fake_llama_command
 
 import refinekit.local
 from refinekit._structure.corrections import CHECK_MARKER
@@ -23,7 +23,6 @@ from refinekit.cli._demo._local import ITEMS, SEED
 from refinekit.cli._demo._synthetic import InvoiceItem, citation_items, invoices
 from refinekit.local import LocalModel
 
-FAKE = Path(__file__).resolve().parents[1] / "fake_llama_server.py"
 FORMS = {"EUR": ("€", "euro", "EUR"), "USD": ("$", "dollar", "USD"), "GBP": ("£", "pound", "GBP")}
 
 
@@ -81,12 +80,8 @@ class Scripted(LocalModel):
         (folder / "script.json").write_text(json.dumps(script()))
 
     def _server_command(self, port: int) -> list[str]:
-        return [
-            sys.executable,
-            str(FAKE),
-            "--port",
-            str(port),
-            "--model_alias",
+        return fake_llama_command(
+            port,
             self.model,
             "--crash-on",
             "0",
@@ -94,7 +89,7 @@ class Scripted(LocalModel):
             str(self.folder / "script.json"),
             "--requests",
             str(self.folder / "requests.jsonl"),
-        ]
+        )
 
 
 @pytest.fixture

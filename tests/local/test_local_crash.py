@@ -9,18 +9,17 @@ AVX-512/AMX).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
+from helpers import fake_llama_command
 
 import refinekit.local
 from refinekit.cli import main
 from refinekit.local import LocalModel, LocalModelError
 
-FAKE = Path(__file__).resolve().parents[1] / "fake_llama_server.py"
 REBUILD = 'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --force-reinstall --no-cache-dir --no-deps'
 LOG_LINE = "ggml_vec_dot: crashing now (stand-in)"
 HI = [{"role": "user", "content": "Hi"}]
@@ -35,17 +34,7 @@ class StandIn(LocalModel):
         self.options = ["--crash-on", str(crash_on), "--signal", signal]
 
     def _server_command(self, port: int) -> list[str]:
-        return [
-            sys.executable,
-            str(FAKE),
-            "--port",
-            str(port),
-            "--model_alias",
-            self.model,
-            "--pid-file",
-            str(self.pid_file),
-            *self.options,
-        ]
+        return fake_llama_command(port, self.model, "--pid-file", str(self.pid_file), *self.options)
 
     def pid(self) -> int:
         return int(self.pid_file.read_text())

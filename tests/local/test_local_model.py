@@ -441,18 +441,23 @@ def test_demo_local_refuses_an_endpoint_too(capsys: pytest.CaptureFixture[str]) 
     assert "--local runs its own model" in capsys.readouterr().err
 
 
-def test_the_quality_benchmark_quick_run(tmp_path: Path) -> None:
-    script = ROOT / "benchmarks" / "bench_local_quality.py"
-    if not script.exists():
-        pytest.fail("benchmarks/bench_local_quality.py is missing")
-    done = subprocess.run(
-        [sys.executable, str(script), "--quick"],
+def run_benchmark(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A benchmark script run from the repository's root (up to ten minutes), its output kept."""
+    return subprocess.run(
+        [sys.executable, str(script), *args],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
         cwd=ROOT,
     )
+
+
+def test_the_quality_benchmark_quick_run(tmp_path: Path) -> None:
+    script = ROOT / "benchmarks" / "bench_local_quality.py"
+    if not script.exists():
+        pytest.fail("benchmarks/bench_local_quality.py is missing")
+    done = run_benchmark(script, "--quick")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Wilson" in done.stdout or "wilson" in done.stdout
 
@@ -460,14 +465,7 @@ def test_the_quality_benchmark_quick_run(tmp_path: Path) -> None:
 def test_the_streaming_benchmark_quick_run(tmp_path: Path) -> None:
     script = ROOT / "benchmarks" / "bench_local_streaming.py"
     dump = tmp_path / "items.jsonl"
-    done = subprocess.run(
-        [sys.executable, str(script), "--quick", "--schema", "CheckedInvoice", "--dump", str(dump)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        cwd=ROOT,
-    )
+    done = run_benchmark(script, "--quick", "--schema", "CheckedInvoice", "--dump", str(dump))
     assert done.returncode == 0, done.stderr[-3000:]
     for way in ("whole", "streamed, early abort", "streamed, early_abort=False"):
         assert f"| CheckedInvoice | {way} | " in done.stdout

@@ -186,38 +186,30 @@ def openai_chunks(*deltas: dict[str, Any], usage: tuple[int, int] | None = None)
     """OpenAI `ChatCompletionChunk`s: one per delta, the last with `finish_reason`."""
     from openai.types.chat import ChatCompletionChunk
 
+    def chunk(**fields: Any) -> Any:
+        head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0}
+        return ChatCompletionChunk.model_validate({**head, "model": "gpt-test", **fields})
+
     made = []
     for i, delta in enumerate(deltas):
         reason = delta.pop("finish_reason", None)
         made.append(
-            ChatCompletionChunk.model_validate(
-                {
-                    "id": "chatcmpl-1",
-                    "object": "chat.completion.chunk",
-                    "created": 0,
-                    "model": "gpt-test",
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]
-                    if delta or reason
-                    else [],
-                    **({"usage": None} if i else {}),
-                }
+            chunk(
+                choices=[{"index": 0, "delta": delta, "finish_reason": reason}]
+                if delta or reason
+                else [],
+                **({"usage": None} if i else {}),
             )
         )
     if usage is not None:
         made.append(
-            ChatCompletionChunk.model_validate(
-                {
-                    "id": "chatcmpl-1",
-                    "object": "chat.completion.chunk",
-                    "created": 0,
-                    "model": "gpt-test",
-                    "choices": [],
-                    "usage": {
-                        "prompt_tokens": usage[0],
-                        "completion_tokens": usage[1],
-                        "total_tokens": sum(usage),
-                    },
-                }
+            chunk(
+                choices=[],
+                usage={
+                    "prompt_tokens": usage[0],
+                    "completion_tokens": usage[1],
+                    "total_tokens": sum(usage),
+                },
             )
         )
     return made

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from helpers import refinekit_process
+
 from refinekit.eval._store import open_store
 from refinekit.testing import Reply, ScriptedOpenAI
 
@@ -146,20 +148,8 @@ class CapRun:
             server.script(case.model, list(case.replies))
 
     def _worker(self, *extra: str) -> subprocess.Popen[str]:
-        path = [str(self.folder), os.environ.get("PYTHONPATH", "")]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
-        env.pop("REFINEKIT_DB", None)
-        command = [sys.executable, "-m", "refinekit", "eval", "golden.csv"]
-        command += ["--target", f"{self.module}:answer", "--db", self.url]
-        command += ["--prices", "prices.json", *extra]
-        return subprocess.Popen(
-            command,
-            cwd=self.folder,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        command = ["eval", "golden.csv", "--target", f"{self.module}:answer", "--db", self.url]
+        return refinekit_process(self.folder, *command, "--prices", "prices.json", *extra)
 
     def _wait(self, processes: Sequence[subprocess.Popen[str]]) -> None:
         try:

@@ -238,6 +238,25 @@ class Job:
         self.steps[role] = steps
         server.script(self.model(role), [s.reply for s in steps])
 
+    def judge_streams(self, n: int) -> list[list[Step]]:
+        """`n` replies of the job's judge (self.judge_kind) for each of its requests a turn
+        makes: two for a criteria judge, one for the others."""
+        mix = self.mix
+        width = 2 if self.judge_kind == "criteria" else 1
+        return [
+            [
+                mix.verdict(
+                    self.judge_kind,
+                    self.rate,
+                    key=mix.secrets.judge_keys[self.judge_key],
+                    hangs=self.hangs,
+                    misconfigured=True,
+                )
+                for _ in range(n)
+            ]
+            for _ in range(width)
+        ]
+
     def served(self, server: ScriptedOpenAI, role: str) -> list[Step]:
         n = len(server.requests_for(self.model(role)))
         return self.steps[role][:n]
@@ -399,7 +418,19 @@ class SelfCorrectJob(Job):
         return job
 
 
-class RetryJob(Job):
+class QuestionJob(Job):
+    """A job whose decorated function is asked QUESTION."""
+
+    fn: Any
+
+    def call(self) -> Any:
+        return self.fn(QUESTION)
+
+    async def acall(self) -> Any:
+        return await self.fn(QUESTION)
+
+
+class RetryJob(QuestionJob):
     decorator = "retry_on_low_quality"
 
     def prepare(self, server: ScriptedOpenAI, clients: Clients) -> None:
@@ -412,20 +443,7 @@ class RetryJob(Job):
         attempts = self.max_retries + 1
         answers = [mix.text(self.rate, hangs=self.hangs) for _ in range(attempts)]
         self.script(server, "answer", answers)
-        width = 2 if self.judge_kind == "criteria" else 1
-        self.streams = [
-            [
-                mix.verdict(
-                    self.judge_kind,
-                    self.rate,
-                    key=mix.secrets.judge_keys[self.judge_key],
-                    hangs=self.hangs,
-                    misconfigured=True,
-                )
-                for _ in range(attempts)
-            ]
-            for _ in range(width)
-        ]
+        self.streams = self.judge_streams(attempts)
         judge = make_judge(self, server, clients, self.judge_kind, self.streams, self.judge_policy)
         client = clients.answer(self.mode)
         model = self.model("answer")
@@ -471,12 +489,6 @@ class RetryJob(Job):
             judge_error_policy=self.outer_policy,  # type: ignore[arg-type]
             on_exhausted=self.on_exhausted,  # type: ignore[arg-type]
         )(fn)
-
-    def call(self) -> Any:
-        return self.fn(QUESTION)
-
-    async def acall(self) -> Any:
-        return await self.fn(QUESTION)
 
     def outcome_name(self) -> str:
         if self.error is not None:
@@ -574,7 +586,7 @@ def make_judge(
     )
 
 
-class ReviewedJob(Job):
+class ReviewedJob(QuestionJob):
     decorator = "reviewed"
 
     def prepare(self, server: ScriptedOpenAI, clients: Clients) -> None:
@@ -588,20 +600,7 @@ class ReviewedJob(Job):
         by_judge_timeout = mix.rng.random() < 0.5
         drafts = 1 if self.review_mode == "shadow" else self.max_revisions + 1
         self.script(server, "answer", [mix.text(self.rate, hangs=self.hangs)])
-        width = 2 if self.judge_kind == "criteria" else 1
-        self.streams = [
-            [
-                mix.verdict(
-                    self.judge_kind,
-                    self.rate,
-                    key=mix.secrets.judge_keys[self.judge_key],
-                    hangs=self.hangs,
-                    misconfigured=True,
-                )
-                for _ in range(drafts)
-            ]
-            for _ in range(width)
-        ]
+        self.streams = self.judge_streams(drafts)
         judge_hangs = any(s.hangs for stream in self.streams for s in stream)
         self.by_judge_timeout = by_judge_timeout and judge_hangs
         if self.by_judge_timeout:  # a hang is then judge_timeout's to end
@@ -655,12 +654,6 @@ class ReviewedJob(Job):
         if step.hangs and self.by_judge_timeout:
             return dataclasses.replace(step, result=frozenset({"timeout"}))
         return step
-
-    def call(self) -> Any:
-        return self.fn(QUESTION)
-
-    async def acall(self) -> Any:
-        return await self.fn(QUESTION)
 
     def outcome_name(self) -> str:
         if self.error is not None:

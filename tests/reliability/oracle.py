@@ -196,3 +196,17 @@ def predict_reviewed(
 
     draft(0)
     return outcomes
+
+
+def explain_violations(
+    violations: Sequence[str], mix: str, seed: int, selection: str, figures: str
+) -> str:
+    """A seeded mix's failure message: its first 40 violations, how to replay it, its figures."""
+    shown = "\n".join(f"- {v}" for v in violations[:40])
+    more = len(violations) - 40
+    return (
+        f"{len(violations)} violation(s) in the {mix} of seed {seed}; replay with "
+        f"RK_FAULT_SEED={seed} python -m pytest -m reliability {selection}\n{shown}"
+        + (f"\n... and {more} more" if more > 0 else "")
+        + f"\n\n{figures}"
+    )

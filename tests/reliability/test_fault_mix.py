@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from faultmix import DECORATORS, FAULT_KINDS
 from jobs import MixReport, run_mix
+from oracle import explain_violations
 
 from refinekit import AnswerRejected, judges, reviewed
 from refinekit.testing import Reply, ScriptedOpenAI
@@ -21,14 +22,9 @@ JOBS = {"self_correct": 120, "retry_on_low_quality": 120, "reviewed": 100}
 
 
 def explain(report: MixReport, decorator: str) -> str:
-    shown = "\n".join(f"- {v}" for v in report.violations[:40])
-    more = len(report.violations) - 40
-    return (
-        f"{len(report.violations)} violation(s) in the fault mix of seed {report.seed}; replay "
-        f"with RK_FAULT_SEED={report.seed} python -m pytest -m reliability tests/reliability "
-        f"-k {decorator}\n{shown}"
-        + (f"\n... and {more} more" if more > 0 else "")
-        + f"\n\n{report.figures()}"
+    selection = f"tests/reliability -k {decorator}"
+    return explain_violations(
+        report.violations, "fault mix", report.seed, selection, report.figures()
     )
 
 

@@ -16,13 +16,12 @@ import contextlib
 import json
 import re
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-from helpers import Cli, Workspace, cli_runner, workspace
+from helpers import Cli, Workspace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -115,16 +114,6 @@ MODERATE = 150  # under the 200 levels refinekit reads, over what any real file 
 
 def nested(depth: int, leaf: str = "1") -> str:
     return "[" * depth + leaf + "]" * depth
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    yield from workspace(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    return cli_runner(capsys)
 
 
 def jsonl(ws: Workspace, name: str, *lines: str) -> Path:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import traceback
-from collections.abc import Iterator
 from typing import Any, Optional
 
 import pytest
@@ -36,12 +35,6 @@ USER = [{"role": "user", "content": "Extract it."}]
 
 class Note(BaseModel):
     text: str
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as server:
-        yield server
 
 
 def chunk(content: str | None = None, finish: str | None = None) -> dict[str, Any]:

@@ -17,7 +17,6 @@ the docs promise.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,12 +36,6 @@ from refinekit import (
 from refinekit.testing import Reply, ScriptedOpenAI
 
 REQUEST = EvaluationRequest(question="Can I get a refund?", answer="Yes, within 30 days.")
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as server:
-        yield server
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

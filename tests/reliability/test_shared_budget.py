@@ -5,6 +5,7 @@ estimate error of the calls in flight (docs/budgets.md, "Concurrent calls")."""
 from __future__ import annotations
 
 import pytest
+from oracle import explain_violations
 from shared_budget import KINDS, LIMITS, MODES, SharedReport, run_shared
 
 JOBS = 80
@@ -12,14 +13,9 @@ JOBS = 80
 
 
 def explain(report: SharedReport) -> str:
-    shown = "\n".join(f"- {v}" for v in report.violations[:40])
-    more = len(report.violations) - 40
-    return (
-        f"{len(report.violations)} violation(s) in the shared-budget runs of seed {report.seed}; "
-        f"replay with RK_FAULT_SEED={report.seed} python -m pytest -m reliability "
-        f"tests/reliability/test_shared_budget.py\n{shown}"
-        + (f"\n... and {more} more" if more > 0 else "")
-        + f"\n\n{report.figures()}"
+    selection = "tests/reliability/test_shared_budget.py"
+    return explain_violations(
+        report.violations, "shared-budget runs", report.seed, selection, report.figures()
     )
 
 

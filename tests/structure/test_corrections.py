@@ -12,7 +12,7 @@ import asyncio
 import datetime
 import inspect
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
@@ -53,18 +53,6 @@ USER = [
 ]
 GOOD = '{"number": "FA32135", "vendor": "Beacon Security", "currency": "USD", "total": 954.88}'
 INVOICE = Invoice.model_validate_json(GOOD)
-
-
-@pytest.fixture(params=["sync", "async"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def events() -> Iterator[list[Event]]:
-    seen: list[Event] = []
-    with refinekit.subscribe(seen.append):
-        yield seen
 
 
 class Model:

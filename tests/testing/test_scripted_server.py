@@ -8,30 +8,24 @@ import math
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx2
 import instructor
 import openai
 import pytest
+from helpers import Invoice
 from openai.types.chat import (
     ChatCompletion,
     ChatCompletionMessageFunctionToolCall,
     ChatCompletionMessageParam,
 )
-from pydantic import BaseModel
 
 from refinekit.testing import RecordedRequest, Reply, ScriptedOpenAI
 
 Create = Callable[..., Awaitable[ChatCompletion]]
 USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Is the sky blue?"}]
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as server:
-        yield server
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -517,22 +511,31 @@ async def test_hang_is_a_client_timeout_and_frees_the_connection(
     assert len(server.requests) == 2
 
 
+def held_request(
+    server: ScriptedOpenAI, client: openai.OpenAI, caught: list[BaseException]
+) -> threading.Thread:
+    """A thread asking model "m" through `client` (what the call raises goes to `caught`),
+    returned once its request arrived (and is held, when the script says so)."""
+
+    def ask() -> None:
+        try:
+            client.chat.completions.create(model="m", messages=USER)
+        except BaseException as e:
+            caught.append(e)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    while not server.requests:
+        asking.join(0.01)
+    return asking
+
+
 def test_in_flight_counts_requests_until_their_response_is_done(server: ScriptedOpenAI) -> None:
     server.script("m", [Reply.hang(), "done"])
     assert server.in_flight == 0
     with server.client(timeout=0.5) as client:
         caught: list[BaseException] = []
-
-        def ask() -> None:
-            try:
-                client.chat.completions.create(model="m", messages=USER)
-            except BaseException as e:
-                caught.append(e)
-
-        asking = threading.Thread(target=ask)
-        asking.start()
-        while not server.requests:
-            asking.join(0.01)
+        asking = held_request(server, client, caught)
         assert server.in_flight == 1  # held, and the client still waits
         asking.join(5)  # the client times out and hangs up
         assert [type(e) for e in caught] == [openai.APITimeoutError]
@@ -549,17 +552,7 @@ def test_stopping_the_server_ends_a_held_connection() -> None:
     caught: list[BaseException] = []
     with ScriptedOpenAI() as server, server.client(timeout=30) as client:
         server.script("m", [Reply.hang()])
-
-        def ask() -> None:
-            try:
-                client.chat.completions.create(model="m", messages=USER)
-            except BaseException as e:
-                caught.append(e)
-
-        asking = threading.Thread(target=ask)
-        asking.start()
-        while not server.requests:  # the request arrived and is held
-            asking.join(0.01)
+        asking = held_request(server, client, caught)
     # the client's 30 s timeout did not have to run out: stopping the server hung up
     asking.join(5)
     assert not asking.is_alive()
@@ -726,21 +719,23 @@ def test_other_credentials_are_redacted(server: ScriptedOpenAI) -> None:
 # instructor
 
 
-class Invoice(BaseModel):
-    number: str
-    total_cents: int
+async def extracted(server: ScriptedOpenAI, mode: instructor.Mode) -> list[Invoice]:
+    """An `Invoice` extracted with instructor in `mode`, by the sync client then the async one."""
+    with server.client() as client:
+        sync = instructor.from_openai(client, mode=mode)
+        invoices = [sync.create(model="extract", response_model=Invoice, messages=USER)]
+    async with server.async_client() as aclient:
+        asynchronous = instructor.from_openai(aclient, mode=mode)
+        invoices.append(
+            await asynchronous.create(model="extract", response_model=Invoice, messages=USER)
+        )
+    return invoices
 
 
 async def test_instructor_json_mode(server: ScriptedOpenAI) -> None:
     server.script("extract", ['{"number": "A-1", "total_cents": 1250}'] * 2)
-    with server.client() as client:
-        sync = instructor.from_openai(client, mode=instructor.Mode.JSON)
-        invoice = sync.create(model="extract", response_model=Invoice, messages=USER)
-    assert invoice.model_dump() == {"number": "A-1", "total_cents": 1250}
-    async with server.async_client() as aclient:
-        asynchronous = instructor.from_openai(aclient, mode=instructor.Mode.JSON)
-        invoice = await asynchronous.create(model="extract", response_model=Invoice, messages=USER)
-    assert invoice.model_dump() == {"number": "A-1", "total_cents": 1250}
+    for invoice in await extracted(server, instructor.Mode.JSON):
+        assert invoice.model_dump() == {"number": "A-1", "total_cents": 1250}
     body = server.requests[0].body
     assert body is not None
     assert body["response_format"] == {"type": "json_object"}
@@ -748,14 +743,8 @@ async def test_instructor_json_mode(server: ScriptedOpenAI) -> None:
 
 async def test_instructor_tools_mode(server: ScriptedOpenAI) -> None:
     server.script("extract", [Reply.tool_call("Invoice", {"number": "B-2", "total_cents": 99})] * 2)
-    with server.client() as client:
-        sync = instructor.from_openai(client, mode=instructor.Mode.TOOLS)
-        invoice = sync.create(model="extract", response_model=Invoice, messages=USER)
-    assert invoice.model_dump() == {"number": "B-2", "total_cents": 99}
-    async with server.async_client() as aclient:
-        asynchronous = instructor.from_openai(aclient, mode=instructor.Mode.TOOLS)
-        invoice = await asynchronous.create(model="extract", response_model=Invoice, messages=USER)
-    assert invoice.model_dump() == {"number": "B-2", "total_cents": 99}
+    for invoice in await extracted(server, instructor.Mode.TOOLS):
+        assert invoice.model_dump() == {"number": "B-2", "total_cents": 99}
     body = server.requests[0].body
     assert body is not None
     assert body["tool_choice"] == {"type": "function", "function": {"name": "Invoice"}}

@@ -7,6 +7,7 @@ of what it sent before the client left.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -16,6 +17,7 @@ import httpx2
 import instructor
 import openai
 import pytest
+from helpers import close_clients
 from pydantic import BaseModel
 
 from refinekit.testing import RecordedStream, Reply, ScriptedOpenAI
@@ -27,28 +29,29 @@ Consume = Callable[..., Awaitable[list[Any]]]
 """Create a streamed completion and read it to its end: the chunks (or events), in order."""
 
 
+def consumer(create: Callable[..., Any]) -> Consume:
+    """`create(**kwargs)`'s stream (a sync one, or an awaited async one) read to its end."""
+
+    async def consume(**kwargs: Any) -> list[Any]:
+        stream = create(**kwargs)
+        if inspect.isawaitable(stream):
+            async with await stream as astream:
+                return [item async for item in astream]
+        with stream:
+            return list(stream)
+
+    return consume
+
+
 @pytest.fixture(params=["sync", "async"])
 async def openai_stream(
     request: pytest.FixtureRequest, server: ScriptedOpenAI
 ) -> AsyncIterator[Consume]:
     """`chat.completions.create(stream=True)` read to its end, by the sync or async client."""
-    if request.param == "sync":
-        with server.client(timeout=2) as client:
-
-            async def consume(**kwargs: Any) -> list[Any]:
-                with client.chat.completions.create(stream=True, **kwargs) as stream:
-                    return list(stream)
-
-            yield consume
-    else:
-        async with server.async_client(timeout=2) as aclient:
-
-            async def aconsume(**kwargs: Any) -> list[Any]:
-                stream = await aclient.chat.completions.create(stream=True, **kwargs)
-                async with stream:
-                    return [chunk async for chunk in stream]
-
-            yield aconsume
+    sync = request.param == "sync"
+    client = server.client(timeout=2) if sync else server.async_client(timeout=2)
+    yield consumer(lambda **kwargs: client.chat.completions.create(stream=True, **kwargs))
+    await close_clients([client])
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -56,23 +59,11 @@ async def anthropic_stream(
     request: pytest.FixtureRequest, server: ScriptedOpenAI
 ) -> AsyncIterator[Consume]:
     """`messages.create(stream=True)` read to its end, by the sync or async Anthropic client."""
-    if request.param == "sync":
-        with server.anthropic_client(timeout=2) as client:
-
-            async def consume(**kwargs: Any) -> list[Any]:
-                with client.messages.create(stream=True, max_tokens=100, **kwargs) as stream:
-                    return list(stream)
-
-            yield consume
-    else:
-        async with server.async_anthropic_client(timeout=2) as aclient:
-
-            async def aconsume(**kwargs: Any) -> list[Any]:
-                stream = await aclient.messages.create(stream=True, max_tokens=100, **kwargs)
-                async with stream:
-                    return [event async for event in stream]
-
-            yield aconsume
+    sync = request.param == "sync"
+    made = server.anthropic_client if sync else server.async_anthropic_client
+    client = made(timeout=2)
+    yield consumer(lambda **kwargs: client.messages.create(stream=True, max_tokens=100, **kwargs))
+    await close_clients([client])
 
 
 def content_of(chunks: list[Any]) -> list[str]:
