@@ -9,8 +9,8 @@ a sub-flow (`yield from`) written once for sync and async, on four commands:
   async side); the drivers close it when the flow ends, however it ends (`flow.OPENERS`);
 - `Next(reader)`: its next `Delta`, or None at its end (`StreamInterrupted` when it broke);
 - `Close(reader)`: close it now, so that the server stops generating (an early abort);
-- `Emit(item)`: hand an item to the consumer of `fn.stream(...)`; the plain drivers
-  (`run_sync` / `run_async`) do nothing with it, the stream drivers (`stream_calls`) yield it.
+- `Emit(item)` (`flow.Emit`): hand an item to the consumer of `fn.stream(...)`; the drivers
+  hand it on (`flow.drive_sync` / `drive_async`), and a plain call drops it.
 
 `read_stream` hands each delta to a `Sink` (the decorator's: partial validation, a prefix
 rule, pass-through), which says what to emit and whether to abort. The stream's request was
