@@ -53,7 +53,7 @@ import openai
 from _machine import loadavg, machine
 from pydantic import BaseModel
 
-from refinekit._providers import streams
+from refinekit._providers import sdk_streams as streams
 from refinekit._structure.parse import Parser
 from refinekit._structure.partial_validation import PartialReader
 

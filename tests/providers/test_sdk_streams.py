@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from refinekit import Usage
-from refinekit._providers import streams
+from refinekit._providers import sdk_streams as streams
 from refinekit._providers.sdk_streams import Delta, StreamInterrupted
 from refinekit.testing import Reply, ScriptedOpenAI
 

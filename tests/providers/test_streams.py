@@ -14,7 +14,7 @@ import pytest
 from streaming_helpers import Source
 
 from refinekit import Usage
-from refinekit._providers import streams
+from refinekit._providers import sdk_streams as streams
 from refinekit._providers.sdk_streams import Delta, StreamInterrupted
 
 

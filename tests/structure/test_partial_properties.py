@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, field_validator
 
 from refinekit import InSource
-from refinekit._providers import streams
+from refinekit._providers import sdk_streams as streams
 from refinekit._structure.partial_validation import PartialReader, Progress
 
 
