@@ -35,8 +35,8 @@ LAYERS: dict[str, set[str]] = {
     "evaluators": {"checks", "evidence"},
     "judges": {"judges"},
     "decorators": {"_decorators"},
-    # OpenTelemetry spans from the engine's tracing hooks: it knows the decorators' and the
-    # judges' commands, and none of them knows it
+    # OpenTelemetry spans, an instrument of the engine: it learns what a command is from the
+    # command, and nothing below knows it
     "otel": {"otel"},
     "local": {"local"},
     # the evaluation workflow, refinekit/eval/: golden files, runner, store, stats,
