@@ -264,6 +264,13 @@ class EvalOptions(RunOptions):
         self._set("repeat", _whole("repeat", self.repeat, 1, 50))
         self._set("trials", _whole("trials", self.trials, 1, 50))
         self._set("min_pass_rate", _fraction("min_pass_rate", self.min_pass_rate, 0.0, 1.0))
+        if (
+            self.min_judge_kappa is None
+        ):  # a gate always applies: -1.0 is the one that lets any judge through
+            raise UsageProblem(
+                "min_judge_kappa must be a number from -1 to 1 (-1 lets any calibrated judge "
+                "through), got None"
+            )
         self._set("min_judge_kappa", _fraction("min_judge_kappa", self.min_judge_kappa, -1.0, 1.0))
         self._set("strict_calibration", _flag("strict_calibration", self.strict_calibration))
         self._set("calibration", _calibration(self.calibration))

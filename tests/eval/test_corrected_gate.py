@@ -209,6 +209,7 @@ def test_a_calibration_of_another_judge_is_named(files: dict[str, Path]) -> None
         ({"calibration": 1, "repeat": 3}, "cannot be combined with --repeat"),
         ({"calibration": 1, "judge": None}, "give --judge"),
         ({"min_judge_kappa": 2.0}, "min_judge_kappa"),
+        ({"min_judge_kappa": None}, "min_judge_kappa must be a number"),
     ],
 )
 def test_bad_calibration_options_are_usage_problems(
