@@ -354,3 +354,30 @@ def test_no_module_is_over_600_lines() -> None:
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > 600
     }
     assert long == {}, f"modules over 600 lines: {long}"
+
+
+def test_only_the_ledger_touches_a_jobs_accounts() -> None:
+    # A job's counters have one owner: everything else calls `_engine/ledger`'s functions
+    # (mark, count, add_usage, take_correction, ...) and reads the public properties. `_lock`
+    # is a common name: it counts when read off something called a job.
+    from refinekit._engine.ledger import Ledger
+
+    private = {name for name in Ledger.__slots__ if name.startswith("_")}
+
+    def of_a_job(node: ast.Attribute) -> bool:
+        owner = node.value
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+            return False  # another class's own attribute of the same name
+        if node.attr != "_lock":
+            return True
+        name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+        return "job" in name.lower()
+
+    touched = [
+        f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}"
+        for path in sources()
+        if path != PACKAGE / "_engine" / "ledger.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Attribute) and node.attr in private and of_a_job(node)
+    ]
+    assert touched == [], f"a job's private accounts read or changed outside the ledger: {touched}"
