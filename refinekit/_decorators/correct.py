@@ -94,7 +94,6 @@ class _CorrectConfig(Generic[T]):
             None if params[0].kind is inspect.Parameter.VAR_POSITIONAL else params[0].name
         )
         self.options = options
-        self.job_budget = options.job_budget  # what the wrapper opens the job with
 
     def split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]

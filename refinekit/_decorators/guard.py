@@ -125,7 +125,6 @@ class _GuardConfig:
                 "argument to screen"
             )
         self.options = options
-        self.job_budget = options.job_budget  # what the wrapper opens the job with
 
     def input_text(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The input as text: what `input=` selects, else `question`, else the first str.

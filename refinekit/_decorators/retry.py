@@ -104,7 +104,6 @@ class _RetryConfig:
             else None
         )
         self.options = options
-        self.job_budget = options.job_budget  # what the wrapper opens the job with
 
     def with_feedback(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], feedback: str

@@ -119,7 +119,6 @@ class _ReviewConfig:
         self.requests = RequestMaker(fn, question=options.question)
         self.function = self.requests.function
         self.options = options
-        self.job_budget = options.job_budget  # what the wrapper opens the job with
 
 
 @dataclass(frozen=True)

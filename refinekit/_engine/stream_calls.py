@@ -30,6 +30,7 @@ from typing import Any, Generic, TypeVar
 from . import events as _hooks
 from .flow import Flow, Hand, drive_async, drive_sync
 from .job import enter_job, leave_job
+from .prices import Budget
 from .stream_commands import LISTENING
 
 __all__ = [
@@ -57,14 +58,20 @@ Kwargs = dict[str, Any]
 
 @contextlib.contextmanager
 def _streamed(
-    flow: MakeFlow, cfg: Any, fn: Callable[..., Any], args: Args, kwargs: Kwargs
+    flow: MakeFlow,
+    cfg: Any,
+    budget: Budget | None,
+    fn: Callable[..., Any],
+    args: Args,
+    kwargs: Kwargs,
 ) -> Iterator[Flow[Any]]:
     """One streamed call's flow, in its job and inside the instruments' `call` context.
 
-    The call joins the job current in the stream's context (or opens one, closed at its end).
+    The call joins the job current in the stream's context (or opens one under `budget`,
+    closed at its end).
     """
     LISTENING.set(True)
-    job, token = enter_job(getattr(cfg, "job_budget", None))
+    job, token = enter_job(budget)
     try:
         with _hooks.observed_call(flow, cfg, job):
             yield flow(cfg, fn, args, kwargs, job, None)
@@ -73,13 +80,19 @@ def _streamed(
 
 
 def stream_sync(
-    flow: MakeFlow, cfg: Any, fn: Callable[..., Any], args: Args, kwargs: Kwargs, last: Last | None
+    flow: MakeFlow,
+    cfg: Any,
+    budget: Budget | None,
+    fn: Callable[..., Any],
+    args: Args,
+    kwargs: Kwargs,
+    last: Last | None,
 ) -> Generator[Any, None, None]:
     """The items of one call, in the stream's own context (an `ItemStream`'s generator).
 
     Its flow is driven with `drive_sync`; `last` makes the last item of the flow's value.
     """
-    with _streamed(flow, cfg, fn, args, kwargs) as made:
+    with _streamed(flow, cfg, budget, fn, args, kwargs) as made:
         result: list[Any] = []
         yield from drive_sync(made, result)
         item = None if last is None else last(result[0])
@@ -88,7 +101,13 @@ def stream_sync(
 
 
 def stream_async(
-    flow: MakeFlow, cfg: Any, fn: Callable[..., Any], args: Args, kwargs: Kwargs, last: Last | None
+    flow: MakeFlow,
+    cfg: Any,
+    budget: Budget | None,
+    fn: Callable[..., Any],
+    args: Args,
+    kwargs: Kwargs,
+    last: Last | None,
 ) -> Run:
     """The items of one async call, run in the stream's own task (an `AsyncItemStream`'s).
 
@@ -96,7 +115,7 @@ def stream_async(
     """
 
     async def run(hand: Hand) -> None:
-        with _streamed(flow, cfg, fn, args, kwargs) as made:
+        with _streamed(flow, cfg, budget, fn, args, kwargs) as made:
             value = await drive_async(made, hand)
             item = None if last is None else last(value)
             if item is not None:

@@ -169,6 +169,8 @@ class Decorated(Generic[C]):
         self._kind: Kind = kind
         self._flow = flow
         self._options = options
+        # The budget a call opens its job with (`budget=` of the decorator), if any.
+        self._budget = getattr(options, "job_budget", None)
         self._configure: Callable[[Callable[..., Any]], C] = options.configure
         self._decorator = options.decorator
         self._last = last
@@ -273,7 +275,7 @@ class SyncDecorated(Decorated[C]):
             fn, cfg = self._fn, self._cfg
         else:
             fn, cfg, args = self._target(args)
-        job, token = enter_job(getattr(cfg, "job_budget", None))
+        job, token = enter_job(self._budget)
         try:
             return _drive_sync(self._flow, cfg, fn, args, kwargs, job, None)
         finally:
@@ -282,7 +284,7 @@ class SyncDecorated(Decorated[C]):
     def _call(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        job, token = enter_job(getattr(cfg, "job_budget", None))
+        job, token = enter_job(self._budget)
         try:
             return _drive_sync(self._flow, cfg, fn, args, kwargs, job, None)
         finally:
@@ -303,7 +305,7 @@ class SyncDecorated(Decorated[C]):
     def _outcome(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Outcome[Any]:
-        job, token = enter_job(getattr(cfg, "job_budget", None))
+        job, token = enter_job(self._budget)
         try:
             record = Record(job)
             value = _drive_sync(self._flow, cfg, fn, args, kwargs, job, record)
@@ -329,7 +331,7 @@ class SyncDecorated(Decorated[C]):
     def _stream(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> ItemStream[Any]:
-        return ItemStream(stream_sync(self._flow, cfg, fn, args, kwargs, self._last))
+        return ItemStream(stream_sync(self._flow, cfg, self._budget, fn, args, kwargs, self._last))
 
 
 class AsyncDecorated(Decorated[C]):
@@ -340,7 +342,7 @@ class AsyncDecorated(Decorated[C]):
             fn, cfg = self._fn, self._cfg
         else:
             fn, cfg, args = self._target(args)
-        job, token = enter_job(getattr(cfg, "job_budget", None))
+        job, token = enter_job(self._budget)
         try:
             return await _drive_async(self._flow, cfg, fn, args, kwargs, job, None)
         finally:
@@ -355,7 +357,7 @@ class AsyncDecorated(Decorated[C]):
     async def _call(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        job, token = enter_job(getattr(cfg, "job_budget", None))
+        job, token = enter_job(self._budget)
         try:
             return await _drive_async(self._flow, cfg, fn, args, kwargs, job, None)
         finally:
@@ -377,7 +379,7 @@ class AsyncDecorated(Decorated[C]):
     async def _outcome(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Outcome[Any]:
-        job, token = enter_job(getattr(cfg, "job_budget", None))
+        job, token = enter_job(self._budget)
         try:
             record = Record(job)
             value = await _drive_async(self._flow, cfg, fn, args, kwargs, job, record)
@@ -403,7 +405,9 @@ class AsyncDecorated(Decorated[C]):
     def _stream(
         self, fn: Callable[..., Any], cfg: C, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> AsyncItemStream[Any]:
-        return AsyncItemStream(stream_async(self._flow, cfg, fn, args, kwargs, self._last))
+        return AsyncItemStream(
+            stream_async(self._flow, cfg, self._budget, fn, args, kwargs, self._last)
+        )
 
 
 def _bind(fn: Any, instance: Any, owner: type | None) -> Callable[..., Any]:
