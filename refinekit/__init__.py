@@ -12,6 +12,7 @@ from ._core.errors import (
     AnswerRejected,
     BudgetExceeded,
     CorrectionExhausted,
+    EscalationUnaffordable,
     JsonParseError,
     JudgeError,
     JudgeMisconfigured,
@@ -19,12 +20,14 @@ from ._core.errors import (
     JudgeUnavailable,
     LowQualityAnswer,
     MissingPrice,
+    ModelRefused,
     RefinekitError,
     RefinekitWarning,
     ResponseValidationError,
 )
 from ._core.package import rehome, version
 from ._core.stream_items import Final, Partial, Reset, ResetCause, ToolCallChunk
+from ._core.tiers import Escalation, Tier, TierReport
 from ._core.types import (
     Attempt,
     AttemptInfo,
@@ -70,6 +73,8 @@ __all__ = [
     "Cost",
     "CriterionResult",
     "Dialect",
+    "Escalation",
+    "EscalationUnaffordable",
     "EvaluationRequest",
     "Evaluator",
     "EvaluatorLike",
@@ -86,6 +91,7 @@ __all__ = [
     "JudgeUnavailable",
     "LowQualityAnswer",
     "MissingPrice",
+    "ModelRefused",
     "Outcome",
     "Partial",
     "Prices",
@@ -97,6 +103,8 @@ __all__ = [
     "ResponseValidationError",
     "RevisionRequest",
     "Subscription",
+    "Tier",
+    "TierReport",
     "ToolCall",
     "ToolCallChunk",
     "Usage",

@@ -23,6 +23,11 @@ from refinekit._decorators import correct, guard, retry, review
 
 PUBLIC = {
     "AnswerRejected",
+    "Escalation",
+    "EscalationUnaffordable",
+    "ModelRefused",
+    "Tier",
+    "TierReport",
     "Budget",
     "BudgetExceeded",
     "Cost",

@@ -7,6 +7,8 @@ Errors (something went wrong and the caller must handle it)::
     │                                draft failed review and no revision passed in budget
     ├── BudgetExceeded               the job's `refinekit.Budget` (tokens, cost, model calls)
     │                                is spent, or cannot cover the next call refinekit makes
+    │   └── EscalationUnaffordable   ... and the next tier of an `escalate=` ladder is the
+    │                                call it cannot cover
     ├── MissingPrice                 a model call to price, under prices that name no price
     │                                for its model (and no default); also a LookupError
     ├── CorrectionExhausted          @self_correct ran out of corrections
@@ -18,6 +20,8 @@ Errors (something went wrong and the caller must handle it)::
     │   ├── JudgeMisconfigured       HTTP 400/401/403/404/422: a bad key, model or request;
     │   │                            always raised, whatever the error policy
     │   └── JudgeReplyError          the judge answered something that is not a verdict
+    ├── ModelRefused                 the model declined to answer (a typed refusal): under
+    │                                `escalate=` the next tier is tried
     ├── LocalModelError              refinekit.local: the `local` extra is missing, or the
     │                                local model's server did not come up or died
     ├── DataFileError                refinekit.eval: a golden or labelled file that cannot be
@@ -76,12 +80,14 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from .redact import redact, redacted_str
+from .tiers import TierReport
 from .types import Attempt, Cost, Usage, Verdict
 
 __all__ = [
     "AnswerRejected",
     "BudgetExceeded",
     "CorrectionExhausted",
+    "EscalationUnaffordable",
     "JsonParseError",
     "JudgeError",
     "JudgeMisconfigured",
@@ -90,6 +96,7 @@ __all__ = [
     "LocalModelError",
     "LowQualityAnswer",
     "MissingPrice",
+    "ModelRefused",
     "RefinekitError",
     "RefinekitWarning",
     "ResponseValidationError",
@@ -143,6 +150,8 @@ class LowQualityAnswer(Exception):
         usage: Token usage of the answering model in the job when it surfaced.
         judge_usage: Token usage of model judges in the job when it surfaced.
         job_id: The id of the job it surfaced in (None until it surfaces).
+        tiers: With `escalate=`, what each tier of the ladder did (`refinekit.TierReport`),
+            in order; empty otherwise.
     """
 
     def __init__(
@@ -157,6 +166,7 @@ class LowQualityAnswer(Exception):
         self.usage: Usage = Usage()
         self.judge_usage: Usage = Usage()
         self.job_id: str | None = None
+        self.tiers: tuple[TierReport, ...] = ()
 
     def __str__(self) -> str:
         base = f"answer rejected: {self.feedback}" if self.feedback else "answer rejected"
@@ -185,6 +195,8 @@ class CorrectionExhausted(RefinekitError):
             `raw_reply`): earlier ones are not resent to the model, but kept here.
         failure: What was wrong with the last reply (a `refinekit.FailureKind`: `"cut_off"`,
             `"schema_echo"`, `"not_json"`, `"invalid"`, ...), or None when not known.
+        tiers: With `escalate=`, what each tier of the ladder did (`refinekit.TierReport`),
+            in order; empty otherwise. `replies` then holds every tier's replies.
     """
 
     problem = "reply was unusable"
@@ -214,6 +226,7 @@ class CorrectionExhausted(RefinekitError):
         self.failure = failure
         self.judge_usage = judge_usage if judge_usage is not None else Usage()
         self.job_id = job_id
+        self.tiers: tuple[TierReport, ...] = ()
 
     def __str__(self) -> str:
         n = self.corrections_used
@@ -297,6 +310,8 @@ class BudgetExceeded(RefinekitError):
         best: The best of them (most criteria passed net of failed, the later on a tie), or
             None when no attempt finished.
         job_id: The id of the job.
+        tiers: With `escalate=`, what each tier of the ladder did before it stopped
+            (`refinekit.TierReport`); empty otherwise.
     """
 
     def __init__(
@@ -327,9 +342,58 @@ class BudgetExceeded(RefinekitError):
         self.attempts: tuple[Attempt, ...] = ()
         self.best: Attempt | None = None
         self.job_id = job_id
+        self.tiers: tuple[TierReport, ...] = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class EscalationUnaffordable(BudgetExceeded):
+    """An escalation ladder stopped before a tier whose first call the budget cannot cover.
+
+    Raised instead of moving up when the job's budget (`max_cost`, `max_tokens` or
+    `max_calls`) cannot cover the next tier's first call, estimated from the tokens of the
+    calls made so far priced as that tier's model (`refinekit.Prices`). The failure of the
+    tier below is its `__cause__` and its `failure`.
+
+    Attributes:
+        tier: The name of the tier that was not tried.
+        failure: Why the tier below was left (its `CorrectionExhausted`,
+            `LowQualityAnswer`, `ModelRefused`, or the error in `on_errors`).
+    """
+
+    def __init__(
+        self, message: str, *, tier: str, failure: BaseException | None, **fields: Any
+    ) -> None:
+        super().__init__(message, **fields)
+        self.tier = tier
+        self.failure = failure
+
+
+class ModelRefused(RefinekitError):
+    """The model declined to answer: a typed refusal.
+
+    Raise it from a decorated function when its model refuses; refinekit raises it for a
+    reply that carries a refusal (OpenAI's `message.refusal`, Anthropic's
+    `stop_reason == "refusal"`) under `escalate=`. With an escalation ladder it moves the call
+    to the next tier at once (no correction or retry is spent on it); without one it
+    propagates.
+
+    Args:
+        refusal: The model's refusal text, as it gave it.
+
+    Attributes:
+        refusal: The refusal text.
+        tiers: On the last tier of a ladder, what each tier did; empty otherwise.
+    """
+
+    def __init__(self, refusal: str = "") -> None:
+        super().__init__(f"the model refused: {refusal}" if refusal else "the model refused")
+        self.refusal = refusal
+        self.tiers: tuple[TierReport, ...] = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), (self.refusal,), self.__dict__))
 
 
 class MissingPrice(RefinekitError, LookupError):

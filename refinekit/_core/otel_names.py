@@ -29,6 +29,7 @@ __all__ = [
     "EXCEPTION_STACKTRACE",
     "EXCEPTION_TYPE",
     "FAILURE",
+    "TIER",
     "FUNCTION",
     "INPUT_TOKENS",
     "JOB_ID",
@@ -126,6 +127,9 @@ JUDGE_COST = "refinekit.judge.cost"
 WAIT = "refinekit.wait"
 ERROR = "refinekit.error"
 FAILURE = "refinekit.failure"
+TIER = "refinekit.tier"
+"""The escalation tier (`escalate=`): on an attempt's span, the tier it was made at; on the
+call's span, the last tier tried (the one that answered, when the call returned)."""
 STREAM_CHUNKS = "refinekit.stream.chunks"
 """The chunks a streamed reply yielded before it ended or was closed (on its attempt's span)."""
 STREAM_FIRST_CHUNK = "refinekit.stream.time_to_first_chunk"

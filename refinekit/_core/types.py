@@ -333,6 +333,7 @@ class Attempt:
         verdict: The verdict on that answer.
         duration: Seconds spent on the call and its judging.
         feedback: The feedback this attempt was called with (None on the first).
+        tier: With `escalate=`, the name of the tier the attempt was made at; else None.
     """
 
     number: int
@@ -340,6 +341,7 @@ class Attempt:
     verdict: Verdict
     duration: float
     feedback: str | None = None
+    tier: str | None = None
 
 
 @dataclass(frozen=True)
@@ -351,12 +353,17 @@ class AttemptInfo:
         max_attempts: The most calls this decorated call can make (`max_retries + 1`).
         feedback: The latest rejection's feedback, None on the first attempt.
         previous_answer: The answer the latest rejection was about, None on the first attempt.
+        tier: With `escalate=`, the name of the tier the call is made at (also inside an
+            escalating `@self_correct`); else None.
+        model: With `escalate=`, the tier's model name, when it has one; else None.
     """
 
     number: int
     max_attempts: int
     feedback: str | None = None
     previous_answer: Any = None
+    tier: str | None = None
+    model: str | None = None
     _context: list[ContextDocument] = field(default_factory=list, repr=False, compare=False)
 
     @property

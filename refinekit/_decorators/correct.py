@@ -9,17 +9,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
-from .._core.errors import ReplyShapeError
+from .._core.errors import ModelRefused, ReplyShapeError
 from .._core.errtext import correction_text, utf8_text
 from .._core.stream_items import Final, Partial, Reset
+from .._core.tiers import Escalation, EscalationLike
 from .._core.types import Attempt, Verdict
 from .._engine.attempt import attempt_step
+from .._engine.bridge import is_async_callable
 from .._engine.budget import without_attempts
 from .._engine.decorated import AsyncStreamingFunction, StreamingFunction
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Flow
 from .._engine.job import Job, check_budget_option
-from .._engine.ledger import take_correction
+from .._engine.ladder import Escalate, Ladder, Rung, Tally, climb
+from .._engine.ledger import take_correction, tier_corrections
 from .._engine.options import Args, Fn, Kwargs, Options
 from .._engine.outcome import Record
 from .._engine.policy import check_budget
@@ -28,7 +31,7 @@ from .._engine.request import function_name
 from .._engine.reserve import Reservation
 from .._engine.stream_commands import StreamLike, SyncStreamLike, is_streamed
 from .._engine.wrapper import wrap
-from .._providers.replies import Reply, finish_reason_of, reply_text
+from .._providers.replies import Reply, finish_reason_of, refusal_of, reply_text
 from .._structure.corrections import CHECK_MARKER, CorrectionRequest, default_correction
 from .._structure.diagnose import diagnose
 from .._structure.parse import CorrectionFailure, Parsed, Parser, parse_failure, python_json
@@ -94,6 +97,19 @@ class _CorrectConfig(Generic[T]):
             None if params[0].kind is inspect.Parameter.VAR_POSITIONAL else params[0].name
         )
         self.options = options
+        escalation = options.escalation
+        self.ladder = (
+            None
+            if escalation is None
+            else Ladder(
+                escalation,
+                fn,
+                self.function,
+                "max_corrections",
+                options.max_corrections,
+                is_async=is_async_callable(fn) or inspect.isasyncgenfunction(fn),
+            )
+        )
 
     def split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -160,9 +176,11 @@ class _CorrectOptions(Options, Generic[T]):
     validation_context: ValidationContext = None
     budget: Budget | None = None
     early_abort: bool = True
+    escalate: EscalationLike | None = None
     # What the checks make of them:
     parser: Parser[T] = field(init=False, repr=False, compare=False)
     job_budget: Budget | None = field(init=False, repr=False, compare=False)
+    escalation: Escalation | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_budget("max_corrections", self.max_corrections, MAX_CORRECTIONS_LIMIT)
@@ -182,7 +200,15 @@ class _CorrectOptions(Options, Generic[T]):
                 "validation_context= must be a dict or a callable of the call's arguments, got "
                 f"{type(context).__name__}"
             )
-        self.keep(parser=Parser(self.schema), job_budget=job_budget)
+        escalation = Escalation.of(self.escalate)
+        for tier in () if escalation is None else escalation.tiers:
+            if tier.max_corrections is not None:
+                check_budget(
+                    f"max_corrections of tier {tier.name!r}",
+                    tier.max_corrections,
+                    MAX_CORRECTIONS_LIMIT,
+                )
+        self.keep(parser=Parser(self.schema), job_budget=job_budget, escalation=escalation)
 
     def decorate(self, fn: Any) -> Any:
         return wrap(fn, _FLOW, self)
@@ -231,17 +257,63 @@ def _diagnosis(
 def _correct_flow(
     cfg: _CorrectConfig[T], fn: Fn, args: Args, kwargs: Kwargs, job: Job, record: Record | None
 ) -> Flow[T]:
+    ladder = cfg.ladder
+    shared = _Shared()
+    if ladder is None:
+        return (yield from _tier_flow(cfg, fn, args, kwargs, job, record, shared))
+
+    def run(rung: Rung, carried: Any, tally: Tally) -> Flow[T]:
+        return _tier_flow(cfg, fn, args, kwargs, job, record, shared, rung, carried, tally)
+
+    return (
+        yield from climb(ladder, job, record, run, decorator="self_correct", extra_chars=_chars)
+    )
+
+
+class _Shared:
+    """What the tiers of one call share: the replies so far, and the calls made."""
+
+    __slots__ = ("calls", "replies")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.replies: list[str] = []
+
+
+def _chars(turn: Sequence[Mapping[str, Any]] | None) -> int:
+    return 0 if not turn else sum(len(str(m.get("content") or "")) for m in turn)
+
+
+def _tier_flow(
+    cfg: _CorrectConfig[T],
+    fn: Fn,
+    args: Args,
+    kwargs: Kwargs,
+    job: Job,
+    record: Record | None,
+    shared: _Shared,
+    rung: Rung | None = None,
+    carried: list[dict[str, Any]] | None = None,
+    tally: Tally | None = None,
+) -> Flow[T]:
+    """The calls of one tier (the only one without `escalate=`) until a reply validates."""
     opts = cfg.options
     parser = opts.parser
     messages, rest, rest_kwargs = cfg.split(args, kwargs)
     conversation = _conversation(messages, cfg.function)
     context = cfg.validation_context(args, kwargs) if opts.validation_context is not None else None
-    added: list[dict[str, Any]] = []  # the latest correction turn: never compounds
-    replies: list[str] = []
+    # the latest correction turn (never compounds); under a ladder, what the tier below earned
+    added: list[dict[str, Any]] = [dict(m) for m in carried] if carried else []
+    replies = shared.replies
+    limit = opts.max_corrections if rung is None else rung.budget
+    tier = None if rung is None else (cfg.function, rung.name)
     call = 0
     previous: Reservation | None = None  # what the last call held and used
     while True:
         call += 1
+        shared.calls += 1
+        number = shared.calls
+        used = job.corrections_used if tier is None else tier_corrections(job, tier)
         # Each call must fit in the budget: a correction as the last call's usage plus its turn.
         turn = sum(len(str(m.get("content") or "")) for m in added)
         planned = (
@@ -253,10 +325,24 @@ def _correct_flow(
         sent = [dict(m) for m in conversation]
         sent.extend(dict(m) for m in added)
         # reserved until its reply is counted
-        command = Call(fn, (sent, *rest), rest_kwargs)
+        if rung is None:
+            command = Call(fn, (sent, *rest), rest_kwargs)
+            info = None
+        else:
+            command = Call(*rung.call(fn, (sent, *rest), rest_kwargs))
+            info = rung.inner_info(call, call + max(0, limit - used))
         made = attempt_step(
-            job, cfg.function, command, planned=planned, previous=previous, extra_chars=turn
+            job,
+            cfg.function,
+            command,
+            planned=planned,
+            previous=previous,
+            extra_chars=turn,
+            info=info,
+            enter=info is not None,
         )
+        if tally is not None:
+            tally.calls += 1
         with (yield from made) as step:
             previous, reply, started = step.held, step.value, step.started
             if is_streamed(reply):  # read as it comes (correct_partials); its usage counted
@@ -266,10 +352,14 @@ def _correct_flow(
                     opts,
                     context=context,
                     function=cfg.function,
-                    number=call,
-                    maximum=call + max(0, opts.max_corrections - job.corrections_used),
+                    number=number,
+                    maximum=call + max(0, limit - used),
                     prompt_chars=sum(len(str(m.get("content") or "")) for m in sent),
                 )
+        if rung is not None:
+            refused = refusal_of(reply)
+            if refused is not None:
+                raise ModelRefused(refused)
         result: Parsed | CorrectionFailure
         streamed = reply if isinstance(reply, StreamedReply) else None
         try:
@@ -286,17 +376,18 @@ def _correct_flow(
                 copied = parser.placeholders(result[0], text)
                 if copied:
                     result = _placeholder_failure(text, copied)
-        possible = call + max(0, opts.max_corrections - job.corrections_used)
+        possible = number + max(0, limit - used)
+        name = None if rung is None else rung.name
         if not isinstance(result, CorrectionFailure):
             if wants_debug_events():
-                emit(_event(cfg, job, "attempt", call, possible, repairs=result[1]))
+                emit(_event(cfg, job, "attempt", number, possible, repairs=result[1]))
             if record is not None:
                 verdict = Verdict(passed=True, metadata={"repairs": list(result[1])})
-                _add(record, call, result[0], verdict, started, added)
-            yield from final(result[0], call)  # fn.stream(...)'s last item
+                _add(record, number, result[0], verdict, started, added, name)
+            yield from final(result[0], number)  # fn.stream(...)'s last item
             return cast(T, result[0])
         if wants_debug_events():
-            emit(_event(cfg, job, "attempt", call, possible))
+            emit(_event(cfg, job, "attempt", number, possible))
         failure = result
         finish = finish_reason_of(reply) if streamed is None else streamed.finish_reason
         replies.append(text)
@@ -307,8 +398,8 @@ def _correct_flow(
             verdict = Verdict(
                 passed=False, feedback=failure.summary, metadata={"failure": diagnosis.kind}
             )
-            _add(record, call, text, verdict, started, added)
-        if not take_correction(job, opts.max_corrections):
+            _add(record, number, text, verdict, started, added, name)
+        if not take_correction(job, limit, tier):
             error = failure.error_type(
                 failure.summary,
                 raw_reply=text,
@@ -321,35 +412,17 @@ def _correct_flow(
                 judge_usage=job.judge_usage,
                 job_id=job.id,
             )
+            if rung is not None and not rung.last:  # the next tier is tried, maybe told this
+                if streamed is not None:
+                    yield from void(streamed, job, cfg.function, number, number, failure.summary)
+                request = _request(cfg, job, diagnosis, failure, text, finish, conversation)
+                raise Escalate(error, cfg.turn(request), failure.summary)
             ended = f"{type(error).__name__}: {failure.summary}"
-            emit(_event(cfg, job, "exhausted", call, call, error=ended, failure=diagnosis.kind))
+            emit(_event(cfg, job, "exhausted", number, number, error=ended, failure=diagnosis.kind))
             raise error
         if streamed is not None:  # what fn.stream(...) showed of it is void
-            yield from void(streamed, job, cfg.function, call, possible, failure.summary)
-        template = None
-        if parser.template is not None:
-            keep = diagnosis.kept is not None and diagnosis.kind not in (
-                "schema_echo",
-                "placeholder",
-            )
-            template = (
-                parser.template.render(diagnosis.kept, diagnosis.bad, diagnosis.suggested)
-                if keep
-                else parser.template.render()
-            )
-        request = CorrectionRequest(
-            number=job.corrections_used,
-            max_corrections=opts.max_corrections,
-            kind=diagnosis.kind,
-            problems=diagnosis.problems,
-            errors=tuple(failure.errors),
-            reply=utf8_text(text),
-            finish_reason=finish,
-            schema=parser.schema,
-            json_schema=parser.json_schema,
-            template=None if template is None else utf8_text(template),
-            messages=tuple(dict(m) for m in conversation),
-        )
+            yield from void(streamed, job, cfg.function, number, possible, failure.summary)
+        request = _request(cfg, job, diagnosis, failure, text, finish, conversation)
         added = cfg.turn(request)
         emit(
             _event(
@@ -357,12 +430,46 @@ def _correct_flow(
                 job,
                 "correction",
                 job.corrections_used,
-                opts.max_corrections,
+                opts.max_corrections if rung is None else rung.budget,
                 error=failure.summary,
                 detail="\n\n".join(str(m.get("content", "")) for m in added),
                 failure=diagnosis.kind,
             )
         )
+
+
+def _request(
+    cfg: _CorrectConfig[Any],
+    job: Job,
+    diagnosis: Any,
+    failure: CorrectionFailure,
+    text: str,
+    finish: str | None,
+    conversation: list[dict[str, Any]],
+) -> CorrectionRequest:
+    """What the correction builder gets for a failed reply."""
+    parser = cfg.options.parser
+    template = None
+    if parser.template is not None:
+        keep = diagnosis.kept is not None and diagnosis.kind not in ("schema_echo", "placeholder")
+        template = (
+            parser.template.render(diagnosis.kept, diagnosis.bad, diagnosis.suggested)
+            if keep
+            else parser.template.render()
+        )
+    return CorrectionRequest(
+        number=job.corrections_used,
+        max_corrections=cfg.options.max_corrections,
+        kind=diagnosis.kind,
+        problems=diagnosis.problems,
+        errors=tuple(failure.errors),
+        reply=utf8_text(text),
+        finish_reason=finish,
+        schema=parser.schema,
+        json_schema=parser.json_schema,
+        template=None if template is None else utf8_text(template),
+        messages=tuple(dict(m) for m in conversation),
+    )
 
 
 def _add(
@@ -372,11 +479,12 @@ def _add(
     verdict: Verdict,
     started: float,
     added: list[dict[str, Any]],
+    tier: str | None,
 ) -> None:
     """A reply in the outcome: its verdict says whether it parsed and validated."""
     correction = "\n\n".join(str(m.get("content", "")) for m in added) or None
     duration = time.perf_counter() - started
-    record.attempts.append(Attempt(number, answer, verdict, duration, correction))
+    record.attempts.append(Attempt(number, answer, verdict, duration, correction, tier))
     record.verdicts.append(verdict)
 
 
@@ -433,6 +541,7 @@ def self_correct(
     | None = None,
     budget: Budget | None = None,
     early_abort: bool = True,
+    escalate: EscalationLike | None = None,
 ) -> SelfCorrecting[T]:
     """Parse and validate the decorated function's reply; correct a bad one in conversation.
 
@@ -484,17 +593,29 @@ def self_correct(
             so that its correction names every field that failed, as for a whole reply (False:
             no partial value is shown after the failure). docs/streaming.md has the
             trade-off as measured on a real model.
+        escalate: An escalation ladder, cheapest tier first: a list of model names (passed
+            to the function as its `model` keyword argument), callables (called instead of
+            the function, with its arguments) or `refinekit.Tier`s, or a
+            `refinekit.Escalation`. Each tier gets its own corrections (`Tier(...,
+            max_corrections=0)` for none; default `max_corrections`); when they are spent, or
+            the model refuses, the next tier is tried, told the failed reply's correction
+            (`Escalation(carry=False)`: started fresh). The last tier's failure raises as
+            without a ladder, with every tier's replies and `tiers`. `Outcome.tier` says which
+            tier answered. See docs/escalation.md.
 
     Returns:
         A decorator; the decorated function returns the schema's type (awaitable for
         `async def`), and has `.outcome(...)` and `.retry_with(**changes)`.
 
     Raises:
-        ValueError: `max_corrections` is not an int from 0 to 10 (when decorating).
+        ValueError: `max_corrections` (or a tier's) is not an int from 0 to 10, or the
+            ladder has fewer than two tiers or two of the same name (when decorating).
         TypeError: `schema` is not a type (a function, a method, an instance), pydantic
             cannot validate it, the function takes no argument for the conversation,
-            `correction`/`validation_context` is neither None nor usable, or `budget` is not
-            a `refinekit.Budget` (when decorating).
+            `correction`/`validation_context` is neither None nor usable, `budget` is not
+            a `refinekit.Budget`, or `escalate` cannot be used: a model tier for a function
+            without the keyword parameter, an async tier for a sync function (when
+            decorating).
     """
     return _CorrectOptions(
         schema=schema,
@@ -504,4 +625,5 @@ def self_correct(
         validation_context=validation_context,
         budget=budget,
         early_abort=early_abort,
+        escalate=escalate,
     ).decorate

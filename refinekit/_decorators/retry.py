@@ -12,15 +12,18 @@ import tenacity
 from typing_extensions import Unpack
 
 from .._core import config as _config
-from .._core.errors import BudgetExceeded, JudgeError, LowQualityAnswer
+from .._core.errors import BudgetExceeded, JudgeError, LowQualityAnswer, ModelRefused
 from .._core.errtext import utf8_text
+from .._core.tiers import Escalation, EscalationLike
 from .._core.types import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from .._engine import budget as _budget
 from .._engine.attempt import attempt_step
+from .._engine.bridge import is_async_callable
 from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow, Sleep
 from .._engine.job import Job, check_budget_option, current_attempt
+from .._engine.ladder import Escalate, Ladder, Rung, Tally, climb
 from .._engine.options import Args, Fn, Kwargs, Options, signature_of
 from .._engine.outcome import Record
 from .._engine.policy import (
@@ -36,7 +39,8 @@ from .._engine.request import QuestionSelector, RequestMaker
 from .._engine.reserve import Reservation
 from .._engine.stream_commands import arguments_chars, is_streamed
 from .._engine.wrapper import wrap
-from .._providers.replies import Returns, check_returns, text_answer
+from .._providers.replies import Returns, check_returns, refusal_of, text_answer
+from .retry_attempts import best_of, kept, unjudged
 from .retry_stream_modes import Attempts, StreamMode, check_stream_mode
 from .retry_types import (
     DEFAULT_WAIT,
@@ -52,17 +56,6 @@ from .retry_types import (
 )
 
 __all__ = ["DEFAULT_WAIT", "MAX_RETRIES_LIMIT", "Retrying", "TextRetrying", "retry_on_low_quality"]
-
-
-def _best(attempts: list[Attempt]) -> Attempt | None:
-    """Most criteria passed net of those failed; the later attempt wins a tie."""
-    best: Attempt | None = None
-    for attempt in attempts:
-        if attempt.answer is None:
-            continue
-        if best is None or attempt.verdict.net_criteria() >= best.verdict.net_criteria():
-            best = attempt
-    return best
 
 
 class _RetryKeywords(TypedDict, total=False):
@@ -83,6 +76,7 @@ class _RetryKeywords(TypedDict, total=False):
     after: Callback | None
     budget: Budget | None
     stream_mode: StreamMode
+    escalate: EscalationLike | None
 
 
 class _RetryConfig:
@@ -104,6 +98,19 @@ class _RetryConfig:
             else None
         )
         self.options = options
+        escalation = options.escalation
+        self.ladder = (
+            None
+            if escalation is None
+            else Ladder(
+                escalation,
+                fn,
+                self.function,
+                "max_retries",
+                options.max_retries,
+                is_async=is_async_callable(fn) or inspect.isasyncgenfunction(fn),
+            )
+        )
 
     def with_feedback(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], feedback: str
@@ -138,6 +145,7 @@ class _RetryOptions(Options):
     after: Callback | None = None
     budget: Budget | None = None
     stream_mode: StreamMode = "buffered"
+    escalate: EscalationLike | None = None
     returns: Returns = "value"
     # What the checks make of them:
     adapted: Adapted | None = field(init=False, repr=False, compare=False)
@@ -146,6 +154,7 @@ class _RetryOptions(Options):
     )
     job_budget: Budget | None = field(init=False, repr=False, compare=False)
     returns_text: bool = field(init=False, repr=False, compare=False)
+    escalation: Escalation | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_budget("max_retries", self.max_retries, MAX_RETRIES_LIMIT)
@@ -173,8 +182,16 @@ class _RetryOptions(Options):
         callback = "a callable taking a tenacity.RetryCallState"
         check_callable("before_sleep", self.before_sleep, callback)
         check_callable("after", self.after, callback)
+        escalation = Escalation.of(self.escalate)
+        for tier in () if escalation is None else escalation.tiers:
+            if tier.max_retries is not None:
+                check_budget(f"max_retries of tier {tier.name!r}", tier.max_retries, 100)
         self.keep(
-            adapted=adapted, wait_fn=wait_fn, job_budget=job_budget, returns_text=returns_text
+            adapted=adapted,
+            wait_fn=wait_fn,
+            job_budget=job_budget,
+            returns_text=returns_text,
+            escalation=escalation,
         )
 
     def decorate(self, fn: Any) -> Any:
@@ -193,46 +210,45 @@ def _event(
     return make_event(kind, "retry_on_low_quality", cfg.function, job, number, most, **fields)
 
 
-def _kept(value: Any, info: AttemptInfo, outer: AttemptInfo | None) -> Any:
-    """Return the accepted answer; the documents it was built from go to the enclosing attempt.
-
-    An answer built on an inner answer is built on that answer's context too, so an outer
-    evaluator (an outer `@retry_on_low_quality`, `refinekit eval`'s judge) sees it.
-    """
-    if outer is not None:
-        outer._context.extend(info._context)
-    return value
-
-
-def _unjudged(
-    record: Record | None,
-    info: AttemptInfo,
-    value: Any,
-    why: str,
-    started: float,
-) -> None:
-    """An attempt returned without a verdict, in the outcome: its verdict says why."""
-    if record is not None:
-        verdict = Verdict.unjudged(why)
-        duration = time.perf_counter() - started
-        record.attempts.append(Attempt(info.number, value, verdict, duration, info.feedback))
-
-
 def _retry_flow(
     cfg: _RetryConfig, fn: Fn, args: Args, kwargs: Kwargs, job: Job, record: Record | None
 ) -> Flow[Any]:
     opts = cfg.options
     attempts: list[Attempt] = []
-    streams = Attempts(cfg.function, opts.stream_mode, opts.max_retries + 1, opts.adapted)
+    ladder = cfg.ladder
+    most = opts.max_retries + 1 if ladder is None else ladder.total
+    streams = Attempts(cfg.function, opts.stream_mode, most, opts.adapted)
+    infos: list[AttemptInfo] = []
     try:
-        value = yield from _retry_steps(cfg, fn, args, kwargs, job, record, attempts, streams)
+        if ladder is None:
+            steps = _retry_steps(cfg, fn, args, kwargs, job, record, attempts, streams, infos)
+        else:
+
+            def run(rung: Rung, carried: Any, tally: Tally) -> Flow[Any]:
+                return _retry_steps(
+                    cfg,
+                    fn,
+                    args,
+                    kwargs,
+                    job,
+                    record,
+                    attempts,
+                    streams,
+                    infos,
+                    rung,
+                    carried,
+                    tally,
+                )
+
+            steps = climb(ladder, job, record, run, decorator="retry_on_low_quality")
+        value = yield from steps
         yield from streams.finish(job, value)  # fn.stream(...): the answer returned
         return value
     except BudgetExceeded as stopped:
         _budget.surface(
             stopped,
             attempts,
-            _best(attempts),
+            best_of(attempts),
             decorator="retry_on_low_quality",
             function=cfg.function,
             job=job,
@@ -249,24 +265,38 @@ def _retry_steps(
     record: Record | None,
     attempts: list[Attempt],
     streams: Attempts,
+    infos: list[AttemptInfo],
+    rung: Rung | None = None,
+    carried: tuple[str, Any] | None = None,
+    tally: Tally | None = None,
 ) -> Flow[Any]:
+    """The attempts of one tier (the only one without `escalate=`) until one passes."""
     opts = cfg.options
-    max_attempts = opts.max_retries + 1
+    first = len(infos) + 1  # attempts are numbered across a ladder's tiers
+    in_tier = (opts.max_retries if rung is None else rung.budget) + 1
+    max_attempts = in_tier if cfg.ladder is None else cfg.ladder.total
     previous_attempt: Reservation | None = None  # what the last attempt held and used
     arguments: dict[str, Any] | None = None
     state: tenacity.RetryCallState | None = None
     feedback: str | None = None
     previous: Any = None
     call_args, call_kwargs = args, kwargs
+    if carried is not None:  # the tier below's last feedback and answer
+        feedback, previous = carried
+        call_args, call_kwargs = cfg.with_feedback(args, kwargs, feedback)
     outer = current_attempt()  # an enclosing attempt (or `refinekit eval`'s case), if any
-    infos: list[AttemptInfo] = []
     began = time.monotonic()  # tenacity's `start_time`: what `stop_after_delay` counts from
-    for number in range(1, max_attempts + 1):
+    for number in range(first, first + in_tier):
         # Each attempt reserves its share of the budget (estimated from the previous one)
         # before it is made, until its reply is counted; it stops here when that does not fit.
         extra = len(feedback) if feedback else 0
         planned = f"attempt {number} of {cfg.function}"
-        info = AttemptInfo(number, max_attempts, feedback, previous)
+        if rung is None:
+            info = AttemptInfo(number, max_attempts, feedback, previous)
+            command = Call(fn, call_args, call_kwargs)
+        else:
+            info = rung.info(number, max_attempts, feedback, previous)
+            command = Call(*rung.call(fn, call_args, call_kwargs))
         infos.append(info)
         # Entered during the call, its tool calls recorded for the judge; a LowQualityAnswer
         # it raises is a rejection. Its reply is counted before the event, so `attempt`
@@ -274,7 +304,7 @@ def _retry_steps(
         made = attempt_step(
             job,
             cfg.function,
-            Call(fn, call_args, call_kwargs),
+            command,
             planned=planned,
             previous=previous_attempt,
             extra_chars=extra,
@@ -283,6 +313,8 @@ def _retry_steps(
             tools=True,
             rejects=True,
         )
+        if tally is not None:
+            tally.calls += 1
         with (yield from made) as step:
             previous_attempt, started, recorder = step.held, step.started, step.recorder
             value, rejection = step.value, step.rejection
@@ -298,6 +330,10 @@ def _retry_steps(
                         verdict=cut,
                         answer=value,
                     )
+        if rung is not None and rejection is None:
+            refused = refusal_of(value)
+            if refused is not None:
+                raise ModelRefused(refused)
         if opts.returns_text and (rejection is None or value is not None):
             # From here on the answer is the reply's text: judged, kept, returned.
             value = text_answer(value, cfg.function, "retry_on_low_quality")
@@ -310,22 +346,22 @@ def _retry_steps(
             if recorder.direct is not None:  # a return_direct tool's output: not judged
                 if wants_debug_events():
                     emit(_event(cfg, job, "skipped", number))
-                _unjudged(record, info, value, "return_direct", started)
-                return _kept(value, info, outer)
+                unjudged(record, info, value, "return_direct", started)
+                return kept(value, info, outer)
             if opts.adapted is None and opts.skip is None:
-                _unjudged(record, info, value, "no evaluator", started)
-                return _kept(value, info, outer)
+                unjudged(record, info, value, "no evaluator", started)
+                return kept(value, info, outer)
             if arguments is None:
                 arguments = cfg.requests.bind(args, kwargs) or {}
             request = cfg.requests.request(arguments, value, info._context, number, recorder.calls)
             if opts.skip is not None and opts.skip(request):
                 if wants_debug_events():
                     emit(_event(cfg, job, "skipped", number))
-                _unjudged(record, info, value, "skipped", started)
-                return _kept(value, info, outer)
+                unjudged(record, info, value, "skipped", started)
+                return kept(value, info, outer)
             if opts.adapted is None:
-                _unjudged(record, info, value, "no evaluator", started)
-                return _kept(value, info, outer)
+                unjudged(record, info, value, "no evaluator", started)
+                return kept(value, info, outer)
             try:
                 verdict: Verdict = yield Evaluate(opts.adapted, request)
             except JudgeError as e:
@@ -342,8 +378,10 @@ def _retry_steps(
                     emit(_event(cfg, job, "verdict", number, verdict=verdict))
                 if record is not None:
                     duration = time.perf_counter() - started
-                    record.attempts.append(Attempt(number, value, verdict, duration, feedback))
-                return _kept(value, info, outer)
+                    record.attempts.append(
+                        Attempt(number, value, verdict, duration, feedback, info.tier)
+                    )
+                return kept(value, info, outer)
             if wants_debug_events():
                 emit(_event(cfg, job, "verdict", number, verdict=verdict))
             rejection = LowQualityAnswer(
@@ -358,7 +396,8 @@ def _retry_steps(
             )
         elif record is not None:
             record.verdicts.append(rejection.verdict)
-        attempt = Attempt(number, value, rejection.verdict, time.perf_counter() - started, feedback)
+        duration = time.perf_counter() - started
+        attempt = Attempt(number, value, rejection.verdict, duration, feedback, info.tier)
         attempts.append(attempt)
         if record is not None:
             record.attempts.append(attempt)
@@ -375,7 +414,7 @@ def _retry_steps(
         state.outcome_timestamp = time.monotonic()
         if opts.after is not None:
             yield Call(opts.after, (state,), {})
-        if number == max_attempts:
+        if number == first + in_tier - 1:
             break
         delay = max(0.0, float(opts.wait_fn(state)))
         state.upcoming_sleep = delay
@@ -404,8 +443,12 @@ def _retry_steps(
         if delay > 0 and not _config._testing:
             yield Sleep(delay)
     assert rejection is not None
+    if rung is not None and not rung.last:  # the next tier is tried, maybe told this
+        yield from streams.retrying(job, number, rejection.feedback, cut is not None)
+        summary = rejection.feedback or "the answer was rejected"
+        raise Escalate(rejection, (utf8_text(rejection.feedback), rejection.answer), summary)
     rejection.attempts = tuple(attempts)
-    rejection.best = _best(attempts)
+    rejection.best = best_of(attempts)
     best = rejection.best if opts.on_exhausted == "return_best" else None
     rejection.usage = job.usage
     rejection.judge_usage = job.judge_usage
@@ -427,7 +470,9 @@ def _retry_steps(
         )
     )
     if best is not None:
-        return _kept(best.answer, infos[best.number - 1], outer)
+        if tally is not None:
+            tally.answered_by = best.tier
+        return kept(best.answer, infos[best.number - 1], outer)
     raise rejection
 
 
@@ -503,6 +548,16 @@ def retry_on_low_quality(**options: Any) -> Retrying | TextRetrying:  # noqa: D4
             `refinekit.Reset` before a retry's. A rule check that rejects a part of the answer
             (`checks.excludes`, `checks.max_length`) stops its stream early in both modes. See
             docs/streaming.md.
+        escalate: An escalation ladder, cheapest tier first: a list of model names (passed
+            to the function as its `model` keyword argument), callables (called instead of
+            the function, with its arguments) or `refinekit.Tier`s, or a
+            `refinekit.Escalation`. Each tier gets its own retries (`Tier(...,
+            max_retries=0)`; default `max_retries`); when they are spent, or the model
+            refuses, the next tier is tried, given the last feedback and answer as a retry
+            is (`Escalation(carry=False)`: started fresh). Attempts are numbered across the
+            tiers; the last tier's rejection raises (or returns the best attempt of any
+            tier) as without a ladder, with `tiers`. `Outcome.tier` says which tier
+            answered. See docs/escalation.md.
         returns: What the caller gets. `"value"` (the default): what the function returned,
             as it is (a stream: its text). `"text"`: the reply's text, for a function that
             returns the model's reply (an OpenAI `ChatCompletion`, an Anthropic `Message`, ...
@@ -522,7 +577,7 @@ def retry_on_low_quality(**options: Any) -> Retrying | TextRetrying:  # noqa: D4
         ValueError: `max_retries` is not an int from 0 to 100, `on_exhausted`,
             `judge_error_policy`, `stream_mode` or `returns` is unknown, or
             `question` names no parameter (raised when decorating, not when calling).
-        TypeError: `evaluator`, `wait`, `stop`, `before_sleep`, `after` or `budget` cannot
-            be used (also when decorating).
+        TypeError: `evaluator`, `wait`, `stop`, `before_sleep`, `after`, `budget` or
+            `escalate` cannot be used (also when decorating).
     """
     return _RetryOptions.of(options).decorate

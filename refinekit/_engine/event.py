@@ -35,6 +35,7 @@ EventKind = Literal[
     "stream",
     "reset",
     "grounding",
+    "escalation",
 ]
 """What happened:
 
@@ -70,6 +71,10 @@ EventKind = Literal[
   (`decorator` is "response_format", `function` the schema's name, `error` names the field
   and why: no source text, no candidate, over a cap); the validator checks it afterwards.
   `job_id` is the job it was called in, or "" outside one.
+- `escalation`: an `escalate=` ladder moved up a tier: `tier` names the tier now tried,
+  `attempt` is its place (2 for the second tier) and `max_attempts` the ladder's length,
+  `failure` says why the tier below was left (`"exhausted"`, `"refused"`, `"error"`) and
+  `error` what its last failure was.
 """
 
 
@@ -110,6 +115,7 @@ class Event:
             it broke (`"interrupted: ..."`); None when it was read to its end (`stream`).
         estimated: Whether the stream's usage in `usage` is an estimate (characters / 4): the
             server reported none before the stream ended or was closed (`stream`).
+        tier: The tier an `escalate=` ladder moved to (`escalation`).
     """
 
     kind: EventKind
@@ -135,6 +141,7 @@ class Event:
     first_chunk: float | None = None
     aborted: str | None = None
     estimated: bool = False
+    tier: str | None = None
 
     def __post_init__(self) -> None:
         # Every text an event carries is redacted here, whoever made it: hooks, logs and

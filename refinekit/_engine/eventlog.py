@@ -142,6 +142,13 @@ LINES: dict[str, tuple[LogLine, ...]] = {
     "grounding": (
         LogLine(INFO, "%s: grounded decoding: %s", lambda e: (e.function, _clip(e.error))),
     ),
+    "escalation": (
+        LogLine(
+            INFO,
+            "%s: escalating to tier %d/%d %r (%s): %s",
+            lambda e: (e.function, e.attempt, e.max_attempts, e.tier, e.failure, _clip(e.error)),
+        ),
+    ),
     "exhausted": (
         LogLine(
             WARNING,

@@ -53,6 +53,7 @@ __all__ = [
     "reserved_of",
     "settle",
     "take_correction",
+    "tier_corrections",
 ]
 
 
@@ -155,11 +156,14 @@ class Ledger:
         "_models",
         "_ramps",
         "_reserved",
+        "_tiers",
         "_usage",
     )
 
     def __init__(self) -> None:
         self._corrections_used = 0
+        # Corrections per escalation tier (function, tier): made by the first one.
+        self._tiers: dict[tuple[str, str], int] | None = None
         self._usage = Usage()
         self._judge_usage = Usage()
         self._models: dict[tuple[bool, str | None], Usage] = {}
@@ -380,13 +384,30 @@ def first_answer(job: Ledger) -> tuple[str | None, Usage] | None:
     return job._first
 
 
-def take_correction(job: Ledger, limit: int) -> bool:
-    """Use one more correction, if fewer than `limit` are used; whether one was."""
+def take_correction(job: Ledger, limit: int, tier: tuple[str, str] | None = None) -> bool:
+    """Use one more correction, if fewer than `limit` are used; whether one was.
+
+    `tier`: an escalation tier's (function, tier name): `limit` is then that tier's own,
+    counted apart (the job's count still grows).
+    """
     with job._lock:
-        if job._corrections_used >= limit:
+        if tier is not None:
+            tiers = job._tiers if job._tiers is not None else {}
+            used = tiers.get(tier, 0)
+            if used >= limit:
+                return False
+            tiers[tier] = used + 1
+            job._tiers = tiers
+        elif job._corrections_used >= limit:
             return False
         job._corrections_used += 1
         return True
+
+
+def tier_corrections(job: Ledger, tier: tuple[str, str]) -> int:
+    """Corrections an escalation tier (function, tier name) has used in the job."""
+    tiers = job._tiers
+    return 0 if tiers is None else tiers.get(tier, 0)
 
 
 def settle(job: Ledger, usage: Usage, model: str | None, reservation: Reservation | None) -> None:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .._core.tiers import TierReport
 from .._core.types import Attempt, Cost, Usage, Verdict
 from .job import cost_of
 
@@ -53,6 +54,9 @@ class Outcome(Generic[T_co]):
         idle_for: Seconds of backoff between attempts (as computed: in testing mode they are
             not slept), tenacity's `statistics["idle_for"]`.
         duration: Seconds from the start of the call to its end.
+        tier: With `escalate=`, the name of the tier whose answer was returned; else None.
+        tiers: With `escalate=`, what each tier tried did, in order (`refinekit.TierReport`:
+            its calls, usage and cost, and why it was left); else empty.
     """
 
     value: T_co
@@ -67,6 +71,8 @@ class Outcome(Generic[T_co]):
     idle_for: float
     duration: float
     cost: Cost | None = None
+    tier: str | None = None
+    tiers: tuple[TierReport, ...] = ()
 
     @property
     def attempt_count(self) -> int:
@@ -98,6 +104,8 @@ class Record:
         "attempts",
         "idle_for",
         "job",
+        "tier",
+        "tiers",
         "verdicts",
     )
 
@@ -106,6 +114,8 @@ class Record:
         self.attempts: list[Attempt] = []
         self.verdicts: list[Verdict] = []
         self.idle_for = 0.0
+        self.tier: str | None = None
+        self.tiers: tuple[TierReport, ...] = ()
         self._usage = job.usage
         self._judge_usage = job.judge_usage
         self._cost = cost_of(job)
@@ -128,4 +138,6 @@ class Record:
             idle_for=self.idle_for,
             duration=time.perf_counter() - self._started,
             cost=None if cost is None else cost - (self._cost or Cost()),
+            tier=self.tier,
+            tiers=self.tiers,
         )

@@ -43,6 +43,7 @@ __all__ = [
     "StreamHold",
     "Tickets",
     "before_attempt",
+    "refusal",
     "before_call",
     "ensure",
     "judge_call",
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 
-def _refusal(
+def refusal(
     job: Job, budget: Budget, planned: str, need: Held, lendable: Held
 ) -> BudgetExceeded | None:
     """Why a call needing `need` cannot be made now (under the job's lock); None if it fits.
@@ -104,7 +105,7 @@ def _grant_locked(job: Job, budget: Budget, planned: str, need: Held) -> Reserva
     """`_grant`, the job's lock held."""
     parent = _current_parent(job)
     lendable = parent.held if parent is not None else NOTHING
-    refused = _refusal(job, budget, planned, need, lendable)
+    refused = refusal(job, budget, planned, need, lendable)
     if refused is not None:
         raise refused
     held = Reservation(job, parent, budget.prices)
@@ -262,7 +263,7 @@ def ensure(reservation: Reservation, planned: str, model: str | None, tokens: in
         held = reservation.held
         if held.calls >= need.calls and held.tokens >= need.tokens and held.cost >= need.cost:
             return
-        refused = _refusal(cast(Job, job), budget, planned, need, held)
+        refused = refusal(cast(Job, job), budget, planned, need, held)
         if refused is not None:
             raise refused
         reserved = reserved_of(job)

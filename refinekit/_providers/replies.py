@@ -334,6 +334,26 @@ def usage_of(reply: Any) -> Usage | None:
     return None if kind is None else _PROVIDERS[kind].usage(reply)
 
 
+def refusal_of(reply: Any) -> str | None:
+    """The refusal a reply carries, when the model declined: else None.
+
+    An OpenAI completion's (or message's) `refusal` with no content, or an Anthropic
+    `Message` whose `stop_reason` is `"refusal"` (its text, if any). A `str` carries none.
+    """
+    if isinstance(reply, str) or reply is None:
+        return None
+    kind = _kind(reply)
+    if kind == "anthropic":
+        if get(reply, "stop_reason") != "refusal":
+            return None
+        return message_text(reply)
+    message = message_of(reply) if kind == "completion" else reply
+    said = get(message, "refusal")
+    if isinstance(said, str) and said and not get(message, "content"):
+        return said
+    return None
+
+
 def model_of(reply: Any) -> str | None:
     """The model name a whole reply says answered it; None when it names none (or is no reply).
 

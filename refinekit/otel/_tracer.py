@@ -47,7 +47,7 @@ from .._core.redact import redact
 from .._core.types import Cost, Usage, Verdict
 from .._engine.evaluators import evaluator_name
 from .._engine.events import Event, Subscription, subscribe
-from .._engine.job import cost_of, current_job
+from .._engine.job import cost_of, current_attempt, current_job
 from .._providers.replies import usage_of
 
 __all__ = ["OtelTracing"]
@@ -77,6 +77,7 @@ _BUS_KINDS = frozenset(
         "budget",
         "stream",
         "reset",
+        "escalation",
     }
 )
 
@@ -221,10 +222,13 @@ class OtelTracing:
         if _starts_attempt(command):
             state.end_attempt()
             state.attempts += 1
+            attributes: dict[str, Any] = {n.ATTEMPT_NUMBER: state.attempts}
+            info = current_attempt()
+            if info is not None and info.tier is not None:  # an escalation ladder's tier
+                attributes[n.TIER] = info.tier
+                state.span.set_attribute(n.TIER, info.tier)  # the last one tried: who answered
             state.attempt = self.tracer.start_span(
-                n.ATTEMPT_SPAN,
-                kind=SpanKind.INTERNAL,
-                attributes={n.ATTEMPT_NUMBER: state.attempts},
+                n.ATTEMPT_SPAN, kind=SpanKind.INTERNAL, attributes=attributes
             )
             state.attempt_token = otel_context.attach(trace.set_span_in_context(state.attempt))
             return state
@@ -261,6 +265,9 @@ class OtelTracing:
             attributes[n.ERROR] = _text(event.error)
         if event.failure:
             attributes[n.FAILURE] = event.failure
+        if event.tier is not None:  # the call's span says the tier it reached
+            attributes[n.TIER] = event.tier
+            state.span.set_attribute(n.TIER, event.tier)
         if event.kind == "stream":  # the attempt's span says how its stream went
             streamed: dict[str, Any] = {
                 n.STREAM_CHUNKS: event.chunks or 0,
