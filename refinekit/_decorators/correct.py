@@ -307,6 +307,8 @@ def _tier_flow(
     replies = shared.replies
     limit = opts.max_corrections if rung is None else rung.budget
     tier = None if rung is None else (cfg.function, rung.name)
+    # Calls are numbered across the tiers; the most a call can make counts the tiers above.
+    later = 0 if rung is None or cfg.ladder is None else cfg.ladder.after(rung)
     call = 0
     previous: Reservation | None = None  # what the last call held and used
     while True:
@@ -314,6 +316,7 @@ def _tier_flow(
         shared.calls += 1
         number = shared.calls
         used = job.corrections_used if tier is None else tier_corrections(job, tier)
+        possible = number + max(0, limit - used) + later
         # Each call must fit in the budget: a correction as the last call's usage plus its turn.
         turn = sum(len(str(m.get("content") or "")) for m in added)
         planned = (
@@ -330,7 +333,7 @@ def _tier_flow(
             info = None
         else:
             command = Call(*rung.call(fn, (sent, *rest), rest_kwargs))
-            info = rung.inner_info(call, call + max(0, limit - used))
+            info = rung.inner_info(number, possible)
         made = attempt_step(
             job,
             cfg.function,
@@ -353,7 +356,7 @@ def _tier_flow(
                     context=context,
                     function=cfg.function,
                     number=number,
-                    maximum=call + max(0, limit - used),
+                    maximum=possible,
                     prompt_chars=sum(len(str(m.get("content") or "")) for m in sent),
                 )
         if rung is not None:
@@ -376,7 +379,6 @@ def _tier_flow(
                 copied = parser.placeholders(result[0], text)
                 if copied:
                     result = _placeholder_failure(text, copied)
-        possible = number + max(0, limit - used)
         name = None if rung is None else rung.name
         if not isinstance(result, CorrectionFailure):
             if wants_debug_events():
@@ -429,8 +431,8 @@ def _tier_flow(
                 cfg,
                 job,
                 "correction",
-                job.corrections_used,
-                opts.max_corrections if rung is None else rung.budget,
+                job.corrections_used if tier is None else tier_corrections(job, tier),
+                limit,
                 error=failure.summary,
                 detail="\n\n".join(str(m.get("content", "")) for m in added),
                 failure=diagnosis.kind,

@@ -182,6 +182,10 @@ class Ladder:
         self.total = sum(r.budget + 1 for r in self.rungs)
         """The most calls of the function a call can make, all tiers together."""
 
+    def after(self, rung: Rung) -> int:
+        """The most calls the tiers above `rung` can make."""
+        return sum(r.budget + 1 for r in self.rungs[rung.index + 1 :])
+
     def start(self) -> int:
         """The tier a call starts at: the first, or where the learned start says."""
         if self.escalation.start != "learned" or not _LEARNER:
