@@ -206,7 +206,10 @@ def _event(
     maximum: int | None = None,
     **fields: Any,
 ) -> Event:
-    most = cfg.options.max_retries + 1 if maximum is None else maximum
+    # under a ladder, attempts are numbered across its tiers: the most is all tiers' together
+    ladder = cfg.ladder
+    most = cfg.options.max_retries + 1 if ladder is None else ladder.total
+    most = most if maximum is None else maximum
     return make_event(kind, "retry_on_low_quality", cfg.function, job, number, most, **fields)
 
 
