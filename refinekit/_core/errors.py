@@ -393,7 +393,7 @@ class ModelRefused(RefinekitError):
         self.tiers: tuple[TierReport, ...] = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), (self.refusal,), self.__dict__))
+        return (_rebuild, (type(self), self.args, self.__dict__))  # its message, as raised
 
 
 class MissingPrice(RefinekitError, LookupError):
