@@ -347,16 +347,19 @@ def _afford(
     budget = effective(job)
     if budget is None:
         return
-    calls = max(1, below.usage.model_calls)
-    prompt = below.usage.prompt_tokens // calls + estimate_tokens(extra_chars)
-    completion = below.usage.completion_tokens // calls
+    # A call's tokens as the tier below measured them; a tier that made no counted call (a
+    # refusal raised at once, a transport error) measured nothing: the last one that did.
+    measured = next((r for r in reversed(reports) if r.usage.model_calls), below)
+    calls = max(1, measured.usage.model_calls)
+    prompt = measured.usage.prompt_tokens // calls + estimate_tokens(extra_chars)
+    completion = measured.usage.completion_tokens // calls
     cost = 0.0
     if budget.prices is not None and budget.max_cost is not None:
         model = rung.tier.model
         if model is not None:
             cost = budget.prices.cost(model, prompt, completion)
-        elif below.cost is not None:
-            cost = below.cost.answer / calls
+        elif measured.cost is not None:
+            cost = measured.cost.answer / calls
     planned = f"first call of tier {rung.name!r}" + (
         f" (model {rung.tier.model!r})" if rung.tier.model else ""
     )
