@@ -127,6 +127,19 @@ class _Receiverless:
     def __call__(self, /, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - never called
         raise TypeError("a signature stand-in is not called")
 
+    @staticmethod
+    def of(fn: Callable[..., Any]) -> _Receiverless:
+        """The stand-in for `fn`: async to call when `fn` is (an escalation ladder asks)."""
+        is_async = is_async_callable(fn) or inspect.isasyncgenfunction(fn)
+        return _AsyncReceiverless(fn) if is_async else _Receiverless(fn)
+
+
+class _AsyncReceiverless(_Receiverless):
+    """`_Receiverless` of an `async def` method."""
+
+    async def __call__(self, /, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover
+        raise TypeError("a signature stand-in is not called")
+
 
 class Decorated(Generic[C]):
     """A function decorated by refinekit: call it, get its `.outcome(...)`, or `.retry_with()`.
@@ -180,7 +193,7 @@ class Decorated(Generic[C]):
         self._bound_cfg: C | None = None
         # Bad options are refused when decorating: the configuration is made now.
         if kind == "class":
-            self._bound_cfg = self._configure(_Receiverless(target))
+            self._bound_cfg = self._configure(_Receiverless.of(target))
         else:
             self._cfg = self._configure(target)
         self._plain = kind != "class"  # a direct call calls `_fn` with `_cfg` as it is
@@ -215,7 +228,7 @@ class Decorated(Generic[C]):
         """The configuration of a bound call: for the signature without `self`/`cls`."""
         cfg = self._bound_cfg
         if cfg is None:
-            cfg = self._bound_cfg = self._configure(_Receiverless(self._fn))
+            cfg = self._bound_cfg = self._configure(_Receiverless.of(self._fn))
         return cfg
 
     def _target(self, args: tuple[Any, ...]) -> tuple[Callable[..., Any], C, tuple[Any, ...]]:
