@@ -1,0 +1,462 @@
+"""Escalation ladders under a budget, nested, streamed, traced, on methods and with the fakes.
+
+A job's `Budget` spans every tier: a ladder stops before a tier whose first call it cannot
+afford (`EscalationUnaffordable`), priced as that tier's model. The scripted server plays the
+tiers over real HTTP, with the `openai` client of the test's kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers import Invoice, acall
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import refinekit
+import refinekit.otel
+from refinekit import (
+    Budget,
+    EscalationUnaffordable,
+    Final,
+    ModelRefused,
+    Partial,
+    Prices,
+    Reset,
+    ResponseValidationError,
+    Tier,
+    Verdict,
+    checks,
+    retry_on_low_quality,
+    self_correct,
+)
+from refinekit._core import otel_names as names
+from refinekit.testing import FakeJudge, Reply, ScriptedOpenAI
+
+USER = [{"role": "user", "content": "Extract the invoice: A-1, total 12.50"}]
+GOOD = '{"number": "A-1", "total_cents": 1250}'
+BAD = '{"number": "A-1", "total_cents": "lots"}'
+INVOICE = Invoice(number="A-1", total_cents=1250)
+RIGHT = "Refunds take 30 days."
+
+PRICES = Prices({"cheap": (1.0, 1.0), "mid": (1.0, 1.0), "strong": (1000.0, 1000.0)})
+"""Per million tokens: the strong model costs a thousand times the cheap one."""
+
+
+def billed(text: str) -> Reply:
+    """A reply billed 100 prompt and 10 completion tokens (0.00011 on cheap, 0.11 on strong)."""
+    return Reply.text(text, prompt_tokens=100, completion_tokens=10)
+
+
+def extractor(kind: str, client: Any, *, stream: bool = False, **options: Any) -> Any:
+    """`@self_correct(schema=Invoice, **options)` on a function of the kind sending `model`.
+
+    A tier named "mid" refuses without calling the model (`ModelRefused`).
+    """
+    decorate = self_correct(schema=Invoice, **options)
+    extra: dict[str, Any] = (
+        {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+    )
+    if kind == "sync":
+
+        def extract(messages: list[dict[str, Any]], *, model: str = "unset") -> Any:
+            if model == "mid":
+                raise ModelRefused("not my kind of question")
+            return client.chat.completions.create(model=model, messages=messages, **extra)
+
+        return decorate(extract)
+
+    async def aextract(messages: list[dict[str, Any]], *, model: str = "unset") -> Any:
+        if model == "mid":
+            raise ModelRefused("not my kind of question")
+        return await client.chat.completions.create(model=model, messages=messages, **extra)
+
+    return decorate(aextract)
+
+
+def answerer(kind: str, client: Any, *, stream: bool = False, **options: Any) -> Any:
+    """`@retry_on_low_quality(**options)` on a function of the kind sending `model`; it returns
+    the completion (`returns="text"`), or a stream of it."""
+    decorate = retry_on_low_quality(**options, **({} if stream else {"returns": "text"}))
+
+    def messages(question: str) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": question}]
+
+    if kind == "sync":
+
+        def answer(question: str, *, model: str = "unset") -> Any:
+            return client.chat.completions.create(
+                model=model, messages=messages(question), stream=stream
+            )
+
+        return decorate(answer)
+
+    async def aanswer(question: str, *, model: str = "unset") -> Any:
+        return await client.chat.completions.create(
+            model=model, messages=messages(question), stream=stream
+        )
+
+    return decorate(aanswer)
+
+
+def judged(request: refinekit.EvaluationRequest) -> Verdict:
+    if request.answer == RIGHT:
+        return Verdict(passed=True)
+    return Verdict(passed=False, feedback=f"wrong: {request.answer}")
+
+
+def models(server: ScriptedOpenAI) -> list[str | None]:
+    return [r.model for r in server.requests]
+
+
+async def collect(kind: str, fn: Any, *args: Any) -> list[Any]:
+    if kind == "sync":
+        return list(fn.stream(*args))
+    return [item async for item in fn.stream(*args)]
+
+
+# --- a budget that stops a ladder ---------------------------------------------------------------
+
+
+async def test_max_cost_stops_the_ladder_before_a_tier_it_cannot_afford(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [billed(BAD)])
+    server.script("strong", [billed(GOOD)])
+    budget = Budget(max_cost=0.05, prices=PRICES)
+    extract = extractor(
+        kind, client, escalate=[Tier("cheap", max_corrections=0), "strong"], budget=budget
+    )
+    with pytest.raises(EscalationUnaffordable) as raised:
+        await acall(extract, USER)
+    assert models(server) == ["cheap"]  # the strong model is never asked
+    error = raised.value
+    assert isinstance(error, refinekit.BudgetExceeded)
+    assert error.tier == "strong"
+    assert error.limit == "max_cost"
+    assert isinstance(error.failure, ResponseValidationError)
+    assert error.__cause__ is error.failure
+    assert error.needed is not None
+    assert error.needed > 0.05 - error.spent  # priced as the strong model: about 0.1
+    assert "first call of tier 'strong' (model 'strong')" in str(error)
+    assert "escalating from tier 'cheap'" in str(error)
+    assert [(t.name, t.calls, t.ended) for t in error.tiers] == [
+        ("cheap", 1, "exhausted"),
+        ("strong", 0, "unaffordable"),
+    ]
+    assert error.tiers[0].cost is not None
+    assert error.tiers[0].cost.answer == pytest.approx(110 / 1e6)
+
+
+async def test_the_same_ladder_climbs_when_the_budget_covers_the_strong_tier(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [billed(BAD)])
+    server.script("strong", [billed(GOOD)])
+    budget = Budget(max_cost=1.0, prices=PRICES)
+    extract = extractor(
+        kind, client, escalate=[Tier("cheap", max_corrections=0), "strong"], budget=budget
+    )
+    result = await extract.outcome(USER) if kind == "async" else extract.outcome(USER)
+    assert result.value == INVOICE
+    assert [t.cost.answer for t in result.tiers] == pytest.approx([110 / 1e6, 0.11])
+
+
+async def test_max_cost_stops_a_retry_ladder_before_the_strong_tier(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [billed("Refunds take a year.")])
+    server.script("strong", [billed(RIGHT)])
+    answer = answerer(
+        kind,
+        client,
+        evaluator=judged,
+        escalate=[Tier("cheap", max_retries=0), "strong"],
+        budget=Budget(max_cost=0.05, prices=PRICES),
+    )
+    with pytest.raises(EscalationUnaffordable) as raised:
+        await acall(answer, "q")
+    assert models(server) == ["cheap"]
+    error = raised.value
+    assert error.tier == "strong"
+    assert isinstance(error.failure, refinekit.LowQualityAnswer)
+    assert error.failure.feedback == "wrong: Refunds take a year."
+    assert [a.tier for a in error.attempts] == ["cheap"]  # the attempts made, as any stop has
+
+
+async def test_max_calls_stops_the_ladder_when_the_cheap_tier_spent_them(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [BAD, BAD])
+    server.script("strong", [GOOD])
+    extract = extractor(
+        kind,
+        client,
+        escalate=[Tier("cheap", max_corrections=1), "strong"],
+        budget=Budget(max_calls=2),
+    )
+    with pytest.raises(EscalationUnaffordable) as raised:
+        await acall(extract, USER)
+    assert models(server) == ["cheap", "cheap"]
+    assert raised.value.limit == "max_calls"
+    assert raised.value.tier == "strong"
+
+
+async def test_a_tier_that_refused_without_a_call_does_not_make_the_next_one_look_free(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [billed(BAD)])
+    server.script("strong", [billed(GOOD)])
+    escalate = [Tier("cheap", max_corrections=0), "mid", "strong"]
+    budget = Budget(max_cost=0.05, prices=PRICES)
+    extract = extractor(kind, client, escalate=escalate, budget=budget)
+    with pytest.raises(EscalationUnaffordable) as raised:
+        await acall(extract, USER)
+    # "mid" made no model call: the strong tier is estimated from the cheap one's tokens
+    assert models(server) == ["cheap"]
+    assert raised.value.tier == "strong"
+    assert isinstance(raised.value.failure, ModelRefused)
+    assert [(t.name, t.ended) for t in raised.value.tiers] == [
+        ("cheap", "exhausted"),
+        ("mid", "refused"),
+        ("strong", "unaffordable"),
+    ]
+
+
+async def test_one_budget_spans_the_tiers_of_an_escalating_call(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [billed(BAD)] * 3)
+    server.script("strong", [billed(BAD), billed(BAD)])
+    extract = extractor(
+        kind,
+        client,
+        escalate=[Tier("cheap", max_corrections=2), "strong"],
+        budget=Budget(max_tokens=500),
+    )
+    with pytest.raises(refinekit.BudgetExceeded) as raised:
+        await acall(extract, USER)
+    # 3 cheap calls (330 tokens) leave too little for the strong tier's first call
+    assert models(server) == ["cheap"] * 3
+    assert isinstance(raised.value, EscalationUnaffordable)
+    assert raised.value.limit == "max_tokens"
+
+
+# --- nested: an escalating @self_correct inside @retry_on_low_quality --------------------------
+
+
+async def test_per_tier_corrections_are_counted_per_job_across_outer_retries(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [BAD, BAD, BAD])
+    server.script("strong", [GOOD, '{"number": "A-2", "total_cents": 1250}'])
+    extract = extractor(kind, client, escalate=[Tier("cheap", max_corrections=1), "strong"])
+    outer = FakeJudge("fail: the number is wrong", "pass")
+
+    if kind == "sync":
+
+        @retry_on_low_quality(evaluator=outer, max_retries=1)
+        def number(question: str) -> str:
+            return extract([{"role": "user", "content": question}]).number  # type: ignore[no-any-return]
+
+    else:
+
+        @retry_on_low_quality(evaluator=outer, max_retries=1)
+        async def number(question: str) -> str:
+            return (await extract([{"role": "user", "content": question}])).number  # type: ignore[no-any-return]
+
+    assert await acall(number, "Which invoice?") == "A-2"
+    # the outer retry re-runs the ladder: the cheap tier's one correction is spent already, so
+    # its second run moves up at the first failure
+    assert models(server) == ["cheap", "cheap", "strong", "cheap", "strong"]
+    assert [r.answer for r in outer.requests] == ["A-1", "A-2"]
+
+
+# --- the pytest plugin's fakes ----------------------------------------------------------------
+
+
+async def test_a_fake_judge_drives_an_escalating_retry(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", ["Refunds take a year.", "Refunds take a month."])
+    server.script("strong", [RIGHT])
+    judge = FakeJudge("fail: cite the policy", "fail: still no policy", "pass")
+    answer = answerer(kind, client, evaluator=judge, escalate=["cheap", "strong"], max_retries=1)
+    result = await answer.outcome("q") if kind == "async" else answer.outcome("q")
+    assert result.value == RIGHT
+    assert judge.remaining == 0
+    assert [r.answer for r in judge.requests] == [
+        "Refunds take a year.",
+        "Refunds take a month.",
+        RIGHT,
+    ]
+    assert [(a.tier, a.verdict.passed) for a in result.attempts] == [
+        ("cheap", False),
+        ("cheap", False),
+        ("strong", True),
+    ]
+
+
+def test_the_plugins_fake_judge_fixture_judges_each_tier(fake_judge: Any) -> None:
+    judge = fake_judge("fail: too vague", "pass")
+    asked: list[str] = []
+
+    @retry_on_low_quality(evaluator=judge, escalate=[Tier("cheap", max_retries=0), "strong"])
+    def answer(question: str, *, model: str = "unset") -> str:
+        asked.append(model)
+        return f"{model} says 30 days"
+
+    outcome = answer.outcome("q")
+    assert outcome.value == "strong says 30 days"
+    assert asked == ["cheap", "strong"]
+    assert outcome.tier == "strong"
+    assert [r.answer for r in judge.requests] == ["cheap says 30 days", "strong says 30 days"]
+
+
+# --- streams across a tier change ----------------------------------------------------------------
+
+
+async def test_self_correct_stream_resets_when_it_moves_up_a_tier(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [Reply.text(BAD, chunks=8)])
+    server.script("strong", [Reply.text(GOOD, chunks=8)])
+    extract = extractor(
+        kind, client, stream=True, escalate=[Tier("cheap", max_corrections=0), "strong"]
+    )
+    items = await collect(kind, extract, USER)
+    resets = [i for i in items if isinstance(i, Reset)]
+    assert len(resets) == 1
+    reset = resets[0]
+    assert (reset.cause, reset.attempt) == ("correction", 1)
+    assert "total_cents" in reset.reason
+    before = items[: items.index(reset)]
+    after = items[items.index(reset) + 1 :]
+    assert before
+    assert all(isinstance(i, Partial) and i.attempt == 1 for i in before)
+    assert all(isinstance(i, Partial) and i.attempt == 2 for i in after[:-1])
+    assert after[-1] == Final(INVOICE, 2)
+    assert models(server) == ["cheap", "strong"]
+    assert all((r.body or {}).get("stream") for r in server.requests)
+
+
+async def test_a_provisional_retry_stream_resets_when_it_moves_up_a_tier(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [Reply.text("Refunds are guaranteed.")])
+    server.script("strong", [Reply.text("Within 30 days.")])
+    answer = answerer(
+        kind,
+        client,
+        stream=True,
+        evaluator=checks.excludes("guaranteed"),
+        escalate=[Tier("cheap", max_retries=0), "strong"],
+        stream_mode="provisional",
+    )
+    items = await collect(kind, answer, "q")
+    assert items[:3] == ["Refunds", " are", " guaranteed."]
+    reset = items[3]
+    assert isinstance(reset, Reset)
+    assert (reset.cause, reset.attempt) == ("retry", 1)
+    assert items[4:] == ["Within", " 30", " days."]
+    assert models(server) == ["cheap", "strong"]
+
+
+# --- OpenTelemetry: the tier on the spans -------------------------------------------------------
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    """Tracing on, into an in-memory exporter; off again after the test."""
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    refinekit.otel.instrument(tracer_provider=provider)
+    try:
+        yield exported
+    finally:
+        refinekit.otel.uninstrument()
+        provider.shutdown()
+
+
+async def test_spans_say_each_attempts_tier_and_the_tier_that_answered(
+    server: ScriptedOpenAI, client: Any, kind: str, exporter: InMemorySpanExporter
+) -> None:
+    server.script("cheap", [BAD, BAD])
+    server.script("strong", [GOOD])
+    extract = extractor(kind, client, escalate=["cheap", "strong"], max_corrections=1)
+    assert await acall(extract, USER) == INVOICE
+    spans = exporter.get_finished_spans()
+    attempts = sorted(
+        (s for s in spans if s.name == names.ATTEMPT_SPAN), key=lambda s: s.start_time or 0
+    )
+    assert [(s.attributes or {}).get(names.TIER) for s in attempts] == ["cheap", "cheap", "strong"]
+    (call,) = [s for s in spans if s.name.startswith("refinekit.self_correct")]
+    assert (call.attributes or {})[names.TIER] == "strong"
+
+
+async def test_a_retry_ladders_spans_carry_the_tier(
+    server: ScriptedOpenAI, client: Any, kind: str, exporter: InMemorySpanExporter
+) -> None:
+    server.script("cheap", ["Refunds take a year."])
+    server.script("strong", [RIGHT])
+    answer = answerer(
+        kind, client, evaluator=judged, escalate=[Tier("cheap", max_retries=0), "strong"]
+    )
+    assert await acall(answer, "q") == RIGHT
+    spans = exporter.get_finished_spans()
+    attempts = sorted(
+        (s for s in spans if s.name == names.ATTEMPT_SPAN), key=lambda s: s.start_time or 0
+    )
+    assert [(s.attributes or {}).get(names.TIER) for s in attempts] == ["cheap", "strong"]
+    (call,) = [s for s in spans if s.name.startswith("refinekit.retry_on_low_quality")]
+    assert (call.attributes or {})[names.TIER] == "strong"
+
+
+# --- methods ------------------------------------------------------------------------------------
+
+
+async def test_an_async_method_takes_an_async_callable_tier() -> None:
+    async def strong(messages: list[dict[str, Any]], **_: Any) -> str:
+        await asyncio.sleep(0)
+        return GOOD
+
+    class Extractor:
+        def __init__(self) -> None:
+            self.models: list[str] = []
+
+        @self_correct(
+            schema=Invoice,
+            escalate=[Tier("cheap", max_corrections=0), Tier(call=strong, name="strong")],
+        )
+        async def extract(self, messages: list[dict[str, Any]], *, model: str = "unset") -> str:
+            self.models.append(model)
+            return BAD
+
+    extractor = Extractor()
+    result = await extractor.extract.outcome(USER)
+    assert result.value == INVOICE
+    assert extractor.models == ["cheap"]
+    assert result.tier == "strong"
+
+
+def test_a_methods_model_is_passed_positionally_or_by_keyword() -> None:
+    class Extractor:
+        def __init__(self) -> None:
+            self.models: list[str] = []
+
+        @self_correct(schema=Invoice, escalate=[Tier("cheap", max_corrections=0), "strong"])
+        def extract(self, messages: list[dict[str, Any]], model: str = "unset") -> str:
+            self.models.append(model)
+            return GOOD if model == "strong" else BAD
+
+    extractor = Extractor()
+    assert extractor.extract(USER, "given") == INVOICE
+    assert extractor.extract(USER) == INVOICE
+    assert extractor.models == ["cheap", "strong", "cheap", "strong"]
+    assert not inspect.iscoroutinefunction(Extractor.extract)
