@@ -233,8 +233,9 @@ class TierReport:
         calls: Calls of the function (or the tier's callable) made at this tier.
         answered: Whether this tier's answer is the one returned.
         ended: Why the call left the tier: `"answered"`, `"exhausted"` (its budget spent),
-            `"refused"`, `"error"` (an exception in `on_errors`), `"skipped"` (the learned
-            start) or `"unaffordable"` (the budget could not cover it).
+            `"refused"`, `"error"` (an exception: one in `on_errors` moves up, any other
+            propagates), `"skipped"` (the learned start) or `"unaffordable"` (the budget could
+            not cover its first call, or stopped it midway).
         usage: The answering model's usage at this tier.
         judge_usage: Model judges' usage at this tier.
         cost: What this tier's calls cost, when the job's budget has prices; else None.

@@ -21,7 +21,7 @@ from .._engine.decorated import AsyncStreamingFunction, StreamingFunction
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Flow
 from .._engine.job import Job, check_budget_option
-from .._engine.ladder import Escalate, Ladder, Rung, Tally, climb
+from .._engine.ladder import Escalate, Ladder, Rung, Tally, climb, tier_step
 from .._engine.ledger import take_correction, tier_corrections
 from .._engine.options import Args, Fn, Kwargs, Options
 from .._engine.outcome import Record
@@ -344,9 +344,7 @@ def _tier_flow(
             info=info,
             enter=info is not None,
         )
-        if tally is not None:
-            tally.calls += 1
-        with (yield from made) as step:
+        with (yield from tier_step(made, tally, planned)) as step:
             previous, reply, started = step.held, step.value, step.started
             if is_streamed(reply):  # read as it comes (correct_partials); its usage counted
                 reply = yield from read_reply(

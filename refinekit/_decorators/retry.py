@@ -23,7 +23,7 @@ from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow, Sleep
 from .._engine.job import Job, check_budget_option, current_attempt
-from .._engine.ladder import Escalate, Ladder, Rung, Tally, climb
+from .._engine.ladder import Escalate, Ladder, Rung, Tally, climb, tier_step
 from .._engine.options import Args, Fn, Kwargs, Options, signature_of
 from .._engine.outcome import Record
 from .._engine.policy import (
@@ -316,9 +316,7 @@ def _retry_steps(
             tools=True,
             rejects=True,
         )
-        if tally is not None:
-            tally.calls += 1
-        with (yield from made) as step:
+        with (yield from tier_step(made, tally, planned)) as step:
             previous_attempt, started, recorder = step.held, step.started, step.recorder
             value, rejection = step.value, step.rejection
             assert recorder is not None

@@ -33,7 +33,7 @@ from .job import Job, cost_of, current_attempt, effective, in_use
 from .ledger import NOTHING, Held
 from .reserve import refusal
 
-__all__ = ["Escalate", "Ladder", "Rung", "Tally", "climb", "set_learner"]
+__all__ = ["Escalate", "Ladder", "Rung", "Tally", "climb", "set_learner", "tier_step"]
 
 T = TypeVar("T")
 
@@ -245,6 +245,25 @@ Run = Callable[[Rung, Any, Tally], Generator[Any, Any, T]]
 """A tier's flow: `(rung, carried, tally) -> Flow`; `carried` is the failure below (or None)."""
 
 
+def tier_step(
+    made: Generator[Any, Any, T], tally: Tally | None, planned: str
+) -> Generator[Any, Any, T]:
+    """`yield from made` (an attempt step), its call counted at the tier (a sub-flow).
+
+    A call the budget refused before it was made (`planned` is the step's) is not counted;
+    one the function raised in was made.
+    """
+    if tally is None:
+        return (yield from made)
+    tally.calls += 1
+    try:
+        return (yield from made)
+    except BudgetExceeded as stopped:
+        if stopped.planned == planned:
+            tally.calls -= 1
+        raise
+
+
 def _reason(error: BaseException, on_errors: tuple[type[BaseException], ...]) -> str | None:
     if isinstance(error, (Escalate, CorrectionExhausted, LowQualityAnswer)):
         return "exhausted"
@@ -307,7 +326,9 @@ def climb(
             value = yield from run(rung, carried, tally)
         except Exception as error:
             reason = _reason(error, escalation.on_errors)
-            reports.append(tally.report(job, rung, reason or "error"))
+            # a stop of the job's budget within the tier ends it as one before it would
+            ended = reason or ("unaffordable" if isinstance(error, BudgetExceeded) else "error")
+            reports.append(tally.report(job, rung, ended))
             if reason is None or rung.last:
                 _attach(error.error if isinstance(error, Escalate) else error, reports, record)
                 raise
