@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import pytest
 from helpers import Invoice, acall
 from opentelemetry.sdk.trace import TracerProvider
@@ -460,3 +461,38 @@ def test_a_methods_model_is_passed_positionally_or_by_keyword() -> None:
     assert extractor.extract(USER) == INVOICE
     assert extractor.models == ["cheap", "strong", "cheap", "strong"]
     assert not inspect.iscoroutinefunction(Extractor.extract)
+
+
+async def test_a_budget_that_stops_the_last_tier_midway_raises_with_every_tiers_calls(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [BAD])
+    server.script("strong", [BAD, GOOD])
+    extract = extractor(
+        kind,
+        client,
+        escalate=[Tier("cheap", max_corrections=0), "strong"],
+        budget=Budget(max_calls=2),
+    )
+    with pytest.raises(refinekit.BudgetExceeded) as raised:
+        await acall(extract, USER)
+    assert models(server) == ["cheap", "strong"]
+    error = raised.value
+    assert not isinstance(error, EscalationUnaffordable)  # the strong tier was afforded
+    assert error.limit == "max_calls"
+    # the correction the budget refused was not made: the strong tier made one call
+    assert [(t.name, t.calls, t.ended) for t in error.tiers] == [
+        ("cheap", 1, "exhausted"),
+        ("strong", 1, "unaffordable"),
+    ]
+
+
+async def test_an_error_the_last_tier_raises_propagates_as_it_is(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [BAD])
+    server.script("strong", [Reply.error(400, "bad request")])
+    extract = extractor(kind, client, escalate=[Tier("cheap", max_corrections=0), "strong"])
+    with pytest.raises(openai.BadRequestError, match="bad request"):
+        await acall(extract, USER)
+    assert models(server) == ["cheap", "strong"]
