@@ -135,7 +135,7 @@ def _error_types(value: object) -> tuple[type[BaseException], ...]:
     return tuple(given)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Escalation:
     """A ladder of tiers, cheapest first, and how a call climbs it.
 
@@ -179,7 +179,30 @@ class Escalation:
     start: Literal["first", "learned"] = "first"
     db: str | None = field(default=None, repr=False)
 
-    def __post_init__(self) -> None:
+    # The fields are what the checks make of the arguments: `tiers` and `on_errors` as tuples
+    # (a list of model names, callables or `Tier`s; one exception class or several).
+    def __init__(
+        self,
+        tiers: Sequence[TierLike],
+        *,
+        keyword: str = "model",
+        carry: bool = CARRY_DEFAULT,
+        on_errors: type[BaseException] | Sequence[type[BaseException]] = (),
+        start: Literal["first", "learned"] = "first",
+        db: str | None = None,
+    ) -> None:
+        for name, value in (
+            ("tiers", tiers),
+            ("keyword", keyword),
+            ("carry", carry),
+            ("on_errors", on_errors),
+            ("start", start),
+            ("db", db),
+        ):
+            object.__setattr__(self, name, value)
+        self._check()
+
+    def _check(self) -> None:
         given: object = self.tiers
         if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
             raise TypeError(
