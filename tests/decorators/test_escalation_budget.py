@@ -37,6 +37,7 @@ from refinekit import (
     self_correct,
 )
 from refinekit._core import otel_names as names
+from refinekit._engine import ladder
 from refinekit.testing import FakeJudge, Reply, ScriptedOpenAI
 
 USER = [{"role": "user", "content": "Extract the invoice: A-1, total 12.50"}]
@@ -496,3 +497,57 @@ async def test_an_error_the_last_tier_raises_propagates_as_it_is(
     with pytest.raises(openai.BadRequestError, match="bad request"):
         await acall(extract, USER)
     assert models(server) == ["cheap", "strong"]
+
+
+# --- the learned start ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def learner() -> Iterator[list[tuple[str, refinekit.Escalation]]]:
+    """A learned start that skips to the second tier; it records what it was asked."""
+    asked: list[tuple[str, refinekit.Escalation]] = []
+    installed = list(ladder._LEARNER)
+
+    def learn(function: str, escalation: refinekit.Escalation) -> int:
+        asked.append((function, escalation))
+        return 1
+
+    ladder.set_learner(learn)
+    try:
+        yield asked
+    finally:
+        ladder._LEARNER[:] = installed
+
+
+async def test_a_learned_start_skips_the_tiers_below_it(
+    server: ScriptedOpenAI,
+    client: Any,
+    kind: str,
+    learner: list[tuple[str, refinekit.Escalation]],
+) -> None:
+    server.script("strong", [GOOD])
+    escalation = refinekit.Escalation(["cheap", "strong"], start="learned")
+    extract = extractor(kind, client, escalate=escalation)
+    result = await extract.outcome(USER) if kind == "async" else extract.outcome(USER)
+    assert result.value == INVOICE
+    assert models(server) == ["strong"]
+    assert [(t.name, t.calls, t.ended, t.answered) for t in result.tiers] == [
+        ("cheap", 0, "skipped", False),
+        ("strong", 1, "answered", True),
+    ]
+    assert [(name.rsplit(".", 1)[-1], esc) for name, esc in learner] == [
+        (extract.__name__, escalation)
+    ]
+
+
+async def test_the_first_start_never_asks_the_learner(
+    server: ScriptedOpenAI,
+    client: Any,
+    kind: str,
+    learner: list[tuple[str, refinekit.Escalation]],
+) -> None:
+    server.script("cheap", [GOOD])
+    extract = extractor(kind, client, escalate=["cheap", "strong"])
+    assert await acall(extract, USER) == INVOICE
+    assert models(server) == ["cheap"]
+    assert learner == []
