@@ -551,3 +551,137 @@ async def test_the_first_start_never_asks_the_learner(
     assert await acall(extract, USER) == INVOICE
     assert models(server) == ["cheap"]
     assert learner == []
+
+
+# --- more ways up, and what each tier cost ------------------------------------------------------
+
+
+async def test_an_anthropic_refusal_moves_up_without_a_correction(
+    server: ScriptedOpenAI, kind: str
+) -> None:
+    server.script("cheap", [Reply.text("I can't help with that.", finish_reason="refusal")])
+    server.script("strong", [GOOD])
+    anthropic_client: Any = (
+        server.anthropic_client() if kind == "sync" else server.async_anthropic_client()
+    )
+    decorate = self_correct(schema=Invoice, escalate=["cheap", "strong"], max_corrections=2)
+    if kind == "sync":
+
+        @decorate
+        def extract(messages: list[dict[str, Any]], *, model: str = "unset") -> Any:
+            return anthropic_client.messages.create(model=model, messages=messages, max_tokens=100)
+
+    else:
+
+        @decorate
+        async def extract(messages: list[dict[str, Any]], *, model: str = "unset") -> Any:
+            return await anthropic_client.messages.create(
+                model=model, messages=messages, max_tokens=100
+            )
+
+    try:
+        result = await extract.outcome(USER) if kind == "async" else extract.outcome(USER)
+    finally:
+        closed = anthropic_client.close()
+        if inspect.isawaitable(closed):
+            await closed
+    assert result.value == INVOICE
+    assert models(server) == ["cheap", "strong"]
+    assert [(t.name, t.ended) for t in result.tiers] == [
+        ("cheap", "refused"),
+        ("strong", "answered"),
+    ]
+
+
+async def test_a_callable_tiers_model_prices_its_first_call(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [billed(BAD)])
+    server.script("strong", [billed(GOOD)])
+    called: list[str] = []
+
+    def grounded(messages: list[dict[str, Any]], **_: Any) -> str:
+        called.append("grounded")
+        return GOOD
+
+    escalate = [Tier("cheap", max_corrections=0), Tier(call=grounded, model="strong")]
+    budget = Budget(max_cost=0.05, prices=PRICES)
+    if kind == "async":
+
+        async def agrounded(messages: list[dict[str, Any]], **_: Any) -> str:
+            return grounded(messages)
+
+        escalate[1] = Tier(call=agrounded, model="strong", name="grounded")
+    extract = extractor(kind, client, escalate=escalate, budget=budget)
+    with pytest.raises(EscalationUnaffordable) as raised:
+        await acall(extract, USER)
+    assert called == []
+    assert "(model 'strong')" in str(raised.value)
+    # without the model, its first call is priced as the tier below's: affordable
+    escalate[1] = Tier(call=escalate[1].call, name="grounded")
+    extract = extractor(kind, client, escalate=escalate, budget=budget)
+    server.script("cheap", [billed(BAD)])
+    assert await acall(extract, USER) == INVOICE
+    assert called == ["grounded"]
+
+
+async def test_each_tiers_judge_usage_and_cost_are_its_own(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    from refinekit.judges import Criterion, JudgeModel, criteria
+
+    server.script("cheap", [billed("Refunds take a year.")])
+    server.script("strong", [billed(RIGHT)])
+    server.script(
+        "judge",
+        [
+            Reply.text("No", {"No": 0.9, "Yes": 0.1}, prompt_tokens=50, completion_tokens=1),
+            Reply.text("Yes", {"Yes": 0.9, "No": 0.1}, prompt_tokens=70, completion_tokens=1),
+        ],
+    )
+    judge = criteria(
+        JudgeModel(client, "judge"),
+        [Criterion("correct", "Is the answer right?", when_false="Give the right window.")],
+    )
+    prices = Prices({"cheap": (1.0, 1.0), "strong": (10.0, 10.0), "judge": (2.0, 2.0)})
+    answer = answerer(
+        kind,
+        client,
+        evaluator=judge,
+        escalate=[Tier("cheap", max_retries=0), "strong"],
+        budget=Budget(prices=prices),
+    )
+    result = await answer.outcome("q") if kind == "async" else answer.outcome("q")
+    assert result.value == RIGHT
+    cheap, strong = result.tiers
+    assert (cheap.judge_usage.model_calls, strong.judge_usage.model_calls) == (1, 1)
+    assert cheap.judge_usage.prompt_tokens + strong.judge_usage.prompt_tokens == 120
+    assert cheap.cost is not None
+    assert strong.cost is not None
+    assert cheap.cost.answer == pytest.approx(110 * 1.0 / 1e6)
+    assert strong.cost.answer == pytest.approx(110 * 10.0 / 1e6)
+    assert cheap.cost.judge + strong.cost.judge == pytest.approx(122 * 2.0 / 1e6)
+    assert cheap.cost.judge == pytest.approx(
+        (cheap.judge_usage.prompt_tokens + cheap.judge_usage.completion_tokens) * 2.0 / 1e6
+    )
+
+
+def test_the_plugins_fake_streams_play_both_tiers(fake_stream: Any) -> None:
+    streams = iter(
+        [fake_stream(BAD, chunks=6), fake_stream(GOOD, chunks=6)],
+    )
+    asked: list[str] = []
+
+    @self_correct(schema=Invoice, escalate=[Tier("cheap", max_corrections=0), "strong"])
+    def extract(messages: list[dict[str, Any]], *, model: str = "unset") -> Any:
+        asked.append(model)
+        return next(streams)
+
+    items = list(extract.stream(USER))
+    assert asked == ["cheap", "strong"]
+    resets = [i for i in items if isinstance(i, Reset)]
+    assert [(r.cause, r.attempt, r.aborted) for r in resets] == [("correction", 1, True)]
+    assert items[-1] == Final(INVOICE, 2)
+    cheap, strong = fake_stream.made
+    assert cheap.client_closed  # the failed field closed the cheap stream early
+    assert strong.finished
