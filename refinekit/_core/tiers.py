@@ -135,7 +135,7 @@ def _error_types(value: object) -> tuple[type[BaseException], ...]:
     return tuple(given)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Escalation:
     """A ladder of tiers, cheapest first, and how a call climbs it.
 
@@ -172,34 +172,54 @@ class Escalation:
     """
 
     tiers: tuple[Tier, ...]
-    _: KW_ONLY
-    keyword: str = "model"
-    carry: bool = CARRY_DEFAULT
-    on_errors: tuple[type[BaseException], ...] = ()
-    start: Literal["first", "learned"] = "first"
-    db: str | None = field(default=None, repr=False)
+    keyword: str
+    carry: bool
+    on_errors: tuple[type[BaseException], ...]
+    start: Literal["first", "learned"]
+    db: str | None = field(repr=False)
 
-    def __post_init__(self) -> None:
-        given: object = self.tiers
+    def __init__(
+        self,
+        tiers: Sequence[TierLike],
+        *,
+        keyword: str = "model",
+        carry: bool = CARRY_DEFAULT,
+        on_errors: type[BaseException] | Sequence[type[BaseException]] = (),
+        start: Literal["first", "learned"] = "first",
+        db: str | None = None,
+    ) -> None:
+        given: object = tiers
         if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
             raise TypeError(
                 "escalate= takes a list of tiers, cheapest first (model names, callables or "
                 f"refinekit.Tier), got {type(given).__name__}"
             )
-        tiers = tuple(_tier(t, i) for i, t in enumerate(given))
-        if not 2 <= len(tiers) <= MAX_TIERS:
+        made = tuple(_tier(t, i) for i, t in enumerate(given))
+        if not 2 <= len(made) <= MAX_TIERS:
             raise ValueError(
                 f"escalate= needs from 2 to {MAX_TIERS} tiers (a ladder of one is no ladder: "
-                f"use the model directly), got {len(tiers)}"
+                f"use the model directly), got {len(made)}"
             )
         seen: set[str] = set()
-        for tier in tiers:
+        for tier in made:
             if tier.name in seen:
                 raise ValueError(
                     f"escalate=: two tiers are named {tier.name!r}; each tier must be distinct "
                     "(give one a name=)"
                 )
             seen.add(tier.name)
+        for name, value in (
+            ("tiers", made),
+            ("keyword", keyword),
+            ("carry", carry),
+            ("on_errors", on_errors),
+            ("start", start),
+            ("db", db),
+        ):
+            object.__setattr__(self, name, value)
+        self._check()
+
+    def _check(self) -> None:
         if not isinstance(self.keyword, str) or not self.keyword.isidentifier():
             raise TypeError(f"Escalation: keyword must be a parameter name, got {self.keyword!r}")
         if not isinstance(self.carry, bool):
@@ -208,7 +228,6 @@ class Escalation:
             raise ValueError(f"Escalation: start must be 'first' or 'learned', got {self.start!r}")
         if self.db is not None and not isinstance(self.db, str):
             raise TypeError(f"Escalation: db must be a path or URL (a str), got {self.db!r}")
-        object.__setattr__(self, "tiers", tiers)
         object.__setattr__(self, "on_errors", _error_types(self.on_errors))
 
     @classmethod
@@ -216,7 +235,7 @@ class Escalation:
         """`escalate=` as given (None, a list, or an `Escalation`) made an `Escalation`."""
         if value is None or isinstance(value, Escalation):
             return value
-        return cls(value)  # type: ignore[arg-type]
+        return cls(value)  # type: ignore[arg-type]  # checked there
 
 
 EscalationLike = Escalation | Sequence[TierLike]
