@@ -30,8 +30,8 @@ from .._core.types import AttemptInfo, Cost, Usage
 from .budget import estimate_tokens
 from .events import emit, make_event
 from .job import Job, cost_of, current_attempt, effective, in_use
-from .ledger import NOTHING, Held
-from .reserve import refusal
+from .ledger import Held
+from .reserve import unaffordable
 
 __all__ = ["Escalate", "Ladder", "Rung", "Tally", "climb", "set_learner"]
 
@@ -356,7 +356,7 @@ def _afford(
     planned = f"first call of tier {rung.name!r}" + (
         f" (model {rung.tier.model!r})" if rung.tier.model else ""
     )
-    stopped = refusal(job, budget, planned, Held(1, prompt + completion, cost), NOTHING)
+    stopped = unaffordable(job, budget, planned, Held(1, prompt + completion, cost))
     if stopped is None:
         return
     shown = failure.error if isinstance(failure, Escalate) else failure
