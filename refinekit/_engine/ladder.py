@@ -20,13 +20,17 @@ from typing import Any, TypeVar
 from .._core.errors import (
     BudgetExceeded,
     CorrectionExhausted,
-    EscalationUnaffordable,
     LowQualityAnswer,
     MissingPrice,
-    ModelRefused,
 )
-from .._core.tiers import Escalation, Tier, TierReport, is_async_tier
-from .._core.types import AttemptInfo, Cost, Usage
+from .._core.tiers import (
+    Escalation,
+    EscalationUnaffordable,
+    ModelRefused,
+    Tier,
+    is_async_tier,
+)
+from .._core.types import AttemptInfo, Cost, TierReport, Usage
 from .budget import estimate_tokens
 from .events import emit, make_event
 from .job import Job, cost_of, current_attempt, effective, in_use
