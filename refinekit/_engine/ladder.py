@@ -246,13 +246,21 @@ Run = Callable[[Rung, Any, Tally], Generator[Any, Any, T]]
 
 
 def _reason(error: BaseException, on_errors: tuple[type[BaseException], ...]) -> str | None:
-    if isinstance(error, (Escalate, CorrectionExhausted, LowQualityAnswer)):
+    """Why a tier's failure moves the call up (None: it propagates, as without a ladder)."""
+    if isinstance(error, Escalate):
         return "exhausted"
     if isinstance(error, ModelRefused):
         return "refused"
     if on_errors and isinstance(error, on_errors) and not isinstance(error, BudgetExceeded):
         return "error"
     return None
+
+
+def _ended(error: BaseException, reason: str | None) -> Any:
+    if reason is not None:
+        return reason
+    # the last tier's own exhaustion (a nested call's, below the last, propagates as "error")
+    return "exhausted" if isinstance(error, (CorrectionExhausted, LowQualityAnswer)) else "error"
 
 
 def climb(
@@ -307,7 +315,7 @@ def climb(
             value = yield from run(rung, carried, tally)
         except Exception as error:
             reason = _reason(error, escalation.on_errors)
-            reports.append(tally.report(job, rung, reason or "error"))
+            reports.append(tally.report(job, rung, _ended(error, reason)))
             if reason is None or rung.last:
                 _attach(error.error if isinstance(error, Escalate) else error, reports, record)
                 raise
