@@ -198,7 +198,7 @@ class _CorrectOptions(Options, Generic[T]):
         self.keep(parser=Parser(self.schema), job_budget=job_budget, escalation=escalation)
 
     def decorate(self, fn: Any) -> Any:
-        return wrap(fn, _FLOW, self)
+        return wrap(fn, _FLOW if self.escalation is None else _LADDER_FLOW, self)
 
 
 def _event(
@@ -207,20 +207,18 @@ def _event(
     return make_event(kind, "self_correct", cfg.function, job, number, maximum, **fields)
 
 
-def _correct_flow(
+def _correct_ladder(
     cfg: _CorrectConfig[T], fn: Fn, args: Args, kwargs: Kwargs, job: Job, record: Record | None
 ) -> Flow[T]:
-    ladder = cfg.ladder
+    """With `escalate=`: each tier's calls in turn (`climb`)."""
+    assert cfg.ladder is not None
     shared = _Shared()
-    if ladder is None:
-        return (yield from _tier_flow(cfg, fn, args, kwargs, job, record, shared))
 
     def run(rung: Rung, carried: Any, tally: Tally) -> Flow[T]:
-        return _tier_flow(cfg, fn, args, kwargs, job, record, shared, rung, carried, tally)
+        return _correct_flow(cfg, fn, args, kwargs, job, record, shared, rung, carried, tally)
 
-    return (
-        yield from climb(ladder, job, record, run, decorator="self_correct", extra_chars=_chars)
-    )
+    climbing = climb(cfg.ladder, job, record, run, decorator="self_correct", extra_chars=_chars)
+    return (yield from climbing)
 
 
 class _Shared:
@@ -237,19 +235,19 @@ def _chars(turn: Sequence[Mapping[str, Any]] | None) -> int:
     return 0 if not turn else sum(len(str(m.get("content") or "")) for m in turn)
 
 
-def _tier_flow(
+def _correct_flow(
     cfg: _CorrectConfig[T],
     fn: Fn,
     args: Args,
     kwargs: Kwargs,
     job: Job,
     record: Record | None,
-    shared: _Shared,
+    shared: _Shared | None = None,
     rung: Rung | None = None,
     carried: list[dict[str, Any]] | None = None,
     tally: Tally | None = None,
 ) -> Flow[T]:
-    """The calls of one tier (the only one without `escalate=`) until a reply validates."""
+    """The calls until a reply validates: a call's, or under `escalate=` one tier's."""
     opts = cfg.options
     parser = opts.parser
     messages, rest, rest_kwargs = cfg.split(args, kwargs)
@@ -257,15 +255,18 @@ def _tier_flow(
     context = cfg.validation_context(args, kwargs) if opts.validation_context is not None else None
     # the latest correction turn (never compounds); under a ladder, what the tier below earned
     added: list[dict[str, Any]] = [dict(m) for m in carried] if carried else []
-    replies = shared.replies
+    replies = [] if shared is None else shared.replies
     limit = opts.max_corrections if rung is None else rung.budget
     tier = None if rung is None else (cfg.function, rung.name)
     call = 0
     previous: Reservation | None = None  # what the last call held and used
     while True:
         call += 1
-        shared.calls += 1
-        number = shared.calls
+        if shared is None:
+            number = call
+        else:  # numbered across the tiers
+            shared.calls += 1
+            number = shared.calls
         used = job.corrections_used if tier is None else tier_corrections(job, tier)
         # Each call must fit in the budget: a correction as the last call's usage plus its turn.
         turn = sum(len(str(m.get("content") or "")) for m in added)
@@ -426,6 +427,7 @@ def _add(
 
 
 _FLOW = without_attempts(_correct_flow, "self_correct")
+_LADDER_FLOW = without_attempts(_correct_ladder, "self_correct")
 
 Corrected: TypeAlias = "Partial[Any] | Final[T] | Reset"
 """What `fn.stream(...)` of a `@self_correct` function yields (docs/streaming.md)."""
