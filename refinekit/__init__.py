@@ -12,7 +12,6 @@ from ._core.errors import (
     AnswerRejected,
     BudgetExceeded,
     CorrectionExhausted,
-    EscalationUnaffordable,
     JsonParseError,
     JudgeError,
     JudgeMisconfigured,
@@ -20,14 +19,13 @@ from ._core.errors import (
     JudgeUnavailable,
     LowQualityAnswer,
     MissingPrice,
-    ModelRefused,
     RefinekitError,
     RefinekitWarning,
     ResponseValidationError,
 )
 from ._core.package import rehome, version
 from ._core.stream_items import Final, Partial, Reset, ResetCause, ToolCallChunk
-from ._core.tiers import Escalation, Tier, TierReport
+from ._core.tiers import Escalation, EscalationUnaffordable, ModelRefused, Tier
 from ._core.types import (
     Attempt,
     AttemptInfo,
@@ -35,6 +33,7 @@ from ._core.types import (
     Cost,
     CriterionResult,
     EvaluationRequest,
+    TierReport,
     ToolCall,
     Usage,
     ValueEvidence,

@@ -22,6 +22,14 @@ JUDGE_EXAMPLES = [
 ]
 
 EXPECTED = {
+    "escalation.py": [
+        "caller got: Invoice(number='INV-7', total=12.5) from tier 'gpt-4.1'",
+        "escalation: gpt-4.1 after exhausted",
+        "tier gpt-4.1-nano: 1 call(s), exhausted, cost 0.000038",
+        "tier gpt-4.1: 1 call(s), answered, cost 0.000960",
+        "the strong tier (gpt-4.1) was told: \"total\": got \"twelve fifty\"",
+        "stopped before tier 'gpt-4.1': ResponseValidationError below",
+    ],
     "budget.py": [
         "stopped: max_calls=5, planned: judge call to model 'judge-mini'",
         "calls on the wire: 5 (3 answer, 2 judge)",

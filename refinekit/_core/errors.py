@@ -8,7 +8,7 @@ Errors (something went wrong and the caller must handle it)::
     ├── BudgetExceeded               the job's `refinekit.Budget` (tokens, cost, model calls)
     │                                is spent, or cannot cover the next call refinekit makes
     │   └── EscalationUnaffordable   ... and the next tier of an `escalate=` ladder is the
-    │                                call it cannot cover
+    │                                call it cannot cover (defined in `tiers`)
     ├── MissingPrice                 a model call to price, under prices that name no price
     │                                for its model (and no default); also a LookupError
     ├── CorrectionExhausted          @self_correct ran out of corrections
@@ -21,7 +21,7 @@ Errors (something went wrong and the caller must handle it)::
     │   │                            always raised, whatever the error policy
     │   └── JudgeReplyError          the judge answered something that is not a verdict
     ├── ModelRefused                 the model declined to answer (a typed refusal): under
-    │                                `escalate=` the next tier is tried
+    │                                `escalate=` the next tier is tried (defined in `tiers`)
     ├── LocalModelError              refinekit.local: the `local` extra is missing, or the
     │                                local model's server did not come up or died
     ├── DataFileError                refinekit.eval: a golden or labelled file that cannot be
@@ -80,14 +80,18 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from .redact import redact, redacted_str
-from .tiers import TierReport
-from .types import Attempt, Cost, Usage, Verdict
+from .signals import DeadlinePassed as DeadlinePassed
+from .signals import GoldenFileError as GoldenFileError
+from .signals import ReplyShapeError as ReplyShapeError
+from .signals import ReviserFailed as ReviserFailed
+from .signals import StreamInterrupted as StreamInterrupted
+from .signals import TimedOut as TimedOut
+from .types import Attempt, Cost, TierReport, Usage, Verdict
 
 __all__ = [
     "AnswerRejected",
     "BudgetExceeded",
     "CorrectionExhausted",
-    "EscalationUnaffordable",
     "JsonParseError",
     "JudgeError",
     "JudgeMisconfigured",
@@ -96,7 +100,6 @@ __all__ = [
     "LocalModelError",
     "LowQualityAnswer",
     "MissingPrice",
-    "ModelRefused",
     "RefinekitError",
     "RefinekitWarning",
     "ResponseValidationError",
@@ -348,54 +351,6 @@ class BudgetExceeded(RefinekitError):
         return (_rebuild, (type(self), self.args, self.__dict__))
 
 
-class EscalationUnaffordable(BudgetExceeded):
-    """An escalation ladder stopped before a tier whose first call the budget cannot cover.
-
-    Raised instead of moving up when the job's budget (`max_cost`, `max_tokens` or
-    `max_calls`) cannot cover the next tier's first call, estimated from the tokens of the
-    calls made so far priced as that tier's model (`refinekit.Prices`). The failure of the
-    tier below is its `__cause__` and its `failure`.
-
-    Attributes:
-        tier: The name of the tier that was not tried.
-        failure: Why the tier below was left (its `CorrectionExhausted`,
-            `LowQualityAnswer`, `ModelRefused`, or the error in `on_errors`).
-    """
-
-    def __init__(
-        self, message: str, *, tier: str, failure: BaseException | None, **fields: Any
-    ) -> None:
-        super().__init__(message, **fields)
-        self.tier = tier
-        self.failure = failure
-
-
-class ModelRefused(RefinekitError):
-    """The model declined to answer: a typed refusal.
-
-    Raise it from a decorated function when its model refuses; refinekit raises it for a
-    reply that carries a refusal (OpenAI's `message.refusal`, Anthropic's
-    `stop_reason == "refusal"`) under `escalate=`. With an escalation ladder it moves the call
-    to the next tier at once (no correction or retry is spent on it); without one it
-    propagates.
-
-    Args:
-        refusal: The model's refusal text, as it gave it.
-
-    Attributes:
-        refusal: The refusal text.
-        tiers: On the last tier of a ladder, what each tier did; empty otherwise.
-    """
-
-    def __init__(self, refusal: str = "") -> None:
-        super().__init__(f"the model refused: {refusal}" if refusal else "the model refused")
-        self.refusal = refusal
-        self.tiers: tuple[TierReport, ...] = ()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self.args, self.__dict__))  # its message, as raised
-
-
 class MissingPrice(RefinekitError, LookupError):
     """A model call must be priced, and the prices name no price for its model.
 
@@ -508,56 +463,6 @@ def failed_closed(error: E) -> E:
     copy.__cause__ = error.__cause__
     copy.__suppress_context__ = True  # the original it copies is not a second error
     return copy.with_traceback(error.__traceback__)  # type: ignore[no-any-return]
-
-
-# --- internal signals: caught inside refinekit, never raised to a caller as they are ---------
-
-
-class ReplyShapeError(ValueError):
-    """A reply that holds no single text to parse (e.g. two tool calls); corrected like bad JSON.
-
-    `text` renders what the reply did hold, to show the model what it sent.
-    """
-
-    def __init__(self, message: str, text: str = "") -> None:
-        super().__init__(message)
-        self.text = text
-
-
-class StreamInterrupted(Exception):
-    """A streamed reply that broke before its end; what ended it is its `__cause__`.
-
-    Raised by the stream readers (`refinekit._providers.sdk_streams`) in place of the SDK's or the
-    transport's error, with `chunks`, the chunks read before it broke. Its `reason` (which may
-    quote the server's error text) is redacted when it is made, so every text built from it
-    (an event's `aborted`, a `Reset.reason`, a correction) is too.
-    """
-
-    def __init__(self, reason: str, chunks: int = 0) -> None:
-        reason = redact(reason)
-        super().__init__(reason)
-        self.reason = reason
-        self.chunks = chunks
-
-
-class TimedOut(TimeoutError):
-    """A `Timed` command gave no result within its seconds (its own errors pass unchanged)."""
-
-
-class DeadlinePassed(TimeoutError):
-    """A judge request not sent: the time limit around it (a `Timed` command's) had passed."""
-
-
-class ReviserFailed(Exception):
-    """The default reviser's model call failed: the review ends with `reason`."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class GoldenFileError(Exception):
-    """A golden file that cannot be used; reported as the test module's collection error."""
 
 
 def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> Any:

@@ -1,6 +1,6 @@
 """An escalation ladder's values: its tiers, the ladder, and what each tier did in a call.
 
-`Tier`, `Escalation` and `TierReport`.
+`Tier` and `Escalation`; what a tier did is `refinekit._core.types.TierReport`.
 
 Values only, checked when made; how a decorated call climbs the ladder is
 `refinekit._engine.ladder`'s. This module imports nothing from the rest of refinekit but the
@@ -14,16 +14,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal
 
-from .types import Cost, Usage
+from .errors import BudgetExceeded, RefinekitError, _rebuild
+from .types import TierReport
 
 __all__ = [
     "CARRY_DEFAULT",
     "MAX_TIERS",
     "Escalation",
     "EscalationLike",
+    "EscalationUnaffordable",
+    "ModelRefused",
     "Tier",
     "TierLike",
-    "TierReport",
 ]
 
 MAX_TIERS = 10
@@ -34,6 +36,54 @@ CARRY_DEFAULT = True
 by measurement on the local model (docs/escalation.md)."""
 
 _TIER_LIMIT = 100  # a tier's own corrections or retries: the decorators' own limits apply
+
+
+class EscalationUnaffordable(BudgetExceeded):
+    """An escalation ladder stopped before a tier whose first call the budget cannot cover.
+
+    Raised instead of moving up when the job's budget (`max_cost`, `max_tokens` or
+    `max_calls`) cannot cover the next tier's first call, estimated from the tokens of the
+    calls made so far priced as that tier's model (`refinekit.Prices`). The failure of the
+    tier below is its `__cause__` and its `failure`.
+
+    Attributes:
+        tier: The name of the tier that was not tried.
+        failure: Why the tier below was left (its `CorrectionExhausted`,
+            `LowQualityAnswer`, `ModelRefused`, or the error in `on_errors`).
+    """
+
+    def __init__(
+        self, message: str, *, tier: str, failure: BaseException | None, **fields: Any
+    ) -> None:
+        super().__init__(message, **fields)
+        self.tier = tier
+        self.failure = failure
+
+
+class ModelRefused(RefinekitError):
+    """The model declined to answer: a typed refusal.
+
+    Raise it from a decorated function when its model refuses; refinekit raises it for a
+    reply that carries a refusal (OpenAI's `message.refusal`, Anthropic's
+    `stop_reason == "refusal"`) under `escalate=`. With an escalation ladder it moves the call
+    to the next tier at once (no correction or retry is spent on it); without one it
+    propagates.
+
+    Args:
+        refusal: The model's refusal text, as it gave it.
+
+    Attributes:
+        refusal: The refusal text.
+        tiers: On the last tier of a ladder, what each tier did; empty otherwise.
+    """
+
+    def __init__(self, refusal: str = "") -> None:
+        super().__init__(f"the model refused: {refusal}" if refusal else "the model refused")
+        self.refusal = refusal
+        self.tiers: tuple[TierReport, ...] = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))  # its message, as raised
 
 
 def _name_of(call: Callable[..., Any]) -> str:
@@ -172,15 +222,12 @@ class Escalation:
     """
 
     tiers: tuple[Tier, ...]
-    _: KW_ONLY
-    keyword: str = "model"
-    carry: bool = CARRY_DEFAULT
-    on_errors: tuple[type[BaseException], ...] = ()
-    start: Literal["first", "learned"] = "first"
-    db: str | None = field(default=None, repr=False)
+    keyword: str
+    carry: bool
+    on_errors: tuple[type[BaseException], ...]
+    start: Literal["first", "learned"]
+    db: str | None = field(repr=False)
 
-    # The fields are what the checks make of the arguments: `tiers` and `on_errors` as tuples
-    # (a list of model names, callables or `Tier`s; one exception class or several).
     def __init__(
         self,
         tiers: Sequence[TierLike],
@@ -191,8 +238,28 @@ class Escalation:
         start: Literal["first", "learned"] = "first",
         db: str | None = None,
     ) -> None:
+        given: object = tiers
+        if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+            raise TypeError(
+                "escalate= takes a list of tiers, cheapest first (model names, callables or "
+                f"refinekit.Tier), got {type(given).__name__}"
+            )
+        made = tuple(_tier(t, i) for i, t in enumerate(given))
+        if not 2 <= len(made) <= MAX_TIERS:
+            raise ValueError(
+                f"escalate= needs from 2 to {MAX_TIERS} tiers (a ladder of one is no ladder: "
+                f"use the model directly), got {len(made)}"
+            )
+        seen: set[str] = set()
+        for tier in made:
+            if tier.name in seen:
+                raise ValueError(
+                    f"escalate=: two tiers are named {tier.name!r}; each tier must be distinct "
+                    "(give one a name=)"
+                )
+            seen.add(tier.name)
         for name, value in (
-            ("tiers", tiers),
+            ("tiers", made),
             ("keyword", keyword),
             ("carry", carry),
             ("on_errors", on_errors),
@@ -203,26 +270,6 @@ class Escalation:
         self._check()
 
     def _check(self) -> None:
-        given: object = self.tiers
-        if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
-            raise TypeError(
-                "escalate= takes a list of tiers, cheapest first (model names, callables or "
-                f"refinekit.Tier), got {type(given).__name__}"
-            )
-        tiers = tuple(_tier(t, i) for i, t in enumerate(given))
-        if not 2 <= len(tiers) <= MAX_TIERS:
-            raise ValueError(
-                f"escalate= needs from 2 to {MAX_TIERS} tiers (a ladder of one is no ladder: "
-                f"use the model directly), got {len(tiers)}"
-            )
-        seen: set[str] = set()
-        for tier in tiers:
-            if tier.name in seen:
-                raise ValueError(
-                    f"escalate=: two tiers are named {tier.name!r}; each tier must be distinct "
-                    "(give one a name=)"
-                )
-            seen.add(tier.name)
         if not isinstance(self.keyword, str) or not self.keyword.isidentifier():
             raise TypeError(f"Escalation: keyword must be a parameter name, got {self.keyword!r}")
         if not isinstance(self.carry, bool):
@@ -231,7 +278,6 @@ class Escalation:
             raise ValueError(f"Escalation: start must be 'first' or 'learned', got {self.start!r}")
         if self.db is not None and not isinstance(self.db, str):
             raise TypeError(f"Escalation: db must be a path or URL (a str), got {self.db!r}")
-        object.__setattr__(self, "tiers", tiers)
         object.__setattr__(self, "on_errors", _error_types(self.on_errors))
 
     @classmethod
@@ -239,39 +285,11 @@ class Escalation:
         """`escalate=` as given (None, a list, or an `Escalation`) made an `Escalation`."""
         if value is None or isinstance(value, Escalation):
             return value
-        return cls(value)  # type: ignore[arg-type]
+        return cls(value)  # type: ignore[arg-type]  # checked there
 
 
 EscalationLike = Escalation | Sequence[TierLike]
 """What `escalate=` takes: an `Escalation`, or its list of tiers."""
-
-
-@dataclass(frozen=True)
-class TierReport:
-    """What one tier of a ladder did during a call (`Outcome.tiers`, the errors' `tiers`).
-
-    Attributes:
-        name: The tier's name.
-        model: Its model's name, when it has one.
-        calls: Calls of the function (or the tier's callable) made at this tier.
-        answered: Whether this tier's answer is the one returned.
-        ended: Why the call left the tier: `"answered"`, `"exhausted"` (its budget spent),
-            `"refused"`, `"error"` (an exception: one in `on_errors` moves up, any other
-            propagates), `"skipped"` (the learned start) or `"unaffordable"` (the budget could
-            not cover its first call, or stopped it midway).
-        usage: The answering model's usage at this tier.
-        judge_usage: Model judges' usage at this tier.
-        cost: What this tier's calls cost, when the job's budget has prices; else None.
-    """
-
-    name: str
-    model: str | None
-    calls: int
-    answered: bool
-    ended: Literal["answered", "exhausted", "refused", "error", "skipped", "unaffordable"]
-    usage: Usage = field(default_factory=Usage)
-    judge_usage: Usage = field(default_factory=Usage)
-    cost: Cost | None = None
 
 
 def is_async_tier(tier: Tier) -> bool:

@@ -19,6 +19,7 @@ __all__ = [
     "CriterionResult",
     "EvaluationRequest",
     "Outcome",
+    "TierReport",
     "ToolCall",
     "Usage",
     "ValueEvidence",
@@ -370,3 +371,31 @@ class AttemptInfo:
     def is_last(self) -> bool:
         """Whether no retry follows this attempt."""
         return self.number >= self.max_attempts
+
+
+@dataclass(frozen=True)
+class TierReport:
+    """What one tier of a ladder did during a call (`Outcome.tiers`, the errors' `tiers`).
+
+    Attributes:
+        name: The tier's name.
+        model: Its model's name, when it has one.
+        calls: Calls of the function (or the tier's callable) made at this tier.
+        answered: Whether this tier's answer is the one returned.
+        ended: Why the call left the tier: `"answered"`, `"exhausted"` (its budget spent),
+            `"refused"`, `"error"` (an exception: one in `on_errors` moves up, any other
+            propagates), `"skipped"` (the learned start) or `"unaffordable"` (the budget could
+            not cover its first call, or stopped it midway).
+        usage: The answering model's usage at this tier.
+        judge_usage: Model judges' usage at this tier.
+        cost: What this tier's calls cost, when the job's budget has prices; else None.
+    """
+
+    name: str
+    model: str | None
+    calls: int
+    answered: bool
+    ended: Literal["answered", "exhausted", "refused", "error", "skipped", "unaffordable"]
+    usage: Usage = field(default_factory=Usage)
+    judge_usage: Usage = field(default_factory=Usage)
+    cost: Cost | None = None

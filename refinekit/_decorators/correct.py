@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import inspect
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
 
-from .._core.errors import ModelRefused, ReplyShapeError
+from .._core.errors import ReplyShapeError
 from .._core.errtext import correction_text, utf8_text
 from .._core.stream_items import Final, Partial, Reset
-from .._core.tiers import Escalation, EscalationLike
+from .._core.tiers import Escalation, EscalationLike, ModelRefused
 from .._core.types import Attempt, Verdict
 from .._engine.attempt import attempt_step
 from .._engine.bridge import is_async_callable
@@ -33,9 +32,15 @@ from .._engine.stream_commands import StreamLike, SyncStreamLike, is_streamed
 from .._engine.wrapper import wrap
 from .._providers.replies import Reply, finish_reason_of, refusal_of, reply_text
 from .._structure.corrections import CHECK_MARKER, CorrectionRequest, default_correction
-from .._structure.diagnose import diagnose
-from .._structure.parse import CorrectionFailure, Parsed, Parser, parse_failure, python_json
+from .._structure.parse import CorrectionFailure, Parsed, Parser, parse_failure
 from .correct_partials import StreamedReply, final, read_reply, void
+from .correct_turns import (
+    conversation_of,
+    diagnosis_of,
+    placeholder_failure,
+    request_of,
+    sendable,
+)
 
 __all__ = [
     "CHECK_MARKER",
@@ -50,24 +55,6 @@ T_co = TypeVar("T_co", covariant=True)
 
 MAX_CORRECTIONS_LIMIT = 10
 """The largest correction budget accepted per job."""
-
-
-def _conversation(messages: object, function: str) -> list[dict[str, Any]]:
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-        raise TypeError(
-            f"{function} is decorated with @self_correct, so its first argument must be the "
-            "conversation: a list of message dicts such as {'role': 'user', 'content': '...'}; "
-            f"got {type(messages).__name__}"
-        )
-    copied: list[dict[str, Any]] = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping) or "role" not in m:
-            raise TypeError(
-                f"{function}: message {i} of the conversation must be a dict with a 'role', "
-                f"got {type(m).__name__}"
-            )
-        copied.append(dict(m))
-    return copied
 
 
 CorrectionBuilder = Callable[[CorrectionRequest], "str | Sequence[Mapping[str, Any]]"]
@@ -152,7 +139,7 @@ class _CorrectConfig(Generic[T]):
         if isinstance(made, str):
             return [{"role": "user", "content": correction_text(made)}]
         if isinstance(made, Sequence):
-            turn = [_sendable(m) for m in made if isinstance(m, Mapping) and "role" in m]
+            turn = [sendable(m) for m in made if isinstance(m, Mapping) and "role" in m]
             if len(turn) == len(made):
                 return turn
         raise TypeError(
@@ -211,15 +198,7 @@ class _CorrectOptions(Options, Generic[T]):
         self.keep(parser=Parser(self.schema), job_budget=job_budget, escalation=escalation)
 
     def decorate(self, fn: Any) -> Any:
-        return wrap(fn, _FLOW, self)
-
-
-def _sendable(message: Mapping[str, Any]) -> dict[str, Any]:
-    copied = dict(message)
-    content = copied.get("content")
-    if isinstance(content, str):
-        copied["content"] = correction_text(content)
-    return copied
+        return wrap(fn, _FLOW if self.escalation is None else _LADDER_FLOW, self)
 
 
 def _event(
@@ -228,46 +207,18 @@ def _event(
     return make_event(kind, "self_correct", cfg.function, job, number, maximum, **fields)
 
 
-def _diagnosis(
-    cfg: _CorrectConfig[Any],
-    failure: CorrectionFailure,
-    finish: str | None,
-    context: Mapping[str, Any] | None,
-) -> Any:
-    parser = cfg.options.parser
-    unrepaired = not failure.parsed and failure.value is not None
-    return diagnose(
-        failure.text,
-        template=parser.template,
-        adapter=parser.adapter,
-        value=failure.value,
-        parsed=failure.parsed or unrepaired,
-        errors=failure.detailed if failure.parsed else (),
-        prose=failure.prose,
-        finish_reason=finish,
-        placeholders=failure.placeholders,
-        shape_error=failure.shape_error,
-        unrepaired=failure.summary if unrepaired else None,
-        detail=None if failure.parsed else failure.summary,
-        context=context,
-        grounded=parser.grounded,
-    )
-
-
-def _correct_flow(
+def _correct_ladder(
     cfg: _CorrectConfig[T], fn: Fn, args: Args, kwargs: Kwargs, job: Job, record: Record | None
 ) -> Flow[T]:
-    ladder = cfg.ladder
+    """With `escalate=`: each tier's calls in turn (`climb`)."""
+    assert cfg.ladder is not None
     shared = _Shared()
-    if ladder is None:
-        return (yield from _tier_flow(cfg, fn, args, kwargs, job, record, shared))
 
     def run(rung: Rung, carried: Any, tally: Tally) -> Flow[T]:
-        return _tier_flow(cfg, fn, args, kwargs, job, record, shared, rung, carried, tally)
+        return _correct_flow(cfg, fn, args, kwargs, job, record, shared, rung, carried, tally)
 
-    return (
-        yield from climb(ladder, job, record, run, decorator="self_correct", extra_chars=_chars)
-    )
+    climbing = climb(cfg.ladder, job, record, run, decorator="self_correct", extra_chars=_chars)
+    return (yield from climbing)
 
 
 class _Shared:
@@ -284,27 +235,27 @@ def _chars(turn: Sequence[Mapping[str, Any]] | None) -> int:
     return 0 if not turn else sum(len(str(m.get("content") or "")) for m in turn)
 
 
-def _tier_flow(
+def _correct_flow(
     cfg: _CorrectConfig[T],
     fn: Fn,
     args: Args,
     kwargs: Kwargs,
     job: Job,
     record: Record | None,
-    shared: _Shared,
+    shared: _Shared | None = None,
     rung: Rung | None = None,
     carried: list[dict[str, Any]] | None = None,
     tally: Tally | None = None,
 ) -> Flow[T]:
-    """The calls of one tier (the only one without `escalate=`) until a reply validates."""
+    """The calls until a reply validates: a call's, or under `escalate=` one tier's."""
     opts = cfg.options
     parser = opts.parser
     messages, rest, rest_kwargs = cfg.split(args, kwargs)
-    conversation = _conversation(messages, cfg.function)
+    conversation = conversation_of(messages, cfg.function)
     context = cfg.validation_context(args, kwargs) if opts.validation_context is not None else None
     # the latest correction turn (never compounds); under a ladder, what the tier below earned
     added: list[dict[str, Any]] = [dict(m) for m in carried] if carried else []
-    replies = shared.replies
+    replies = [] if shared is None else shared.replies
     limit = opts.max_corrections if rung is None else rung.budget
     tier = None if rung is None else (cfg.function, rung.name)
     # Calls are numbered across the tiers; the most a call can make counts the tiers above.
@@ -313,8 +264,11 @@ def _tier_flow(
     previous: Reservation | None = None  # what the last call held and used
     while True:
         call += 1
-        shared.calls += 1
-        number = shared.calls
+        if shared is None:
+            number = call
+        else:  # numbered across the tiers
+            shared.calls += 1
+            number = shared.calls
         used = job.corrections_used if tier is None else tier_corrections(job, tier)
         possible = number + max(0, limit - used) + later
         # Each call must fit in the budget: a correction as the last call's usage plus its turn.
@@ -376,7 +330,7 @@ def _tier_flow(
             if not isinstance(result, CorrectionFailure) and added:
                 copied = parser.placeholders(result[0], text)
                 if copied:
-                    result = _placeholder_failure(text, copied)
+                    result = placeholder_failure(text, copied)
         name = None if rung is None else rung.name
         if not isinstance(result, CorrectionFailure):
             if wants_debug_events():
@@ -393,7 +347,7 @@ def _tier_flow(
         replies.append(text)
         # As it can be sent: a lone surrogate in the reply would make the next request fail.
         last = [*sent, {"role": "assistant", "content": utf8_text(text)}]
-        diagnosis = _diagnosis(cfg, failure, finish, context)
+        diagnosis = diagnosis_of(parser, failure, finish, context)
         if record is not None:
             verdict = Verdict(
                 passed=False, feedback=failure.summary, metadata={"failure": diagnosis.kind}
@@ -415,14 +369,32 @@ def _tier_flow(
             if rung is not None and not rung.last:  # the next tier is tried, maybe told this
                 if streamed is not None:
                     yield from void(streamed, job, cfg.function, number, number, failure.summary)
-                request = _request(cfg, job, diagnosis, failure, text, finish, conversation)
+                request = request_of(
+                    parser,
+                    job.corrections_used,
+                    opts.max_corrections,
+                    diagnosis,
+                    failure,
+                    text,
+                    finish,
+                    conversation,
+                )
                 raise Escalate(error, cfg.turn(request), failure.summary)
             ended = f"{type(error).__name__}: {failure.summary}"
             emit(_event(cfg, job, "exhausted", number, number, error=ended, failure=diagnosis.kind))
             raise error
         if streamed is not None:  # what fn.stream(...) showed of it is void
             yield from void(streamed, job, cfg.function, number, possible, failure.summary)
-        request = _request(cfg, job, diagnosis, failure, text, finish, conversation)
+        request = request_of(
+            parser,
+            job.corrections_used,
+            opts.max_corrections,
+            diagnosis,
+            failure,
+            text,
+            finish,
+            conversation,
+        )
         added = cfg.turn(request)
         emit(
             _event(
@@ -436,40 +408,6 @@ def _tier_flow(
                 failure=diagnosis.kind,
             )
         )
-
-
-def _request(
-    cfg: _CorrectConfig[Any],
-    job: Job,
-    diagnosis: Any,
-    failure: CorrectionFailure,
-    text: str,
-    finish: str | None,
-    conversation: list[dict[str, Any]],
-) -> CorrectionRequest:
-    """What the correction builder gets for a failed reply."""
-    parser = cfg.options.parser
-    template = None
-    if parser.template is not None:
-        keep = diagnosis.kept is not None and diagnosis.kind not in ("schema_echo", "placeholder")
-        template = (
-            parser.template.render(diagnosis.kept, diagnosis.bad, diagnosis.suggested)
-            if keep
-            else parser.template.render()
-        )
-    return CorrectionRequest(
-        number=job.corrections_used,
-        max_corrections=cfg.options.max_corrections,
-        kind=diagnosis.kind,
-        problems=diagnosis.problems,
-        errors=tuple(failure.errors),
-        reply=utf8_text(text),
-        finish_reason=finish,
-        schema=parser.schema,
-        json_schema=parser.json_schema,
-        template=None if template is None else utf8_text(template),
-        messages=tuple(dict(m) for m in conversation),
-    )
 
 
 def _add(
@@ -488,20 +426,8 @@ def _add(
     record.verdicts.append(verdict)
 
 
-def _placeholder_failure(text: str, copied: tuple[str, ...]) -> CorrectionFailure:
-    shown = ", ".join(json.dumps(p) for p in copied)
-    summary = f"the reply copied the template's placeholder(s) {shown} instead of values"
-    errors: list[dict[str, Any]] = [
-        {"type": "placeholder", "loc": (), "msg": "a placeholder, not a value", "input": p}
-        for p in copied
-    ]
-    _, value = python_json(text)
-    return CorrectionFailure(
-        summary, errors, text=text, parsed=True, value=value, placeholders=copied
-    )
-
-
 _FLOW = without_attempts(_correct_flow, "self_correct")
+_LADDER_FLOW = without_attempts(_correct_ladder, "self_correct")
 
 Corrected: TypeAlias = "Partial[Any] | Final[T] | Reset"
 """What `fn.stream(...)` of a `@self_correct` function yields (docs/streaming.md)."""

@@ -12,9 +12,9 @@ import tenacity
 from typing_extensions import Unpack
 
 from .._core import config as _config
-from .._core.errors import BudgetExceeded, JudgeError, LowQualityAnswer, ModelRefused
+from .._core.errors import BudgetExceeded, JudgeError, LowQualityAnswer
 from .._core.errtext import utf8_text
-from .._core.tiers import Escalation, EscalationLike
+from .._core.tiers import Escalation, EscalationLike, ModelRefused
 from .._core.types import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from .._engine import budget as _budget
 from .._engine.attempt import attempt_step

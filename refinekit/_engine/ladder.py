@@ -20,18 +20,22 @@ from typing import Any, TypeVar
 from .._core.errors import (
     BudgetExceeded,
     CorrectionExhausted,
-    EscalationUnaffordable,
     LowQualityAnswer,
     MissingPrice,
-    ModelRefused,
 )
-from .._core.tiers import Escalation, Tier, TierReport, is_async_tier
-from .._core.types import AttemptInfo, Cost, Usage
+from .._core.tiers import (
+    Escalation,
+    EscalationUnaffordable,
+    ModelRefused,
+    Tier,
+    is_async_tier,
+)
+from .._core.types import AttemptInfo, Cost, TierReport, Usage
 from .budget import estimate_tokens
 from .events import emit, make_event
 from .job import Job, cost_of, current_attempt, effective, in_use
-from .ledger import NOTHING, Held
-from .reserve import refusal
+from .ledger import Held
+from .reserve import unaffordable
 
 __all__ = ["Escalate", "Ladder", "Rung", "Tally", "climb", "set_learner", "tier_step"]
 
@@ -265,13 +269,24 @@ def tier_step(
 
 
 def _reason(error: BaseException, on_errors: tuple[type[BaseException], ...]) -> str | None:
-    if isinstance(error, (Escalate, CorrectionExhausted, LowQualityAnswer)):
+    """Why a tier's failure moves the call up (None: it propagates, as without a ladder)."""
+    if isinstance(error, Escalate):
         return "exhausted"
     if isinstance(error, ModelRefused):
         return "refused"
     if on_errors and isinstance(error, on_errors) and not isinstance(error, BudgetExceeded):
         return "error"
     return None
+
+
+def _ended(error: BaseException, reason: str | None) -> Any:
+    if reason is not None:
+        return reason
+    # the last tier's own exhaustion (a nested call's, below the last, propagates as "error")
+    if isinstance(error, (CorrectionExhausted, LowQualityAnswer)):
+        return "exhausted"
+    # a stop of the job's budget within the tier ends it as one before it would
+    return "unaffordable" if isinstance(error, BudgetExceeded) else "error"
 
 
 def climb(
@@ -326,9 +341,7 @@ def climb(
             value = yield from run(rung, carried, tally)
         except Exception as error:
             reason = _reason(error, escalation.on_errors)
-            # a stop of the job's budget within the tier ends it as one before it would
-            ended = reason or ("unaffordable" if isinstance(error, BudgetExceeded) else "error")
-            reports.append(tally.report(job, rung, ended))
+            reports.append(tally.report(job, rung, _ended(error, reason)))
             if reason is None or rung.last:
                 _attach(error.error if isinstance(error, Escalate) else error, reports, record)
                 raise
@@ -384,7 +397,7 @@ def _afford(
     planned = f"first call of tier {rung.name!r}" + (
         f" (model {rung.tier.model!r})" if rung.tier.model else ""
     )
-    stopped = refusal(job, budget, planned, Held(1, prompt + completion, cost), NOTHING)
+    stopped = unaffordable(job, budget, planned, Held(1, prompt + completion, cost))
     if stopped is None:
         return
     shown = failure.error if isinstance(failure, Escalate) else failure

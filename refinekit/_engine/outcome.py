@@ -13,8 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .._core.tiers import TierReport
-from .._core.types import Attempt, Cost, Usage, Verdict
+from .._core.types import Attempt, Cost, TierReport, Usage, Verdict
 from .job import cost_of
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ __all__ = [
     "StreamHold",
     "Tickets",
     "before_attempt",
-    "refusal",
+    "unaffordable",
     "before_call",
     "ensure",
     "judge_call",
@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 
-def refusal(
+def _refusal(
     job: Job, budget: Budget, planned: str, need: Held, lendable: Held
 ) -> BudgetExceeded | None:
     """Why a call needing `need` cannot be made now (under the job's lock); None if it fits.
@@ -95,6 +95,16 @@ def _current_parent(job: Job) -> Reservation | None:
     return parent
 
 
+def unaffordable(job: Job, budget: Budget, planned: str, need: Held) -> BudgetExceeded | None:
+    """Why a call needing `need` could not be made now (nothing reserved); None if it fits.
+
+    As `_grant` decides it: what the reservation the code runs in holds is lent to it.
+    """
+    with locked(job):
+        parent = _current_parent(job)
+        return _refusal(job, budget, planned, need, parent.held if parent is not None else NOTHING)
+
+
 def _grant(job: Job, budget: Budget, planned: str, need: Held) -> Reservation:
     """Reserve `need` for a call, or raise why it cannot be made."""
     with locked(job):
@@ -105,7 +115,7 @@ def _grant_locked(job: Job, budget: Budget, planned: str, need: Held) -> Reserva
     """`_grant`, the job's lock held."""
     parent = _current_parent(job)
     lendable = parent.held if parent is not None else NOTHING
-    refused = refusal(job, budget, planned, need, lendable)
+    refused = _refusal(job, budget, planned, need, lendable)
     if refused is not None:
         raise refused
     held = Reservation(job, parent, budget.prices)
@@ -263,7 +273,7 @@ def ensure(reservation: Reservation, planned: str, model: str | None, tokens: in
         held = reservation.held
         if held.calls >= need.calls and held.tokens >= need.tokens and held.cost >= need.cost:
             return
-        refused = refusal(cast(Job, job), budget, planned, need, held)
+        refused = _refusal(cast(Job, job), budget, planned, need, held)
         if refused is not None:
             raise refused
         reserved = reserved_of(job)

@@ -55,6 +55,7 @@ __all__ = ["OtelTracing"]
 _DECORATORS = {
     "_retry_flow": "retry_on_low_quality",
     "_correct_flow": "self_correct",
+    "_correct_ladder": "self_correct",
     "_review_flow": "reviewed",
     "_guard_flow": "guarded",
 }
