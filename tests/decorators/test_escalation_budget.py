@@ -400,6 +400,8 @@ async def test_spans_say_each_attempts_tier_and_the_tier_that_answered(
     assert [(s.attributes or {}).get(names.TIER) for s in attempts] == ["cheap", "cheap", "strong"]
     (call,) = [s for s in spans if s.name.startswith("refinekit.self_correct")]
     assert (call.attributes or {})[names.TIER] == "strong"
+    moved = [dict(e.attributes or {}) for s in spans for e in s.events if "escalation" in e.name]
+    assert [(e[names.TIER], e[names.FAILURE]) for e in moved] == [("strong", "exhausted")]
 
 
 async def test_a_retry_ladders_spans_carry_the_tier(
