@@ -313,6 +313,8 @@ def _correct_flow(
                 )
         if rung is not None:
             refused = refusal_of(reply)
+            if isinstance(reply, StreamedReply) and reply.read.finish_reason == "refusal":
+                refused = reply.text  # a stream that ended as a refusal (Anthropic's)
             if refused is not None:
                 raise ModelRefused(refused)
         result: Parsed | CorrectionFailure
