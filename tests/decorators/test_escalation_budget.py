@@ -687,3 +687,42 @@ def test_the_plugins_fake_streams_play_both_tiers(fake_stream: Any) -> None:
     cheap, strong = fake_stream.made
     assert cheap.client_closed  # the failed field closed the cheap stream early
     assert strong.finished
+
+
+async def test_a_streamed_anthropic_refusal_moves_up_without_a_correction(
+    server: ScriptedOpenAI, kind: str
+) -> None:
+    server.script("cheap", [Reply.text("I can't help with that.", finish_reason="refusal")])
+    server.script("strong", [Reply.text(GOOD)])
+    anthropic_client: Any = (
+        server.anthropic_client() if kind == "sync" else server.async_anthropic_client()
+    )
+    decorate = self_correct(schema=Invoice, escalate=["cheap", "strong"], max_corrections=2)
+    if kind == "sync":
+
+        @decorate
+        def extract(messages: list[dict[str, Any]], *, model: str = "unset") -> Any:
+            return anthropic_client.messages.create(
+                model=model, messages=messages, max_tokens=100, stream=True
+            )
+
+    else:
+
+        @decorate
+        async def extract(messages: list[dict[str, Any]], *, model: str = "unset") -> Any:
+            return await anthropic_client.messages.create(
+                model=model, messages=messages, max_tokens=100, stream=True
+            )
+
+    try:
+        result = await extract.outcome(USER) if kind == "async" else extract.outcome(USER)
+    finally:
+        closed = anthropic_client.close()
+        if inspect.isawaitable(closed):
+            await closed
+    assert result.value == INVOICE
+    assert models(server) == ["cheap", "strong"]  # no correction sent to the refusing model
+    assert [(t.name, t.ended) for t in result.tiers] == [
+        ("cheap", "refused"),
+        ("strong", "answered"),
+    ]
