@@ -16,6 +16,7 @@ from typing import Any
 
 import openai
 import pytest
+import tenacity
 from helpers import Invoice, acall
 from openai.types.chat import ChatCompletion
 
@@ -977,3 +978,24 @@ async def test_retry_with_adds_changes_and_drops_a_ladder(
     assert models(server)[-1] == "cheap"
     with pytest.raises(ValueError, match="from 2 to 10 tiers"):
         plain.retry_with(escalate=["cheap"])
+
+
+async def test_stop_ends_the_current_tiers_retries_and_the_ladder_moves_up(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", ["Refunds take a year."])
+    server.script("strong", ["Refunds take a week."])
+    answer = answerer(
+        kind,
+        client,
+        escalate=["cheap", "strong"],
+        max_retries=2,
+        stop=tenacity.stop_after_attempt(1),
+    )
+    with pytest.raises(LowQualityAnswer) as raised:
+        await acall(answer, "q")
+    assert models(server) == ["cheap", "strong"]
+    assert ends(raised.value.tiers) == [
+        ("cheap", 1, "exhausted", False),
+        ("strong", 1, "exhausted", False),
+    ]
