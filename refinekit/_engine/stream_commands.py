@@ -287,8 +287,8 @@ def read_stream(
                 chars += len(delta.tool_arguments)
             if delta.usage is not None:
                 reported = delta.usage
-            if delta.finish_reason is not None:
-                read.finish_reason = delta.finish_reason
+            if delta.finish_reason is not None and read.finish_reason != "refusal":
+                read.finish_reason = delta.finish_reason  # a refusal stays one to the end
             if delta.model:
                 read.model = delta.model
             items, abort = sink.feed(delta)

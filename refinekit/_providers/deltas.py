@@ -29,7 +29,8 @@ class Delta:
             the last one read is the reply's. Its `model_calls` is 1.
         finish_reason: Why the model stopped, when the chunk says (the last chunks do),
             normalised as `replies.finish_reason_of` normalises a whole reply: `"length"` for a
-            reply cut off at its limit (Anthropic's `max_tokens`), `"stop"`, `"tool_calls"`.
+            reply cut off at its limit (Anthropic's `max_tokens`), `"stop"`, `"tool_calls"`;
+            `"refusal"` for a model that declines (OpenAI's `delta.refusal` text too).
         model: The model name, when the chunk names it.
         tool_name: The tool's name, on the delta that starts a tool call (None otherwise).
         tool_index: Which of the reply's tool calls `tool_arguments` and `tool_name` belong

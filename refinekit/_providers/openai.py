@@ -106,7 +106,8 @@ def is_helper_event(obj: Any) -> bool:
 class ChunkReader:
     """Reads one stream's chunks into `Delta`s, in order (sans-I/O: it is handed each chunk).
 
-    The first choice's `delta.content` (or `delta.refusal`) is text; each `delta.tool_calls`
+    The first choice's `delta.content` (or `delta.refusal`: the finish reason is then
+    `"refusal"`) is text; each `delta.tool_calls`
     entry adds to the call of its `index` (renumbered from 0 in the order calls start);
     `finish_reason` and `usage` are read when a chunk has them (the usage chunk has no choice);
     a call's `name` is given on the first delta that carries it.
@@ -133,10 +134,12 @@ class ChunkReader:
         choice = choices[0] if isinstance(choices, list) and choices else None
         delta = get(choice, "delta")
         text = get(delta, "content")
+        reason = get(choice, "finish_reason")
         if not isinstance(text, str) or not text:
             refusal = get(delta, "refusal")
             text = refusal if isinstance(refusal, str) else ""
-        reason = get(choice, "finish_reason")
+            if text:  # the model declines: the stream ends as a refusal, as Anthropic's says
+                reason = "refusal"
         first = Delta(
             text=text,
             usage=used,
