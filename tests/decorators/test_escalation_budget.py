@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -725,4 +726,51 @@ async def test_a_streamed_anthropic_refusal_moves_up_without_a_correction(
     assert [(t.name, t.ended) for t in result.tiers] == [
         ("cheap", "refused"),
         ("strong", "answered"),
+    ]
+
+
+def refusal_stream(model: str) -> Reply:
+    """An OpenAI chat completion stream whose model declines: `delta.refusal` chunks."""
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        event = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0}
+        return "data: " + json.dumps({**event, "model": model, "choices": [choice]}) + "\n\n"
+
+    events = [
+        chunk({"role": "assistant", "content": None, "refusal": ""}),
+        chunk({"refusal": "I can't"}),
+        chunk({"refusal": " help with that."}),
+        chunk({}, "stop"),
+    ]
+    body = "".join(events) + "data: [DONE]\n\n"
+    return Reply.raw(body, headers={"Content-Type": "text/event-stream"})
+
+
+async def test_a_streamed_openai_refusal_moves_up_without_a_correction(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [refusal_stream("cheap")])
+    server.script("strong", [Reply.text(GOOD, chunks=8)])
+    extract = extractor(kind, client, stream=True, escalate=["cheap", "strong"])
+    items = await collect(kind, extract, USER)
+    assert items[-1] == Final(INVOICE, 2)
+    assert models(server) == ["cheap", "strong"]  # no correction sent to the refusing model
+    # nothing of the refusal was shown as the answer: no partial value of attempt 1
+    assert not [i for i in items if isinstance(i, Partial) and i.attempt == 1]
+
+
+async def test_a_streamed_openai_refusal_on_the_last_tier_raises_model_refused(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [Reply.text(BAD)])
+    server.script("strong", [refusal_stream("strong")])
+    escalate = [Tier("cheap", max_corrections=0), "strong"]
+    extract = extractor(kind, client, stream=True, escalate=escalate)
+    with pytest.raises(ModelRefused) as raised:
+        await acall(extract, USER)
+    assert raised.value.refusal == "I can't help with that."
+    assert [(t.name, t.ended) for t in raised.value.tiers] == [
+        ("cheap", "exhausted"),
+        ("strong", "refused"),
     ]
