@@ -332,8 +332,9 @@ def _retry_steps(
                         answer=value,
                     )
         if rung is not None and rejection is None:
-            refused = refusal_of(value)
-            if refused is not None:
+            refused = streams.refusal if streamed else refusal_of(value)
+            if refused is not None:  # what fn.stream(...) showed of it is void
+                yield from streams.retrying(job, number, f"the model refused: {refused}", False)
                 raise ModelRefused(refused)
         if opts.returns_text and (rejection is None or value is not None):
             # From here on the answer is the reply's text: judged, kept, returned.

@@ -51,6 +51,7 @@ class Attempts:
         self.evaluator = evaluator
         self.pieces: list[tuple[Any, list[str | ToolCallChunk]]] = []  # (answer, its pieces)
         self.shown: tuple[Any, int] | None = None  # the answer the consumer saw last, its attempt
+        self.refusal: str | None = None  # the last stream read ended as a refusal: its text
 
     def read(
         self, value: Any, job: Job, number: int, prompt_chars: int = 0
@@ -78,6 +79,7 @@ class Attempts:
                 f"{self.function} is decorated with @retry_on_low_quality and streamed tool calls: "
                 "a tool call is not a final answer; run the tools and return the final reply"
             )
+        self.refusal = read.text if read.read.finish_reason == "refusal" else None
         self.pieces.append((read.text, read.items))
         if read.shown:
             self.shown = (read.text, number)
