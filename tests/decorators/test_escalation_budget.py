@@ -774,3 +774,31 @@ async def test_a_streamed_openai_refusal_on_the_last_tier_raises_model_refused(
         ("cheap", "exhausted"),
         ("strong", "refused"),
     ]
+
+
+@pytest.mark.parametrize("mode", ["buffered", "provisional"])
+async def test_a_streamed_refusal_moves_a_retry_up_and_a_provisional_stream_resets(
+    server: ScriptedOpenAI, client: Any, kind: str, mode: str
+) -> None:
+    server.script("cheap", [refusal_stream("cheap")])
+    server.script("strong", [Reply.text(RIGHT)])
+    answer = answerer(
+        kind,
+        client,
+        stream=True,
+        evaluator=judged,
+        escalate=["cheap", "strong"],
+        max_retries=2,
+        stream_mode=mode,
+    )
+    items = await collect(kind, answer, "q")
+    assert models(server) == ["cheap", "strong"]  # no retry sent to the refusing model
+    if mode == "buffered":
+        assert "".join(items) == RIGHT  # only the answer returned is shown
+    else:
+        assert items[:2] == ["I can't", " help with that."]
+        reset = items[2]
+        assert isinstance(reset, Reset)
+        assert (reset.cause, reset.attempt) == ("retry", 1)
+        assert "refused" in reset.reason
+        assert "".join(items[3:]) == RIGHT
