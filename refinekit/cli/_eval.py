@@ -222,7 +222,10 @@ def _print_cost(io: Io, c: dict[str, Any]) -> None:
 
 def _print_tiers(io: Io, t: dict[str, Any]) -> None:
     """Per tier of an escalating target: the cases that ended there, their pass rate, cost."""
-    io.say(f"tiers ({t['cases']} cases on the ladder; a case ends at the tier that answered):")
+    io.say(
+        f"tiers ({t['cases']} cases on the ladder; a case ends at the tier that answered, or "
+        "at the last one tried when the function raised):"
+    )
     for tier in t["tiers"]:
         rate = (
             "pass rate n/a"

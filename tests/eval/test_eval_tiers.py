@@ -201,7 +201,7 @@ def test_the_cli_prints_the_tiers_only_for_a_ladder(ws: Workspace, ladder: str, 
         "eval", golden, "--target", f"{ladder}:answer", "--prices", prices, "--report", report
     )
 
-    assert "tiers (6 cases on the ladder" in laddered.out
+    assert "tiers (6 cases on the ladder; a case ends at the tier that answered" in laddered.out
     assert "  small: ended 3, pass rate 0.667 (2/3, 95% " in laddered.out
     assert "  big: ended 3, pass rate 0.667 (2/3, 95% " in laddered.out
     assert "tried in 6, answered 3, 6 calls, 660 tokens" in laddered.out
