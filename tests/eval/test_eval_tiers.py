@@ -46,6 +46,24 @@ def ask(question, model):
 def answer(question, model="small"):
     return ask(question, model)
 
+async def ask_async(question, model):
+    client = openai.AsyncOpenAI(
+        base_url=os.environ["RK_BASE_URL"], api_key="sk-test", max_retries=0
+    )
+    async with client:
+        return await client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": question}]
+        )
+
+@refinekit.retry_on_low_quality(
+    evaluator=checks.excludes("dunno"),
+    max_retries=0,
+    returns="text",
+    escalate=["small", "big"],
+)
+async def answer_async(question, model="small"):
+    return await ask_async(question, model)
+
 def strong(question):
     return ask(question, "big")
 
@@ -146,6 +164,18 @@ def test_each_case_keeps_the_tier_it_ended_at_and_what_each_tier_did(
     with open_store(ws.path / "runs.db") as store:  # kept as they were
         stored = store.cases(result.run_id)
     assert [(c.tier, c.tiers) for c in stored] == [(c.tier, c.tiers) for c in result.cases]
+
+
+def test_an_async_target_reports_its_tiers_too(ws: Workspace, ladder: str) -> None:
+    result = run(ws, ladder, function="answer_async")
+
+    assert [c.tier for c in result.cases] == ["small", "small", "big", "big", "small", "big"]
+    tiers = result.summary.tiers
+    assert tiers is not None
+    assert [(t["name"], t["ended"], t["passed"]) for t in tiers["tiers"]] == [
+        ("small", 3, 2),
+        ("big", 3, 2),
+    ]
 
 
 def test_the_run_reports_per_tier_cases_pass_rate_and_cost(ws: Workspace, ladder: str) -> None:
