@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._core.errors import MissingPrice
-from .._core.tiers import TierReport
+from .._core.types import TierReport
 from .._engine.bridge import in_thread, is_async_callable
 from .._engine.outcome import Outcome
 from .._engine.prices import Prices
