@@ -51,6 +51,7 @@ from ._engine.evaluators import AsyncEvaluator, Evaluator, EvaluatorLike, all_of
 from ._engine.events import Event, EventKind, Subscription, subscribe
 from ._engine.grounded import response_format
 from ._engine.job import Job, current_attempt, current_job, job, record_context, record_usage
+from ._engine.ladder import set_learner
 from ._engine.outcome import Outcome
 from ._engine.prices import Budget, Prices
 from ._structure.corrections import CorrectionRequest
@@ -138,3 +139,17 @@ __version__ = version()
 
 rehome(globals(), __all__, __name__)  # `refinekit.Verdict`, not `refinekit._core.types.Verdict`
 del rehome, version
+
+
+def _learned_start(function: str, escalation: Escalation) -> int:
+    """`start="learned"`: where the run store says a function's ladder should start.
+
+    `refinekit.eval` is imported at the first such call, not with the package.
+    """
+    from .eval._learned import learned_start
+
+    return learned_start(function, escalation)
+
+
+set_learner(_learned_start)
+del set_learner

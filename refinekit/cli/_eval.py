@@ -139,6 +139,8 @@ def _print_summary(io: Io, result: EvalResult, judge: str | None) -> int:
         )
     if s.cost is not None:
         _print_cost(io, s.cost)
+    if s.tiers is not None:
+        _print_tiers(io, s.tiers)
     if result.rate_limit_waits:
         slept = "not slept: testing switch on" if is_testing() else "in all"
         waits = result.rate_limit_waits
@@ -210,6 +212,33 @@ def _print_cost(io: Io, c: dict[str, Any]) -> None:
         f"  retries and corrections: {usd(c['extra'])} (the answer calls after each case's "
         "first, part of the answer's cost)"
     )
+    per_pass = c.get("per_pass")
+    io.say(
+        "  per passing case: "
+        + ("n/a (no priced case passed)" if per_pass is None else usd(per_pass))
+        + " (the run's cost over the cases that passed)"
+    )
+
+
+def _print_tiers(io: Io, t: dict[str, Any]) -> None:
+    """Per tier of an escalating target: the cases that ended there, their pass rate, cost."""
+    io.say(
+        f"tiers ({t['cases']} cases on the ladder; a case ends at the tier that answered, or "
+        "at the last one tried when the function raised):"
+    )
+    for tier in t["tiers"]:
+        rate = (
+            "pass rate n/a"
+            if tier["rate"] is None
+            else f"pass rate {tier['rate']:.3f} ({tier['passed']}/{tier['counted']}, 95% "
+            f"{tier['lower']:.3f} to {tier['upper']:.3f})"
+        )
+        cost = "" if tier["cost"] is None else f", cost {usd(tier['cost'])}"
+        io.say(
+            f"  {clean(tier['name'], 40)}: ended {tier['ended']}, {rate}{cost}; tried in "
+            f"{tier['tried']}, answered {tier['answered']}, {tier['model_calls']} calls, "
+            f"{tier['tokens']:,} tokens"
+        )
 
 
 def _usage(u: dict[str, int]) -> str:
@@ -232,6 +261,9 @@ def _print_comparison(io: Io, c: Comparison, alpha: float) -> None:
             else ""
         )
     )
+    spend = _spend(c)
+    if spend:
+        io.say(spend)
     for title, pairs in (("regressed", c.regressed), ("improved", c.improved)):
         for _, now in pairs:
             note = now.error or now.feedback if title == "regressed" else ""
@@ -251,3 +283,18 @@ def _print_comparison(io: Io, c: Comparison, alpha: float) -> None:
             else f"{len(c.regressed)} regressed <= {len(c.improved)} improved"
         )
         io.say(f"gate: no significant regression ({why}): pass")
+
+
+def _spend(c: Comparison) -> str:
+    """The two runs' spend on the shared questions, and its ratio (empty when nothing to say)."""
+    if c.cost_ratio is not None and c.before_cost is not None and c.after_cost is not None:
+        return (
+            f"  cost on those questions: {usd(c.after_cost)} in this run, "
+            f"{usd(c.before_cost)} in run {c.before.id} (ratio {c.cost_ratio:.3f})"
+        )
+    if c.token_ratio is not None:
+        return (
+            f"  answer tokens on those questions: {c.after_tokens:,} in this run, "
+            f"{c.before_tokens:,} in run {c.before.id} (ratio {c.token_ratio:.3f})"
+        )
+    return ""

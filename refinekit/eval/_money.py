@@ -182,10 +182,12 @@ def money(cases: Sequence[CaseRecord]) -> dict[str, Any] | None:
 
     `total`, `per_case` (the mean over the priced cases), `answer` (the answer calls and the
     judges inside the function), `judge` (the run's judge), `extra` (retries and corrections,
-    part of `answer`), `priced` (cases with a cost) and `unpriced` (cases stored without one,
-    by a session without prices).
+    part of `answer`), `per_pass` (`total` over the priced cases that passed; None when none
+    passed), `priced` (cases with a cost) and `unpriced` (cases stored without one, by a
+    session without prices).
     """
     priced = [c.cost for c in cases if c.cost]
+    passed = sum(c.outcome == "passed" for c in cases if c.cost)
     if not priced:
         return None
     answer = sum(c.get("answer", 0.0) + c.get("answer_judge", 0.0) for c in priced)
@@ -196,6 +198,7 @@ def money(cases: Sequence[CaseRecord]) -> dict[str, Any] | None:
         "answer": answer,
         "judge": judge,
         "extra": sum(c.get("extra", 0.0) for c in priced),
+        "per_pass": (answer + judge) / passed if passed else None,
         "priced": len(priced),
         "unpriced": len(cases) - len(priced),
     }

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,7 +30,6 @@ from .._core.errors import (
 from .._core.numbers import usd
 from .._core.redact import redact
 from .._core.types import AttemptInfo, ContextDocument, EvaluationRequest, Usage
-from .._engine.bridge import in_thread, is_async_callable
 from .._engine.events import Event, subscribe
 from .._engine.job import enter_attempt, job, leave_attempt
 from .._engine.ledger import count, first_answer, mark, per_model
@@ -48,6 +46,7 @@ from ._resume import Started
 from ._store import CappedClaim, CaseOutcome, CaseRecord, RunStore
 from ._store._claims import LEASE_SECONDS
 from ._target import Target
+from ._tiers import call_target, ended_at, tier_dicts, tier_reports
 
 __all__ = ["Progress", "alongside", "renewing", "run_cases"]
 
@@ -86,19 +85,6 @@ class Progress:
         self.counts[record.outcome] = self.counts.get(record.outcome, 0) + 1
         if self.on_case is not None:
             self.on_case(self, record)
-
-
-async def _call(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The answer function's result: an async callable awaited here, a sync one in a thread.
-
-    A sync function that returns an awaitable anyway has it awaited here too.
-    """
-    if is_async_callable(function):
-        return await function(*args, **kwargs)
-    result = await in_thread(function, *args, **kwargs)
-    if inspect.isawaitable(result):
-        return await result
-    return result
 
 
 def _request_of(result: Any, case: Case, context: tuple[ContextDocument, ...]) -> EvaluationRequest:
@@ -226,20 +212,21 @@ async def _answer_once(
     args, kwargs = target.arguments(case)
     started = time.perf_counter()
     error: Exception | None = None
+    outcome: Any = None
     # The case is attempt 1 of 1 of the answer function: `record_context()` inside it (or
     # the accepted attempt's, inside a `@retry_on_low_quality`) lands here, for the judge.
     attempt = AttemptInfo(1, 1)
     token = enter_attempt(attempt)
 
-    def answer_once() -> Awaitable[Any]:
+    def answer_once() -> Awaitable[tuple[Any, Any]]:
         attempt._context.clear()  # a rate-limited try gave no answer: drop what it recorded
-        return _call(target.function, args, kwargs)
+        return call_target(target.function, args, kwargs)
 
     try:
         async with job() as answer_job:
             counted = mark(answer_job)
             try:
-                result = await judging.limiter.call(answer_once)
+                result, outcome = await judging.limiter.call(answer_once)
             except Exception as e:
                 error = e
             else:  # a reply returned as it came (no decorator counted it) was paid for too
@@ -251,6 +238,7 @@ async def _answer_once(
             f"the answer function raised {error_text(error)}: a misconfiguration fails every "
             "case, so the run stops here"
         ) from error
+    reports = tier_reports(outcome if error is None else error)
     context = merged(attempt._context, context_of(case))
     tried = max(1, attempts.by_job.pop(answer_job.id, 1))
     answered_by = per_model(answer_job)
@@ -259,6 +247,8 @@ async def _answer_once(
         "answer_usage": answer_job.usage,
         "answer_judge_usage": answer_job.judge_usage,
         "answer_seconds": time.perf_counter() - started,
+        "tier": ended_at(reports),
+        "tiers": tier_dicts(reports, prices),
     }
     if error is not None:
         answer = feedback = None

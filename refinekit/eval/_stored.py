@@ -38,7 +38,9 @@ def compare(
 
     Returns:
         The comparison, with its exact McNemar p-value
-        (`comparison.significant_regression(alpha)` is the gate `run` applies).
+        (`comparison.significant_regression(alpha)` is the gate `run` applies) and what
+        each run spent on the questions both judged (`cost_ratio`, `token_ratio`): an
+        escalating target against its strongest tier alone, for one.
 
     Raises:
         RunStoreError: The store cannot be used, or has no such run.

@@ -8,8 +8,10 @@ from typing import Any
 
 from .._core.types import Usage
 from ._money import money
+from ._money import total as total_cost
 from ._stats import flip_rate, mcnemar_exact, wilson_interval
 from ._store import CaseRecord, RunInfo
+from ._tiers import tier_figures
 
 __all__ = [
     "CONFIDENCE",
@@ -86,8 +88,10 @@ class Summary:
         cost: With prices (`prices=`, `--prices`), the money: `total`, `per_case` (the mean
             over the priced cases), `answer` (the answer function's calls, judges inside it
             included), `judge` (the run's judge), `extra` (the answer calls after each case's
-            first: retries and corrections; part of `answer`), `priced` and `unpriced` (cases
-            stored by a session without prices). None when no case was priced.
+            first: retries and corrections; part of `answer`), `per_pass` (`total` over the
+            priced cases that passed: the cost of a passing case; None when none passed),
+            `priced` and `unpriced` (cases stored by a session without prices). None when no
+            case was priced.
         no_context: Cases a check failed because no context document with a source reached
             it (`CaseRecord.lacks_context`): the target recorded none and the row gave none.
             They count as failed (`no_context_advice` says the way out).
@@ -120,6 +124,7 @@ class Summary:
     cost: dict[str, Any] | None = None
     no_context: int = 0
     trials: dict[str, Any] | None = None
+    tiers: dict[str, Any] | None = None
 
     @property
     def counted(self) -> int:
@@ -155,7 +160,7 @@ class Summary:
     def as_dict(self) -> dict[str, Any]:
         """The figures as a JSON-ready dict, as the run store keeps them (no `cost` unpriced)."""
         figures = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        for optional in ("cost", "trials"):
+        for optional in ("cost", "trials", "tiers"):
             if figures[optional] is None:
                 del figures[optional]
         return figures
@@ -203,6 +208,7 @@ def summarise(cases: Sequence[CaseRecord]) -> Summary:
         cost=money(cases),
         no_context=sum(c.lacks_context for c in cases),
         trials=trial_figures(cases),
+        tiers=tier_figures(cases),
         **count,
     )
 
@@ -249,19 +255,63 @@ def trial_figures(cases: Sequence[CaseRecord]) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Two runs on the questions they share: what regressed, what improved, and McNemar's p."""
+    """Two runs on the questions they share: what regressed, what improved, and McNemar's p.
+
+    With an escalating target compared with its strongest tier alone (docs/workflow.md,
+    "Escalation in evaluation"), `p_value` is the paired test of "ladder vs strong tier
+    alone" and `cost_ratio` what the ladder costs for what the strong tier alone cost.
+
+    Attributes:
+        before: The earlier run.
+        after: The later run.
+        shared: Questions judged (passed, failed or raised) in both runs.
+        regressed: The pairs (before, after) that passed before and not after.
+        improved: The pairs that passed after and not before.
+        p_value: The exact McNemar p-value of regressed against improved.
+        not_comparable: Shared questions unavailable or inconclusive in either run.
+        before_cost: What the shared questions cost in the earlier run (answer and judging);
+            None when one of them was stored without prices.
+        after_cost: The same in the later run.
+        before_tokens: The answer function's tokens (prompt and completion) on the shared
+            questions in the earlier run.
+        after_tokens: The same in the later run.
+    """
 
     before: RunInfo
     after: RunInfo
-    shared: int  # questions judged (pass or fail) in both
+    shared: int
     regressed: list[tuple[CaseRecord, CaseRecord]]
     improved: list[tuple[CaseRecord, CaseRecord]]
     p_value: float
-    not_comparable: int  # shared questions unavailable or inconclusive in either run
+    not_comparable: int
+    before_cost: float | None = None
+    after_cost: float | None = None
+    before_tokens: int = 0
+    after_tokens: int = 0
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """`after_cost / before_cost`; None when either is unknown or the earlier is 0."""
+        if self.before_cost is None or self.after_cost is None or self.before_cost <= 0:
+            return None
+        return self.after_cost / self.before_cost
+
+    @property
+    def token_ratio(self) -> float | None:
+        """`after_tokens / before_tokens`; None when the earlier run's are 0."""
+        return self.after_tokens / self.before_tokens if self.before_tokens else None
 
     def significant_regression(self, alpha: float) -> bool:
         """More regressions than improvements, and unlikely to be chance at level `alpha`."""
         return len(self.regressed) > len(self.improved) and self.p_value < alpha
+
+
+def _spent(cases: Sequence[CaseRecord]) -> tuple[float | None, int]:
+    """What cases cost (None when one is unpriced) and their answer tokens."""
+    tokens = sum(c.answer_usage.total_tokens for c in cases)
+    if not all(c.cost for c in cases):
+        return None, tokens
+    return sum(total_cost(c.cost) for c in cases), tokens
 
 
 def _by_question(cases: Sequence[CaseRecord]) -> dict[tuple[str, int], CaseRecord]:
@@ -280,10 +330,13 @@ def compare_runs(
     after: RunInfo,
     after_cases: Sequence[CaseRecord],
 ) -> Comparison:
-    """Pair the two runs' cases by question; a raised case counts as a failure."""
+    """Pair the two runs' cases by question; a raised case counts as a failure.
+
+    The costs and tokens compared are those of the pairs judged in both runs.
+    """
     old, new = _by_question(before_cases), _by_question(after_cases)
-    regressed, improved = [], []
-    shared = not_comparable = 0
+    regressed, improved, pairs = [], [], []
+    not_comparable = 0
     for key in old.keys() & new.keys():
         a, b = old[key], new[key]
         if a.outcome in ("unavailable", "inconclusive") or b.outcome in (
@@ -292,7 +345,7 @@ def compare_runs(
         ):
             not_comparable += 1
             continue
-        shared += 1
+        pairs.append((a, b))
         was, now = a.outcome == "passed", b.outcome == "passed"
         if was and not now:
             regressed.append((a, b))
@@ -300,12 +353,18 @@ def compare_runs(
             improved.append((a, b))
     regressed.sort(key=lambda p: p[1].position)
     improved.sort(key=lambda p: p[1].position)
+    before_cost, before_tokens = _spent([a for a, _ in pairs])
+    after_cost, after_tokens = _spent([b for _, b in pairs])
     return Comparison(
         before=before,
         after=after,
-        shared=shared,
+        shared=len(pairs),
         regressed=regressed,
         improved=improved,
         p_value=mcnemar_exact(len(regressed), len(improved)),
         not_comparable=not_comparable,
+        before_cost=before_cost,
+        after_cost=after_cost,
+        before_tokens=before_tokens,
+        after_tokens=after_tokens,
     )

@@ -44,6 +44,7 @@ from ._html import (
     when,
     whole,
 )
+from ._tiers import spend_line, tiers_section
 
 __all__ = ["eval_report"]
 
@@ -119,6 +120,8 @@ def eval_report(
         ("attempts", "Attempts and corrections per answer", attempts_section(summary, cases)),
         ("cost", "Cost", cost_section(run, summary, cases)),
     ]
+    if summary.tiers is not None:
+        sections.append(("tiers", "Tiers of the escalation ladder", tiers_section(summary.tiers)))
     if comparison is not None:
         title = f"Compared with run {comparison.before.id}"
         sections.append(("comparison", title, _comparison(comparison)))
@@ -417,6 +420,7 @@ def _comparison(c: Comparison) -> str:
         '<div class="label">improved (failed, now passes)</div></div>'
         f'<div class="figure"><div class="value">{fmt_p(c.p_value)}</div>'
         '<div class="label">exact McNemar p</div></div></div>'
+        + spend_line(c)
         + (
             f'<p class="muted">{whole(c.not_comparable)} shared questions were unavailable or '
             "inconclusive in one of the runs and are not compared.</p>"

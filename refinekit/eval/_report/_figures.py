@@ -327,6 +327,7 @@ def money_section(run: RunInfo, s: Summary) -> str:
     rows = [
         ("All", c["total"], "the answer function's calls and the run's judge"),
         ("Per case", c["per_case"], f"the mean over the {whole(c['priced'])} priced cases"),
+        ("Per passing case", c.get("per_pass"), "all over the priced cases that passed"),
         ("Answer", c["answer"], "the answer function's model calls, judges inside it included"),
         ("Judge", c["judge"], "the run's judge"),
         (
@@ -338,6 +339,7 @@ def money_section(run: RunInfo, s: Summary) -> str:
     body = "".join(
         f'<tr><td>{label}</td><td class="n"><b>{usd(value)}</b></td><td>{note}</td></tr>'
         for label, value, note in rows
+        if value is not None
     )
     unpriced = count(c.get("unpriced"))
     prices = run.options.get("prices")

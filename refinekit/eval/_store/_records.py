@@ -124,6 +124,16 @@ class CaseRecord:
             `answer`, `passes`, `judgements`, `error` and `feedback`; the case's own fields
             are then its figures over the trials (see `refinekit.eval.EvalOptions.trials`).
             Empty otherwise.
+        tier: With an escalating target (`escalate=`), the tier the call ended at: the one
+            whose answer was returned, else the last one tried (the function raised); None
+            for a target without a ladder, and for a case stored before schema 6.
+        tiers: With an escalating target, what each tier did, in order, as JSON-ready dicts:
+            `name`, `model`, `calls`, `answered`, `ended` (`"answered"`, `"exhausted"`,
+            `"refused"`, `"error"`, `"skipped"`, `"unaffordable"`), `model_calls`,
+            `prompt_tokens`, `completion_tokens` (its answer calls), `judge_tokens` (judges
+            inside the function) and `cost` (with prices: its answer calls priced as its
+            model, or None when they cannot be). With `trials` above 1, those of the trial
+            the case shows. Empty otherwise.
     """
 
     key: str
@@ -152,6 +162,8 @@ class CaseRecord:
     judge_cache: dict[str, int] = field(default_factory=dict)
     models: dict[str, list[str]] = field(default_factory=dict)
     trials: list[dict[str, Any]] = field(default_factory=list)
+    tier: str | None = None
+    tiers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def criteria(self) -> list[dict[str, Any]]:

@@ -32,7 +32,8 @@ _ROLES = ("answer", "answer_judge", "judge")
 _CASE_COLUMNS = (
     "run_id, key, position, question, row, outcome, answer, error, feedback, score, "
     "probability, label, verdicts, passes, judgements, flipped, attempts, corrections, "
-    "answer_seconds, judge_seconds, finished_at, cost, judge_cache, total_cost, models, trials"
+    "answer_seconds, judge_seconds, finished_at, cost, judge_cache, total_cost, models, trials, "
+    "tier, tiers"
 )
 
 
@@ -215,8 +216,7 @@ class SQLStore(Claims):
             self._exec("DELETE FROM claims WHERE run_id = ? AND key = ?", (run_id, case.key))
             self._delete(run_id, case.key)
             self._exec(
-                f"INSERT INTO cases ({_CASE_COLUMNS}) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO cases ({_CASE_COLUMNS}) VALUES ({', '.join('?' * 28)})",
                 (
                     run_id,
                     case.key,
@@ -244,6 +244,8 @@ class SQLStore(Claims):
                     sum(float(case.cost.get(r, 0.0)) for r in _ROLES) if case.cost else None,
                     _dumps(case.models),
                     _dumps(case.trials),
+                    None if case.tier is None else storable(case.tier),
+                    _dumps(case.tiers),
                 ),
             )
             for role, usage in usages:
@@ -332,6 +334,8 @@ class SQLStore(Claims):
             judge_cache=_json(r, "judge_cache", r["run_id"], r["position"]),
             models=_json(r, "models", r["run_id"], r["position"]),
             trials=_json(r, "trials", r["run_id"], r["position"]),
+            tier=r["tier"],
+            tiers=_json(r, "tiers", r["run_id"], r["position"]),
         )
 
 

@@ -123,6 +123,12 @@ ALTER TABLE cases ADD COLUMN total_cost {real}
 ALTER TABLE cases ADD COLUMN models TEXT NOT NULL DEFAULT '{{}}';
 ALTER TABLE cases ADD COLUMN trials TEXT NOT NULL DEFAULT '[]'
 """,
+    # 6: with an escalating target (`escalate=`), the tier each case ended at and what each
+    # tier tried did (its calls, tokens, cost, and why it was left)
+    """
+ALTER TABLE cases ADD COLUMN tier TEXT;
+ALTER TABLE cases ADD COLUMN tiers TEXT NOT NULL DEFAULT '[]'
+""",
 )
 
 
