@@ -802,3 +802,35 @@ async def test_a_streamed_refusal_moves_a_retry_up_and_a_provisional_stream_rese
         assert (reset.cause, reset.attempt) == ("retry", 1)
         assert "refused" in reset.reason
         assert "".join(items[3:]) == RIGHT
+
+
+async def test_concurrent_calls_climb_their_own_ladders(server: ScriptedOpenAI) -> None:
+    server.script("cheap", BAD, times=None)
+    server.script("strong", GOOD, times=None)
+    async with server.async_client() as aclient:
+        extract = extractor("async", aclient, escalate=[Tier("cheap", max_corrections=1), "strong"])
+        results = await asyncio.gather(*(extract.outcome(USER) for _ in range(4)))
+    for result in results:
+        assert result.value == INVOICE
+        # each call's job counts its own corrections per tier: none borrows another's
+        assert [(t.name, t.calls, t.ended) for t in result.tiers] == [
+            ("cheap", 2, "exhausted"),
+            ("strong", 1, "answered"),
+        ]
+    assert len({r.job_id for r in results}) == 4
+    assert models(server).count("cheap") == 8
+    assert models(server).count("strong") == 4
+
+
+async def test_calls_in_one_job_share_each_tiers_corrections(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [BAD, BAD, BAD])
+    server.script("strong", [GOOD, GOOD])
+    extract = extractor(kind, client, escalate=[Tier("cheap", max_corrections=1), "strong"])
+    with refinekit.job() as job:
+        assert await acall(extract, USER) == INVOICE
+        assert await acall(extract, USER) == INVOICE
+    # the second call finds the cheap tier's one correction spent in the job: up at once
+    assert models(server) == ["cheap", "cheap", "strong", "cheap", "strong"]
+    assert job.corrections_used == 1
