@@ -14,6 +14,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
+import cloudpickle
 import openai
 import pytest
 import tenacity
@@ -962,6 +963,31 @@ def test_tiers_ladders_reports_and_errors_pickle() -> None:
         str(unaffordable),
     )
     assert isinstance(copy.failure, ModelRefused)
+
+
+@self_correct(schema=Invoice, escalate=[Tier("cheap", max_corrections=0), "strong"])
+def tiered(messages: list[dict[str, Any]], *, model: str = "unset") -> str:
+    return GOOD if model == "strong" else BAD
+
+
+def test_an_escalating_function_pickles_by_name_and_by_value() -> None:
+    assert pickle.loads(pickle.dumps(tiered)) is tiered
+
+    def grounded(messages: list[dict[str, Any]], **_: Any) -> str:
+        return GOOD
+
+    @self_correct(schema=Invoice, escalate=[Tier("cheap", max_corrections=0), grounded])
+    def local(messages: list[dict[str, Any]], *, model: str = "unset") -> str:
+        return BAD
+
+    copy = cloudpickle.loads(cloudpickle.dumps(local))
+    assert copy is not local
+    result = copy.outcome(USER)
+    assert result.value == INVOICE
+    assert [(t.name.rsplit(".", 1)[-1], t.ended) for t in result.tiers] == [
+        ("cheap", "exhausted"),
+        ("grounded", "answered"),
+    ]
 
 
 async def test_retry_with_adds_changes_and_drops_a_ladder(
