@@ -900,7 +900,7 @@ async def test_self_correct_events_number_calls_and_corrections_per_tier(
 
 
 async def test_outcome_prices_each_tier_as_its_model(
-    server: ScriptedOpenAI, client: Any, kind: str
+    server: ScriptedOpenAI, client: Any, kind: str, events: list[Event]
 ) -> None:
     server.script("cheap", [Reply.text(BAD, prompt_tokens=100, completion_tokens=10)])
     server.script("strong", [Reply.text(GOOD, prompt_tokens=300, completion_tokens=20)])
@@ -922,6 +922,11 @@ async def test_outcome_prices_each_tier_as_its_model(
     assert result.cost is not None
     assert result.cost.total == pytest.approx(cheap.cost.total + strong.cost.total)
     assert result.usage == refinekit.Usage(2, 400, 30)
+    # the escalation event says what the job had spent when it left the cheap tier
+    (moved,) = [e for e in events if e.kind == "escalation"]
+    assert moved.usage == cheap.usage
+    assert moved.cost is not None
+    assert moved.cost.total == pytest.approx(cheap.cost.total)
 
 
 async def test_without_prices_a_tiers_cost_is_none(
