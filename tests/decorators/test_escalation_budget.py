@@ -834,3 +834,17 @@ async def test_calls_in_one_job_share_each_tiers_corrections(
     # the second call finds the cheap tier's one correction spent in the job: up at once
     assert models(server) == ["cheap", "cheap", "strong", "cheap", "strong"]
     assert job.corrections_used == 1
+
+
+async def test_a_tier_whose_model_has_no_price_is_not_taken_as_free(
+    server: ScriptedOpenAI, client: Any, kind: str
+) -> None:
+    server.script("cheap", [billed(BAD)])
+    server.script("strong", [billed(GOOD)])
+    budget = Budget(max_cost=1.0, prices=Prices({"cheap": (1.0, 1.0)}))
+    extract = extractor(
+        kind, client, escalate=[Tier("cheap", max_corrections=0), "strong"], budget=budget
+    )
+    with pytest.raises(refinekit.MissingPrice, match="strong"):
+        await acall(extract, USER)
+    assert models(server) == ["cheap"]  # priced before it is called
