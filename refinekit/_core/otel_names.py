@@ -30,6 +30,12 @@ __all__ = [
     "EXCEPTION_TYPE",
     "FAILURE",
     "TIER",
+    "TIER_INDEX",
+    "TIER_LEFT",
+    "TIER_LEFT_CALLS",
+    "TIER_LEFT_COST",
+    "TIER_LEFT_INPUT_TOKENS",
+    "TIER_LEFT_OUTPUT_TOKENS",
     "FUNCTION",
     "INPUT_TOKENS",
     "JOB_ID",
@@ -127,6 +133,15 @@ JUDGE_COST = "refinekit.judge.cost"
 WAIT = "refinekit.wait"
 ERROR = "refinekit.error"
 FAILURE = "refinekit.failure"
+TIER_INDEX = "refinekit.tier.index"
+"""On an `escalation` span event: the place of the tier moved to (2 for the second)."""
+TIER_LEFT = "refinekit.tier.left"
+"""On an `escalation` span event: the tier left; the `refinekit.tier.left.*` attributes say what
+its calls took (the answering tier's is the call's total less the tiers left)."""
+TIER_LEFT_CALLS = "refinekit.tier.left.calls"
+TIER_LEFT_INPUT_TOKENS = "refinekit.tier.left.input_tokens"
+TIER_LEFT_OUTPUT_TOKENS = "refinekit.tier.left.output_tokens"
+TIER_LEFT_COST = "refinekit.tier.left.cost"
 TIER = "refinekit.tier"
 """The escalation tier (`escalate=`): on an attempt's span, the tier it was made at; on the
 call's span, the last tier tried (the one that answered, when the call returned)."""

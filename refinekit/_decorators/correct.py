@@ -373,8 +373,8 @@ def _correct_flow(
                     yield from void(streamed, job, cfg.function, number, number, failure.summary)
                 request = request_of(
                     parser,
-                    job.corrections_used,
-                    opts.max_corrections,
+                    used,
+                    limit,
                     diagnosis,
                     failure,
                     text,
@@ -389,8 +389,8 @@ def _correct_flow(
             yield from void(streamed, job, cfg.function, number, possible, failure.summary)
         request = request_of(
             parser,
-            job.corrections_used,
-            opts.max_corrections,
+            job.corrections_used if tier is None else tier_corrections(job, tier),
+            limit,
             diagnosis,
             failure,
             text,

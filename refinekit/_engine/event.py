@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .._core.redact import redact_fields
-from .._core.types import Cost, Usage, Verdict
+from .._core.types import Cost, TierReport, Usage, Verdict
 
 __all__ = ["Event", "EventKind"]
 
@@ -116,6 +116,7 @@ class Event:
         estimated: Whether the stream's usage in `usage` is an estimate (characters / 4): the
             server reported none before the stream ended or was closed (`stream`).
         tier: The tier an `escalate=` ladder moved to (`escalation`).
+        left: What the tier it left did: its calls, usage and cost (`escalation`).
     """
 
     kind: EventKind
@@ -142,6 +143,7 @@ class Event:
     aborted: str | None = None
     estimated: bool = False
     tier: str | None = None
+    left: TierReport | None = None
 
     def __post_init__(self) -> None:
         # Every text an event carries is redacted here, whoever made it: hooks, logs and

@@ -332,6 +332,7 @@ def climb(
                     rung.index + 1,
                     len(ladder.rungs),
                     tier=rung.name,
+                    left=reports[-1],
                     failure=reports[-1].ended,
                     error=failure.summary if isinstance(failure, Escalate) else str(failure),
                 )

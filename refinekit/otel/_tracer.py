@@ -266,9 +266,10 @@ class OtelTracing:
             attributes[n.ERROR] = _text(event.error)
         if event.failure:
             attributes[n.FAILURE] = event.failure
-        if event.tier is not None:  # the call's span says the tier it reached
-            attributes[n.TIER] = event.tier
-            state.span.set_attribute(n.TIER, event.tier)
+        if event.kind == "escalation":  # on the call's span: the tier left, and what it did
+            state.span.set_attribute(n.TIER, event.tier or "")
+            state.span.add_event(n.EVENT_PREFIX + event.kind, _escalation(event, attributes))
+            return
         if event.kind == "stream":  # the attempt's span says how its stream went
             streamed: dict[str, Any] = {
                 n.STREAM_CHUNKS: event.chunks or 0,
@@ -281,6 +282,22 @@ class OtelTracing:
             state.current.set_attributes(streamed)
             attributes.update(streamed)
         state.current.add_event(n.EVENT_PREFIX + event.kind, attributes)
+
+
+def _escalation(event: Event, attributes: dict[str, Any]) -> dict[str, Any]:
+    """An `escalation` span event's attributes: the tier moved to, and the one left."""
+    del attributes[n.ATTEMPT_NUMBER]  # the tier's place, not an attempt's
+    attributes[n.TIER] = event.tier or ""
+    attributes[n.TIER_INDEX] = event.attempt
+    left = event.left
+    if left is not None:
+        attributes[n.TIER_LEFT] = left.name
+        attributes[n.TIER_LEFT_CALLS] = left.calls
+        attributes[n.TIER_LEFT_INPUT_TOKENS] = left.usage.prompt_tokens
+        attributes[n.TIER_LEFT_OUTPUT_TOKENS] = left.usage.completion_tokens
+        if left.cost is not None:
+            attributes[n.TIER_LEFT_COST] = left.cost.total
+    return attributes
 
 
 class _Traced:

@@ -20,6 +20,7 @@ import pytest
 import tenacity
 from helpers import Invoice, acall
 from openai.types.chat import ChatCompletion
+from pydantic import BaseModel
 
 import refinekit
 from refinekit import (
@@ -1030,3 +1031,30 @@ async def test_stop_ends_the_current_tiers_retries_and_the_ladder_moves_up(
         ("cheap", 1, "exhausted", False),
         ("strong", 1, "exhausted", False),
     ]
+
+
+def test_a_correction_builder_is_told_the_tiers_own_count_and_budget() -> None:
+    seen: list[tuple[int, int]] = []
+
+    def builder(request: refinekit.CorrectionRequest) -> str:
+        seen.append((request.number, request.max_corrections))
+        return "Fix it."
+
+    replies = {"cheap": ['{"x": "a"}', '{"x": "b"}'], "strong": ['{"x": "c"}', '{"x": 4}']}
+
+    @refinekit.self_correct(
+        schema=_X,
+        correction=builder,
+        escalate=[Tier("cheap", max_corrections=1), Tier("strong", max_corrections=3)],
+    )
+    def extract(messages: list[dict[str, Any]], *, model: str = "cheap") -> str:
+        return replies[model].pop(0)
+
+    assert extract([{"role": "user", "content": "x?"}]) == _X(x=4)
+    # the cheap tier's one correction (1 of 1), the turn carried up (its count: 1 of 1), then
+    # the strong tier's first correction (1 of 3)
+    assert seen == [(1, 1), (1, 1), (1, 3)]
+
+
+class _X(BaseModel):
+    x: int

@@ -403,6 +403,12 @@ async def test_spans_say_each_attempts_tier_and_the_tier_that_answered(
     assert (call.attributes or {})[names.TIER] == "strong"
     moved = [dict(e.attributes or {}) for s in spans for e in s.events if "escalation" in e.name]
     assert [(e[names.TIER], e[names.FAILURE]) for e in moved] == [("strong", "exhausted")]
+    # on the call's span, with what the tier left took: its two calls and their tokens
+    assert [e.name for e in call.events if "escalation" in e.name] == ["refinekit.escalation"]
+    (left,) = moved
+    assert left[names.TIER_INDEX] == 2 and names.ATTEMPT_NUMBER not in left
+    assert (left[names.TIER_LEFT], left[names.TIER_LEFT_CALLS]) == ("cheap", 2)
+    assert left[names.TIER_LEFT_INPUT_TOKENS] > 0 and left[names.TIER_LEFT_OUTPUT_TOKENS] > 0
 
 
 async def test_a_retry_ladders_spans_carry_the_tier(
