@@ -14,7 +14,6 @@ from .._core.stream_items import Final, Partial, Reset
 from .._core.tiers import Escalation, EscalationLike, ModelRefused
 from .._core.types import Attempt, Verdict
 from .._engine.attempt import attempt_step
-from .._engine.bridge import is_async_callable
 from .._engine.budget import without_attempts
 from .._engine.decorated import AsyncStreamingFunction, StreamingFunction
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
@@ -84,18 +83,8 @@ class _CorrectConfig(Generic[T]):
             None if params[0].kind is inspect.Parameter.VAR_POSITIONAL else params[0].name
         )
         self.options = options
-        escalation = options.escalation
-        self.ladder = (
-            None
-            if escalation is None
-            else Ladder(
-                escalation,
-                fn,
-                self.function,
-                "max_corrections",
-                options.max_corrections,
-                is_async=is_async_callable(fn) or inspect.isasyncgenfunction(fn),
-            )
+        self.ladder = Ladder.of(
+            options.escalation, fn, self.function, "max_corrections", options.max_corrections
         )
 
     def split(

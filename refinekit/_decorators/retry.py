@@ -18,7 +18,6 @@ from .._core.tiers import Escalation, EscalationLike, ModelRefused
 from .._core.types import Attempt, AttemptInfo, EvaluationRequest, Verdict
 from .._engine import budget as _budget
 from .._engine.attempt import attempt_step
-from .._engine.bridge import is_async_callable
 from .._engine.evaluators import Adapted, EvaluatorLike, as_evaluator
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Evaluate, Flow, Sleep
@@ -98,18 +97,8 @@ class _RetryConfig:
             else None
         )
         self.options = options
-        escalation = options.escalation
-        self.ladder = (
-            None
-            if escalation is None
-            else Ladder(
-                escalation,
-                fn,
-                self.function,
-                "max_retries",
-                options.max_retries,
-                is_async=is_async_callable(fn) or inspect.isasyncgenfunction(fn),
-            )
+        self.ladder = Ladder.of(
+            options.escalation, fn, self.function, "max_retries", options.max_retries
         )
 
     def with_feedback(

@@ -31,6 +31,7 @@ from .._core.tiers import (
     is_async_tier,
 )
 from .._core.types import AttemptInfo, Cost, TierReport, Usage
+from .bridge import is_async_callable
 from .budget import estimate_tokens
 from .events import emit, make_event
 from .job import Job, cost_of, current_attempt, effective, in_use
@@ -189,6 +190,21 @@ class Ladder:
     def after(self, rung: Rung) -> int:
         """The most calls the tiers above `rung` can make."""
         return sum(r.budget + 1 for r in self.rungs[rung.index + 1 :])
+
+    @classmethod
+    def of(
+        cls,
+        escalation: Escalation | None,
+        fn: Callable[..., Any],
+        function: str,
+        budget_name: str,
+        default: int,
+    ) -> Ladder | None:
+        """The ladder of `fn` (None without `escalate=`), sync or async as `fn` is to call."""
+        if escalation is None:
+            return None
+        is_async = is_async_callable(fn) or inspect.isasyncgenfunction(fn)
+        return cls(escalation, fn, function, budget_name, default, is_async=is_async)
 
     def start(self) -> int:
         """The tier a call starts at: the first, or where the learned start says."""
