@@ -3,7 +3,8 @@
 Both tiers run on refinekit.testing.ScriptedOpenAI, a real OpenAI-compatible HTTP server on
 127.0.0.1 whose replies are scripted (offline): the cheap model ("gpt-4.1-nano") replies with
 an invoice whose total is not a number, the strong one ("gpt-4.1") with a valid invoice. The
-ladder tries the cheap tier without corrections, then the strong tier, told what was wrong.
+ladder tries the cheap tier without corrections, then the strong tier, afresh (or told what was
+wrong, with `carry=True`).
 A budget with your prices stops a ladder before a tier it cannot afford.
 Run: python examples/escalation.py
 """
@@ -29,6 +30,7 @@ from refinekit.testing import Reply, ScriptedOpenAI
 # Your prices, per million input and output tokens (refinekit ships no price table).
 PRICES = Prices({"gpt-4.1-nano": (0.10, 0.40), "gpt-4.1": (2.00, 8.00)})
 LADDER = Escalation([Tier("gpt-4.1-nano", max_corrections=0), Tier("gpt-4.1")])
+CARRIED = Escalation(LADDER.tiers, carry=True)  # the strong tier told what was wrong
 
 
 class Invoice(BaseModel):
@@ -36,8 +38,8 @@ class Invoice(BaseModel):
     total: float
 
 
-def make_extract(client: openai.OpenAI, budget: Budget) -> Any:
-    @self_correct(schema=Invoice, escalate=LADDER, budget=budget)
+def make_extract(client: openai.OpenAI, budget: Budget, ladder: Escalation = LADDER) -> Any:
+    @self_correct(schema=Invoice, escalate=ladder, budget=budget)
     def extract(messages: list[dict[str, Any]], *, model: str = "gpt-4.1-nano") -> Any:
         # The ladder passes each tier's model name as `model`.
         return client.chat.completions.create(model=model, messages=messages)
@@ -81,8 +83,12 @@ def main() -> None:
                 f"  tier {tier.name}: {tier.calls} call(s), {tier.ended}, cost {tier.cost.total:.6f}"
             )
         strong = server.requests[-1].body or {}
-        told = strong["messages"][-1]["content"].splitlines()[1]
-        print(f"the strong tier ({strong['model']}) was told: {told}")
+        print(f"the strong tier ({strong['model']}) got {len(strong['messages'])} message(s)")
+
+        # carry=True: the strong tier also gets the correction the cheap reply earned.
+        make_extract(client, Budget(prices=PRICES), CARRIED)(messages)
+        told = (server.requests[-1].body or {})["messages"][-1]["content"].splitlines()[1]
+        print(f"with carry=True it was told: {told}")
 
         # The same ladder with a cost cap the strong tier's first call would break.
         capped = make_extract(client, Budget(max_cost=0.0005, prices=PRICES))

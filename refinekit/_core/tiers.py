@@ -31,9 +31,10 @@ __all__ = [
 MAX_TIERS = 10
 """The most tiers a ladder may have."""
 
-CARRY_DEFAULT = True
-"""What the next tier is told by default: the failed answer and what was wrong with it. Chosen
-by measurement on the local model (docs/escalation.md)."""
+CARRY_DEFAULT = False
+"""What the next tier is told by default: nothing of the tier below (it starts fresh). Chosen by
+measurement on the local model, where carrying the failure cost most of the exact answers
+(docs/escalation.md)."""
 
 _TIER_LIMIT = 100  # a tier's own corrections or retries: the decorators' own limits apply
 
@@ -200,11 +201,12 @@ class Escalation:
             callables.
         keyword: The keyword argument a model tier's name is passed as (the decorated function
             must declare it).
-        carry: What the next tier is told. True: the failed answer and what was wrong with it
-            (for `@self_correct`, the correction the failed reply earned; for
-            `@retry_on_low_quality`, the last feedback and answer, as a retry gets them), so
-            the stronger tier repairs rather than redoes. False: it starts fresh, from the
-            caller's arguments. The default is the one that measured better (docs/escalation.md).
+        carry: What the next tier is told. False (the default, which measured better on a
+            real model: docs/escalation.md): it starts fresh, from the caller's arguments.
+            True: the failed answer and what was wrong with it (for `@self_correct`, the
+            correction the failed reply earned; for `@retry_on_low_quality`, the last
+            feedback and answer, as a retry gets them), so the stronger tier repairs rather
+            than redoes.
         on_errors: Exceptions the function raises that move to the next tier instead of
             propagating (a provider's transport errors, e.g. `openai.APIConnectionError`).
             Empty by default: an error propagates at once, as without a ladder.

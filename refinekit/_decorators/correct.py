@@ -515,8 +515,9 @@ def self_correct(
             the function, with its arguments) or `refinekit.Tier`s, or a
             `refinekit.Escalation`. Each tier gets its own corrections (`Tier(...,
             max_corrections=0)` for none; default `max_corrections`); when they are spent, or
-            the model refuses, the next tier is tried, told the failed reply's correction
-            (`Escalation(carry=False)`: started fresh). The last tier's failure raises as
+            the model refuses, the next tier is tried, from the caller's conversation
+            (`Escalation(carry=True)`: told the failed reply's correction). The last tier's
+            failure raises as
             without a ladder, with every tier's replies and `tiers`. `Outcome.tier` says which
             tier answered. See docs/escalation.md.
 

@@ -544,8 +544,9 @@ def retry_on_low_quality(**options: Any) -> Retrying | TextRetrying:  # noqa: D4
             the function, with its arguments) or `refinekit.Tier`s, or a
             `refinekit.Escalation`. Each tier gets its own retries (`Tier(...,
             max_retries=0)`; default `max_retries`); when they are spent, or the model
-            refuses, the next tier is tried, given the last feedback and answer as a retry
-            is (`Escalation(carry=False)`: started fresh). Attempts are numbered across the
+            refuses, the next tier is tried, from the caller's arguments
+            (`Escalation(carry=True)`: given the last feedback and answer, as a retry is).
+            Attempts are numbered across the
             tiers; the last tier's rejection raises (or returns the best attempt of any
             tier) as without a ladder, with `tiers`. `Outcome.tier` says which tier
             answered. See docs/escalation.md.

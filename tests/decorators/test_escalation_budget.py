@@ -24,6 +24,7 @@ import refinekit
 import refinekit.otel
 from refinekit import (
     Budget,
+    Escalation,
     EscalationUnaffordable,
     Final,
     ModelRefused,
@@ -239,7 +240,8 @@ async def test_one_budget_spans_the_tiers_of_an_escalating_call(
     extract = extractor(
         kind,
         client,
-        escalate=[Tier("cheap", max_corrections=2), "strong"],
+        # told the correction: what it adds to the prompt counts in the estimate
+        escalate=Escalation([Tier("cheap", max_corrections=2), "strong"], carry=True),
         budget=Budget(max_tokens=500),
     )
     with pytest.raises(refinekit.BudgetExceeded) as raised:
@@ -406,9 +408,11 @@ async def test_spans_say_each_attempts_tier_and_the_tier_that_answered(
     # on the call's span, with what the tier left took: its two calls and their tokens
     assert [e.name for e in call.events if "escalation" in e.name] == ["refinekit.escalation"]
     (left,) = moved
-    assert left[names.TIER_INDEX] == 2 and names.ATTEMPT_NUMBER not in left
+    assert left[names.TIER_INDEX] == 2
+    assert names.ATTEMPT_NUMBER not in left
     assert (left[names.TIER_LEFT], left[names.TIER_LEFT_CALLS]) == ("cheap", 2)
-    assert left[names.TIER_LEFT_INPUT_TOKENS] > 0 and left[names.TIER_LEFT_OUTPUT_TOKENS] > 0
+    assert left[names.TIER_LEFT_INPUT_TOKENS] > 0
+    assert left[names.TIER_LEFT_OUTPUT_TOKENS] > 0
 
 
 async def test_a_retry_ladders_spans_carry_the_tier(
