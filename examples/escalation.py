@@ -79,9 +79,8 @@ def main() -> None:
         print(f"escalation: {seen[0]}")
         for tier in outcome.tiers:
             assert tier.cost is not None
-            print(
-                f"  tier {tier.name}: {tier.calls} call(s), {tier.ended}, cost {tier.cost.total:.6f}"
-            )
+            cost = tier.cost.total
+            print(f"  tier {tier.name}: {tier.calls} call(s), {tier.ended}, cost {cost:.6f}")
         strong = server.requests[-1].body or {}
         print(f"the strong tier ({strong['model']}) got {len(strong['messages'])} message(s)")
 

@@ -28,7 +28,7 @@ EXPECTED = {
         "tier gpt-4.1-nano: 1 call(s), exhausted, cost 0.000038",
         "tier gpt-4.1: 1 call(s), answered, cost 0.000960",
         "the strong tier (gpt-4.1) got 1 message(s)",
-        "with carry=True it was told: \"total\": got \"twelve fifty\"",
+        'with carry=True it was told: "total": got "twelve fifty"',
         "stopped before tier 'gpt-4.1': ResponseValidationError below",
     ],
     "budget.py": [
