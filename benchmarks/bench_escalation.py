@@ -61,6 +61,7 @@ from refinekit import CorrectionExhausted, Escalation, Tier, TierReport, self_co
 from refinekit.cli._demo._batch import (
     EXAMPLE_REPLY,
     EXAMPLE_TEXT,
+    FIELDS,
     REQUEST_SEED,
     SYSTEM,
     TIMEOUT_S,
@@ -280,6 +281,26 @@ def main_table(runs: dict[str, RowRun], k1: int, k2: int) -> list[str]:
     return lines
 
 
+def fields_table(runs: dict[str, RowRun]) -> list[str]:
+    """Per field, the share of items right; and final answers that copy the worked example."""
+    example = Invoice.model_validate_json(EXAMPLE_REPLY)
+    lines = [
+        "| row | number | vendor | currency | total | answers with the example's number or "
+        "vendor |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, run in runs.items():
+        r = run.results
+        shares = " | ".join(f"{sum(x.fields[f] for x in r) / len(r):.2f}" for f in FIELDS)
+        copied = sum(
+            x.value is not None
+            and (x.value.number == example.number or x.value.vendor == example.vendor)
+            for x in r
+        )
+        lines.append(f"| {ROWS[key]} | {shares} | {copied} |")
+    return lines
+
+
 def tier_table(runs: dict[str, RowRun]) -> list[str]:
     """Where each ladder's items ended, and the tokens each tier spent (refinekit's count)."""
     lines = [
@@ -481,6 +502,13 @@ def report(args: argparse.Namespace, base_url: str, model: str) -> dict[str, Any
     print(f"the wire; $ per 1,000 exact items at a notional ${PRICE_PER_MTOK:g} per 1M tokens,")
     print("prompt and completion alike, both tiers (the same model): tokens per exact item x")
     print("price; s/item: wall time of the whole item (the machine is shared: noisy)")
+    print()
+    print("Share of items with each field right (an invalid output has every field wrong), and")
+    print("final answers that copy the worked example's number (2019-118) or vendor")
+    print("(Example Corp):")
+    print()
+    for line in fields_table(runs):
+        print(line)
     print()
     if "fresh" in runs or "carried" in runs:
         print("Where the ladders ended (Outcome.tier; no answer: the last tier's corrections")

@@ -259,6 +259,8 @@ def test_bench_escalation_smoke_run_climbs_the_ladder_over_the_scripted_server()
     assert "| ladder, fresh (carry=False) | 0 (0) | 3 (3) | 0 | 1.00," in out
     assert "| ladder, carried (carry=True) | 0 (0) | 3 (3) | 0 | 1.00," in out
     assert out.count("| 3 of 3 items |") == 2
+    # every field right at tier 2, none copied from the worked example
+    assert "| ladder, carried (carry=True) | 1.00 | 1.00 | 1.00 | 1.00 | 0 |" in out
     # carried: tier 2's first call gets tier 1's correction turn; fresh: the caller's prompt
     told = [m for m in sent if m[-1]["content"].startswith(CHECK_MARKER)]
     assert len(told) == 3
