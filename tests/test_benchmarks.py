@@ -213,3 +213,60 @@ def test_the_machine_lines_name_no_path_of_the_machine() -> None:
     assert sys.executable not in text
     assert str(Path.home()) not in text
     assert "/" not in python
+
+
+def test_bench_escalation_smoke_run_climbs_the_ladder_over_the_scripted_server() -> None:
+    # the real model is not needed for the smoke run: a scripted model that answers an
+    # invoice right only when its prompt holds the worked example (tier 2), and with prose
+    # otherwise (tier 1), so every ladder call climbs to tier 2
+    from refinekit._structure.corrections import CHECK_MARKER
+    from refinekit.cli._demo._batch import EXAMPLE_TEXT
+    from refinekit.cli._demo._synthetic import invoices
+    from refinekit.testing import RecordedRequest, ScriptedOpenAI
+
+    truth = {item.text: item.truth for item in invoices(3, 2024)}
+
+    def answer(request: RecordedRequest) -> str:
+        messages = (request.body or {})["messages"]
+        if not any(m["content"] == EXAMPLE_TEXT for m in messages):
+            return "The invoice is from a company."
+        invoice = truth[next(m["content"] for m in messages[3:] if m["content"] in truth)]
+        return invoice.model_dump_json()
+
+    with ScriptedOpenAI() as server:
+        server.script("smollm2-135m-instruct", answer, times=None)
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(BENCHMARKS / "bench_escalation.py"),
+                "--quick",
+                "--base-url",
+                server.base_url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        sent = [(r.body or {})["messages"] for r in server.requests]
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    # one call per item alone (tier 1 has no correction), two per item in each ladder
+    assert len(sent) == 3 + 3 + 6 + 6
+    assert "| tier 1 alone (plain) | 0 | 0/3 = 0.00 (0.00-0.56) | 0/3 = 0.00" in out
+    assert "| tier 2 alone (worked example) | 2 | 3/3 = 1.00 (0.44-1.00) | 3/3 = 1.00" in out
+    # every ladder item answered at tier 2, and refinekit's per-tier usage is the wire's
+    assert "| ladder, fresh (carry=False) | 0 (0) | 3 (3) | 0 | 1.00," in out
+    assert "| ladder, carried (carry=True) | 0 (0) | 3 (3) | 0 | 1.00," in out
+    assert out.count("| 3 of 3 items |") == 2
+    # every field right at tier 2, none copied from the worked example
+    assert "| ladder, carried (carry=True) | 1.00 | 1.00 | 1.00 | 1.00 | 0 |" in out
+    # carried: tier 2's first call gets tier 1's correction turn; fresh: the caller's prompt
+    told = [m for m in sent if m[-1]["content"].startswith(CHECK_MARKER)]
+    assert len(told) == 3
+    assert all(any(x["content"] == EXAMPLE_TEXT for x in m) for m in told)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert [summary[k]["exact"] for k in ("tier1", "tier2", "fresh", "carried")] == [0, 3, 3, 3]
+    # the ladders pay for tier 1's failed call on top of tier 2's: dearer per correct item
+    assert summary["fresh"]["ratio_vs_tier2"] > 1
+    assert summary["carried"]["ratio_vs_tier2"] > summary["fresh"]["ratio_vs_tier2"]
