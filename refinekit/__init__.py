@@ -22,6 +22,7 @@ from ._core.errors import (
     RefinekitError,
     RefinekitWarning,
     ResponseValidationError,
+    StreamInterrupted,
 )
 from ._core.package import rehome, version
 from ._core.stream_items import Final, Partial, Reset, ResetCause, ToolCallChunk
@@ -102,6 +103,7 @@ __all__ = [
     "ResetCause",
     "ResponseValidationError",
     "RevisionRequest",
+    "StreamInterrupted",
     "Subscription",
     "Tier",
     "TierReport",

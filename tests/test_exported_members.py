@@ -26,6 +26,7 @@ PUBLIC = {
     "Escalation",
     "EscalationUnaffordable",
     "ModelRefused",
+    "StreamInterrupted",
     "Tier",
     "TierReport",
     "Budget",

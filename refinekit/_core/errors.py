@@ -22,6 +22,10 @@ Errors (something went wrong and the caller must handle it)::
     │   └── JudgeReplyError          the judge answered something that is not a verdict
     ├── ModelRefused                 the model declined to answer (a typed refusal): under
     │                                `escalate=` the next tier is tried (defined in `tiers`)
+    ├── StreamInterrupted            a streamed reply broke before its end (the connection
+    │                                dropped, a chunk was not JSON, an error event): raised
+    │                                by a decorator that judges or screens text; @self_correct
+    │                                corrects it as a reply cut off (`cut_off`)
     ├── LocalModelError              refinekit.local: the `local` extra is missing, or the
     │                                local model's server did not come up or died
     ├── DataFileError                refinekit.eval: a golden or labelled file that cannot be
@@ -51,9 +55,6 @@ is)::
 
     ReplyShapeError (ValueError)    a reply holds no single text to parse (two tool calls):
                                     @self_correct corrects it like bad JSON
-    StreamInterrupted               a streamed reply broke before its end (the connection
-                                    dropped, a chunk was not JSON, an error event): a
-                                    reply that ended incomplete, a `cut_off` failure
     TimedOut (TimeoutError)         a time-limited step gave no result in time: @reviewed
                                     turns it into a `judge_timeout` or `budget` rejection
     DeadlinePassed (TimeoutError)   a judge request not sent, its time limit already past
@@ -84,7 +85,6 @@ from .signals import DeadlinePassed as DeadlinePassed
 from .signals import GoldenFileError as GoldenFileError
 from .signals import ReplyShapeError as ReplyShapeError
 from .signals import ReviserFailed as ReviserFailed
-from .signals import StreamInterrupted as StreamInterrupted
 from .signals import TimedOut as TimedOut
 from .types import Attempt, Cost, TierReport, Usage, Verdict
 
@@ -103,6 +103,7 @@ __all__ = [
     "RefinekitError",
     "RefinekitWarning",
     "ResponseValidationError",
+    "StreamInterrupted",
 ]
 
 
@@ -442,6 +443,31 @@ class JudgeReplyError(JudgeError):
     def __init__(self, message: str, *, model: str, reply: str = "") -> None:
         super().__init__(message, model=model)
         self.reply = reply
+
+
+class StreamInterrupted(RefinekitError):
+    """A streamed reply broke before its end; what ended it is its `__cause__`.
+
+    Raised in place of the SDK's or the transport's error by the stream readers: a dropped
+    connection, a chunk that is not JSON, an error event. `@retry_on_low_quality`,
+    `@reviewed` and `@guarded` raise it to the caller as any error of the function (it is not
+    retried); `@self_correct` corrects the reply as one cut off. Its `reason` (which may quote
+    the server's error text) is redacted when it is made, so every text built from it (an
+    event's `aborted`, a `Reset.reason`, a correction) is too.
+
+    Attributes:
+        reason: Why the stream broke, in a line.
+        chunks: The chunks read before it broke.
+    """
+
+    def __init__(self, reason: str, chunks: int = 0) -> None:
+        reason = redact(reason)
+        super().__init__(reason)
+        self.reason = reason
+        self.chunks = chunks
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), (self.reason,), self.__dict__))
 
 
 class LocalModelError(RefinekitError):

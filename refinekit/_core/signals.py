@@ -5,14 +5,11 @@ Listed in the tree of `refinekit._core.errors`, which re-exports them.
 
 from __future__ import annotations
 
-from .redact import redact
-
 __all__ = [
     "DeadlinePassed",
     "GoldenFileError",
     "ReplyShapeError",
     "ReviserFailed",
-    "StreamInterrupted",
     "TimedOut",
 ]
 
@@ -26,22 +23,6 @@ class ReplyShapeError(ValueError):
     def __init__(self, message: str, text: str = "") -> None:
         super().__init__(message)
         self.text = text
-
-
-class StreamInterrupted(Exception):
-    """A streamed reply that broke before its end; what ended it is its `__cause__`.
-
-    Raised by the stream readers (`refinekit._providers.sdk_streams`) in place of the SDK's or the
-    transport's error, with `chunks`, the chunks read before it broke. Its `reason` (which may
-    quote the server's error text) is redacted when it is made, so every text built from it
-    (an event's `aborted`, a `Reset.reason`, a correction) is too.
-    """
-
-    def __init__(self, reason: str, chunks: int = 0) -> None:
-        reason = redact(reason)
-        super().__init__(reason)
-        self.reason = reason
-        self.chunks = chunks
 
 
 class TimedOut(TimeoutError):

@@ -7,6 +7,7 @@ iterators that count what was read; test_streaming_http.py runs over real HTTP.
 from __future__ import annotations
 
 import asyncio
+import pickle
 from typing import Any
 
 import pytest
@@ -205,9 +206,18 @@ def test_exhausted_retries_end_the_stream_with_the_error(kind: str) -> None:
 def test_a_stream_that_breaks_propagates(kind: str) -> None:
     model = StreamingModel(kind, Source("Refunds are", error=ConnectionError("reset")))
     answer = retry_on_low_quality(evaluator=Judge(), max_retries=2)(model.function())
-    with pytest.raises(StreamInterrupted):
+    with pytest.raises(refinekit.StreamInterrupted) as raised:
         call(kind, answer, "q")
     assert len(model.received) == 1  # not retried, as any error of the function
+    # a public, typed error: why and where it broke, the transport's error as its cause
+    broke = raised.value
+    assert isinstance(broke, refinekit.RefinekitError)
+    assert type(broke) is refinekit.StreamInterrupted is StreamInterrupted
+    assert "the connection broke" in broke.reason
+    assert broke.chunks == 1
+    assert isinstance(broke.__cause__, ConnectionError)
+    copy = pickle.loads(pickle.dumps(broke))
+    assert (type(copy), copy.reason, copy.chunks) == (StreamInterrupted, broke.reason, 1)
 
 
 def test_stream_mode_is_checked_when_decorating() -> None:
