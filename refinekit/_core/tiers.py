@@ -9,7 +9,6 @@ data model.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal
@@ -292,13 +291,3 @@ class Escalation:
 
 EscalationLike = Escalation | Sequence[TierLike]
 """What `escalate=` takes: an `Escalation`, or its list of tiers."""
-
-
-def is_async_tier(tier: Tier) -> bool:
-    """Whether a callable tier is an `async def` (a sync function cannot await it)."""
-    call = tier.call
-    if call is None:
-        return False
-    return inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(
-        getattr(call, "__call__", None)  # noqa: B004 - an object with an async __call__
-    )

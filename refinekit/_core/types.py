@@ -292,6 +292,15 @@ class Usage:
             self.estimated_calls + other.estimated_calls,
         )
 
+    def __sub__(self, other: Usage) -> Usage:
+        """What was added between two readings of a job's usage (`other` the earlier)."""
+        return Usage(
+            self.model_calls - other.model_calls,
+            self.prompt_tokens - other.prompt_tokens,
+            self.completion_tokens - other.completion_tokens,
+            self.estimated_calls - other.estimated_calls,
+        )
+
     def __repr__(self) -> str:
         estimated = f", estimated_calls={self.estimated_calls}" if self.estimated_calls else ""
         return (

@@ -49,12 +49,12 @@ def make_event(
         is_last=number >= maximum,
         usage=job.usage,
         judge_usage=job.judge_usage,
-        cost=_cost(job),
+        cost=known_cost(job),
         **fields,
     )
 
 
-def _cost(job: Any) -> Cost | None:
+def known_cost(job: Any) -> Cost | None:
     """The job's cost for an event; None unpriced (a missing price stops the job elsewhere)."""
     try:
         return cost_of(job)

@@ -21,20 +21,18 @@ from .._core.errors import (
     BudgetExceeded,
     CorrectionExhausted,
     LowQualityAnswer,
-    MissingPrice,
 )
 from .._core.tiers import (
     Escalation,
     EscalationUnaffordable,
     ModelRefused,
     Tier,
-    is_async_tier,
 )
-from .._core.types import AttemptInfo, Cost, TierReport, Usage
+from .._core.types import AttemptInfo, Cost, TierReport
 from .bridge import is_async_callable
 from .budget import estimate_tokens
-from .events import emit, make_event
-from .job import Job, cost_of, current_attempt, effective, in_use
+from .events import emit, known_cost, make_event
+from .job import Job, current_attempt, effective, in_use
 from .ledger import Held
 from .reserve import unaffordable
 
@@ -171,7 +169,7 @@ class Ladder:
                 position = parameters.index(param)
         if not is_async:
             for tier in escalation.tiers:
-                if is_async_tier(tier):
+                if tier.call is not None and is_async_callable(tier.call):
                     raise TypeError(
                         f"escalate=: tier {tier.name!r} is async, and {function} is not: a "
                         "sync function's tiers must be sync callables"
@@ -225,40 +223,21 @@ class Tally:
         self.answered_by: str | None = None
         self.usage = job.usage
         self.judge_usage = job.judge_usage
-        self.cost = _cost(job)
+        self.cost = known_cost(job)
 
     def report(self, job: Job, rung: Rung, ended: Any) -> TierReport:
-        now = _cost(job)
-        cost = None
-        if now is not None:
-            before = self.cost or Cost()
-            cost = Cost(answer=now.answer - before.answer, judge=now.judge - before.judge)
+        now = known_cost(job)
+        cost = None if now is None else now - (self.cost or Cost())
         return TierReport(
             name=rung.name,
             model=rung.tier.model,
             calls=self.calls,
             answered=ended == "answered",
             ended=ended,
-            usage=_minus(job.usage, self.usage),
-            judge_usage=_minus(job.judge_usage, self.judge_usage),
+            usage=job.usage - self.usage,
+            judge_usage=job.judge_usage - self.judge_usage,
             cost=cost,
         )
-
-
-def _minus(after: Usage, before: Usage) -> Usage:
-    return Usage(
-        after.model_calls - before.model_calls,
-        after.prompt_tokens - before.prompt_tokens,
-        after.completion_tokens - before.completion_tokens,
-        after.estimated_calls - before.estimated_calls,
-    )
-
-
-def _cost(job: Job) -> Cost | None:
-    try:
-        return cost_of(job)
-    except MissingPrice:
-        return None
 
 
 Run = Callable[[Rung, Any, Tally], Generator[Any, Any, T]]

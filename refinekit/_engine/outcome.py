@@ -8,7 +8,6 @@ plain call passes no record, and costs nothing more.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -84,14 +83,6 @@ class Outcome(Generic[T_co]):
         return self.verdicts[-1] if self.verdicts else None
 
 
-def _minus(after: Usage, before: Usage) -> Usage:
-    """What was added between two readings of a job's usage (every field a count)."""
-    return Usage(**{f.name: getattr(after, f.name) - getattr(before, f.name) for f in _FIELDS})
-
-
-_FIELDS = dataclasses.fields(Usage)
-
-
 class Record:
     """What a flow adds while `fn.outcome(...)` runs; made an `Outcome` when the call ends."""
 
@@ -132,8 +123,8 @@ class Record:
             attempts=tuple(self.attempts),
             verdicts=tuple(self.verdicts),
             corrections_used=job.corrections_used,
-            usage=_minus(job.usage, self._usage),
-            judge_usage=_minus(job.judge_usage, self._judge_usage),
+            usage=job.usage - self._usage,
+            judge_usage=job.judge_usage - self._judge_usage,
             idle_for=self.idle_for,
             duration=time.perf_counter() - self._started,
             cost=None if cost is None else cost - (self._cost or Cost()),

@@ -500,11 +500,7 @@ def _replied(span: Span, result: Any, before: Usage | None) -> None:
         # A structured reply (instructor's retries included) counted itself in the job.
         after = _judge_usage()
         if after is not None:
-            usage = Usage(
-                model_calls=after.model_calls - before.model_calls,
-                prompt_tokens=after.prompt_tokens - before.prompt_tokens,
-                completion_tokens=after.completion_tokens - before.completion_tokens,
-            )
+            usage = after - before
     if usage is not None:
         span.set_attributes(
             {

@@ -18,6 +18,7 @@ import cloudpickle
 import openai
 import pytest
 import tenacity
+from escalation_helpers import BAD, GOOD, INVOICE, RIGHT, USER, judged, models
 from helpers import Invoice, acall
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel
@@ -37,12 +38,6 @@ from refinekit import (
 )
 from refinekit._decorators.correct import CHECK_MARKER
 from refinekit.testing import Reply, ScriptedOpenAI
-
-USER = [{"role": "user", "content": "Extract the invoice: A-1, total 12.50"}]
-GOOD = '{"number": "A-1", "total_cents": 1250}'
-BAD = '{"number": "A-1", "total_cents": "lots"}'
-INVOICE = Invoice(number="A-1", total_cents=1250)
-RIGHT = "Refunds take 30 days."
 
 REFUSAL = {
     "id": "chatcmpl-refused",
@@ -77,13 +72,6 @@ def extractor(kind: str, client: Any, **options: Any) -> Any:
     return decorate(aextract)
 
 
-def judged(request: refinekit.EvaluationRequest) -> Verdict:
-    """Passes the right answer only; the feedback quotes what was rejected."""
-    if request.answer == RIGHT:
-        return Verdict(passed=True)
-    return Verdict(passed=False, feedback=f"wrong: {request.answer}")
-
-
 def answerer(kind: str, client: Any, **options: Any) -> Any:
     """`@retry_on_low_quality(returns="text", **options)` on a function sending `model` and the
     feedback as a second user turn (evaluator `judged` unless given)."""
@@ -114,11 +102,6 @@ def answerer(kind: str, client: Any, **options: Any) -> Any:
 async def outcome(fn: Any, *args: Any, **kwargs: Any) -> refinekit.Outcome[Any]:
     made = fn.outcome(*args, **kwargs)
     return await made if inspect.isawaitable(made) else made  # type: ignore[no-any-return]
-
-
-def models(server: ScriptedOpenAI) -> list[str | None]:
-    """The model of every request the server received, in order."""
-    return [r.model for r in server.requests]
 
 
 def contents(server: ScriptedOpenAI, i: int) -> list[str]:

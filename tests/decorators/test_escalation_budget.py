@@ -15,6 +15,7 @@ from typing import Any
 
 import openai
 import pytest
+from escalation_helpers import BAD, GOOD, INVOICE, RIGHT, USER, judged, models
 from helpers import Invoice, acall
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -33,7 +34,6 @@ from refinekit import (
     Reset,
     ResponseValidationError,
     Tier,
-    Verdict,
     checks,
     retry_on_low_quality,
     self_correct,
@@ -41,12 +41,6 @@ from refinekit import (
 from refinekit._core import otel_names as names
 from refinekit._engine import ladder
 from refinekit.testing import FakeJudge, Reply, ScriptedOpenAI
-
-USER = [{"role": "user", "content": "Extract the invoice: A-1, total 12.50"}]
-GOOD = '{"number": "A-1", "total_cents": 1250}'
-BAD = '{"number": "A-1", "total_cents": "lots"}'
-INVOICE = Invoice(number="A-1", total_cents=1250)
-RIGHT = "Refunds take 30 days."
 
 PRICES = Prices({"cheap": (1.0, 1.0), "mid": (1.0, 1.0), "strong": (1000.0, 1000.0)})
 """Per million tokens: the strong model costs a thousand times the cheap one."""
@@ -106,16 +100,6 @@ def answerer(kind: str, client: Any, *, stream: bool = False, **options: Any) ->
         )
 
     return decorate(aanswer)
-
-
-def judged(request: refinekit.EvaluationRequest) -> Verdict:
-    if request.answer == RIGHT:
-        return Verdict(passed=True)
-    return Verdict(passed=False, feedback=f"wrong: {request.answer}")
-
-
-def models(server: ScriptedOpenAI) -> list[str | None]:
-    return [r.model for r in server.requests]
 
 
 async def collect(kind: str, fn: Any, *args: Any) -> list[Any]:
