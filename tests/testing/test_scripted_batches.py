@@ -294,10 +294,13 @@ def test_reset_forgets_batches_files_and_counts(server: ScriptedOpenAI, oa: open
     assert server.http_requests == 0
     with pytest.raises(openai.NotFoundError):
         oa.batches.retrieve(batch.id)
-    server.script("judge", "yes")
+    server.script("judge", ["yes", "direct"])
     again = openai_batch(oa, jsonl(1))  # the plan was forgotten too: ends at its first poll
     assert again.id != batch.id
     assert oa.batches.retrieve(again.id).status == "completed"
+    oa.chat.completions.create(model="judge", messages=[])
+    assert [r.batch_id for r in server.requests] == [again.id, None]  # direct: no batch
+    assert server.http_requests == 5  # every path counts, the 404 after reset() too
 
 
 def test_script_batches_checks_its_arguments(server: ScriptedOpenAI) -> None:
