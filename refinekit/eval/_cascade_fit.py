@@ -16,7 +16,7 @@ from typing import Any
 
 from .._core.numbers import is_number, is_real, shown
 
-__all__ = ["GRID", "CascadeFit", "binomial_cdf", "fewest_testable", "fit_cascade"]
+__all__ = ["GRID", "START_ITEMS", "CascadeFit", "binomial_cdf", "fewest_testable", "fit_cascade"]
 
 GRID: tuple[float, ...] = tuple(round(1.0 - i / 100, 2) for i in range(51))
 """The candidate thresholds, from the most confident (1.0) to the least (0.5), 0.01 apart."""
@@ -47,6 +47,10 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
     ]
     top = max(logs)
     return min(1.0, math.exp(top) * math.fsum(math.exp(x - top) for x in logs))
+
+
+START_ITEMS = 100
+"""The sequence starts at the highest threshold keeping this many items (or a quarter)."""
 
 
 def fewest_testable(target: float, risk: float) -> int:
@@ -252,11 +256,14 @@ def fit_cascade(
     and rejected when p <= `risk`. The sequence stops at the first `t` not rejected; the fit
     is the last `t` rejected (none: every threshold None, the cascade abstains on all).
 
-    **Where it starts.** A threshold that keeps fewer items than the fewest with which a test
-    could reject (`fewest_testable`: ceil(log(risk) / log(target)), 22 at 0.9 and 0.1) is
-    not tried: at the top of a grid few verdicts are that sure, and the sequence would stop
-    at once. The start depends on how many items the thresholds keep, never on the labels
-    (as in Jung et al., who try only thresholds keeping 30 items or more).
+    **Where it starts.** At the top of the grid few verdicts are that sure, and a test of a
+    few items fails for one disagreement, which would stop the sequence at once. So the
+    sequence starts at the highest threshold keeping at least `START_ITEMS` (100) items or a
+    quarter of them, whichever is fewer, and never fewer than the fewest with which a test
+    could reject (`fewest_testable`: ceil(log(risk) / log(target)), 22 at 0.9 and 0.1). The
+    thresholds above the start lose nothing: their items are kept at the start too. The
+    start depends on how many items the thresholds keep, never on the labels (as in Jung et
+    al., who try only thresholds keeping 30 items or more).
 
     **Why it holds.** The grid and its order are fixed before the labels are seen, and each
     hypothesis is about one fixed cascade: for a fixed `t`, the items it keeps are
@@ -301,7 +308,7 @@ def fit_cascade(
     rows, truth, levels = _rows(passed, confidence, labels)
     chosen: tuple[float | None, ...] = (None,) * levels
     p_chosen: float | None = None
-    fewest = fewest_testable(target, risk)
+    fewest = max(fewest_testable(target, risk), min(START_ITEMS, len(rows) // 4))
     for t in GRID:
         decisions = _decisions(rows, (t,) * levels)
         kept = [(d[1], label) for d, label in zip(decisions, truth, strict=True) if d is not None]
