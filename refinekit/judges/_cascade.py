@@ -129,7 +129,6 @@ class Cascade(FlowEvaluator):
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError(f"name must be a non-empty str, got {name!r}")
         made = _levels(levels)
-        self._given = tuple(levels)
         self._confidence_given = confidence
         self._calls = tuple(calls for _, _, calls in made)
         self.levels: tuple[Adapted, ...] = tuple(level for _, level, _ in made)
@@ -168,7 +167,7 @@ class Cascade(FlowEvaluator):
             ValueError: The fit has another number of levels.
         """
         return Cascade(
-            self._given,
+            tuple(zip(self.level_names, self.levels, strict=True)),
             thresholds=None,
             confidence=self._confidence_given,
             abstain=self.abstain,
