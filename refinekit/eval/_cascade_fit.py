@@ -67,8 +67,8 @@ def _number(value: object, what: str, low: float, high: float, *, open_: bool) -
     number = float(value)
     inside = low < number < high if open_ else low <= number <= high
     if not inside:
-        side = "between" if open_ else "from"
-        raise ValueError(f"{what} must be {side} {low:g} and {high:g}, got {shown(value)}")
+        span = f"between {low:g} and {high:g}" if open_ else f"from {low:g} to {high:g}"
+        raise ValueError(f"{what} must be {span}, got {shown(value)}")
     return number
 
 
