@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from _machine import machine
 
 from refinekit.eval import fit_cascade
-from refinekit.eval._cascade_fit import GRID
+from refinekit.eval._cascade_fit import GRID, grid_counts
 
 HUMAN_PASS = 0.6
 CHECK_CATCHES = 0.3
@@ -201,12 +201,14 @@ def naive(
     labels: list[bool],
 ) -> tuple[float | None, ...]:
     """The lowest common threshold whose calibration agreement reaches the target, untested."""
+    rows = [
+        [None if v is None or c is None else (v, max(0.5, c)) for v, c in zip(vs, cs, strict=True)]
+        for vs, cs in zip(passed, confidence, strict=True)
+    ]
     best: tuple[float | None, ...] = (None,) * len(setting.levels)
-    for t in GRID:
-        thresholds = (t,) * len(setting.levels)
-        got = judge(setting, thresholds, passed, confidence, labels).agreement
-        if got is not None and got >= setting.target:
-            best = thresholds
+    for t, kept, wrong in zip(GRID, *grid_counts(rows, labels), strict=True):
+        if kept and (kept - wrong) / kept >= setting.target:
+            best = (t,) * len(setting.levels)
     return best
 
 

@@ -16,7 +16,16 @@ from typing import Any
 
 from .._core.numbers import is_number, is_real, shown
 
-__all__ = ["GRID", "START_ITEMS", "CascadeFit", "binomial_cdf", "fewest_testable", "fit_cascade"]
+__all__ = [
+    "GRID",
+    "START_ITEMS",
+    "CascadeFit",
+    "binomial_cdf",
+    "fewest_testable",
+    "fit_cascade",
+    "grid_counts",
+    "grid_index",
+]
 
 GRID: tuple[float, ...] = tuple(round(1.0 - i / 100, 2) for i in range(51))
 """The candidate thresholds, from the most confident (1.0) to the least (0.5), 0.01 apart."""
@@ -232,6 +241,57 @@ def _decisions(
     return made
 
 
+def grid_index(confidence: float) -> int:
+    """The first grid point at or below `confidence`: from there on down, it clears them all."""
+    g = min(len(GRID) - 1, max(0, math.ceil(round((1.0 - confidence) * 100, 9))))
+    while g > 0 and GRID[g - 1] <= confidence:
+        g -= 1
+    while g < len(GRID) and GRID[g] > confidence:
+        g += 1
+    return g
+
+
+def grid_counts(
+    rows: list[list[tuple[bool, float] | None]], labels: list[bool]
+) -> tuple[list[int], list[int]]:
+    """At each grid point `t` (one threshold for every level): items kept, and kept wrongly.
+
+    The second list counts the kept items whose verdict is against people's label. Each
+    item's deciding level changes only where a lower level starts to clear `t`, so the counts
+    are summed per stretch of the grid (difference arrays): linear in the items.
+    """
+    size = len(GRID)
+    kept = [0] * (size + 1)
+    errors = [0] * (size + 1)
+    for row, label in zip(rows, labels, strict=True):
+        # (first grid index it clears, level) for the levels with a verdict, surest first
+        starts = sorted(
+            (grid_index(level[1]), k) for k, level in enumerate(row) if level is not None
+        )
+        decider: int | None = None
+        stretch_start = 0
+        for start, k in starts:
+            if start >= size:
+                break
+            if decider is None:
+                kept[start] += 1
+                kept[size] -= 1
+                decider, stretch_start = k, start
+            elif k < decider:  # a lower level clears t from here on: it decides
+                wrong = row[decider][0] != label  # type: ignore[index]
+                errors[stretch_start] += wrong
+                errors[start] -= wrong
+                decider, stretch_start = k, start
+        if decider is not None:
+            wrong = row[decider][0] != label  # type: ignore[index]
+            errors[stretch_start] += wrong
+            errors[size] -= wrong
+    for g in range(1, size + 1):
+        kept[g] += kept[g - 1]
+        errors[g] += errors[g - 1]
+    return kept[:size], errors[:size]
+
+
 def fit_cascade(
     passed: Sequence[Sequence[bool | None]],
     confidence: Sequence[Sequence[float | None]],
@@ -309,13 +369,11 @@ def fit_cascade(
     chosen: tuple[float | None, ...] = (None,) * levels
     p_chosen: float | None = None
     fewest = max(fewest_testable(target, risk), min(START_ITEMS, len(rows) // 4))
-    for t in GRID:
-        decisions = _decisions(rows, (t,) * levels)
-        kept = [(d[1], label) for d, label in zip(decisions, truth, strict=True) if d is not None]
-        if len(kept) < fewest:
+    kept, errors = grid_counts(rows, truth)
+    for t, n_t, e_t in zip(GRID, kept, errors, strict=True):
+        if n_t < fewest:
             continue  # too few items to test: the sequence starts lower (the counts only)
-        errors = sum(1 for verdict, label in kept if verdict != label)
-        p = binomial_cdf(errors, len(kept), 1.0 - target) if kept else 1.0
+        p = binomial_cdf(e_t, n_t, 1.0 - target)
         if p > risk:
             break
         chosen, p_chosen = (t,) * levels, p

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refinekit.eval import CascadeFit, fit_cascade
-from refinekit.eval._cascade_fit import GRID, binomial_cdf, fewest_testable
+from refinekit.eval._cascade_fit import GRID, binomial_cdf, fewest_testable, grid_counts
 
 # --- the exact binomial tail -----------------------------------------------------------------
 
@@ -222,3 +222,36 @@ def test_the_grid_runs_from_one_to_one_half() -> None:
     assert GRID[-1] == 0.5
     assert len(GRID) == 51
     assert all(a > b for a, b in itertools.pairwise(GRID))
+
+
+@settings(deadline=None, max_examples=80)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(
+                st.one_of(
+                    st.none(),
+                    st.tuples(st.booleans(), st.floats(0.5, 1.0) | st.sampled_from(GRID)),
+                ),
+                min_size=3,
+                max_size=3,
+            ),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_the_counts_per_threshold_are_those_of_the_cascade_at_each_threshold(
+    items: list[tuple[list[tuple[bool, float] | None], bool]],
+) -> None:
+    rows = [row for row, _ in items]
+    labels = [label for _, label in items]
+    kept, errors = grid_counts(rows, labels)
+    for g, t in enumerate(GRID):
+        decided = []  # the cascade at threshold t, level by level
+        for row, label in items:
+            level = next((x for x in row if x is not None and x[1] >= t), None)
+            if level is not None:
+                decided.append(level[0] != label)
+        assert (kept[g], errors[g]) == (len(decided), sum(decided)), t
