@@ -226,13 +226,13 @@ class Cascade(FlowEvaluator):
         if isinstance(value, bool) or not is_number(value) or not is_real(value):
             raise TypeError(
                 f"the confidence of level {k} ({self.level_names[k]!r}) must be a number from "
-                f"0.5 to 1 or None, got {shown(value)}"
+                f"0 to 1 (below 0.5 counts as 0.5) or None, got {shown(value)}"
             )
         number = float(value)
         if not 0.0 <= number <= 1.0:
             raise ValueError(
-                f"the confidence of level {k} ({self.level_names[k]!r}) must be from 0.5 to 1, "
-                f"got {shown(value)}"
+                f"the confidence of level {k} ({self.level_names[k]!r}) must be from 0 to 1 "
+                f"(below 0.5 counts as 0.5), got {shown(value)}"
             )
         return max(0.5, number)
 
@@ -308,11 +308,12 @@ def cascade(
     judge) are raised.
 
     **Confidence.** `confidence_of` reads it from what the verdict carries, in its
-    documented order (a failed rule check: 1.0; a passing one: unknown; token
+    documented order: a nested cascade's deciding level; the agreement of `sampled()`
+    samples; a failed rule check (1.0; a passing one is no evidence: unknown); token
     log-probabilities; a `probability` in the metadata; a panel's margin; a rating's
-    distance from its cut-point; repeated samples of `sampled()`). `confidence=` replaces
-    it: a function `(verdict) -> float | None` for every level, or a list of one per level
-    (None there: `confidence_of`).
+    distance from its cut-point. `confidence=` replaces it: a function
+    `(verdict) -> float | None` (0 to 1; below 0.5 counts as 0.5) for every level, or a list
+    of one per level (None there: `confidence_of`).
 
     **Thresholds.** One per level, 0.5 to 1 (None: the level never decides); fit them on
     labelled items with `refinekit.eval.fit_cascade` and apply the fit with
