@@ -171,7 +171,8 @@ def judge(
     confidence: list[list[float | None]],
     labels: list[bool],
 ) -> Judged:
-    """The cascade on the items: the first level sure enough decides; each asked level costs."""
+    """The cascade on the items: the first level sure enough decides; each asked level costs
+    (a level whose threshold is None cannot decide, and is not asked)."""
     k_levels = len(setting.levels)
     counts = [0] * (k_levels + 1)
     agreed = 0
@@ -179,8 +180,10 @@ def judge(
     for verdicts, sureness, label in zip(passed, confidence, labels, strict=True):
         decided = None
         for k in range(k_levels):
-            cost += setting.levels[k][2]
             t, v, c = thresholds[k], verdicts[k], sureness[k]
+            if t is None:
+                continue  # a level that cannot decide is not asked
+            cost += setting.levels[k][2]
             if t is not None and v is not None and c is not None and c >= t:
                 decided = (k, v)
                 break

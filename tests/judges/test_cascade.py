@@ -279,12 +279,21 @@ def test_a_fit_is_applied_to_a_new_cascade_and_the_old_one_is_unchanged() -> Non
     assert judges.cascade(cheap, strong, fit=fit).thresholds == fitted.thresholds
 
 
-def test_a_level_whose_threshold_is_none_never_decides() -> None:
+def test_a_level_whose_threshold_is_none_never_decides_and_is_not_asked() -> None:
     cheap = FakeJudge(Verdict(passed=True, metadata={"probability": 1.0}), name="cheap")
-    strong = FakeJudge(Verdict(passed=False, metadata={"probability": 0.0}), name="strong")
+    sure_fail = Verdict(passed=False, metadata={"probability": 0.0})
+    strong = FakeJudge(sure_fail, sure_fail, name="strong")
     verdict = judges.cascade(cheap, strong, thresholds=[None, 0.9]).evaluate(GOOD)
     assert not verdict.passed
     assert verdict.metadata["cascade"]["level"] == 1
+    assert cheap.requests == []  # it could not decide: not asked
+    with every_member():  # a calibration asks it all the same
+        judges.cascade(cheap, strong, thresholds=[None, 0.9]).evaluate(GOOD)
+    assert len(cheap.requests) == 1
+    # a fit that certified nothing: the cascade abstains without a call
+    nothing = judges.cascade(cheap, strong, thresholds=[None, None]).evaluate(GOOD)
+    assert nothing.status == "inconclusive"
+    assert (len(cheap.requests), len(strong.requests)) == (1, 2)
 
 
 # --- confidence ------------------------------------------------------------------------------
