@@ -23,10 +23,11 @@ fits the thresholds on `--calibration` labelled items (each level's verdict and 
 on each, as a calibration run records them), then the cascade judges `--test` new items.
 The table gives the share of runs whose agreement with people on the test items fell below
 the target (the guarantee: at most `risk` of them), the mean observed agreement, the share
-of items each level decided and the cascade abstained on, and the cost per item against the
-strong judge alone. `naive` is the same cascade with the lowest threshold whose agreement on
-the calibration items reaches the target, without the test: what the guarantee protects
-against.
+of items each level decided and the cascade abstained on, and the cost against the strong
+judge alone on every item (10 per item and per verdict): per item judged (an abstention
+costs the levels asked) and per verdict given. `naive` is the same cascade with the lowest
+threshold whose agreement on the calibration items reaches the target, without the test:
+what the guarantee protects against.
 
 The script exits 1 when a setting's share of runs below the target exceeds its risk (0
 otherwise).
@@ -224,6 +225,7 @@ class Row:
     naive_observed: float = 0.0
     shares: list[float] | None = None
     cost: float = 0.0
+    verdict_cost: float = 0.0  # summed over the runs that gave a verdict
 
 
 def run_setting(rng: random.Random, setting: Setting, runs: int, m: int, n: int) -> Row:
@@ -240,6 +242,8 @@ def run_setting(rng: random.Random, setting: Setting, runs: int, m: int, n: int)
             row.below += judged.agreement < setting.target
         row.shares = [a + b for a, b in zip(row.shares, judged.shares, strict=True)]
         row.cost += judged.cost
+        if judged.kept:
+            row.verdict_cost += judged.cost * n / judged.kept
         loose = judge(setting, naive(setting, *calibration), *test)
         if loose.agreement is not None:
             row.naive_observed += loose.agreement
@@ -269,9 +273,10 @@ def main() -> int:
     print()
     print(
         "| setting | target, risk | runs below target | naive: runs below | certified runs "
-        "| mean agreement | naive: mean | decided per level | abstained | cost vs strong alone |"
+        "| mean agreement | naive: mean | decided per level | abstained | cost per item "
+        "| cost per verdict |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     started = time.perf_counter()
     worst: dict[str, float] = {}
     met = True
@@ -286,11 +291,15 @@ def main() -> int:
             for (name, _, _), s in zip(setting.levels, row.shares, strict=False)
         )
         mean = f"{row.observed / row.certified:.3f}" if row.certified else "-"
+        per_verdict = (
+            f"{row.verdict_cost / row.certified / STRONG_COST:.2f}" if row.certified else "-"
+        )
         naive_mean = f"{row.naive_observed / runs:.3f}"
         print(
             f"| {setting.name} | {setting.target}, {setting.risk} | {below:.3f} "
             f"| {row.naive_below / runs:.3f} | {row.certified}/{runs} | {mean} | {naive_mean} "
-            f"| {shares} | {row.shares[-1] / runs:.2f} | {row.cost / runs / STRONG_COST:.2f} |"
+            f"| {shares} | {row.shares[-1] / runs:.2f} | {row.cost / runs / STRONG_COST:.2f} "
+            f"| {per_verdict} |"
         )
     print()
     print(f"simulated in {time.perf_counter() - started:.1f} s")
