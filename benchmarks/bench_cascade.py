@@ -20,7 +20,8 @@ the verdict agrees with people, given its confidence, is the level's quality:
 
 Per setting (a cascade and its target), over `--runs` runs: `refinekit.eval.fit_cascade`
 fits the thresholds on `--calibration` labelled items (each level's verdict and confidence
-on each, as a calibration run records them), then the cascade judges `--test` new items.
+on each, as a calibration run records them; `costs=` the levels' costs), then the cascade
+judges `--test` new items.
 The table gives the share of runs whose agreement with people on the test items fell below
 the target (the guarantee: at most `risk` of them), the mean observed agreement, the share
 of items each level decided and the cascade abstained on, and the cost against the strong
@@ -233,7 +234,8 @@ def run_setting(rng: random.Random, setting: Setting, runs: int, m: int, n: int)
     assert row.shares is not None
     for _ in range(runs):
         calibration = draw(rng, setting, m)
-        fit = fit_cascade(*calibration, target=setting.target, risk=setting.risk)
+        costs = [cost for _, _, cost in setting.levels]
+        fit = fit_cascade(*calibration, target=setting.target, risk=setting.risk, costs=costs)
         test = draw(rng, setting, n)
         judged = judge(setting, fit.thresholds, *test)
         if judged.agreement is not None:

@@ -255,3 +255,45 @@ def test_the_counts_per_threshold_are_those_of_the_cascade_at_each_threshold(
             if level is not None:
                 decided.append(level[0] != label)
         assert (kept[g], errors[g]) == (len(decided), sum(decided)), t
+
+
+def test_a_cheap_level_surer_than_it_is_right_is_left_out() -> None:
+    # the cheap level says 0.99 and is wrong half the time; the strong one is always right
+    passed = [[True, True], [False, True]] * 100
+    fit = fit_cascade(passed, [[0.99, 0.95]] * 200, [True] * 200)
+    assert fit.thresholds == (None, 0.5)  # the path of the strong level alone
+    assert fit.shares == (0.0, 1.0, 0.0)
+    assert fit.observed == 1.0
+
+
+def test_each_path_has_its_share_of_the_risk() -> None:
+    # 25 items, all right: enough for one level at 0.1 (22), not for two paths at 0.05 (29)
+    assert fit_cascade([[True]] * 25, [[0.99]] * 25, [True] * 25).certified
+    two = fit_cascade([[True, True]] * 25, [[0.99, 0.99]] * 25, [True] * 25)
+    assert not two.certified
+
+
+def test_with_costs_the_path_whose_verdicts_cost_least_is_kept() -> None:
+    # the cheap level is right and 0.95 sure on half the items, 0.6 sure and half wrong on
+    # the rest; the strong level is right and 0.99 sure on all: both paths keep every item
+    passed = [[True, True]] * 100 + [[True, True], [False, True]] * 50
+    confidence = [[0.95, 0.99]] * 100 + [[0.6, 0.99]] * 100
+    labels = [True] * 200
+    assert fit_cascade(passed, confidence, labels).thresholds == (0.61, 0.61)  # a tie
+    # cheap at 1, strong at 10: (100 * 1 + 100 * 11) / 200 = 6 a verdict, against 10
+    assert fit_cascade(passed, confidence, labels, costs=[1, 10]).thresholds == (0.61, 0.61)
+    # cheap at 9: (100 * 9 + 100 * 19) / 200 = 14 a verdict: the strong level alone is cheaper
+    assert fit_cascade(passed, confidence, labels, costs=[9, 10]).thresholds == (None, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("costs", "error", "match"),
+    [
+        ([1], ValueError, "one entry per level"),
+        ([1, -1], ValueError, "costs"),
+        (5, TypeError, "list"),
+    ],
+)
+def test_bad_costs_are_a_typed_error(costs: object, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        fit_cascade([[True, True]] * 30, [[0.9, 0.9]] * 30, [True] * 30, costs=costs)  # type: ignore[arg-type]
