@@ -86,12 +86,15 @@ def main() -> None:
             ("numbers", checks.numbers_supported()), ("cheap", cheap), ("strong", strong)
         )
 
-        fit = fit_cascade(*calibration_records(), target=0.9, risk=0.1)
+        # costs: what asking each level costs (here: the check is free, the strong judge is
+        # ten times the cheap one); the fit keeps the cascade whose verdicts cost least
+        fit = fit_cascade(*calibration_records(), target=0.9, risk=0.1, costs=[0, 1, 10])
+        thresholds = ", ".join("-" if t is None else f"{t:.2f}" for t in fit.thresholds)
         shares = ", ".join(f"{s:.2f}" for s in fit.shares)
         print(
-            f"fitted on {fit.n} labelled items: threshold {fit.thresholds[1]:.2f} for every "
-            f"level; decided per level and abstained: {shares}; agreement {fit.observed:.3f} "
-            f"(guaranteed >= {fit.target} with probability {1 - fit.risk:.1f})"
+            f"fitted on {fit.n} labelled items: thresholds {thresholds}; decided per level and "
+            f"abstained: {shares}; agreement {fit.observed:.3f} (guaranteed >= {fit.target} "
+            f"with probability {1 - fit.risk:.1f})"
         )
         gate = gate.with_fit(fit)
 

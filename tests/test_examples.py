@@ -84,7 +84,7 @@ EXPECTED = {
     ],
     "judge_pairwise.py": ["winner: a", "winner: tie (the two orders disagreed)"],
     "judge_cascade.py": [
-        "fitted on 400 labelled items: threshold 0.77 for every level",
+        "fitted on 400 labelled items: thresholds 0.78, 0.78, 0.78;",
         "failed by numbers (confidence 1.00); asked: numbers",
         "passed by cheap (confidence 0.98); asked: numbers, cheap",
         "failed by strong (confidence 0.96); asked: numbers, cheap, strong",
