@@ -383,9 +383,11 @@ def fit_cascade(
         The fit.
 
     Raises:
-        TypeError: A list, verdict, confidence, label, target or risk of the wrong type.
+        TypeError: A list, verdict, confidence, label, target, risk or cost of the wrong
+            type.
         ValueError: Lists of different lengths, no item, items with different numbers of
-            levels, or a confidence, target or risk out of range.
+            levels, costs for another number of levels, or a confidence, target, risk or
+            cost out of range.
     """
     target = _number(target, "target", 0.0, 1.0, open_=True)
     risk = _number(risk, "risk", 0.0, 1.0, open_=True)
