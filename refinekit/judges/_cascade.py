@@ -129,7 +129,6 @@ class Cascade(FlowEvaluator):
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError(f"name must be a non-empty str, got {name!r}")
         made = _levels(levels)
-        self._confidence_given = confidence
         self._calls = tuple(calls for _, _, calls in made)
         self.levels: tuple[Adapted, ...] = tuple(level for _, level, _ in made)
         self.level_names: tuple[str, ...] = tuple(level_name for level_name, _, _ in made)
@@ -169,7 +168,7 @@ class Cascade(FlowEvaluator):
         return Cascade(
             tuple(zip(self.level_names, self.levels, strict=True)),
             thresholds=None,
-            confidence=self._confidence_given,
+            confidence=self.confidence,
             abstain=self.abstain,
             name=self.name,
             fit=fit,

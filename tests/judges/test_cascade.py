@@ -26,6 +26,7 @@ from refinekit import (
     Verdict,
     checks,
     judges,
+    retry_on_low_quality,
 )
 from refinekit.eval import fit_cascade
 from refinekit.judges import JudgeModel, MemoryCache
@@ -487,3 +488,31 @@ def test_the_callers_thresholds_list_is_not_changed() -> None:
     given = [0.9, 0.8]
     judges.cascade(checks.not_empty(), FakeJudge(), thresholds=given)
     assert given == [0.9, 0.8]
+
+
+# --- under a decorator -----------------------------------------------------------------------
+
+
+def test_a_cascade_under_retry_on_low_quality_sends_the_deciding_levels_feedback(
+    server: ScriptedOpenAI,
+) -> None:
+    server.script("cheap", [yes(0.97)])
+    with server.client() as client:
+        cheap = judges.criteria(
+            JudgeModel(client, "cheap"),
+            [judges.Criterion("supported", "Does the context support the answer?")],
+        )
+        strong = FakeJudge(name="strong")  # never asked: the cheap judge is sure
+        gate = judges.cascade(checks.numbers_supported(), cheap, strong, thresholds=[0.9] * 3)
+        seen: list[str | None] = []
+
+        @retry_on_low_quality(evaluator=gate, max_retries=2)
+        def answer(question: str, feedback: str | None = None) -> str:
+            seen.append(feedback)
+            refinekit.record_context(POLICY)
+            return "Within 60 days." if feedback is None else "Within 30 days, if unused."
+
+        assert answer("How long?") == "Within 30 days, if unused."
+    assert "60" in str(seen[1])  # the check decided the first answer: its feedback, no call
+    assert asked(server) == ["cheap"]  # the second answer: the cheap judge, sure enough
+    assert strong.requests == []
