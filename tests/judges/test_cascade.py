@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from helpers import Evaluate
+from streaming_helpers import Source, StreamingModel, chunked
+from streaming_helpers import call as stream_call
 
 import refinekit
 from refinekit import (
@@ -516,3 +518,16 @@ def test_a_cascade_under_retry_on_low_quality_sends_the_deciding_levels_feedback
     assert "60" in str(seen[1])  # the check decided the first answer: its feedback, no call
     assert asked(server) == ["cheap"]  # the second answer: the cheap judge, sure enough
     assert strong.requests == []
+
+
+@pytest.mark.parametrize("stream_kind", ["sync", "async"])
+def test_a_cascade_judges_a_streamed_answer_when_complete(stream_kind: str) -> None:
+    poor = "Refunds are accepted, no questions asked."
+    good = "Refunds are accepted within 30 days [policies/refunds.md]."
+    model = StreamingModel(stream_kind, Source(*chunked(poor, 6)), Source(*chunked(good, 6)))
+    strong = FakeJudge("pass", name="strong")
+    gate = judges.cascade(checks.contains("[policies/refunds.md]"), strong)
+    answer = retry_on_low_quality(evaluator=gate, max_retries=1)(model.function())
+    assert stream_call(stream_kind, answer, "Can I get a refund?") == good
+    # the poor answer failed the check (sure): the strong judge saw only the good one
+    assert [r.answer for r in strong.requests] == [good]
