@@ -396,6 +396,24 @@ def _add_workflow_commands(commands: Any) -> None:
         help="the most wrong decisions allowed on each side of the thresholds (default 0.1)",
     )
     cal.add_argument(
+        "--target-agreement",
+        type=_bounded(float, 0.0, 1.0, "a number above 0 and below 1", open_low=True),
+        default=0.9,
+        dest="target",
+        metavar="A",
+        help="for a cascade judge: the agreement with people each level's kept verdicts must "
+        "reach; the calibration fits the levels' thresholds to it and stores the fit, which "
+        "`refinekit eval --calibration RUN` applies (default 0.9)",
+    )
+    cal.add_argument(
+        "--risk",
+        type=_bounded(float, 0.0, 1.0, "a number above 0 and below 1", open_low=True),
+        default=0.1,
+        metavar="R",
+        help="for a cascade judge: the chance that a fitted level agrees less than "
+        "--target-agreement after all (default 0.1)",
+    )
+    cal.add_argument(
         "--bins",
         type=_bounded(int, 1, 100, "a whole number from 1 to 100"),
         default=10,
