@@ -253,7 +253,8 @@ def _print_cascade(io: Io, shares: dict[str, Any] | None, fit: dict[str, Any] | 
         )
     if shares is not None:
         parts = [
-            f"level {x['level'] + 1} {x['decided']} ({x['share']:.2f})" for x in shares["levels"]
+            f"{clean(str(x.get('name') or x['level'] + 1), 40)} {x['decided']} ({x['share']:.2f})"
+            for x in shares["levels"]
         ]
         parts.append(f"abstained {shares['abstained']} ({shares['abstained_share']:.2f})")
         io.say(f"cascade levels, of {cases(shares['items'])}: " + ", ".join(parts))

@@ -308,19 +308,30 @@ def level_shares(cases: Sequence[CaseRecord]) -> dict[str, Any] | None:
 
     Returns:
         `items` (cases whose verdict came from a cascade), `levels` (per level: `level`, its
-        index from 0; `decided`; `share`) and `abstained` with its `abstained_share`.
+        index from 0; its `name`; `decided`; `share`) and `abstained` with its
+        `abstained_share`.
     """
     records = [r for c in cases if (r := _record(c)) is not None]
     if not records:
         return None
-    count = max(len(r["levels"]) for r in records)
+    longest = max(records, key=lambda r: len(r["levels"]))["levels"]
     at = [r.get("level") for r in records]
     n = len(records)
-    levels = []
-    for k in range(count):
+    levels: list[dict[str, Any]] = []
+    decided_in_all = 0
+    for k, entry in enumerate(longest):
+        name = entry.get("name") if isinstance(entry, Mapping) else None
         decided = sum(1 for a in at if isinstance(a, int) and not isinstance(a, bool) and a == k)
-        levels.append({"level": k, "decided": decided, "share": decided / n})
-    abstained = n - sum(x["decided"] for x in levels)
+        levels.append(
+            {
+                "level": k,
+                "name": str(name) if name else f"level {k + 1}",
+                "decided": decided,
+                "share": decided / n,
+            }
+        )
+        decided_in_all += decided
+    abstained = n - decided_in_all
     return {
         "items": n,
         "levels": levels,

@@ -104,7 +104,7 @@ class Summary:
             cases of the chance that two of its trials disagree). None otherwise.
         cascade: With a cascade judge (`refinekit.judges.cascade`), the share of the
             verdicts each level decided, from the verdicts' `cascade` metadata: `items`,
-            `levels` (each `level`, `decided`, `share`), `abstained`, `abstained_share`;
+            `levels` (each `level`, `name`, `decided`, `share`), `abstained`, `abstained_share`;
             None otherwise.
     """
 

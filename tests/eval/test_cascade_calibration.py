@@ -227,6 +227,7 @@ def test_eval_with_the_calibration_judges_with_its_fit(
     assert shares is not None
     assert shares["items"] == 11
     assert [x["decided"] for x in shares["levels"]] == [5, 3]
+    assert [x["name"] for x in shares["levels"]] == ["numbers", "model"]
     assert shares["levels"][0]["share"] == pytest.approx(5 / 11)
     assert (shares["abstained"], shares["abstained_share"]) == (3, pytest.approx(3 / 11))
     assert result.cascade_fit is not None
@@ -241,6 +242,9 @@ def test_eval_with_the_calibration_judges_with_its_fit(
     assert result.corrected.calibration.specificity == 1.0
     # the caller's cascade is not changed
     assert cascade.thresholds is None
+    html = refinekit.eval.html_report(result)
+    assert f"judged with the fit of calibration run <code>{run}</code>" in html
+    assert '<tr><td>model</td><td class="n">3</td><td class="n">0.273</td></tr>' in html
 
 
 def test_without_a_calibration_a_cascade_runs_unfitted(
@@ -364,7 +368,7 @@ def test_eval_says_which_fit_it_used_and_the_share_of_each_level(
         "0.810, 0.810)"
     ) in lines
     assert (
-        "cascade levels, of 11 cases: level 1 5 (0.45), level 2 3 (0.27), abstained 3 (0.27)"
+        "cascade levels, of 11 cases: numbers 5 (0.45), model 3 (0.27), abstained 3 (0.27)"
     ) in lines
 
 

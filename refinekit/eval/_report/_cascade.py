@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..._core.numbers import usd
 from .._cascade_runs import CascadeCalibration
 from ._html import esc, fmt3, whole
 
-__all__ = ["cascade_section"]
+__all__ = ["cascade_section", "levels_section"]
 
 
 def cascade_section(k: CascadeCalibration) -> str:
@@ -56,4 +58,37 @@ def cascade_section(k: CascadeCalibration) -> str:
         f'<div class="figure"><div class="value">{fmt3(k.agreement)}</div>'
         f'<div class="label">agreement on the decided items<br>kappa {fmt3(k.kappa)}</div>'
         "</div></div>" + cost
+    )
+
+
+def levels_section(shares: dict[str, Any], fit: dict[str, Any] | None) -> str:
+    """An eval's cascade: the fit it judged with (`--calibration`), the share of each level."""
+    rows = "".join(
+        f"<tr><td>{esc(str(x.get('name') or x.get('level')))}</td>"
+        f'<td class="n">{whole(x["decided"])}</td><td class="n">{x["share"]:.3f}</td></tr>'
+        for x in shares["levels"]
+    )
+    rows += (
+        f'<tr><td>abstained (no level sure enough)</td><td class="n">'
+        f'{whole(shares["abstained"])}</td><td class="n">{shares["abstained_share"]:.3f}</td></tr>'
+    )
+    if fit is not None:
+        shown = ", ".join("never" if t is None else f"{t:.3f}" for t in fit["thresholds"])
+        intro = (
+            f"<p>The cascade judged with the fit of calibration run "
+            f"<code>{esc(str(fit.get('calibration_run')))}</code>: agreement with people of at "
+            f"least {fit['target']:.3f}, with probability {1 - fit['risk']:.3f}, on the answers "
+            f"it decided; thresholds {esc(shown)}.</p>"
+        )
+    else:
+        intro = (
+            "<p>No calibration's fit was applied (no <code>--calibration</code>): the cascade "
+            "judged with the thresholds it was made with.</p>"
+        )
+    return (
+        intro
+        + f"<p>Which level decided each of the {whole(shares['items'])} verdicts.</p>"
+        + '<table><tr><th>level</th><th class="n">decided</th><th class="n">share</th></tr>'
+        + rows
+        + "</table>"
     )
