@@ -5,6 +5,8 @@ Run it from the repository root::
     .venv/bin/python benchmarks/bench_cascade_local.py --db cascade.db   # tuning: fit, seed 2024
     .venv/bin/python benchmarks/bench_cascade_local.py --db cascade.db \\
         --seed 4242 --calibration RUN                                     # held out, once
+    .venv/bin/python benchmarks/bench_cascade_local.py --db cascade.db \
+        --stored CALIBRATE_RUN,EVAL_RUN                # the tables again, from the store
     .venv/bin/python benchmarks/bench_cascade_local.py --base-url URL --quick   # a smoke run
 
 The labelled answers are `bench_local_quality.py`'s judging set (`_synthetic.judging_items`:
@@ -37,6 +39,9 @@ no error among them, takes at least 22 (0.9 ** 22 < 0.1); at 0.8, 11 (0.8 ** 11 
 lets the check decide what it is sure of, and asks of the model's kept verdicts more than the
 check's three answers in four on the whole set (kappa 0.500 and 0.367: docs/local_model.md).
 
+People's label for an eval case is its golden row's own `label`: a question, and even a
+question with the same answer, repeats in these sets, so nothing else identifies the row.
+
 A report, not a gate: it exits 0 unless a run did not finish.
 """
 
@@ -58,7 +63,10 @@ from _synthetic import judging_items
 
 import refinekit.eval
 from refinekit import checks, judges
+from refinekit.eval._cascade_runs import cascade_calibration
 from refinekit.eval._stats import cohen_kappa, kappa_interval, wilson_interval
+from refinekit.eval._store._sqlite import SQLiteStore
+from refinekit.eval._summary import summarise
 
 TARGET = 0.8
 RISK = 0.1
@@ -138,15 +146,88 @@ def levels_alone(cases: Sequence[Any]) -> list[str]:
     return rows
 
 
-def fitted_row(c: Any, items: int) -> str:
+def fitted_row(k: Any, items: int) -> str:
     """The fitted cascade on the calibration's own items (in-sample), from its figures."""
-    k = c.cascade
     pairs = [(True, True)] * k.both_pass + [(True, False)] * k.human_fail_only
     pairs += [(False, True)] * k.judge_fail_only + [(False, False)] * k.both_fail
     shares = " / ".join(f"{level.share:.2f}" for level in k.levels)
     shares += f" / {k.abstained_share:.2f}"
     calls = k.calls_per_verdict if k.calls_per_verdict is not None else float("nan")
-    return row("cascade, fitted here (in-sample)", agreement(pairs), items, shares, calls)
+    name = "cascade fitted on these answers (in-sample)"
+    return row(name, agreement(pairs), items, shares, calls)
+
+
+def fit_lines(fit: Any) -> list[str]:
+    """The fit's thresholds, and what each level decided on the items it was fitted on."""
+    lines = [
+        "fit        thresholds "
+        + ", ".join(
+            f"{level.name} {'never' if level.threshold is None else f'{level.threshold:.3f}'}"
+            for level in fit.levels
+        )
+        + f" (agreement >= {fit.target} at risk {fit.risk}, on {fit.items} items; "
+        + f"p {fit.fit.get('p_value')})"
+    ]
+    for level in fit.levels:
+        lines.append(
+            f"  {level.name}: decided {level.decided} ({level.share:.2f}), guaranteed "
+            f"{'-' if level.guaranteed is None else f'>= {level.guaranteed}'}, observed "
+            f"{'n/a' if level.agreement is None else f'{level.agreement:.3f}'}"
+        )
+    lines.append(f"  abstained {fit.abstained} ({fit.abstained_share:.2f})")
+    return lines
+
+
+def eval_lines(cases: Sequence[Any], fit_used: dict[str, Any] | None) -> list[str]:
+    """The eval with the fitted cascade: its row of the table, then each level's agreement.
+
+    People's label is the golden row's own `label` (a question, and even a question with its
+    answer, may repeat in the set).
+    """
+    decided = [x for x in cases if x.outcome in ("passed", "failed")]
+    pairs = [(x.outcome == "passed", x.row["label"] == "pass") for x in decided]
+    summary = summarise(cases)
+    s = summary.cascade or {"levels": [], "abstained_share": float("nan")}
+    shares = " / ".join(f"{x['share']:.2f}" for x in s["levels"])
+    shares += f" / {s['abstained_share']:.2f}"
+    calls = summary.usage["judge"]["model_calls"] / max(1, len(cases))
+    name = f"cascade, fit of run {(fit_used or {}).get('calibration_run')} (eval, on the wire)"
+    lines = [row(name, agreement(pairs), len(cases), shares, calls), ""]
+    for k, level in enumerate(LEVELS):
+        mine = [x for x in decided if x.verdicts[0]["metadata"]["cascade"]["level"] == k]
+        agree = sum((x.outcome == "passed") == (x.row["label"] == "pass") for x in mine)
+        lines.append(f"held out   {level} decided {len(mine)}, agreeing with people on {agree}")
+    lines.append(
+        f"held out   {summary.inconclusive} abstained (inconclusive), {summary.unavailable} "
+        f"unavailable; {summary.usage['judge']['model_calls']} model calls for {len(cases)} "
+        "answers"
+    )
+    return lines
+
+
+def tables(db: Path, calibration: int, evaluation: int | None, cascade: judges.Cascade) -> int:
+    """The figures of the stored calibration (and eval), as the store keeps them."""
+    with SQLiteStore(db) as store:
+        cases = [c for c in store.cases(calibration) if c.verdicts and c.label is not None]
+        evaluated = None if evaluation is None else store.cases(evaluation)
+        fit_used = None if evaluation is None else store.run(evaluation).summary.get("cascade_fit")
+    fit = cascade_calibration(cases, cascade, target=TARGET, risk=RISK)
+    if fit is None:
+        print(f"calibration run {calibration} recorded no cascade", file=sys.stderr)
+        return 1
+    for line in fit_lines(fit):
+        print(line)
+    print()
+    print(HEADER)
+    for line in levels_alone(cases):
+        print(line)
+    print(fitted_row(fit, len(cases)))
+    if evaluated is not None:
+        for line in eval_lines(evaluated, fit_used):
+            print(line)
+    if fit.abstained_share > 0.5:
+        print(f"warning    the fitted cascade abstains on {fit.abstained} of {fit.items} items")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -157,17 +238,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--calibration", type=int, default=None, help="the tuning run's id: the held-out run"
     )
+    parser.add_argument(
+        "--stored",
+        default=None,
+        metavar="CALIBRATE_RUN[,EVAL_RUN]",
+        help="print the tables of runs stored in --db, asking the model nothing",
+    )
     parser.add_argument("--base-url", default=None, help="a running server (else: LocalModel)")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 6 items, both runs")
     args = parser.parse_args(argv)
-    items = judging_items(6 if args.quick else args.items, args.seed)
     print("refinekit cascade on a real model: numbers_supported, then the model's judge")
     for line in machine(["refinekit", "openai"]):
         print(line)
-    print(f"data       {len(items)} labelled answers of seed {args.seed}")
     print(f"target     agreement >= {TARGET} at risk {RISK} (fixed before the held-out run)")
+    if args.stored is not None:
+        if args.db is None:
+            print("--stored needs --db", file=sys.stderr)
+            return 2
+        ids = [int(part) for part in args.stored.split(",")]
+        print(f"stored     runs {', '.join(map(str, ids))} of the store; no model call")
+        unused = the_cascade("http://127.0.0.1:9/v1", args.model)  # names and calls only
+        return tables(Path(args.db), ids[0], ids[1] if len(ids) > 1 else None, unused)
+    items = judging_items(6 if args.quick else args.items, args.seed)
+    print(f"data       {len(items)} labelled answers of seed {args.seed}")
     print(f"load avg   {loadavg()} before")
     with tempfile.TemporaryDirectory(prefix="refinekit-cascade-") as folder:
         db = Path(args.db) if args.db else Path(folder) / "runs.db"
@@ -185,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             local.start()
             base_url = local.base_url
+        evaluated = None
         try:
             cascade = the_cascade(base_url, args.model)
             started = time.perf_counter()
@@ -195,7 +291,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             fit_run = args.calibration
             if fit_run is None and args.quick:
                 fit_run = calibrated.run.id  # the smoke run applies the fit it just made
-            evaluated = None
             if fit_run is not None:
                 started = time.perf_counter()
                 evaluated = refinekit.eval.run(
@@ -210,56 +305,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             if local is not None:
                 local.stop()
-    cases = [c for c in calibrated.cases if c.verdicts and c.label is not None]
-    c = calibrated.calibration
-    if c.cascade is None or len(cases) < len(items):
-        print(f"calibration judged {len(cases)} of {len(items)} items", file=sys.stderr)
-        return 1
-    print(f"calibrate  run {calibrated.run.id} in {calibrate_s:.0f} s (every level, every item)")
-    fit = c.cascade
-    print(
-        "fit        thresholds "
-        + ", ".join(
-            f"{level.name} {'never' if level.threshold is None else f'{level.threshold:.3f}'}"
-            for level in fit.levels
-        )
-        + f" (agreement >= {fit.target} at risk {fit.risk}, on {fit.items} items; "
-        + f"p {fit.fit.get('p_value')})"
-    )
-    for level in fit.levels:
+        judged = [c for c in calibrated.cases if c.verdicts and c.label is not None]
+        if len(judged) < len(items):
+            print(f"calibration judged {len(judged)} of {len(items)} items", file=sys.stderr)
+            return 1
         print(
-            f"  {level.name}: decided {level.decided} ({level.share:.2f}), guaranteed "
-            f"{'-' if level.guaranteed is None else f'>= {level.guaranteed}'}, observed "
-            f"{'n/a' if level.agreement is None else f'{level.agreement:.3f}'}"
+            f"calibrate  run {calibrated.run.id} in {calibrate_s:.0f} s (every level, every item)"
         )
-    print(f"  abstained {fit.abstained} ({fit.abstained_share:.2f})")
-    print()
-    print(HEADER)
-    for line in levels_alone(cases):
-        print(line)
-    print(fitted_row(c, len(cases)))
-    if evaluated is not None:
-        labels = {item.question: item.label == "pass" for item in items}
-        decided = [x for x in evaluated.cases if x.outcome in ("passed", "failed")]
-        pairs = [(x.outcome == "passed", labels[x.question]) for x in decided]
-        s = evaluated.summary.cascade or {"levels": [], "abstained_share": float("nan")}
-        shares = " / ".join(f"{x['share']:.2f}" for x in s["levels"])
-        shares += f" / {s['abstained_share']:.2f}"
-        calls = evaluated.summary.usage["judge"]["model_calls"] / max(1, len(evaluated.cases))
-        used = evaluated.cascade_fit or {}
-        name = f"cascade, fit of run {used.get('calibration_run')} (eval, on the wire)"
-        print(row(name, agreement(pairs), len(evaluated.cases), shares, calls))
-        print()
-        print(
-            f"eval       run {evaluated.run.id} in {eval_s:.0f} s; "
-            f"{evaluated.summary.inconclusive} abstained (inconclusive), "
-            f"{evaluated.summary.unavailable} unavailable"
+        if evaluated is not None:
+            print(f"eval       run {evaluated.run.id} in {eval_s:.0f} s, the fit of run {fit_run}")
+        status = tables(
+            db, calibrated.run.id, None if evaluated is None else evaluated.run.id, cascade
         )
-    for w in c.warnings:
-        print(f"warning    {w}")
     print(f"load avg   {loadavg()} after")
     print(f"reproduce  python benchmarks/bench_cascade_local.py {' '.join(sys.argv[1:])}")
-    return 0
+    return status
 
 
 if __name__ == "__main__":
