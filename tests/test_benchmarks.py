@@ -312,3 +312,26 @@ def test_bench_escalation_smoke_run_climbs_the_ladder_over_the_scripted_server()
     # the ladders pay for tier 1's failed call on top of tier 2's: dearer per correct item
     assert summary["fresh"]["ratio_vs_tier2"] > 1
     assert summary["carried"]["ratio_vs_tier2"] > summary["fresh"]["ratio_vs_tier2"]
+
+
+def test_bench_cascade_smoke_run_keeps_the_guaranteed_agreement() -> None:
+    # exits 1 when a setting's share of runs below its target exceeds its risk
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_cascade.py"), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "| setting | target, risk | runs below target | naive: runs below |" in out
+    assert "targets: the share of runs below the target <= risk in every setting: met" in out
+    below = json.loads(out.strip().splitlines()[-1])["below_target"]
+    assert set(below) >= {"strong alone", "cheap, strong", "check, cheap, strong"}
+    assert all(share <= 0.1 for share in below.values())
+    # the cheap level decides some items: the cascade costs less than the strong judge alone
+    [row] = [x for x in out.splitlines() if x.startswith("| cheap, strong | 0.9, 0.1 |")]
+    per_item, per_verdict = (float(x) for x in row.split("|")[-3:-1])
+    assert per_item < 1.0
+    assert per_item <= per_verdict  # an abstention costs and gives no verdict

@@ -16,7 +16,16 @@ from typing import Any
 
 from .._core.numbers import is_number, is_real, shown
 
-__all__ = ["GRID", "CascadeFit", "binomial_cdf", "fewest_testable", "fit_cascade"]
+__all__ = [
+    "GRID",
+    "START_ITEMS",
+    "CascadeFit",
+    "binomial_cdf",
+    "fewest_testable",
+    "fit_cascade",
+    "grid_counts",
+    "grid_index",
+]
 
 GRID: tuple[float, ...] = tuple(round(1.0 - i / 100, 2) for i in range(51))
 """The candidate thresholds, from the most confident (1.0) to the least (0.5), 0.01 apart."""
@@ -49,12 +58,16 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
     return min(1.0, math.exp(top) * math.fsum(math.exp(x - top) for x in logs))
 
 
-def fewest_testable(target: float, risk: float) -> int:
-    """The fewest kept items with which the test can reject: none may disagree.
+START_ITEMS = 100
+"""The sequence starts at the highest threshold keeping this many items (or a quarter)."""
 
-    The smallest n with target**n <= risk, the p-value of n items and no disagreement.
+
+def fewest_testable(target: float, level: float) -> int:
+    """The fewest kept items with which a test at `level` can reject: none may disagree.
+
+    The smallest n with target**n <= level, the p-value of n items and no disagreement.
     """
-    return max(1, math.ceil(math.log(risk) / math.log(target) - 1e-12))
+    return max(1, math.ceil(math.log(level) / math.log(target) - 1e-12))
 
 
 def _number(value: object, what: str, low: float, high: float, *, open_: bool) -> float:
@@ -63,8 +76,8 @@ def _number(value: object, what: str, low: float, high: float, *, open_: bool) -
     number = float(value)
     inside = low < number < high if open_ else low <= number <= high
     if not inside:
-        side = "between" if open_ else "from"
-        raise ValueError(f"{what} must be {side} {low:g} and {high:g}, got {shown(value)}")
+        span = f"between {low:g} and {high:g}" if open_ else f"from {low:g} to {high:g}"
+        raise ValueError(f"{what} must be {span}, got {shown(value)}")
     return number
 
 
@@ -213,6 +226,16 @@ def _rows(
     return rows, list(labels), levels
 
 
+def _costs(given: Sequence[float] | None, levels: int) -> list[float] | None:
+    if given is None:
+        return None
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+        raise TypeError(f"costs must be a list of one number per level, got {given!r}")
+    if len(given) != levels:
+        raise ValueError(f"costs must have one entry per level ({levels}), got {len(given)}")
+    return [_number(c, f"costs[{k}]", 0.0, math.inf, open_=False) for k, c in enumerate(given)]
+
+
 def _decisions(
     rows: list[list[tuple[bool, float] | None]], thresholds: Sequence[float | None]
 ) -> list[tuple[int, bool] | None]:
@@ -228,6 +251,57 @@ def _decisions(
     return made
 
 
+def grid_index(confidence: float) -> int:
+    """The first grid point at or below `confidence`: from there on down, it clears them all."""
+    g = min(len(GRID) - 1, max(0, math.ceil(round((1.0 - confidence) * 100, 9))))
+    while g > 0 and GRID[g - 1] <= confidence:
+        g -= 1
+    while g < len(GRID) and GRID[g] > confidence:
+        g += 1
+    return g
+
+
+def grid_counts(
+    rows: list[list[tuple[bool, float] | None]], labels: list[bool]
+) -> tuple[list[int], list[int]]:
+    """At each grid point `t` (one threshold for every level): items kept, and kept wrongly.
+
+    The second list counts the kept items whose verdict is against people's label. Each
+    item's deciding level changes only where a lower level starts to clear `t`, so the counts
+    are summed per stretch of the grid (difference arrays): linear in the items.
+    """
+    size = len(GRID)
+    kept = [0] * (size + 1)
+    errors = [0] * (size + 1)
+    for row, label in zip(rows, labels, strict=True):
+        # (first grid index it clears, level) for the levels with a verdict, surest first
+        starts = sorted(
+            (grid_index(level[1]), k) for k, level in enumerate(row) if level is not None
+        )
+        decider: int | None = None
+        stretch_start = 0
+        for start, k in starts:
+            if start >= size:
+                break
+            if decider is None:
+                kept[start] += 1
+                kept[size] -= 1
+                decider, stretch_start = k, start
+            elif k < decider:  # a lower level clears t from here on: it decides
+                wrong = row[decider][0] != label  # type: ignore[index]
+                errors[stretch_start] += wrong
+                errors[start] -= wrong
+                decider, stretch_start = k, start
+        if decider is not None:
+            wrong = row[decider][0] != label  # type: ignore[index]
+            errors[stretch_start] += wrong
+            errors[size] -= wrong
+    for g in range(1, size + 1):
+        kept[g] += kept[g - 1]
+        errors[g] += errors[g - 1]
+    return kept[:size], errors[:size]
+
+
 def fit_cascade(
     passed: Sequence[Sequence[bool | None]],
     confidence: Sequence[Sequence[float | None]],
@@ -235,6 +309,7 @@ def fit_cascade(
     *,
     target: float = 0.9,
     risk: float = 0.1,
+    costs: Sequence[float] | None = None,
 ) -> CascadeFit:
     """Thresholds for a cascade whose verdicts agree with people at least `target` of the time.
 
@@ -243,41 +318,55 @@ def fit_cascade(
     labels at least a share `target` of the time, on new items from the same distribution
     (run the same way: the same judges, prompts and settings).
 
-    **The procedure.** One threshold `t` for every level, tried on a fixed grid (`GRID`)
-    from the most confident, 1.0, to the least, 0.5, 0.01 apart. At each `t`, the cascade
-    with every threshold `t` (the first level whose verdict has a confidence of at least `t`
-    decides; no level: it abstains) keeps `n_t` of the items, `e_t` of them against people.
-    The null hypothesis that its disagreement among the items it keeps is above
-    `1 - target` is tested with the exact binomial tail, p = P(Bin(n_t, 1 - target) <= e_t),
-    and rejected when p <= `risk`. The sequence stops at the first `t` not rejected; the fit
-    is the last `t` rejected (none: every threshold None, the cascade abstains on all).
+    **The procedure.** A *path* is a set of levels allowed to decide: every level, every
+    level but the first, ..., the last level alone (the levels left out never decide, and
+    are not asked). Each path is fitted by fixed-sequence testing at level `risk / K` (K
+    the number of levels; the whole `risk` with one level): one threshold `t` for the
+    levels it allows, tried on a fixed grid (`GRID`) from the most confident, 1.0, to the
+    least, 0.5, 0.01 apart. At each `t`, the cascade keeps `n_t` of the items (the first
+    allowed level whose verdict has a confidence of at least `t` decides; no level: it
+    abstains), `e_t` of them against people. The null hypothesis that its disagreement
+    among the items it keeps is above `1 - target` is tested with the exact binomial tail,
+    p = P(Bin(n_t, 1 - target) <= e_t), and rejected when p <= `risk / K`. The sequence
+    stops at the first `t` not rejected; the path's fit is the last `t` rejected. Of the
+    paths with a fit, the fit keeps, with `costs`, the one whose verdicts cost least on the
+    fitting items (each item costs the levels asked: the allowed ones up to the one that
+    decided, or all of them when none did; divided by the verdicts given), and without
+    `costs` the one keeping the most items; on a tie, the one allowing more levels. No path
+    with a fit: every threshold None, the cascade abstains on all.
 
-    **Where it starts.** A threshold that keeps fewer items than the fewest with which a test
-    could reject (`fewest_testable`: ceil(log(risk) / log(target)), 22 at 0.9 and 0.1) is
-    not tried: at the top of a grid few verdicts are that sure, and the sequence would stop
-    at once. The start depends on how many items the thresholds keep, never on the labels
-    (as in Jung et al., who try only thresholds keeping 30 items or more).
+    **Where a sequence starts.** At the top of the grid few verdicts are that sure, and a
+    test of a few items fails for one disagreement, which would stop the sequence at once.
+    So it starts at the highest threshold keeping at least `START_ITEMS` (100) items or a
+    quarter of them, whichever is fewer, and never fewer than the fewest with which a test
+    could reject (`fewest_testable`: ceil(log(level) / log(target)), 22 at 0.9 and 0.1, 29
+    at 0.9 and 0.05). The thresholds above the start lose nothing: their items are kept at
+    the start too. The start depends on how many items the thresholds keep, never on the
+    labels (as in Jung et al., who try only thresholds keeping 30 items or more).
 
-    **Why it holds.** The grid and its order are fixed before the labels are seen, and each
-    hypothesis is about one fixed cascade: for a fixed `t`, the items it keeps are
-    independent draws from the items it keeps in general, so given `n_t` its disagreements
-    are Binomial(n_t, d_t), with d_t its true disagreement; under the null d_t > 1 - target,
-    and P(p <= risk) <= risk. Fixed-sequence testing then bounds the chance of rejecting any
-    true null by `risk`: the sequence passes the first true null in its order only by
-    rejecting it, which happens with probability at most `risk`; so with probability at
-    least `1 - risk` every `t` rejected, the fit among them, has d_t <= 1 - target. One
-    sequence tests the whole cascade, so the levels share the one `risk`: no union bound
-    splits it, and no threshold is fitted on items chosen by another fitted threshold (the
-    items reaching a later level would then depend on the labels that chose the earlier
-    threshold, and the later test would not be exact). The argument takes the start as
-    fixed; here it is chosen from the counts alone, never the labels. Given the start, the
-    top stratum it passes over holds fewer items than it would by chance, and they are the
-    surest verdicts: when surer verdicts agree with people at least as often (what a
-    confidence is for), having fewer of them can only make a tested cascade look worse, so
-    the test stays conservative; `benchmarks/bench_cascade.py` measures the guarantee with
-    the start as it is. The price of one sequence: one threshold for all levels, so their
-    confidences should be on one scale (the probability the verdict is right);
-    `confidence=` of `judges.cascade` rescales a level.
+    **Why it holds.** The paths, the grid and its order are fixed before the labels are
+    seen, and each hypothesis is about one fixed cascade: for a fixed path and `t`, the
+    items it keeps are independent draws from the items it keeps in general, so given
+    `n_t` its disagreements are Binomial(n_t, d_t), with d_t its true disagreement; under
+    the null d_t > 1 - target, and P(p <= risk / K) <= risk / K. Fixed-sequence testing
+    bounds the chance of rejecting any true null of a path by `risk / K`: the sequence
+    passes the first true null in its order only by rejecting it. By the union bound over
+    the K paths, with probability at least `1 - risk` no path rejects a true null, so every
+    path's fit has d_t <= 1 - target, and so has the one kept, whichever it is. Each path
+    tests the whole cascade, so no threshold is fitted on items chosen by another fitted
+    threshold (the items reaching a later level would then depend on the labels that chose
+    the earlier threshold, and the later test would not be exact). The argument takes the
+    start as fixed; here it is chosen from the counts alone, never the labels. Given the
+    start, the top stratum it passes over holds fewer items than it would by chance, and
+    they are the surest verdicts: when surer verdicts agree with people at least as often
+    (what a confidence is for), having fewer of them can only make a tested cascade look
+    worse, so the test stays conservative; `benchmarks/bench_cascade.py` measures the
+    guarantee with the start as it is.
+
+    **The price.** One threshold for the levels a path allows, so their confidences should
+    be on one scale (the probability the verdict is right); a cheap level surer than it is
+    right is left out by the paths that skip it, and `confidence=` of `judges.cascade`
+    rescales a level. And each path has `risk / K` of the risk.
 
     Args:
         passed: `passed[i][k]`: item i's verdict at level k (True pass, False fail, None no
@@ -287,31 +376,52 @@ def fit_cascade(
         labels: `labels[i]`: whether people passed item i.
         target: The agreement with people to guarantee, between 0 and 1.
         risk: The chance the guarantee may fail, between 0 and 1.
+        costs: What asking each level costs (any unit: model calls, money), one per level,
+            0 or more; None: the fit keeps the path keeping the most items.
 
     Returns:
         The fit.
 
     Raises:
-        TypeError: A list, verdict, confidence, label, target or risk of the wrong type.
+        TypeError: A list, verdict, confidence, label, target, risk or cost of the wrong
+            type.
         ValueError: Lists of different lengths, no item, items with different numbers of
-            levels, or a confidence, target or risk out of range.
+            levels, costs for another number of levels, or a confidence, target, risk or
+            cost out of range.
     """
     target = _number(target, "target", 0.0, 1.0, open_=True)
     risk = _number(risk, "risk", 0.0, 1.0, open_=True)
     rows, truth, levels = _rows(passed, confidence, labels)
+    prices = _costs(costs, levels)
+    level = risk / levels  # the union bound over the paths
+    fewest = max(fewest_testable(target, level), min(START_ITEMS, len(rows) // 4))
     chosen: tuple[float | None, ...] = (None,) * levels
     p_chosen: float | None = None
-    fewest = fewest_testable(target, risk)
-    for t in GRID:
-        decisions = _decisions(rows, (t,) * levels)
-        kept = [(d[1], label) for d, label in zip(decisions, truth, strict=True) if d is not None]
-        if len(kept) < fewest:
-            continue  # too few items to test: the sequence starts lower (the counts only)
-        errors = sum(1 for verdict, label in kept if verdict != label)
-        p = binomial_cdf(errors, len(kept), 1.0 - target) if kept else 1.0
-        if p > risk:
-            break
-        chosen, p_chosen = (t,) * levels, p
+    best: tuple[float, int] | None = None  # (cost per verdict, -kept): the lower, the better
+    for first in range(levels):  # the path of the levels from `first` on
+        skipped: list[tuple[bool, float] | None] = [None] * first
+        allowed = [skipped + row[first:] for row in rows]
+        t_path: float | None = None
+        p_path: float | None = None
+        for t, n_t, e_t in zip(GRID, *grid_counts(allowed, truth), strict=True):
+            if n_t < fewest:
+                continue  # too few items to test: the sequence starts lower (the counts only)
+            p = binomial_cdf(e_t, n_t, 1.0 - target)
+            if p > level:
+                break
+            t_path, p_path = t, p
+        if t_path is None:
+            continue
+        thresholds = (None,) * first + (t_path,) * (levels - first)
+        decisions = _decisions(rows, thresholds)
+        kept = sum(1 for d in decisions if d is not None)
+        per_verdict = 0.0
+        if prices is not None and kept:
+            asked = (prices[first : (levels if d is None else d[0] + 1)] for d in decisions)
+            per_verdict = math.fsum(math.fsum(each) for each in asked) / kept
+        rank = (per_verdict, -kept)
+        if best is None or rank < best:  # a tie keeps the earlier path: more levels allowed
+            chosen, p_chosen, best = thresholds, p_path, rank
     decisions = _decisions(rows, chosen)
     n = len(rows)
     counts = [0] * (levels + 1)

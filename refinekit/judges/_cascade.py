@@ -129,7 +129,6 @@ class Cascade(FlowEvaluator):
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError(f"name must be a non-empty str, got {name!r}")
         made = _levels(levels)
-        self._given = tuple(levels)
         self._confidence_given = confidence
         self._calls = tuple(calls for _, _, calls in made)
         self.levels: tuple[Adapted, ...] = tuple(level for _, level, _ in made)
@@ -168,7 +167,7 @@ class Cascade(FlowEvaluator):
             ValueError: The fit has another number of levels.
         """
         return Cascade(
-            self._given,
+            tuple(zip(self.level_names, self.levels, strict=True)),
             thresholds=None,
             confidence=self._confidence_given,
             abstain=self.abstain,
@@ -184,6 +183,12 @@ class Cascade(FlowEvaluator):
         threshold = self.thresholds[k]
         return threshold is not None and confidence is not None and confidence >= threshold
 
+    def _never_decides(self, k: int) -> bool:
+        """Whether level `k` cannot decide whatever it says: then it is not asked."""
+        if self.thresholds is None or self.thresholds[k] is not None:
+            return False
+        return k < len(self.levels) - 1 or self.abstain
+
     def _flow(self, request: EvaluationRequest) -> Flow[Verdict]:
         exhaustive = _EVERY_MEMBER.get()
         entries: list[dict[str, Any]] = []
@@ -191,7 +196,7 @@ class Cascade(FlowEvaluator):
         last_error: Exception | None = None
         last_verdict: Verdict | None = None
         for k, level in enumerate(self.levels):
-            if decided is not None and not exhaustive:
+            if not exhaustive and (decided is not None or self._never_decides(k)):
                 entries.append({"name": self.level_names[k], "asked": False})
                 continue
             entry: dict[str, Any] = {"name": self.level_names[k], "asked": True}
@@ -227,13 +232,13 @@ class Cascade(FlowEvaluator):
         if isinstance(value, bool) or not is_number(value) or not is_real(value):
             raise TypeError(
                 f"the confidence of level {k} ({self.level_names[k]!r}) must be a number from "
-                f"0.5 to 1 or None, got {shown(value)}"
+                f"0 to 1 (below 0.5 counts as 0.5) or None, got {shown(value)}"
             )
         number = float(value)
         if not 0.0 <= number <= 1.0:
             raise ValueError(
-                f"the confidence of level {k} ({self.level_names[k]!r}) must be from 0.5 to 1, "
-                f"got {shown(value)}"
+                f"the confidence of level {k} ({self.level_names[k]!r}) must be from 0 to 1 "
+                f"(below 0.5 counts as 0.5), got {shown(value)}"
             )
         return max(0.5, number)
 
@@ -309,13 +314,15 @@ def cascade(
     judge) are raised.
 
     **Confidence.** `confidence_of` reads it from what the verdict carries, in its
-    documented order (a failed rule check: 1.0; a passing one: unknown; token
+    documented order: a nested cascade's deciding level; the agreement of `sampled()`
+    samples; a failed rule check (1.0; a passing one is no evidence: unknown); token
     log-probabilities; a `probability` in the metadata; a panel's margin; a rating's
-    distance from its cut-point; repeated samples of `sampled()`). `confidence=` replaces
-    it: a function `(verdict) -> float | None` for every level, or a list of one per level
-    (None there: `confidence_of`).
+    distance from its cut-point. `confidence=` replaces it: a function
+    `(verdict) -> float | None` (0 to 1; below 0.5 counts as 0.5) for every level, or a list
+    of one per level (None there: `confidence_of`).
 
-    **Thresholds.** One per level, 0.5 to 1 (None: the level never decides); fit them on
+    **Thresholds.** One per level, 0.5 to 1 (None: the level never decides, and is not
+    asked unless it is the last level and `abstain=False`); fit them on
     labelled items with `refinekit.eval.fit_cascade` and apply the fit with
     `fit=` or `Cascade.with_fit`: then the cascade's verdicts agree with people at least as
     often as the fit's target, with probability at least `1 - risk`. Not fitted
@@ -334,7 +341,8 @@ def cascade(
     that decided, None when the cascade abstained), `confidence` (the deciding level's),
     `levels` (one entry per level: `name`, `asked`, `passed` and `confidence`, None where
     the level gave no verdict, `status` and `reason`), `thresholds`, `abstain`,
-    `guaranteed`, and the fit's `target` and `risk` when fitted.
+    `guaranteed` (whether the verdict cleared a threshold: what the guarantee covers when
+    the thresholds were fitted), and the fit's `target` and `risk` when fitted.
 
     **Calibration.** Under `every_member()` (what `refinekit calibrate` sets) every level
     runs on every item and `levels` records each one's pass or fail and confidence, so the
