@@ -15,14 +15,17 @@ closes at 17):
   0.035 (0.965, fail), b4 0.805 (0.805, fail: wrong), b5 0.605 (0.605, pass), b6 0.195
   (0.805, pass: wrong).
 
-Fitted at agreement 0.6 with risk 0.1 (one threshold t for every level, tried from 1.0 down
-by 0.01; each t is kept while P(Bin(kept, 0.4) <= wrong) <= 0.1): t = 1.0 keeps f1 to f5 (p
-= 0.6 ** 5 = 0.078); 0.96 adds b3, 0.95 b1, 0.90 b2 (8 kept, none wrong: p = 0.6 ** 8 =
-0.0168); 0.80 adds b4 and b6, both wrong (10 kept, 2 wrong: p = 0.167 > 0.1), so the
-sequence stops and the fit is t = 0.81 at both levels. The fitted cascade then: the check
-decides f1 to f5 (5 of 11, all agreeing), the model b1, b2, b3 (3 of 11, all agreeing), and
-it abstains on b4, b5, b6 (3 of 11). Model calls per verdict: 0 for the five the check
-decided, 1 for each of the six others: 6 / 11, against 1 for the model alone.
+Fitted at agreement 0.6 with risk 0.1 (`fit_cascade`: each path of levels, both levels or
+the model alone, gets risk 0.05; one threshold t for a path's levels, tried from 1.0 down by
+0.01 once it keeps at least 6 items, the fewest that can pass; each t is kept while
+P(Bin(kept, 0.4) <= wrong) <= 0.05). Both levels: t = 0.96 keeps f1 to f5 and b3 (p = 0.6 ** 6
+= 0.047); 0.95 adds b1, 0.90 b2 (8 kept, none wrong: p = 0.6 ** 8 = 0.0168); 0.80 adds b4 and
+b6, both wrong (10 kept, 2 wrong: p = 0.167), so the sequence stops at t = 0.81. The model
+alone: t = 0.90 keeps 8 with 3 wrong (f1 to f3): p = 0.59, no threshold. So the fit is 0.81 at
+both levels. The fitted cascade then: the check decides f1 to f5 (5 of 11, all agreeing), the
+model b1, b2, b3 (3 of 11, all agreeing), and it abstains on b4, b5, b6 (3 of 11). Model calls
+per verdict: 0 for the five the check decided, 1 for each of the six others: 6 / 11, against 1
+for the model alone.
 """
 
 from __future__ import annotations
@@ -163,7 +166,7 @@ def test_the_fit_is_priced_against_the_strongest_level_alone(
 def test_a_target_no_level_reaches_abstains_everywhere_and_warns(
     labelled: Path, tmp_path: Path
 ) -> None:
-    # at 0.9, the five certain fails give p = 0.9 ** 5 = 0.59: no threshold is kept
+    # at 0.9 a test needs 29 kept items with no error (0.9 ** 29 < 0.05): 11 never pass
     result = refinekit.eval.calibrate(labelled, judge=CASCADE, db=tmp_path / "runs.db")
 
     k = result.calibration.cascade
