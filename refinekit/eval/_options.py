@@ -224,7 +224,11 @@ class EvalOptions(RunOptions):
             the interval includes their uncertainty (`EvalResult.corrected`). Without one,
             or with a judge whose kappa's 95% lower bound is under `min_judge_kappa`, the
             gate says the judge is uncalibrated (`EvalResult.judge_warning`), and gates on
-            the Wilson bound. Needs `repeat` and `trials` of 1.
+            the Wilson bound. With a cascade judge (`refinekit.judges.cascade`) the cascade
+            judges with the fit that calibration stored (`Cascade.with_fit`), and the
+            correction uses the fitted cascade's figures; a calibration that stored no fit
+            for a cascade of as many levels is a `UsageProblem`. Needs `repeat` and `trials`
+            of 1.
         min_judge_kappa: The lowest 95% lower bound of the calibrated judge's kappa that
             lets its calibration correct the rate, from -1 to 1.
         strict_calibration: Make an uncalibrated judge an error (`UsageProblem`, before

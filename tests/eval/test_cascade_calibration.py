@@ -40,9 +40,12 @@ from helpers import Cli, judge_replies, write_csv
 
 import refinekit.eval
 from refinekit import EvaluationRequest, Verdict, checks, judges
-from refinekit.eval import UsageProblem
+from refinekit.eval import EvalOptions, UsageProblem
+from refinekit.eval._plans import EvalPlan
 from refinekit.eval._report import calibration_report
+from refinekit.eval._store import open_store
 from refinekit.eval._store._sqlite import SQLiteStore
+from refinekit.eval._workflow import _for_worker
 from refinekit.testing import ScriptedOpenAI
 
 CONTEXT = "The store opens at 9 and closes at 17."
@@ -412,3 +415,24 @@ def test_the_stored_fit_is_json(labelled: Path, tmp_path: Path) -> None:
     again = refinekit.eval.CascadeFit.from_dict(json.loads(json.dumps(stored["fit"])))
     assert again.thresholds == (pytest.approx(0.81), pytest.approx(0.81))
     assert (again.target, again.risk, again.n) == (0.6, 0.1, 11)
+
+
+def test_a_ray_worker_of_the_run_judges_with_the_same_fit(labelled: Path, tmp_path: Path) -> None:
+    # what the driver sends each Ray worker: the fit's calibration run, applied there too
+    db = tmp_path / "runs.db"
+    run = refinekit.eval.calibrate(labelled, judge=CASCADE, db=db, target=0.6).run_id
+    options = EvalOptions(labelled, target=given, judge=CASCADE, calibration=run, db=db)
+    plan = EvalPlan(options)
+    with open_store(plan.db) as store:
+        plan.prepare(store)
+
+    sent = _for_worker(plan, 7)
+
+    assert sent.calibration == run
+    assert sent.judge is CASCADE  # the worker fits its own copy, as the driver did
+    assert isinstance(sent, EvalOptions)
+    worker = EvalPlan(sent)
+    with open_store(worker.db) as store:
+        worker.apply_fit(store, run)
+    assert isinstance(worker.judge, judges.Cascade)
+    assert worker.judge.thresholds == (pytest.approx(0.81), pytest.approx(0.81))
