@@ -86,8 +86,8 @@ class CascadeCalibration:
         judge_fail_only: Failed by the cascade, passed by people.
         both_fail: Failed by both.
         calls_per_verdict: The model calls the fitted cascade takes per item (the levels up
-            to the one that decided; every level on an abstained item); None when a level's
-            calls are unknown.
+            to the one that decided, every level on an abstained item; a level without a
+            threshold is not asked); None when a level's calls are unknown.
         strongest_calls: The strongest (last) level's calls per item, alone.
         cost_per_verdict: With prices, `calls_per_verdict` at the calibration's mean price
             of a judge's model call; None without prices.
@@ -245,8 +245,14 @@ def cascade_calibration(
     abstained = sum(at is None for at in decided_at)
     spent: float | None = None
     if all(c is not None for c in calls):
-        known = [float(c) for c in calls if c is not None]
-        spent = sum(sum(known[: (count if at is None else at + 1)]) for at in decided_at) / n
+        # a level that cannot decide (no threshold) is not asked, unless it is a last level
+        # that decides anyway (abstain=False)
+        asked = [
+            float(c) if t is not None or (k == count - 1 and fallback) else 0.0
+            for k, (c, t) in enumerate(zip(calls, thresholds, strict=True))
+            if c is not None
+        ]
+        spent = sum(sum(asked[: (count if at is None else at + 1)]) for at in decided_at) / n
     price = _mean_call_price([c for _, c in rows])
     strongest = calls[-1]
     return CascadeCalibration(

@@ -179,6 +179,7 @@ def test_a_target_no_level_reaches_abstains_everywhere_and_warns(
     assert [level.guaranteed for level in k.levels] == [None, None]
     assert (k.abstained, k.coverage) == (11, 0.0)
     assert k.agreement is None
+    assert k.calls_per_verdict == 0.0  # a level that can decide nothing is not asked
     assert (
         "the fitted cascade abstains on 11 of 11 items (100%): no level's verdicts reach "
         "agreement 0.90 at risk 0.10 on the rest; lower --target-agreement, label more "
