@@ -50,10 +50,12 @@ class RunPlan:
         repeat: Verdicts per answer.
         trials: Runs of the answer function per case.
         max_cost: The most the run may spend, or None.
+        cascade_fit: The stored fit a cascade judge judges with (`--calibration`), or None.
     """
 
     kind: ClassVar[Literal["eval", "calibrate"]]
     target: Target | None = None
+    cascade_fit: CascadeFit | None = None
     labels: Mapping[str, str] | None = None
     repeat: int = 1
     trials: int = 1

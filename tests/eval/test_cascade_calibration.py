@@ -43,6 +43,7 @@ from refinekit import EvaluationRequest, Verdict, checks, judges
 from refinekit.eval import EvalOptions, UsageProblem
 from refinekit.eval._plans import EvalPlan
 from refinekit.eval._report import calibration_report
+from refinekit.eval._resume import start
 from refinekit.eval._store import open_store
 from refinekit.eval._store._sqlite import SQLiteStore
 from refinekit.eval._workflow import _for_worker
@@ -437,3 +438,27 @@ def test_a_ray_worker_of_the_run_judges_with_the_same_fit(labelled: Path, tmp_pa
         worker.apply_fit(store, run)
     assert isinstance(worker.judge, judges.Cascade)
     assert worker.judge.thresholds == (pytest.approx(0.81), pytest.approx(0.81))
+
+
+def test_a_run_is_resumed_only_under_the_fit_its_verdicts_had(
+    labelled: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "runs.db"
+    fitted = refinekit.eval.calibrate(labelled, judge=CASCADE, db=db, target=0.6).run_id
+    looser = refinekit.eval.calibrate(labelled, judge=CASCADE, db=db, target=0.4).run_id
+
+    workers = iter(range(100))
+
+    def started(calibration: int) -> int:
+        options = EvalOptions(labelled, target=given, judge=CASCADE, calibration=calibration, db=db)
+        plan = EvalPlan(options)
+        with open_store(db) as store:
+            plan.prepare(store)
+            return start(store, plan, version="test", worker=f"w{next(workers)}").run.id
+
+    with open_store(db) as store:
+        fits = [store.run(r).summary["cascade"]["fit"]["thresholds"] for r in (fitted, looser)]
+    assert fits[0] != fits[1]
+    first = started(fitted)  # left running, unfinished
+    assert started(fitted) == first  # the same command, the same fit: the same run
+    assert started(looser) != first  # other thresholds: a run of its own
