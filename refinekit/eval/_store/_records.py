@@ -342,6 +342,10 @@ class RunStore(Protocol):
         """
         ...
 
+    def answered_keys(self, run_id: int) -> set[str]:
+        """The keys of the run's cases answered and waiting for verdicts (`--batch`)."""
+        ...
+
     def drop_cases(self, run_id: int, keys: set[str]) -> None:
         """Remove cases from a run (rows no longer in its data file, on resume)."""
         ...
