@@ -186,6 +186,7 @@ def test_testing_names() -> None:
     assert set(refinekit.testing.__all__) == {
         "FakeJudge",
         "FakeStream",
+        "RecordedBatch",
         "RecordedRequest",
         "RecordedStream",
         "Reply",

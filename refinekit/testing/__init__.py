@@ -34,11 +34,12 @@ from __future__ import annotations
 from .._core.config import is_testing, set_testing
 from .._core.package import rehome
 from ._fakes import FakeJudge, FakeStream
-from ._server import RecordedRequest, RecordedStream, Reply, ScriptedOpenAI
+from ._server import RecordedBatch, RecordedRequest, RecordedStream, Reply, ScriptedOpenAI
 
 __all__ = [
     "FakeJudge",
     "FakeStream",
+    "RecordedBatch",
     "RecordedRequest",
     "RecordedStream",
     "Reply",

@@ -51,6 +51,7 @@ class RecordedRequest:
             `api-key`, ...) are redacted, e.g. "Bearer ***", so no secret is ever stored.
         body: The parsed JSON body, or None when there was no JSON object.
         model: The body's "model", or None.
+        batch_id: The id of the batch that carried it, or None for a request sent directly.
     """
 
     method: str
@@ -58,6 +59,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: dict[str, Any] | None
     model: str | None
+    batch_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -554,9 +556,7 @@ class Scripts:
         for item in items:
             if not (isinstance(item, (str, Reply)) or callable(item)):
                 raise TypeError(f"a reply is a str, a Reply or a callable, not {item!r}")
-        if times is not None and (isinstance(times, bool) or not isinstance(times, int)):
-            raise ValueError(f"times is a whole number of at least 1, or None, not {times!r}")
-        if times is not None and times < 1:
+        if times is not None and (type(times) is not int or times < 1):  # not a bool either
             raise ValueError(f"times is a whole number of at least 1, or None, not {times!r}")
         if times is None and not items:
             raise ValueError("times=None repeats the replies for ever: give at least one")

@@ -14,27 +14,30 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import TCPServer
 from typing import TYPE_CHECKING, Any
 
 from . import _anthropic_wire, _openai_wire
-from ._script import RecordedRequest, RecordedStream, Reply, ReplyLike, Scripts, as_reply
-from ._wire import API_KEY, Hold, Ids, Rendered, Streamed, Wire, render
+from ._batch_shapes import check_plan
+from ._batches import BATCH_PREFIXES, Batches, RecordedBatch
+from ._script import RecordedRequest, RecordedStream, Reply, ReplyLike, Scripts
+from ._wire import API_KEY, Hold, Ids, Rendered, Streamed, Wire, answer_from
 
 if TYPE_CHECKING:
     import anthropic
     import openai
 
-__all__ = ["RecordedRequest", "RecordedStream", "Reply", "ScriptedOpenAI"]
+__all__ = ["RecordedBatch", "RecordedRequest", "RecordedStream", "Reply", "ScriptedOpenAI"]
 
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
 
 
 def _wire(path: str) -> Wire:
-    """The wire format of a request path: Anthropic's on `/v1/messages`, else OpenAI's."""
-    if path.partition("?")[0] == _anthropic_wire.MESSAGES_PATH:
+    """The wire format of a request path: Anthropic's under `/v1/messages`, else OpenAI's."""
+    route = path.partition("?")[0]
+    if route == _anthropic_wire.MESSAGES_PATH or route.startswith("/v1/messages/"):
         return _anthropic_wire
     return _openai_wire
 
@@ -58,6 +61,7 @@ class _Handler(BaseHTTPRequestHandler):
         scripted = self.server.scripted
         with scripted._lock:
             scripted._in_flight += 1
+            scripted._http_requests += 1
         self._in_flight = True
         try:
             self._answer()
@@ -277,6 +281,8 @@ class ScriptedOpenAI:
         self._stream_done = threading.Condition(self._lock)
         self._in_flight = 0
         self._ids = Ids()
+        self._http_requests = 0
+        self._batches = Batches(self._scripts, self._ids, self._record)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -413,7 +419,9 @@ class ScriptedOpenAI:
         self._scripts.add(model, replies, times)
 
     def reset(self) -> None:
-        """Forget every script, every recorded request and stream; the server keeps running.
+        """Forget every script, recorded request and stream, and every batch and file.
+
+        The server keeps running; `http_requests` counts from 0 again.
 
         A stream still being sent when it is called is not recorded when it ends.
 
@@ -421,14 +429,67 @@ class ScriptedOpenAI:
         `scripted_openai_session` fixture does before each test that uses it.
         """
         self._scripts.clear()
+        self._batches.clear()
         with self._lock:
+            self._http_requests = 0
             self._requests.clear()
             self._streams.clear()
             self._generation += 1  # a stream still being sent now is not recorded when it ends
 
+    def script_batches(
+        self,
+        *,
+        polls: int = 1,
+        fail: Collection[int] = (),
+        expire: bool = False,
+        expire_after: int = 0,
+        times: int | None = None,
+    ) -> None:
+        """How the next batches run (OpenAI's Batches, Anthropic's Message Batches).
+
+        A batch advances only when it is polled (a GET of the batch), never with time;
+        unscripted, it ends at its first poll with every item answered.
+
+        Args:
+            polls: The poll at which it ends, from 1; on the way: validating, in_progress
+                (done items counting up), finalizing (from 3 polls), "completed"/"ended".
+            fail: 0-based positions of items that fail, taking no reply: an error file
+                line with a 500 `server_error` (OpenAI), an "errored" result (Anthropic).
+            expire: The batch ends "expired" (Anthropic: "ended") after its first
+                `expire_after` items; the others take no reply and are expired.
+            expire_after: With `expire`, how many items are done before it expires.
+            times: For the next `times` batches (after those scripted before); None:
+                every later batch once those are used.
+
+        Raises:
+            ValueError: `polls` or `times` below 1, or a negative count or position.
+            TypeError: `fail` is not a collection of positions, or `expire` not a bool.
+        """
+        self._batches.script(check_plan(polls, fail, expire, expire_after), times)
+
+    def end_batches(self) -> None:
+        """Every batch not ended yet ends at its next poll (as it was scripted to end)."""
+        self._batches.end_all()
+
+    @property
+    def batches(self) -> list[RecordedBatch]:
+        """Every batch created so far, oldest first, as `RecordedBatch`es (a snapshot)."""
+        return self._batches.recorded()
+
+    @property
+    def http_requests(self) -> int:
+        """HTTP requests received so far, on every path (batch and file endpoints too)."""
+        with self._lock:
+            return self._http_requests
+
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Every request received so far, in arrival order (a copy)."""
+        """Every request received so far, in arrival order (a copy).
+
+        A request of a batch is recorded as a request of its own (its `batch_id` set) when
+        the batch is created; the calls to the batch and file endpoints themselves are not
+        recorded (`http_requests` counts them).
+        """
         with self._lock:
             return list(self._requests)
 
@@ -500,8 +561,17 @@ class ScriptedOpenAI:
 
     # serving (called in the connection's thread)
 
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(request)
+
     def _dispatch(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> Rendered:
         wire = _wire(path)
+        route = path.partition("?")[0]
+        if any(route == p or route.startswith(p + "/") for p in BATCH_PREFIXES):
+            answered = self._batches.handle(method, path, headers, raw, self.base_url)
+            if answered is not None:
+                return answered
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
@@ -514,8 +584,7 @@ class ScriptedOpenAI:
         request = RecordedRequest(
             method, path, headers, parsed, model if isinstance(model, str) else None
         )
-        with self._lock:
-            self._requests.append(request)
+        self._record(request)
         chat, messages = _openai_wire.CHAT_PATH, _anthropic_wire.MESSAGES_PATH
         if method != "POST" or path.partition("?")[0] not in (chat, messages):
             message = (
@@ -525,32 +594,7 @@ class ScriptedOpenAI:
             return wire.error(404, message)
         if bad_json or parsed is None:
             return wire.error(400, "scripted server: the request body is not a JSON object")
-        if request.model is None:
-            return wire.error(400, "scripted server: the request has no model", param="model")
-        reply, number, scripted = self._scripts.next(request.model)
-        if scripted is None:
-            return wire.error(
-                404,
-                f"scripted server: no script for model {request.model!r}",
-                param="model",
-                code="model_not_found",
-            )
-        if reply is None:
-            return wire.error(
-                500,
-                f"scripted server: no reply left for model {request.model!r} "
-                f"({scripted} scripted, this is request {number})",
-            )
-        try:
-            if not isinstance(reply, (str, Reply)):
-                reply = reply(request)
-            rendered = render(wire, as_reply(reply), request, self._ids)
-        except Exception as exc:  # a bug in a test's callable: fail the request loudly
-            return wire.error(
-                500,
-                f"scripted server: reply {number} for model {request.model!r} raised "
-                f"{type(exc).__name__}: {exc}",
-            )
+        rendered = answer_from(self._scripts, wire, request, self._ids)
         if isinstance(rendered, Streamed):
             return dataclasses.replace(rendered, request=request)
         return rendered

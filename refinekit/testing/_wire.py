@@ -28,7 +28,9 @@ from ._script import (
     Raw,
     RecordedRequest,
     Reply,
+    Scripts,
     Truncated,
+    as_reply,
 )
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "Response",
     "Streamed",
     "Wire",
+    "answer_from",
     "error_response",
     "is_streamed",
     "render",
@@ -236,3 +239,56 @@ def usage(
     if completion is None:
         completion = max(1, words(output))
     return prompt, completion
+
+
+def answer_from(
+    scripts: Scripts, wire: Wire, request: RecordedRequest, ids: Ids, *, batch: bool = False
+) -> Rendered:
+    """What to send for a request, from the script of its model (its next reply).
+
+    No script, no reply left or a callable reply that raised is the server's error, in the
+    request's wire format. `batch`: the request is an item of a batch, whose answer is a
+    response, at once: a `Reply.delay` does not wait, and a reply that sends no response
+    (`hang`, `disconnect`, `truncated`, a streamed fault) or a streamed request is the
+    server's error.
+    """
+    if request.model is None:
+        return wire.error(400, "scripted server: the request has no model", param="model")
+    reply, number, scripted = scripts.next(request.model)
+    if scripted is None:
+        return wire.error(
+            404,
+            f"scripted server: no script for model {request.model!r}",
+            param="model",
+            code="model_not_found",
+        )
+    if reply is None:
+        return wire.error(
+            500,
+            f"scripted server: no reply left for model {request.model!r} "
+            f"({scripted} scripted, this is request {number})",
+        )
+    try:
+        if not isinstance(reply, (str, Reply)):
+            reply = reply(request)
+        made = as_reply(reply)
+        if batch:
+            while isinstance(made, Delay):
+                made = made.then
+            if is_streamed(request):
+                return wire.error(400, "scripted server: a request in a batch cannot stream")
+            stops = isinstance(made, (Hang, Disconnect, Malformed)) and made.then is not None
+            if stops or isinstance(made, (Hang, Disconnect, Truncated)):
+                kind = type(made).__name__.lower()
+                return wire.error(
+                    500,
+                    f"scripted server: Reply.{kind}() sends no response, so it cannot answer "
+                    "a request in a batch: script a text, a tool call or an error",
+                )
+        return render(wire, made, request, ids)
+    except Exception as exc:  # a bug in a test's callable: fail the request loudly
+        return wire.error(
+            500,
+            f"scripted server: reply {number} for model {request.model!r} raised "
+            f"{type(exc).__name__}: {exc}",
+        )
