@@ -12,6 +12,7 @@ from ._store import CaseRecord, RunInfo, StoreURL
 from ._summary import Comparison, Summary
 
 __all__ = [
+    "BatchWaiting",
     "CalibrationResult",
     "CaseFinished",
     "EvalResult",
@@ -116,7 +117,27 @@ class RunStopped:
     error: BaseException
 
 
-RunEvent = RunStarted | CaseFinished | RunProgress | RunStopped
+@dataclass(frozen=True)
+class BatchWaiting:
+    """A batched run (`--batch`) waits for its judge's batches at the provider.
+
+    Told after each poll of the run's open batches.
+
+    Attributes:
+        state: The state of the batch polled last: `validating`, `in_progress`,
+            `finalizing`, `ended`, `failed`, `expired`, `cancelling` or `cancelled`.
+        done: The judge requests those batches finished so far.
+        total: The judge requests in them.
+        batches: The run's open batches this worker polls.
+    """
+
+    state: str
+    done: int
+    total: int
+    batches: int
+
+
+RunEvent = RunStarted | CaseFinished | RunProgress | RunStopped | BatchWaiting
 """What `on_event` is told while a run goes."""
 
 

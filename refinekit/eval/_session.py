@@ -11,12 +11,16 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
-from .._core.errors import RunAborted, RunStoreError
+from .._core.errors import CostLimitReached, RunAborted, RunStoreError
 from .._core.package import version
 from . import _results
 from ._plans import RunPlan
 from ._ratelimit import RateLimiter
-from ._results import CaseFinished, RunEvent, RunProgress, RunStarted, RunStopped
+from ..judges._cache_backends import JudgeCache
+from ._batch_phase import BatchTally, judge_answered
+from ._batch_rounds import BatchNews
+from ._judging import Judging
+from ._results import BatchWaiting, CaseFinished, RunEvent, RunProgress, RunStarted, RunStopped
 from ._resume import start
 from ._runner import Progress, alongside, renewing, run_cases
 from ._store import CaseRecord, RunInfo, RunStore
@@ -44,6 +48,7 @@ class Session:
         total = len(self.cases)
         self.progress = Progress(total=total, done=self.started.resumed, on_case=self._done)
         self._told: tuple[int, float | None] | None = None  # the last position told
+        self.batches = BatchTally()  # what this worker's batch phase did (`--batch`)
         self._tell(
             RunStarted(
                 run=self.run,
@@ -109,18 +114,58 @@ class Session:
     async def _cases(self) -> None:
         cache = self.store.judge_cache() if self.plan.options.cache else None
         try:
-            await run_cases(
-                self.store,
-                self.plan,
-                self.started,
-                worker=self.worker,
-                progress=self.progress,
-                limiter=self.limiter,
-                cache=cache,
-            )
+            stopped: CostLimitReached | None = None
+            try:
+                await run_cases(
+                    self.store,
+                    self.plan,
+                    self.started,
+                    worker=self.worker,
+                    progress=self.progress,
+                    limiter=self.limiter,
+                    cache=cache,
+                )
+            except CostLimitReached as e:
+                if not self.plan.options.batch:
+                    raise
+                stopped = e  # the cases answered are judged first: they were paid for
+            if self.plan.options.batch:
+                await self._judge_answered(cache, wait_for_others=stopped is None)
+            if stopped is not None:
+                raise stopped
         finally:
             if cache is not None:
                 cache.close()
+
+    async def _judge_answered(self, cache: JudgeCache | None, *, wait_for_others: bool) -> None:
+        """The batch phase: every answered case of the run judged, its requests batched."""
+        plan = self.plan
+        judging = Judging(
+            plan.judge,
+            plan.judge_name,
+            plan.repeat,
+            self.limiter,
+            cache,
+            every_member=plan.kind == "calibrate",
+        )
+
+        def news(news: BatchNews) -> None:
+            self._tell(BatchWaiting(news.state, news.done, news.total, news.batches))
+
+        async with renewing(self.store, self.run.id, self.worker):
+            tally = await judge_answered(
+                self.store,
+                plan,
+                self.run.id,
+                worker=self.worker,
+                progress=self.progress,
+                judging=judging,
+                on_news=news,
+                wait_for_others=wait_for_others,
+            )
+        self.batches.batches += tally.batches
+        self.batches.items += tally.items
+        self.batches.direct += tally.direct
 
     async def execute(self, elsewhere: Callable[[], Awaitable[object]] | None = None) -> None:
         """Run the cases still to do with any other workers of the run, until none is left.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..._core.redact import redact
@@ -75,27 +75,29 @@ class Submission:
 
 _FINISHED = ("ended", "failed", "expired", "cancelled")
 
+_ROLES = ("answer", "answer_judge", "judge")
+"""The parts of a case's cost its total is made of."""
+
 
 class Batches(Claims):
     """The answers waiting for verdicts and the batched judge requests, over a store's hooks."""
 
     # answers waiting for their verdicts
 
-    def save_answered(
-        self,
-        run_id: int,
-        key: str,
-        request: Mapping[str, Any],
-        record: Mapping[str, Any],
-        total_cost: float | None,
-        *,
-        worker: str,
-    ) -> bool:
+    def save_answered(self, run_id: int, deferred: Any, *, worker: str) -> bool:
         """Keep an answered case waiting for its verdict, its claim done with; one transaction.
+
+        `deferred` is a `refinekit.eval._judging.Deferred`: the judge's request and the
+        case's record so far (its answer's cost counts in the run's spend meanwhile).
 
         Returns:
             Whether it was kept (the claim was still `worker`'s).
         """
+        record: CaseRecord = deferred.record
+        key = record.key
+        request = deferred.request.model_dump(mode="json")
+        cost = record.cost
+        total_cost = sum(float(cost.get(r, 0.0)) for r in _ROLES) if cost else None
         with self._transaction():
             row = self._one(
                 f"SELECT key FROM claims WHERE run_id = ? AND key = ? AND worker = ?"
@@ -108,9 +110,13 @@ class Batches(Claims):
             self._exec(
                 "INSERT INTO answered (run_id, key, request, record, total_cost, answered_at) "
                 "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (run_id, key, _dumps(request), _dumps(record), total_cost, time.time()),
+                (run_id, key, _dumps(request), _dumps(asdict(record)), total_cost, time.time()),
             )
         return True
+
+    def workers_alive(self, run_id: int) -> list[str]:
+        """The run's workers that are alive."""
+        return self._live(run_id)
 
     def answered(self, run_id: int) -> list[Answered]:
         """The run's cases answered and waiting for their verdicts."""
