@@ -392,8 +392,10 @@ class Batches:
             lines = "".join(json.dumps(line) + "\n" for line in anthropic_results(batch))
             return Response(200, lines.encode(), (("Content-Type", "application/binary"),))
         if method == "POST" and parts[1:] == ["cancel"]:
-            if batch.state not in FINAL:
-                self._cancel(batch)
+            if batch.state in FINAL:
+                message = f"Message batch {batch.id!r} has ended: it cannot be canceled."
+                return _anthropic_wire.error(409, message)
+            self._cancel(batch)
             return json_response(anthropic_view(batch, base_url))
         return no_route(_anthropic_wire, method, where)
 
