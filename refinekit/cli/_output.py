@@ -25,6 +25,7 @@ from typing import Any, TextIO, TypeVar, cast
 from .._core.numbers import usd
 from .._core.redact import redact
 from ..eval import (
+    BatchWaiting,
     CalibrationResult,
     CaseFinished,
     CaseRecord,
@@ -107,6 +108,7 @@ class RunWatcher:
         self.command = command
         self.display = display or ProgressDisplay(io.err, command)
         self.stopped: RunStopped | None = None
+        self.batched = False  # the run waited for its judge's batches (`--batch`)
         self.no_context_told = False
 
     def __call__(self, event: RunEvent) -> None:
@@ -125,6 +127,9 @@ class RunWatcher:
                 )
         elif isinstance(event, RunProgress):
             self.display.update(event.done, event.total, event.cost)
+        elif isinstance(event, BatchWaiting):
+            self.batched = True
+            self.display.batch(event.state, event.done, event.total, event.batches)
         else:
             self.display.close()
             self.stopped = event
@@ -199,6 +204,11 @@ class RunWatcher:
 
     def interrupted(self) -> int:
         """Say the run was interrupted and is stored incomplete; exit status 130."""
+        if self.batched:
+            self.io.say(
+                "the judge's batches keep running at the provider (they are not cancelled): "
+                "the same command polls them again and judges the answers with their replies"
+            )
         return self._incomplete("interrupted", EXIT_INTERRUPTED)
 
 

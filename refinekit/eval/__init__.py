@@ -39,6 +39,7 @@ from ._corrected import CorrectedRate, JudgeCalibration
 from ._golden import case_slug, column_for, read_golden
 from ._options import CalibrateOptions, EvalOptions, RunOptions
 from ._results import (
+    BatchWaiting,
     CalibrationResult,
     CaseFinished,
     EvalResult,
@@ -54,6 +55,7 @@ from ._summary import Comparison, Summary
 from ._workflow import acalibrate, arun, calibrate, run
 
 __all__ = [
+    "BatchWaiting",
     "CalibrateOptions",
     "Calibration",
     "CalibrationResult",

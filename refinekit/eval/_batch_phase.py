@@ -34,13 +34,15 @@ from ._batch_calls import Collector, Tracker, batch_judges, batching, installed
 from ._batch_rounds import BatchNews, Rounds
 from ._cases import Case
 from ._column_checks import column_checks
+from ._deferred import record_fields
 from ._judging import Judging, combine
 from ._money import added, case_cost
 from ._options import RETRYABLE
 from ._plans import RunPlan
-from ._runner import Progress, _models, _record, record_fields
+from ._runner import Progress, _models, _record
 from ._store import CaseRecord, RunStore
-from ._store._batches import Answered, Batches
+from ._store._batches import Answered
+from ._store._sql import SQLStore
 
 __all__ = ["BatchTally", "judge_answered", "record_of"]
 
@@ -86,7 +88,7 @@ async def judge_answered(
         RunAborted: The judge is misconfigured or raised a bug, or a model has no price.
         CostLimitReached: A batch would take the run over `plan.max_cost`.
     """
-    assert isinstance(store, Batches)
+    assert isinstance(store, SQLStore)  # every store is one
     installed()
     cases = {c.key: c for c in plan.cases}
     tally = BatchTally()
@@ -101,7 +103,7 @@ async def judge_answered(
 
 
 async def _judge_all(
-    store: Batches,
+    store: SQLStore,
     plan: RunPlan,
     run_id: int,
     worker: str,
@@ -179,9 +181,7 @@ async def _judged(
     checks = column_checks(case, request.answer)
     started = time.perf_counter()
     async with job() as judging_job:
-        verdicts = await asyncio.gather(
-            *(_once(judging, request, t, collector) for t in trackers)
-        )
+        verdicts = await asyncio.gather(*(_once(judging, request, t, collector) for t in trackers))
     cached = judging.counts.by_job.pop(judging_job.id, {}) if judging.cache is not None else {}
     judge_models = per_model(judging_job)
     judgement = (

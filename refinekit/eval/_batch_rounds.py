@@ -42,7 +42,7 @@ from ..judges._calls import Complete
 from ..judges._client import JudgeModel
 from ._batch_api import BATCH_DISCOUNT, BatchAPI, BatchStatus, batch_api
 from ._batch_calls import Collector
-from ._store._batches import Batches, Submission, finished
+from ._store._batches import Batches, Submission
 
 __all__ = ["POLL_SECONDS", "BatchNews", "Rounds", "reply_type"]
 

@@ -36,8 +36,8 @@ from .._engine.ledger import count, first_answer, mark, per_model
 from .._engine.prices import Prices
 from .._providers.replies import answer_text
 from ..judges._cache_backends import JudgeCache
-from ._cases import Case, as_text, context_of, merged
-from ._golden import column_for
+from ._cases import Case, context_of, merged
+from ._deferred import calibration_request, labelled
 from ._judging import (
     Deferred,
     Judgement,
@@ -56,7 +56,7 @@ from ._store._claims import LEASE_SECONDS
 from ._target import Target
 from ._tiers import call_target, ended_at, tier_dicts, tier_reports
 
-__all__ = ["Progress", "alongside", "calibration_request", "record_fields", "renewing", "run_cases"]
+__all__ = ["Progress", "alongside", "renewing", "run_cases"]
 
 _CONFIGURATION_ERRORS = (
     JudgeMisconfigured,
@@ -360,24 +360,6 @@ def _record(
     )
 
 
-def calibration_request(case: Case) -> EvaluationRequest:
-    """What the judge sees of a labelled item: its question, answer and context."""
-    answer_column = column_for("answer", list(case.row), loose=True)
-    assert answer_column is not None
-    return EvaluationRequest(
-        question=case.question,
-        answer=as_text(case.row[answer_column]),
-        context=context_of(case),
-        metadata={"row": dict(case.row)},
-    )
-
-
-def record_fields(record: CaseRecord) -> dict[str, Any]:
-    """What a deferred case's record keeps of its answer, for the record once judged."""
-    names = ("attempts", "corrections", "answer_usage", "answer_judge_usage", "answer_seconds")
-    return {n: getattr(record, n) for n in (*names, "tier", "tiers")}
-
-
 async def _calibrate_case(
     case: Case, judging: Judging, label: str, prices: Prices | None
 ) -> CaseRecord:
@@ -566,18 +548,7 @@ async def run_cases(
 
         async def once(case: Case) -> CaseRecord | Deferred:
             if batch:
-                request = calibration_request(case)
-                record = CaseRecord(
-                    key=case.key,
-                    position=case.position,
-                    question=case.question,
-                    row=case.row,
-                    outcome="inconclusive",
-                    answer=request.answer,
-                    label=lab[case.key],
-                    cost=_priced(None, {}, prices),
-                )
-                return Deferred(request, record)
+                return labelled(case, lab[case.key], _priced(None, {}, prices))
             return await _calibrate_case(case, judging, lab[case.key], prices)
 
     stored = started.earlier

@@ -13,13 +13,13 @@ from typing import Any
 
 from .._core.errors import CostLimitReached, RunAborted, RunStoreError
 from .._core.package import version
-from . import _results
-from ._plans import RunPlan
-from ._ratelimit import RateLimiter
 from ..judges._cache_backends import JudgeCache
+from . import _results
 from ._batch_phase import BatchTally, judge_answered
 from ._batch_rounds import BatchNews
 from ._judging import Judging
+from ._plans import RunPlan
+from ._ratelimit import RateLimiter
 from ._results import BatchWaiting, CaseFinished, RunEvent, RunProgress, RunStarted, RunStopped
 from ._resume import start
 from ._runner import Progress, alongside, renewing, run_cases
