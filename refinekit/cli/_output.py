@@ -212,6 +212,23 @@ class RunWatcher:
         return self._incomplete("interrupted", EXIT_INTERRUPTED)
 
 
+def batch_line(summary: Mapping[str, Any]) -> str | None:
+    """What a batched run's batches did, in one line; None for a run without `--batch`."""
+    b = summary.get("batch")
+    if not isinstance(b, dict):
+        return None
+    saved = b.get("saved")
+    line = (
+        f"batched: {counted(b['batches'], 'batch', 'batches')} at the provider, "
+        f"{counted(b['items'], 'judge request')} in them"
+    )
+    if b["direct"]:
+        line += f", {b['direct']} sent directly (their batch could not answer them)"
+    if saved is not None:
+        line += f"; the batch price saved {usd(saved)} against the list price"
+    return line
+
+
 def cost_line(what: str, cost: Mapping[str, Any], unit: str) -> str:
     """A run's cost in one line: its total and mean per case (a `Summary.cost` dict)."""
     unpriced = cost.get("unpriced") or 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from .._core.errors import CostLimitReached, RunAborted, RunStoreError
@@ -25,6 +25,7 @@ from ._resume import start
 from ._runner import Progress, alongside, renewing, run_cases
 from ._store import CaseRecord, RunInfo, RunStore
 from ._store._claims import new_worker
+from ._store._sql import SQLStore
 
 __all__ = ["Session"]
 
@@ -216,6 +217,16 @@ class Session:
         if isinstance(error, RunAborted):  # what the caller needs to resume it
             error.run_id, error.stored, error.cases = self.run.id, stored, total
         self._tell(RunStopped(run, stored, total, error))
+
+    def batch_summary(self, records: Sequence[CaseRecord]) -> dict[str, Any]:
+        """A batched run's batches (`Batches.batch_summary`), and what they saved.
+
+        `saved`: what the batch price saved against the list price (None without prices).
+        """
+        store = self.store
+        assert isinstance(store, SQLStore)
+        saved = [r.cost["batch_saved"] for r in records if "batch_saved" in r.cost]
+        return store.batch_summary(self.run.id) | {"saved": sum(saved) if saved else None}
 
     def records(self) -> list[CaseRecord]:
         """Every stored case of the run, in file order."""

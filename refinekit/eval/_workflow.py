@@ -61,6 +61,8 @@ def _complete(
     """
     setup_failed = not any(measured(r) for r in records)
     kept: dict[str, Any] = {"retried": session.retried, "setup_failed": setup_failed}
+    if session.plan.options.batch:
+        kept["batch"] = session.batch_summary(records)
     if session.plan.options.cache:
         hits = sum(r.judge_cache.get("hits", 0) for r in records)
         misses = sum(r.judge_cache.get("misses", 0) for r in records)

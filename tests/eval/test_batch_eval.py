@@ -1,21 +1,30 @@
 """`refinekit eval --batch`: the run judge's requests through the provider's batch API.
 
-Real runs (in this process) against the scripted server and its batch endpoints, through the
-real openai and anthropic clients: the answers first, then the judge's requests in one batch
-per round, polled until it ends; only cache misses batched; failed and expired items sent
-directly; `--max-cost` reserved at submission; a restarted run polls the same batch.
+Real runs against the scripted server and its batch endpoints, through the real openai and
+anthropic clients: the answers first, then the judge's requests in one batch per round,
+polled until it ends; only judge cache misses batched; failed and expired items sent
+directly; `--max-cost` reserved at submission; a run stopped while it waits polls the same
+batch when it is run again, and never submits a request twice.
 """
 
 from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import CRITERIA_JUDGE, SYNC_ANSWER, Cli, Workspace, answers, judge_replies
 
 import refinekit.eval
+from refinekit.eval import BatchWaiting, CostLimitReached, RunEvent, UsageProblem
+from refinekit.judges import Criterion, JudgeModel, criteria
 from refinekit.testing import ScriptedOpenAI
 
 REPLIES = {"Refund window?": "Seven days.", "Shipping cost?": "Free.", "Gift cards?": "No."}
-VERDICTS = {"Seven days.": 0.9, "Free.": 0.8, "No.": 0.1, "Ten days.": 0.2}
+VERDICTS = {"Seven days.": 0.9, "Free.": 0.8, "No.": 0.1, "Nine to five.": 0.7}
+ANTHROPIC_KEY = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789"
 
 
 @pytest.fixture
@@ -25,13 +34,197 @@ def server(server: ScriptedOpenAI) -> ScriptedOpenAI:
     return server
 
 
-def command(ws: Workspace, *extra: str) -> tuple[str, ...]:
-    if not ws.modules:
-        ws.module(SYNC_ANSWER, stem="answer")
-        ws.module(CRITERIA_JUDGE, stem="judge")
-        ws.csv("golden.csv", [{"question": q} for q in REPLIES])
+def answer(question: str) -> str:
+    return REPLIES[question]
+
+
+@pytest.fixture
+def golden(tmp_path: Path) -> Path:
+    path = tmp_path / "golden.jsonl"
+    path.write_text("".join(json.dumps({"question": q}) + "\n" for q in REPLIES))
+    return path
+
+
+@pytest.fixture
+def judge(server: ScriptedOpenAI) -> Iterator[Any]:
+    with server.client() as client:
+        yield criteria(JudgeModel(client, "judge"), [Criterion("correct", "Is it right?")])
+
+
+def run(golden: Path, judge: Any, **options: Any) -> refinekit.eval.EvalResult:
+    options.setdefault("db", golden.parent / "runs.db")
+    return refinekit.eval.run(golden, target=answer, judge=judge, batch=True, **options)
+
+
+def judged(server: ScriptedOpenAI) -> list[Any]:
+    return server.requests_for("judge")
+
+
+def test_every_answer_is_judged_in_one_batch(
+    server: ScriptedOpenAI, golden: Path, judge: Any
+) -> None:
+    server.script_batches(polls=3)
+    told: list[RunEvent] = []
+    result = run(golden, judge, on_event=told.append)
+
+    assert [b.provider for b in server.batches] == ["openai"]
+    batch = server.batches[0]
+    assert len(batch.custom_ids) == 3
+    assert len(judged(server)) == 3
+    assert {r.batch_id for r in judged(server)} == {batch.id}  # none asked directly
+    assert result.summary.passed == 2
+    assert result.summary.failed == 1
+    assert result.run.summary["batch"] == {"batches": 1, "items": 3, "direct": 0, "saved": None}
+    assert result.summary.usage["judge"]["model_calls"] == 3  # counted as the direct replies
+    waits = [e for e in told if isinstance(e, BatchWaiting)]
+    assert [w.state for w in waits] == ["in_progress", "finalizing", "ended"]
+    assert waits[-1].total == 3
+
+
+def test_an_anthropic_judge_is_batched_through_message_batches(
+    server: ScriptedOpenAI, golden: Path
+) -> None:
+    server.script_batches(polls=2)
+    with server.anthropic_client(api_key=ANTHROPIC_KEY) as client:
+        judge = criteria(
+            JudgeModel(client, "judge", temperature=None), [Criterion("correct", "Is it right?")]
+        )
+        result = run(golden, judge)
+    assert [b.provider for b in server.batches] == ["anthropic"]
+    assert len(judged(server)) == 3
+    assert all(r.batch_id == server.batches[0].id for r in judged(server))
+    assert result.summary.passed == 2
+    assert result.summary.failed == 1
+
+
+def test_the_judge_cost_is_the_batch_price(
+    server: ScriptedOpenAI, golden: Path, judge: Any
+) -> None:
+    prices = {"judge": [1.0, 2.0]}
+    batched = run(golden, judge, prices=prices)
+    listed = refinekit.eval.run(
+        golden,
+        target=answer,
+        judge=judge,
+        db=golden.parent / "runs.db",
+        prices=prices,
+        resume=False,
+    )
+    assert listed.summary.cost is not None
+    assert batched.summary.cost is not None
+    assert batched.summary.cost["judge"] == pytest.approx(listed.summary.cost["judge"] / 2)
+    assert batched.run.summary["batch"]["saved"] == pytest.approx(batched.summary.cost["judge"])
+    own = refinekit.Prices({"judge": (1.0, 2.0)}, batch_discount={"judge": 0.25})
+    cheaper = run(golden, judge, prices=own, resume=False)
+    assert cheaper.summary.cost is not None
+    assert cheaper.summary.cost["judge"] == pytest.approx(listed.summary.cost["judge"] / 4)
+
+
+def test_only_the_judge_cache_misses_are_batched(
+    server: ScriptedOpenAI, golden: Path, judge: Any
+) -> None:
+    first = refinekit.eval.run(
+        golden, target=answer, judge=judge, db=golden.parent / "runs.db", cache=True
+    )
+    assert first.judge_cache == {"hits": 0, "misses": 3}
+    golden.write_text(golden.read_text() + json.dumps({"question": "Opening hours?"}) + "\n")
+    REPLIES["Opening hours?"] = "Nine to five."
+    try:
+        again = run(golden, judge, cache=True, resume=False)
+        assert len(server.batches) == 1
+        assert len(server.batches[0].custom_ids) == 1  # the three hits never went out
+        assert again.judge_cache == {"hits": 3, "misses": 1}
+        assert again.summary.cases == 4
+        # the batch's reply is in the cache now, as a direct reply would be
+        third = run(golden, judge, cache=True, resume=False)
+    finally:
+        del REPLIES["Opening hours?"]
+    assert third.judge_cache == {"hits": 4, "misses": 0}
+    assert len(server.batches) == 1
+    assert len(server.batches) == 1
+
+
+def test_items_the_batch_could_not_answer_are_asked_directly(
+    server: ScriptedOpenAI, golden: Path, judge: Any
+) -> None:
+    server.script_batches(fail=[1])
+    result = run(golden, judge)
+    assert len(server.batches) == 1
+    direct = [r for r in judged(server) if r.batch_id is None]
+    assert len(direct) == 1
+    assert result.run.summary["batch"]["direct"] == 1
+    assert result.summary.passed == 2
+    assert result.summary.unavailable == 0
+
+
+def test_an_expired_batch_s_unfinished_items_are_asked_directly(
+    server: ScriptedOpenAI, golden: Path, judge: Any
+) -> None:
+    server.script_batches(polls=2, expire=True, expire_after=1)
+    result = run(golden, judge)
+    assert len(server.batches) == 1
+    assert len([r for r in judged(server) if r.batch_id is None]) == 2
+    assert result.run.summary["batch"]["direct"] == 2
+    assert result.summary.passed + result.summary.failed == 3
+
+
+def test_max_cost_is_reserved_when_the_batch_is_submitted(
+    server: ScriptedOpenAI, golden: Path, judge: Any
+) -> None:
+    prices = {"judge": [1000.0, 1000.0]}
+    with pytest.raises(CostLimitReached, match="would take it over, so it was not submitted"):
+        run(golden, judge, prices=prices, max_cost=0.01)
+    assert server.batches == []
+    assert judged(server) == []
+    run_ = refinekit.eval.runs(db=golden.parent / "runs.db")[-1]
+    assert run_.status == "incomplete"
+    # with room for it, the same call resumes: the answers are not asked again
+    done = run(golden, judge, prices=prices, max_cost=100.0)
+    assert done.run.id == run_.id
+    assert len(server.batches) == 1
+    assert done.summary.cases == 3
+
+
+def test_a_run_stopped_while_its_batch_runs_polls_the_same_batch_again(
+    server: ScriptedOpenAI, golden: Path, judge: Any
+) -> None:
+    server.script_batches(polls=50)
+
+    def stop(event: RunEvent) -> None:
+        if isinstance(event, BatchWaiting) and event.state == "in_progress":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(golden, judge, on_event=stop)
+    assert len(server.batches) == 1
+    stopped = refinekit.eval.runs(db=golden.parent / "runs.db")[-1]
+    assert stopped.status == "incomplete"
+    server.end_batches()
+    done = run(golden, judge)
+    assert done.run.id == stopped.id
+    assert len(server.batches) == 1  # never submitted twice
+    assert len(judged(server)) == 3  # no judge request asked twice
+    assert done.summary.passed == 2
+    assert done.summary.failed == 1
+
+
+def test_batch_needs_a_judge_with_a_provider(golden: Path) -> None:
+    with pytest.raises(UsageProblem, match="--batch sends the judge's requests"):
+        refinekit.eval.run(golden, target=answer, batch=True, db=golden.parent / "r.db")
+
+    def by_hand(request: Any) -> bool:
+        return True
+
+    with pytest.raises(UsageProblem, match="asks no OpenAI or Anthropic model"):
+        run(golden, by_hand)
+
+
+def test_the_cli_says_the_run_was_batched(ws: Workspace, server: ScriptedOpenAI, cli: Cli) -> None:
+    ws.module(SYNC_ANSWER, stem="answer")
+    ws.module(CRITERIA_JUDGE, stem="judge")
+    ws.csv("golden.csv", [{"question": q} for q in REPLIES])
     target, judge = ws.modules
-    return (
+    result = cli(
         "eval",
         "golden.csv",
         "--target",
@@ -39,24 +232,6 @@ def command(ws: Workspace, *extra: str) -> tuple[str, ...]:
         "--judge",
         f"{judge}:judge",
         "--batch",
-        *extra,
     )
-
-
-def test_a_batched_eval_judges_every_answer_in_one_batch(
-    ws: Workspace, server: ScriptedOpenAI, cli: Cli
-) -> None:
-    server.script_batches(polls=3)
-    result = cli(*command(ws))
-    assert result.code == 0, result.err + result.out
-    assert len(server.batches) == 1
-    batch = server.batches[0]
-    assert len(batch.custom_ids) == 3
-    judged = server.requests_for("judge")
-    assert len(judged) == 3
-    assert all(r.batch_id == batch.id for r in judged)
-    run = refinekit.eval.runs()[-1]
-    assert run.status == "complete"
-    assert run.summary["passed"] == 2
-    assert run.summary["failed"] == 1
-    print(result.out)
+    assert result.code == 0, result.err
+    assert "batched: 1 batch at the provider, 3 judge requests in them" in result.out

@@ -286,6 +286,28 @@ class Batches(Claims):
                 (state, token),
             )
 
+    def batch_summary(self, run_id: int) -> dict[str, int]:
+        """The run's batches, in figures.
+
+        `batches` sent to the provider, `items` (judge requests) in them, `direct` (items a
+        batch could not answer, sent directly instead).
+        """
+        batches = self._one(
+            "SELECT count(*) AS n FROM batch_submissions WHERE run_id = ? AND batch_id IS NOT NULL",
+            (run_id,),
+        )
+        items = self._one(
+            "SELECT count(*) AS n, count(error) AS failed FROM batch_items WHERE run_id = ?",
+            (run_id,),
+        )
+        assert batches is not None
+        assert items is not None
+        return {
+            "batches": int(batches["n"]),
+            "items": int(items["n"]),
+            "direct": int(items["failed"]),
+        }
+
 
 def _submission(row: Mapping[str, Any]) -> Submission:
     return Submission(
