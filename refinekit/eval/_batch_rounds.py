@@ -29,12 +29,12 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from .._core.config import is_testing
-from .._core.errors import CostLimitReached
+from .._core.errors import CostLimitReached, JudgeError, RunAborted
 from .._core.numbers import usd
 from .._engine.budget import request_tokens
 from .._engine.prices import Prices
@@ -42,11 +42,14 @@ from ..judges._calls import Complete
 from ..judges._client import JudgeModel
 from ._batch_api import BATCH_DISCOUNT, BatchAPI, BatchStatus, batch_api
 from ._batch_calls import Collector
+from ._judging import error_text
 from ._store._batches import Batches, Submission
 
 __all__ = ["POLL_SECONDS", "BatchNews", "Rounds", "reply_type"]
 
 logger = logging.getLogger("refinekit")
+
+T = TypeVar("T")
 
 POLL_SECONDS = (2.0, 60.0)
 """The first wait between polls of an open batch, and the longest: each wait doubles."""
@@ -208,7 +211,7 @@ class Rounds:
         if not keys:  # another worker recorded every one of them first: the next round sees
             return
         bodies = self.store.bodies(token)
-        batch_id = await asyncio.to_thread(self._api(judge).submit, bodies, submission=token)
+        batch_id = await _asked(self._api(judge).submit, bodies, submission=token)
         self.store.submitted(token, batch_id)
         self.submitted += 1
         self.items += len(keys)
@@ -227,9 +230,7 @@ class Rounds:
             return  # its worker is submitting it now: it stores the id
         judge = self._judges[token]
         since = submission.created_at - 60.0
-        found = await asyncio.to_thread(
-            self._api(judge).find, token, max(submission.total, 1), since
-        )
+        found = await _asked(self._api(judge).find, token, max(submission.total, 1), since)
         if found is None:
             self.store.forget_submission(token)
             del self.open[token]
@@ -252,14 +253,18 @@ class Rounds:
                 if submission.batch_id is None:
                     continue
                 api = self._api(self._judges[token])
-                status = await asyncio.to_thread(api.status, submission.batch_id)
+                status = await _asked(api.status, submission.batch_id)
                 statuses[token] = status
                 self.store.batch_progress(token, status.state, status.done, status.total)
                 if status.finished:
                     await self._collect(token, submission, api, status.state)
                     ended = True
             self._tell(statuses)
-            if ended or not any(s.batch_id for s in self.open.values()):
+            if ended:
+                return
+            if not any(s.batch_id for s in self.open.values()):
+                # another worker is submitting the requests this one waits for: a while
+                await asyncio.sleep(0 if is_testing() else POLL_SECONDS[0])
                 return
             if not is_testing():
                 await asyncio.sleep(wait)
@@ -280,7 +285,7 @@ class Rounds:
 
     async def _collect(self, token: str, submission: Submission, api: BatchAPI, state: str) -> None:
         assert submission.batch_id is not None
-        results = await asyncio.to_thread(api.results, submission.batch_id)
+        results = await _asked(api.results, submission.batch_id)
         judge = self._judges[token]
         rows: list[tuple[str, str | None, str | None]] = []
         for result in results:
@@ -317,6 +322,22 @@ class Rounds:
             except ValueError:
                 value = None
         self.collector.resolve(key, value)
+
+
+async def _asked(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A batch API call, in a worker thread; its failure stops the run, resumable.
+
+    Raises:
+        RunAborted: The provider's batch API failed (the batches stay where they are: the
+            same command polls them again).
+    """
+    try:
+        return await asyncio.to_thread(call, *args, **kwargs)
+    except JudgeError as e:
+        raise RunAborted(
+            f"the judge's batch API failed: {error_text(e)}. The run's batches are kept at "
+            "the provider; run the same command again to go on with them"
+        ) from e
 
 
 def _body(command: Complete) -> dict[str, Any]:

@@ -78,6 +78,8 @@ class Session:
     def _position(self) -> tuple[int, float | None]:
         """The run's cases stored by every worker, and their cost so far (with prices)."""
         done = len(self.cases) - self.store.pending(self.run.id)
+        if self.plan.options.batch:  # an answer waiting for its verdict is not done yet
+            done -= len(self.store.answered_keys(self.run.id))
         cost = self.store.spent(self.run.id)[1] if self.plan.prices is not None else None
         return done, cost
 

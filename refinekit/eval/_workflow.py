@@ -230,7 +230,7 @@ def run(*args: Any, **kwargs: Any) -> EvalResult:
         **kwargs: The run's options, `EvalOptions`' fields: `target` (required), `judge`,
             `concurrency`, `repeat`, `db`, `resume`, `retry`, `min_pass_rate`, `compare`,
             `alpha`, `on_event`, `run_id`, `backend`, `ray_address`, `workers`, `cache`,
-            `prices`, `max_cost` (see `EvalOptions` and `RunOptions` for each).
+            `prices`, `max_cost`, `batch` (see `EvalOptions` and `RunOptions` for each).
 
     Returns:
         The complete run: its id, its cases, its figures, its comparison and gates.
@@ -268,7 +268,8 @@ def calibrate(*args: Any, **kwargs: Any) -> CalibrationResult:
         *args: The labelled file, `.csv` or `.jsonl` (`CalibrateOptions.labelled`).
         **kwargs: The run's options, `CalibrateOptions`' fields: `judge` (required),
             `concurrency`, `db`, `resume`, `retry`, `target_error`, `bins`, `min_kappa`,
-            `on_event`, `run_id`, `backend`, `ray_address`, `workers`, `cache`, `prices`.
+            `on_event`, `run_id`, `backend`, `ray_address`, `workers`, `cache`, `prices`,
+            `batch`.
 
     Returns:
         The complete run and its figures.
