@@ -32,7 +32,7 @@ from .._engine.job import current_job
 from .._engine.ledger import add_judge_usage
 from .._providers.replies import model_of, usage_of
 from ..judges._cache import request_key
-from ..judges._calls import Complete
+from ..judges._calls import Complete, Structured
 from ..judges._client import JudgeModel
 
 __all__ = [
@@ -59,6 +59,7 @@ class Tracker:
         batched: The model and usage of each reply a batch gave it (priced at the batch
             price).
         direct: Its requests a batch could not answer, sent directly.
+        structured: Its structured (instructor) requests, sent directly.
     """
 
     case: str
@@ -67,6 +68,7 @@ class Tracker:
     done: bool = False
     batched: list[tuple[str | None, Usage]] = field(default_factory=list)
     direct: int = 0
+    structured: int = 0
 
 
 @dataclass
@@ -205,6 +207,9 @@ def _swap(command: Any, collector: Collector, tracker: Tracker) -> Any:
     """`command` with each chat request it runs batched, and no time limit around one."""
     if type(command) is Complete:
         return Batched(command, collector, tracker)
+    if type(command) is Structured:  # instructor may ask again: sent as it is
+        tracker.structured += 1
+        return command
     if getattr(command, "role", None) == "time_limit":  # a batch takes longer than any limit
         inner = _swap(command.command, collector, tracker)
         return inner if _holds_batched(inner) else command
@@ -263,6 +268,9 @@ def batch_judges(judge: Any) -> list[JudgeModel]:
         model = getattr(part, "judge_model", None)
         if isinstance(model, JudgeModel) and model not in found:
             found.append(model)
+        wrapped = getattr(part, "wrapped", None)  # an adapted evaluator (a panel's member)
+        if wrapped is not None:
+            walk(wrapped)
         for child in getattr(part, "children", None) or ():
             walk(child)
 

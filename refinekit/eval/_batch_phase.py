@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -45,6 +46,8 @@ from ._store._batches import Answered
 from ._store._sql import SQLStore
 
 __all__ = ["BatchTally", "judge_answered", "record_of"]
+
+logger = logging.getLogger("refinekit")
 
 _WAIT_SECONDS = 0.5
 """How often a worker whose waiting cases are all judged looks again while other workers are
@@ -164,6 +167,13 @@ async def _judge_all(
     tally.batches += rounds.submitted
     tally.items += rounds.items
     tally.direct += sum(t.direct for _, trackers in jobs for t in trackers)
+    structured = sum(t.structured for _, trackers in jobs for t in trackers)
+    if structured:
+        logger.warning(
+            "refinekit: %d structured judge requests (parsed by instructor) were sent "
+            "directly, at the list price: --batch batches a judge's chat requests only",
+            structured,
+        )
 
 
 async def _judged(

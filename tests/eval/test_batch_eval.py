@@ -19,7 +19,7 @@ from helpers import CRITERIA_JUDGE, SYNC_ANSWER, Cli, Workspace, answers, judge_
 
 import refinekit.eval
 from refinekit.eval import BatchWaiting, CostLimitReached, RunEvent, UsageProblem
-from refinekit.judges import Criterion, JudgeModel, criteria
+from refinekit.judges import Criterion, JudgeModel, criteria, panel
 from refinekit.testing import ScriptedOpenAI
 
 REPLIES = {"Refund window?": "Seven days.", "Shipping cost?": "Free.", "Gift cards?": "No."}
@@ -235,3 +235,29 @@ def test_the_cli_says_the_run_was_batched(ws: Workspace, server: ScriptedOpenAI,
     )
     assert result.code == 0, result.err
     assert "batched: 1 batch at the provider, 3 judge requests in them" in result.out
+
+
+def test_a_judge_that_asks_again_after_a_reply_gets_a_round_for_each_request(
+    server: ScriptedOpenAI, golden: Path
+) -> None:
+    """A panel asks its second member once the first has voted: a second batch, a round
+    later, holding the second member's requests only."""
+    server.script("judge2", judge_replies(VERDICTS), times=None)
+    with server.client() as client:
+        members = [
+            criteria(JudgeModel(client, model), [Criterion("correct", "Is it right?")])
+            for model in ("judge", "judge2")
+        ]
+        result = run(golden, panel(members, "all", order="given"))
+    assert len(server.batches) == 2
+    first, second = server.batches
+    assert {r.body["model"] for r in judged_by(server, first.id)} == {"judge"}
+    # the first member passed two answers; the panel asks the second about those only
+    assert {r.body["model"] for r in judged_by(server, second.id)} == {"judge2"}
+    assert len(second.custom_ids) == 2
+    assert result.summary.passed == 2
+    assert result.summary.failed == 1
+
+
+def judged_by(server: ScriptedOpenAI, batch_id: str) -> list[Any]:
+    return [r for r in server.requests if r.batch_id == batch_id]
