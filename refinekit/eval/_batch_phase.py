@@ -81,11 +81,13 @@ async def judge_answered(
     judging: Judging,
     on_news: Callable[[BatchNews], None] | None = None,
     wait_for_others: bool = True,
+    batched: bool = True,
 ) -> BatchTally:
     """Judge every case of the run waiting for its verdict, storing each; until none waits.
 
     With `wait_for_others`, while other workers are still answering cases (the run's queue
-    is not empty) this worker waits for their answers and judges them too.
+    is not empty) this worker waits for their answers and judges them too. Without
+    `batched` (a batched run resumed without `--batch`) the judge asks the model directly.
 
     Raises:
         RunAborted: The judge is misconfigured or raised a bug, or a model has no price.
@@ -102,7 +104,9 @@ async def judge_answered(
                 return tally
             await asyncio.sleep(_WAIT_SECONDS)
             continue
-        await _judge_all(store, plan, run_id, worker, progress, judging, waiting, on_news, tally)
+        await _judge_all(
+            store, plan, run_id, worker, progress, judging, waiting, on_news, tally, batched
+        )
 
 
 async def _judge_all(
@@ -115,6 +119,7 @@ async def _judge_all(
     waiting: list[Answered],
     on_news: Callable[[BatchNews], None] | None,
     tally: BatchTally,
+    batched: bool,
 ) -> None:
     collector = Collector(asyncio.get_running_loop())
     rounds = Rounds(
@@ -138,7 +143,9 @@ async def _judge_all(
 
     async def one(item: Answered, trackers: list[Tracker]) -> None:
         case = cases[item.key]
-        record = await _judged(case, item, judging, collector, trackers, plan.prices, shares)
+        record = await _judged(
+            case, item, judging, collector if batched else None, trackers, plan.prices, shares
+        )
         old = earlier.get(item.key)
         if old is not None:  # a stored case run again (`--retry`): both were paid for
             record = replace(
@@ -153,17 +160,18 @@ async def _judge_all(
             progress.add(record)
 
     with subscribe(judging.counts):
-        serving = asyncio.ensure_future(rounds.serve())
         tasks = [asyncio.ensure_future(one(item, trackers)) for item, trackers in jobs]
+        if batched:  # the rounds end when every judging has
+            tasks.append(asyncio.ensure_future(rounds.serve()))
         try:
-            done, _ = await asyncio.wait([serving, *tasks], return_when=asyncio.FIRST_EXCEPTION)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()  # a failure stops the phase
-            await asyncio.gather(serving, *tasks)
+            await asyncio.gather(*tasks)
         finally:
-            for task in (serving, *tasks):
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(serving, *tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
     tally.batches += rounds.submitted
     tally.items += rounds.items
     tally.direct += sum(t.direct for _, trackers in jobs for t in trackers)
@@ -180,12 +188,15 @@ async def _judged(
     case: Case,
     item: Answered,
     judging: Judging,
-    collector: Collector,
+    collector: Collector | None,
     trackers: list[Tracker],
     prices: Prices | None,
     shares: Mapping[str, float],
 ) -> CaseRecord:
-    """A waiting case judged (`repeat` judgings at once), as its record."""
+    """A waiting case judged (`repeat` judgings at once), as its record.
+
+    Its chat requests wait for the `collector`'s batches; without one they go directly.
+    """
     request = EvaluationRequest.model_validate(item.request)
     before = record_of(item.record)
     checks = column_checks(case, request.answer)
@@ -227,9 +238,9 @@ async def _judged(
 
 
 async def _once(
-    judging: Judging, request: EvaluationRequest, tracker: Tracker, collector: Collector
+    judging: Judging, request: EvaluationRequest, tracker: Tracker, collector: Collector | None
 ) -> Verdict:
-    """One repeat's verdict, its chat requests batched."""
+    """One repeat's verdict, its chat requests batched (with a `collector`)."""
     try:
         with contextlib.ExitStack() as scope:
             if judging.every_member:
@@ -238,10 +249,13 @@ async def _once(
                 scope.enter_context(use_cache(judging.cache))
                 if tracker.repeat > 1:  # each repeat its own verdict, never the first's
                     scope.enter_context(cache_salt(f"repeat={tracker.repeat}"))
-            scope.enter_context(batching(collector, tracker))
+            if collector is not None:
+                scope.enter_context(batching(collector, tracker))
             return await judging.judge_once(request)
     finally:
-        collector.ended(tracker)
+        tracker.done = True
+        if collector is not None:
+            collector.ended(tracker)
 
 
 def _cost(

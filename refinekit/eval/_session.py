@@ -132,15 +132,19 @@ class Session:
                 if not self.plan.options.batch:
                     raise
                 stopped = e  # the cases answered are judged first: they were paid for
-            if self.plan.options.batch:
-                await self._judge_answered(cache, wait_for_others=stopped is None)
+            # a batched run resumed without --batch judges its waiting answers directly
+            batched = self.plan.options.batch
+            if batched or self.store.answered_keys(self.run.id):
+                await self._judge_answered(cache, wait_for_others=stopped is None, batched=batched)
             if stopped is not None:
                 raise stopped
         finally:
             if cache is not None:
                 cache.close()
 
-    async def _judge_answered(self, cache: JudgeCache | None, *, wait_for_others: bool) -> None:
+    async def _judge_answered(
+        self, cache: JudgeCache | None, *, wait_for_others: bool, batched: bool
+    ) -> None:
         """The batch phase: every answered case of the run judged, its requests batched."""
         plan = self.plan
         judging = Judging(
@@ -165,6 +169,7 @@ class Session:
                 judging=judging,
                 on_news=news,
                 wait_for_others=wait_for_others,
+                batched=batched,
             )
         self.batches.batches += tally.batches
         self.batches.items += tally.items

@@ -261,3 +261,22 @@ def test_a_judge_that_asks_again_after_a_reply_gets_a_round_for_each_request(
 
 def judged_by(server: ScriptedOpenAI, batch_id: str) -> list[Any]:
     return [r for r in server.requests if r.batch_id == batch_id]
+
+
+def test_a_batched_run_resumed_without_batch_judges_its_waiting_answers_directly(
+    server: ScriptedOpenAI, golden: Path, judge: Any
+) -> None:
+    server.script_batches(polls=50)
+
+    def stop(event: RunEvent) -> None:
+        if isinstance(event, BatchWaiting):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(golden, judge, on_event=stop)
+    done = refinekit.eval.run(golden, target=answer, judge=judge, db=golden.parent / "runs.db")
+    assert done.run.status == "complete"
+    assert done.summary.cases == 3
+    assert done.summary.passed == 2
+    assert len([r for r in judged(server) if r.batch_id is None]) == 3
+    assert "batch" not in done.run.summary
