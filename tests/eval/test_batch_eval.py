@@ -10,6 +10,7 @@ batch when it is run again, and never submits a request twice.
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from helpers import CRITERIA_JUDGE, SYNC_ANSWER, Cli, Workspace, answers, judge_
 
 import refinekit.eval
 from refinekit.eval import BatchWaiting, CostLimitReached, RunEvent, UsageProblem
+from refinekit.eval._money import load_prices, price_note
 from refinekit.judges import Criterion, JudgeModel, criteria, panel
 from refinekit.testing import ScriptedOpenAI
 
@@ -280,3 +282,24 @@ def test_a_batched_run_resumed_without_batch_judges_its_waiting_answers_directly
     assert done.summary.passed == 2
     assert len([r for r in judged(server) if r.batch_id is None]) == 3
     assert "batch" not in done.run.summary
+
+
+def test_prices_take_a_batch_share_for_every_model_or_per_model(tmp_path: Path) -> None:
+    one = refinekit.Prices({"judge": (1.0, 2.0)}, batch_discount=0.4)
+    assert one.batch_share("judge", 0.5) == 0.4
+    per_model = refinekit.Prices({"judge": (1.0, 2.0)}, batch_discount={"judge": 0.3})
+    assert per_model.batch_share("judge-2025-01-01", 0.5) == 0.3  # a dated snapshot
+    assert per_model.batch_share("other", 0.5) == 0.5  # its provider's
+    assert refinekit.Prices({"judge": (1.0, 2.0)}).batch_share("judge", 0.5) == 0.5
+    assert per_model != refinekit.Prices({"judge": (1.0, 2.0)})
+    assert pickle.loads(pickle.dumps(per_model)) == per_model
+    with pytest.raises(ValueError, match="batch share batch_discount must be from 0 to 1"):
+        refinekit.Prices({"judge": (1.0, 2.0)}, batch_discount=1.5)
+    with pytest.raises(TypeError, match="must be a number from 0 to 1, not str"):
+        refinekit.Prices({"judge": (1.0, 2.0)}, batch_discount={"judge": "half"})  # type: ignore[dict-item]
+    file = tmp_path / "prices.json"
+    file.write_text(json.dumps({"judge": [1.0, 2.0], "batch_discount": {"judge": 0.25}}))
+    loaded = load_prices(file)
+    assert loaded is not None
+    assert loaded.batch_share("judge", 0.5) == 0.25
+    assert price_note(loaded) == {"judge": [1.0, 2.0], "batch_discount": {"judge": 0.25}}

@@ -132,3 +132,41 @@ def test_a_request_recorded_in_one_submission_is_never_in_another(
             "k2": "a",
             "k3": "b",
         }
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "sqlite"])
+def test_open_submissions_reserve_their_cost_under_max_cost_until_their_results_are_in(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    db = request.getfixturevalue("postgres_url") if kind == "postgresql" else tmp_path / "r.db"
+    with open_store(db) as store:
+        assert isinstance(store, SQLStore)
+        run = store.start_run(
+            kind="eval",
+            dataset=tmp_path / "g.csv",
+            dataset_sha256="0",
+            target="t",
+            judge="j",
+            options={},
+            fingerprint="f",
+            version="0",
+        )
+        body = {"model": "judge"}
+
+        def submit(token: str, key: str) -> tuple[list[str], tuple[float, float] | None]:
+            return store.new_submission(
+                run.id,
+                token=token,
+                provider="openai",
+                model="judge",
+                worker="w",
+                items=[(key, body)],
+                reserve=0.4,
+                max_cost=1.0,
+            )
+
+        assert submit("a", "k1") == (["k1"], None)
+        assert submit("b", "k2") == (["k2"], None)
+        assert submit("c", "k3") == ([], (0.0, pytest.approx(0.8)))  # 0.8 + 0.4 > 1.0
+        store.batch_results("a", "ended", [("k1", "{}", None)])  # a's reservation ends
+        assert submit("c", "k3") == (["k3"], None)
