@@ -7,7 +7,8 @@ opening, a chunk of the reply or a closing one); `render` here does the rest the
 both: a `Delay` waits and renders what follows, a `Truncated` cuts its reply's body in half
 (a stream: drops the connection after half its chunks), a `Hang` holds the connection, a
 `Disconnect` drops it, a `Raw` is sent as given, and the streamed faults (`after=N`) cut,
-hold or spoil a stream after its Nth chunk.
+hold or spoil a stream after its Nth chunk. `answer_from` takes a request's reply from the
+scripts and renders it: for a request sent directly, or one carried by a batch.
 """
 
 from __future__ import annotations

@@ -5,12 +5,23 @@ from __future__ import annotations
 import json
 import re
 
+import anthropic
+import openai
 import pytest
 
 from _refinekit_pytest_plugin import LIVE_SKIP_REASON
 from refinekit.testing import FakeJudge
 
 pytest_plugins = ["pytester"]
+
+# The in-process runs below drop from `sys.modules` whatever they imported first; the HTTP
+# stack of the clients (httpx and httpcore) imported again later gets new exception classes,
+# and a client made before then no longer recognises its transport's timeouts. Imported here,
+# the stack is in place before any inner run.
+_HTTP_STACK = (
+    openai.OpenAI(api_key="-", base_url="http://127.0.0.1:9/v1"),
+    anthropic.Anthropic(api_key="-"),
+)
 
 INI = """
 [pytest]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anthropic
@@ -293,10 +294,13 @@ def test_reset_forgets_batches_files_and_counts(server: ScriptedOpenAI, oa: open
     assert server.http_requests == 0
     with pytest.raises(openai.NotFoundError):
         oa.batches.retrieve(batch.id)
-    server.script("judge", "yes")
+    server.script("judge", ["yes", "direct"])
     again = openai_batch(oa, jsonl(1))  # the plan was forgotten too: ends at its first poll
     assert again.id != batch.id
     assert oa.batches.retrieve(again.id).status == "completed"
+    oa.chat.completions.create(model="judge", messages=[])
+    assert [r.batch_id for r in server.requests] == [again.id, None]  # direct: no batch
+    assert server.http_requests == 5  # every path counts, the 404 after reset() too
 
 
 def test_script_batches_checks_its_arguments(server: ScriptedOpenAI) -> None:
@@ -411,3 +415,38 @@ async def test_async_clients_read_the_same_endpoints(server: ScriptedOpenAI) -> 
         assert (await aclient.messages.batches.retrieve(made.id)).processing_status == "ended"
         results = [r async for r in await aclient.messages.batches.results(made.id)]
         assert [r.result.type for r in results] == ["succeeded"]
+
+
+def test_concurrent_batches_each_get_their_own_answers(server: ScriptedOpenAI) -> None:
+    def echo(request: Any) -> str:
+        return "re: " + request.body["messages"][0]["content"]
+
+    server.script("judge", echo, times=None)
+    server.script("claude", echo, times=None)
+
+    def run(n: int) -> list[tuple[str, str]]:
+        if n % 2:
+            with server.anthropic_client() as client:
+                made = client.messages.batches.create(requests=anthropic_requests(5))
+                client.messages.batches.retrieve(made.id)
+                return [
+                    (r.custom_id, r.result.message.content[0].text)  # type: ignore[union-attr]
+                    for r in client.messages.batches.results(made.id)
+                ]
+        with server.client() as client:
+            batch = client.batches.retrieve(openai_batch(client, jsonl(5)).id)
+            return [
+                (line["custom_id"], line["response"]["body"]["choices"][0]["message"]["content"])
+                for line in lines_of(client, batch.output_file_id)
+            ]
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(run, range(8)))
+    for n, answered in enumerate(answers):
+        prefix = "c" if n % 2 else "k"
+        assert answered == [(f"{prefix}{i}", f"re: question {i}") for i in range(5)]
+    assert len({b.id for b in server.batches}) == 8
+    assert len(server.requests) == 40
+    for batch in server.batches:
+        mine = [r for r in server.requests if r.batch_id == batch.id]
+        assert len(mine) == 5
