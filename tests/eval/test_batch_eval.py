@@ -116,6 +116,9 @@ def test_the_judge_cost_is_the_batch_price(
     assert batched.summary.cost is not None
     assert batched.summary.cost["judge"] == pytest.approx(listed.summary.cost["judge"] / 2)
     assert batched.run.summary["batch"]["saved"] == pytest.approx(batched.summary.cost["judge"])
+    report = refinekit.eval.html_report(batched)
+    assert "provider's batch API, <b>3</b> requests in 1 batch;" in report
+    assert "the batch price saved" in report
     own = refinekit.Prices({"judge": (1.0, 2.0)}, batch_discount={"judge": 0.25})
     cheaper = run(golden, judge, prices=own, resume=False)
     assert cheaper.summary.cost is not None
