@@ -229,7 +229,8 @@ class Rounds:
         if live and time.time() - submission.created_at < _ORPHAN_SECONDS:
             return  # its worker is submitting it now: it stores the id
         judge = self._judges[token]
-        since = submission.created_at - 60.0
+        # recorded before it was sent: the batch was created after (the API allows for skew)
+        since = submission.created_at
         found = await _asked(self._api(judge).find, token, max(submission.total, 1), since)
         if found is None:
             self.store.forget_submission(token)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -306,3 +307,30 @@ def test_prices_take_a_batch_share_for_every_model_or_per_model(tmp_path: Path) 
     assert loaded is not None
     assert loaded.batch_share("judge", 0.5) == 0.25
     assert price_note(loaded) == {"judge": [1.0, 2.0], "batch_discount": {"judge": 0.25}}
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_batch_whose_id_was_never_stored_is_found_at_the_provider(
+    provider: str, server: ScriptedOpenAI, golden: Path
+) -> None:
+    """As when a process is killed between the provider's answer and storing the id."""
+    server.script_batches(polls=50)
+
+    def stop(event: RunEvent) -> None:
+        if isinstance(event, BatchWaiting):
+            raise KeyboardInterrupt
+
+    make = server.anthropic_client if provider == "anthropic" else server.client
+    with make(api_key=ANTHROPIC_KEY) as client:
+        model = JudgeModel(client, "judge", temperature=None)
+        judge = criteria(model, [Criterion("correct", "Is it right?")])
+        with pytest.raises(KeyboardInterrupt):
+            run(golden, judge, on_event=stop)
+        with sqlite3.connect(golden.parent / "runs.db") as db:
+            db.execute("UPDATE batch_submissions SET batch_id = NULL, state = 'submitting'")
+        db.close()
+        server.end_batches()
+        done = run(golden, judge)
+    assert len(server.batches) == 1  # found, not submitted again
+    assert len(judged(server)) == 3
+    assert done.summary.passed == 2
