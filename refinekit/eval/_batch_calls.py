@@ -22,6 +22,7 @@ import contextlib
 import contextvars
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -244,16 +245,29 @@ class BatchInstrument:
 
 
 _INSTRUMENT = BatchInstrument()
+_users = 0
+_lock = threading.Lock()
 
 
-def installed() -> None:
-    """Install the batching instrument (once; it does nothing outside `batching`).
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """The batching instrument installed while the block runs (it batches inside `batching`).
 
-    It is the innermost instrument, so it sees a judge's own commands, before a tracer
-    wraps them.
+    It is the innermost instrument, so it sees a judge's own commands before a tracer wraps
+    them. Blocks may nest and overlap (two runs in one process): the last one out removes it.
     """
-    if _INSTRUMENT not in _hooks.instruments:
-        _hooks.set_instruments((_INSTRUMENT, *_hooks.instruments))
+    global _users
+    with _lock:
+        _users += 1
+        if _INSTRUMENT not in _hooks.instruments:
+            _hooks.set_instruments((_INSTRUMENT, *_hooks.instruments))
+    try:
+        yield
+    finally:
+        with _lock:
+            _users -= 1
+            if _users == 0:
+                _hooks.set_instruments(i for i in _hooks.instruments if i is not _INSTRUMENT)
 
 
 def batch_judges(judge: Any) -> list[JudgeModel]:

@@ -94,19 +94,19 @@ async def judge_answered(
         CostLimitReached: A batch would take the run over `plan.max_cost`.
     """
     assert isinstance(store, SQLStore)  # every store is one
-    installed()
     cases = {c.key: c for c in plan.cases}
     tally = BatchTally()
-    while True:
-        waiting = [a for a in store.answered(run_id) if a.key in cases]
-        if not waiting:
-            if not wait_for_others or store.pending(run_id) == 0:
-                return tally
-            await asyncio.sleep(_WAIT_SECONDS)
-            continue
-        await _judge_all(
-            store, plan, run_id, worker, progress, judging, waiting, on_news, tally, batched
-        )
+    with installed():
+        while True:
+            waiting = [a for a in store.answered(run_id) if a.key in cases]
+            if not waiting:
+                if not wait_for_others or store.pending(run_id) == 0:
+                    return tally
+                await asyncio.sleep(_WAIT_SECONDS)
+                continue
+            await _judge_all(
+                store, plan, run_id, worker, progress, judging, waiting, on_news, tally, batched
+            )
 
 
 async def _judge_all(

@@ -20,7 +20,9 @@ import pytest
 from helpers import CRITERIA_JUDGE, SYNC_ANSWER, Cli, Workspace, answers, judge_replies
 
 import refinekit.eval
+from refinekit._engine import events
 from refinekit.eval import BatchWaiting, CostLimitReached, RunEvent, UsageProblem
+from refinekit.eval._batch_calls import BatchInstrument
 from refinekit.eval._money import load_prices, price_note
 from refinekit.judges import Criterion, JudgeModel, criteria, panel
 from refinekit.testing import ScriptedOpenAI
@@ -82,6 +84,8 @@ def test_every_answer_is_judged_in_one_batch(
     waits = [e for e in told if isinstance(e, BatchWaiting)]
     assert [w.state for w in waits] == ["in_progress", "finalizing", "ended"]
     assert waits[-1].total == 3
+    # the batching instrument is gone with the run: other calls pay nothing for it
+    assert not any(isinstance(i, BatchInstrument) for i in events.instruments)
 
 
 def test_an_anthropic_judge_is_batched_through_message_batches(
