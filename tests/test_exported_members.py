@@ -240,7 +240,7 @@ def test_otel_names() -> None:
 
 def test_eval_names() -> None:
     assert set(refinekit.eval.__all__) == {
-        "BatchWaiting",
+        "BatchProgress",
         "CalibrateOptions",
         "Calibration",
         "CalibrationResult",

@@ -25,7 +25,7 @@ from typing import Any, TextIO, TypeVar, cast
 from .._core.numbers import usd
 from .._core.redact import redact
 from ..eval import (
-    BatchWaiting,
+    BatchProgress,
     CalibrationResult,
     CaseFinished,
     CaseRecord,
@@ -127,8 +127,8 @@ class RunWatcher:
                 )
         elif isinstance(event, RunProgress):
             self.display.update(event.done, event.total, event.cost)
-        elif isinstance(event, BatchWaiting):
-            self.batched = True
+        elif isinstance(event, BatchProgress):
+            self.batched = self.batched or event.state != "answering"
             self.display.batch(event.state, event.done, event.total, event.batches)
         else:
             self.display.close()

@@ -74,7 +74,12 @@ _BATCH_STATES = {
 
 
 def batch_text(state: str, done: int, total: int, batches: int) -> str:
-    """The judge's batches in words: `judge batch in progress, 12 of 40 requests done`."""
+    """The judge's batches in words: `judge batch in progress, 12 of 40 requests done`.
+
+    While the run answers its cases (`answering`): `answering first, 12 of 40 cases`.
+    """
+    if state == "answering":
+        return f"answering first, {done} of {total} cases (judged in batches next)"
     what = "judge batch" if batches == 1 else f"{batches} judge batches"
     words = _BATCH_STATES.get(state, state)
     if state == "in_progress":

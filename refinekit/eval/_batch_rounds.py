@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from .._core.config import is_testing
-from .._core.errors import CostLimitReached, JudgeError, RunAborted
+from .._core.errors import CostLimitReached, JudgeError, MissingPrice, RunAborted
 from .._core.numbers import usd
 from .._engine.budget import request_tokens
 from .._engine.prices import Prices
@@ -179,7 +179,13 @@ class Rounds:
         for _, command in requests:
             kwargs = command.kwargs
             out = kwargs.get("max_tokens") or kwargs.get("max_completion_tokens") or 0
-            total += self.prices.cost(judge.model, request_tokens(kwargs), int(out)) * share
+            try:
+                total += self.prices.cost(judge.model, request_tokens(kwargs), int(out)) * share
+            except MissingPrice as e:
+                raise RunAborted(
+                    f"{e}. The judge's batch was not submitted; fix the prices and run the "
+                    "same command again"
+                ) from e
         return total
 
     async def _submit(self, requests: list[tuple[str, Complete]]) -> None:

@@ -14,7 +14,7 @@ from ._golden import column_for
 from ._judging import Deferred
 from ._store import CaseRecord
 
-__all__ = ["calibration_request", "labelled", "record_fields"]
+__all__ = ["answered", "calibration_request", "labelled", "record_fields"]
 
 
 def calibration_request(case: Case) -> EvaluationRequest:
@@ -27,6 +27,34 @@ def calibration_request(case: Case) -> EvaluationRequest:
         context=context_of(case),
         metadata={"row": dict(case.row)},
     )
+
+
+def answered(
+    case: Case,
+    request: EvaluationRequest,
+    attempts: int,
+    cost: dict[str, float],
+    models: dict[str, list[str]],
+    fields: dict[str, Any],
+) -> Deferred:
+    """An answered case to judge later: its request, and its record so far.
+
+    `fields` are the answer's own (`corrections`, `answer_usage`, `answer_judge_usage`,
+    `answer_seconds`, `tier`, `tiers`); `cost` and `models` its answer calls'.
+    """
+    record = CaseRecord(
+        key=case.key,
+        position=case.position,
+        question=case.question,
+        row=case.row,
+        outcome="inconclusive",  # decided once judged
+        answer=request.answer,
+        attempts=attempts,
+        cost=cost,
+        models=models,
+        **fields,
+    )
+    return Deferred(request, record)
 
 
 def labelled(case: Case, label: str, cost: dict[str, float]) -> Deferred:

@@ -12,7 +12,7 @@ from ._store import CaseRecord, RunInfo, StoreURL
 from ._summary import Comparison, Summary
 
 __all__ = [
-    "BatchWaiting",
+    "BatchProgress",
     "CalibrationResult",
     "CaseFinished",
     "EvalResult",
@@ -118,17 +118,19 @@ class RunStopped:
 
 
 @dataclass(frozen=True)
-class BatchWaiting:
-    """A batched run (`--batch`) waits for its judge's batches at the provider.
+class BatchProgress:
+    """A batched run's (`--batch`) progress: its answers first, then its judge's batches.
 
-    Told after each poll of the run's open batches.
+    Told as each case is answered (`state` `"answering"`: `done` answers of the `total`
+    cases; the judging follows), then after each poll of the run's open batches (`state` the
+    batch's: `validating`, `in_progress`, `finalizing`, `ended`, `failed`, `expired`,
+    `cancelling` or `cancelled`; `done` judge requests finished of the `total` in them).
 
     Attributes:
-        state: The state of the batch polled last: `validating`, `in_progress`,
-            `finalizing`, `ended`, `failed`, `expired`, `cancelling` or `cancelled`.
-        done: The judge requests those batches finished so far.
-        total: The judge requests in them.
-        batches: The run's open batches this worker polls.
+        state: `"answering"`, or the state of the batch polled last.
+        done: Answers so far; or the judge requests those batches finished so far.
+        total: The cases; or the judge requests in those batches.
+        batches: The run's open batches this worker polls (0 while answering).
     """
 
     state: str
@@ -137,7 +139,7 @@ class BatchWaiting:
     batches: int
 
 
-RunEvent = RunStarted | CaseFinished | RunProgress | RunStopped | BatchWaiting
+RunEvent = RunStarted | CaseFinished | RunProgress | RunStopped | BatchProgress
 """What `on_event` is told while a run goes."""
 
 

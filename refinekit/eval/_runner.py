@@ -37,7 +37,7 @@ from .._engine.prices import Prices
 from .._providers.replies import answer_text
 from ..judges._cache_backends import JudgeCache
 from ._cases import Case, context_of, merged
-from ._deferred import calibration_request, labelled
+from ._deferred import answered, calibration_request, labelled
 from ._judging import (
     Deferred,
     Judgement,
@@ -86,6 +86,14 @@ class Progress:
     counts: dict[str, int] = field(default_factory=dict)
     on_case: Callable[[Progress, CaseRecord], None] | None = None
     retried: int = 0  # stored cases run again (`--retry`) whose new outcome replaced the old
+    answered: int = 0  # cases answered and waiting for their verdicts (`--batch`)
+    on_answer: Callable[[Progress], None] | None = None
+
+    def answer(self) -> None:
+        """Count a case answered, its judging to come (`--batch`), and say so."""
+        self.answered += 1
+        if self.on_answer is not None:
+            self.on_answer(self)
 
     def add(self, record: CaseRecord) -> None:
         """Count a finished case, and say so."""
@@ -285,19 +293,8 @@ async def _answer_once(
         )
     request = _request_of(result, case, context)
     if defer:  # judged in the run's batch phase
-        answered = CaseRecord(
-            key=case.key,
-            position=case.position,
-            question=case.question,
-            row=case.row,
-            outcome="inconclusive",
-            answer=request.answer,
-            attempts=tried,
-            cost=_priced(answer_job, {}, prices),
-            models=_models(answered_by, {}),
-            **cost,
-        )
-        return Deferred(request, answered)
+        priced = _priced(answer_job, {}, prices)
+        return answered(case, request, tried, priced, _models(answered_by, {}), cost)
     judgement = await judging.judge(case, request)
     return _record(
         case,
@@ -442,7 +439,8 @@ async def _run_all(
                 stopping = True
                 raise
             if isinstance(record, Deferred):  # answered; judged in the batch phase
-                store.save_answered(run_id, record, worker=worker)
+                if store.save_answered(run_id, record, worker=worker):
+                    progress.answer()
             elif store.save_case(run_id, record, worker=worker):
                 progress.add(record)
             settled.set()

@@ -20,7 +20,7 @@ from ._batch_rounds import BatchNews
 from ._judging import Judging
 from ._plans import RunPlan
 from ._ratelimit import RateLimiter
-from ._results import BatchWaiting, CaseFinished, RunEvent, RunProgress, RunStarted, RunStopped
+from ._results import BatchProgress, CaseFinished, RunEvent, RunProgress, RunStarted, RunStopped
 from ._resume import start
 from ._runner import Progress, alongside, renewing, run_cases
 from ._store import CaseRecord, RunInfo, RunStore
@@ -47,7 +47,9 @@ class Session:
         self.started = start(store, plan, version=version(), worker=self.worker)
         self.run = self.started.run
         total = len(self.cases)
-        self.progress = Progress(total=total, done=self.started.resumed, on_case=self._done)
+        self.progress = Progress(
+            total=total, done=self.started.resumed, on_case=self._done, on_answer=self._answered
+        )
         self._told: tuple[int, float | None] | None = None  # the last position told
         self.batches = BatchTally()  # what this worker's batch phase did (`--batch`)
         self._tell(
@@ -74,6 +76,11 @@ class Session:
             return
         done, cost = self._told = self._position()
         self._tell(CaseFinished(record, done, progress.total, dict(progress.counts), cost))
+
+    def _answered(self, progress: Progress) -> None:
+        if self.on_event is not None:  # this worker's answers, those stored before included
+            done = progress.done + progress.answered
+            self._tell(BatchProgress("answering", done, progress.total, 0))
 
     def _position(self) -> tuple[int, float | None]:
         """The run's cases stored by every worker, and their cost so far (with prices)."""
@@ -157,7 +164,7 @@ class Session:
         )
 
         def news(news: BatchNews) -> None:
-            self._tell(BatchWaiting(news.state, news.done, news.total, news.batches))
+            self._tell(BatchProgress(news.state, news.done, news.total, news.batches))
 
         async with renewing(self.store, self.run.id, self.worker):
             tally = await judge_answered(

@@ -80,6 +80,7 @@ def test_the_progress_says_what_the_batch_is_doing_and_the_summary_that_it_was_b
     result = cli(*eval_args(ws))
     assert result.code == 0, result.err
     assert result.err.splitlines() == [
+        "refinekit eval: answering first, 1 of 3 cases (judged in batches next)",
         "refinekit eval: judge batch in progress, 1 of 3 requests done",
         "refinekit eval: judge batch finalizing (3 requests)",
         "refinekit eval: judge batch ended (3 requests)",
@@ -110,7 +111,8 @@ def test_an_interrupted_batched_run_leaves_its_batch_running_and_resumes_with_it
 
     def interrupted(self: ProgressDisplay, state: str, *args: int) -> None:
         shown(self, state, *args)
-        raise KeyboardInterrupt  # Ctrl-C while the batch runs
+        if state != "answering":
+            raise KeyboardInterrupt  # Ctrl-C while the batch runs
 
     with monkeypatch.context() as patched:
         patched.setattr(ProgressDisplay, "batch", interrupted)

@@ -21,7 +21,7 @@ from helpers import CRITERIA_JUDGE, SYNC_ANSWER, Cli, Workspace, answers, judge_
 
 import refinekit.eval
 from refinekit._engine import events
-from refinekit.eval import BatchWaiting, CostLimitReached, RunEvent, UsageProblem
+from refinekit.eval import BatchProgress, CostLimitReached, RunEvent, UsageProblem
 from refinekit.eval._batch_calls import BatchInstrument
 from refinekit.eval._money import load_prices, price_note
 from refinekit.judges import Criterion, JudgeModel, criteria, panel
@@ -81,7 +81,13 @@ def test_every_answer_is_judged_in_one_batch(
     assert result.summary.failed == 1
     assert result.run.summary["batch"] == {"batches": 1, "items": 3, "direct": 0, "saved": None}
     assert result.summary.usage["judge"]["model_calls"] == 3  # counted as the direct replies
-    waits = [e for e in told if isinstance(e, BatchWaiting)]
+    waits = [e for e in told if isinstance(e, BatchProgress)]
+    assert [(w.state, w.done, w.total) for w in waits[:3]] == [
+        ("answering", 1, 3),
+        ("answering", 2, 3),
+        ("answering", 3, 3),
+    ]
+    waits = waits[3:]
     assert [w.state for w in waits] == ["in_progress", "finalizing", "ended"]
     assert waits[-1].total == 3
     # the batching instrument is gone with the run: other calls pay nothing for it
@@ -201,7 +207,7 @@ def test_a_run_stopped_while_its_batch_runs_polls_the_same_batch_again(
     server.script_batches(polls=50)
 
     def stop(event: RunEvent) -> None:
-        if isinstance(event, BatchWaiting) and event.state == "in_progress":
+        if isinstance(event, BatchProgress) and event.state == "in_progress":
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -279,7 +285,7 @@ def test_a_batched_run_resumed_without_batch_judges_its_waiting_answers_directly
     server.script_batches(polls=50)
 
     def stop(event: RunEvent) -> None:
-        if isinstance(event, BatchWaiting):
+        if isinstance(event, BatchProgress) and event.state != "answering":
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -321,7 +327,7 @@ def test_a_batch_whose_id_was_never_stored_is_found_at_the_provider(
     server.script_batches(polls=50)
 
     def stop(event: RunEvent) -> None:
-        if isinstance(event, BatchWaiting):
+        if isinstance(event, BatchProgress) and event.state != "answering":
             raise KeyboardInterrupt
 
     make = server.anthropic_client if provider == "anthropic" else server.client
