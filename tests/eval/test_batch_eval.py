@@ -344,3 +344,14 @@ def test_a_batch_whose_id_was_never_stored_is_found_at_the_provider(
     assert len(server.batches) == 1  # found, not submitted again
     assert len(judged(server)) == 3
     assert done.summary.passed == 2
+
+
+def test_each_repeat_is_its_own_batched_request(
+    server: ScriptedOpenAI, golden: Path, judge: Any
+) -> None:
+    result = run(golden, judge, repeat=2)
+    assert len(server.batches) == 1
+    assert len(set(server.batches[0].custom_ids)) == 6  # three cases, twice each
+    assert len(judged(server)) == 6
+    assert result.summary.passed == 2
+    assert all(c.judgements == 2 for c in result.cases)
