@@ -45,7 +45,7 @@ from ._batch_calls import Collector
 from ._judging import error_text
 from ._store._batches import Batches, Submission
 
-__all__ = ["POLL_SECONDS", "BatchNews", "Rounds", "reply_type"]
+__all__ = ["MAX_ITEMS", "POLL_SECONDS", "BatchNews", "Rounds", "reply_type"]
 
 logger = logging.getLogger("refinekit")
 
@@ -53,6 +53,10 @@ T = TypeVar("T")
 
 POLL_SECONDS = (2.0, 60.0)
 """The first wait between polls of an open batch, and the longest: each wait doubles."""
+
+MAX_ITEMS = 10_000
+"""The most requests in one batch: under the providers' own limits (OpenAI: 50,000 requests
+and a 200 MB file; Anthropic: 100,000 requests and 256 MB) with room for long prompts."""
 
 _ORPHAN_SECONDS = 120.0
 """How long a submission may stay without a batch id while its worker lives, before it is
@@ -161,7 +165,8 @@ class Rounds:
                     self.open[item.token] = found
                     self._judges[item.token] = entry.command.judge
         for requests in fresh.values():
-            await self._submit(requests)
+            for start in range(0, len(requests), MAX_ITEMS):
+                await self._submit(requests[start : start + MAX_ITEMS])
         for submission in list(self.open.values()):
             if submission.batch_id is None:
                 await self._recover(submission)

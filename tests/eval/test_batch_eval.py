@@ -21,7 +21,7 @@ from helpers import CRITERIA_JUDGE, SYNC_ANSWER, Cli, Workspace, answers, judge_
 
 import refinekit.eval
 from refinekit._engine import events
-from refinekit.eval import BatchProgress, CostLimitReached, RunEvent, UsageProblem
+from refinekit.eval import BatchProgress, CostLimitReached, RunEvent, UsageProblem, _batch_rounds
 from refinekit.eval._batch_calls import BatchInstrument
 from refinekit.eval._money import load_prices, price_note
 from refinekit.judges import Criterion, JudgeModel, criteria, panel
@@ -355,3 +355,13 @@ def test_each_repeat_is_its_own_batched_request(
     assert len(judged(server)) == 6
     assert result.summary.passed == 2
     assert all(c.judgements == 2 for c in result.cases)
+
+
+def test_a_round_of_more_requests_than_a_batch_holds_is_split(
+    server: ScriptedOpenAI, golden: Path, judge: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_batch_rounds, "MAX_ITEMS", 2)
+    result = run(golden, judge)
+    assert [len(b.custom_ids) for b in server.batches] == [2, 1]
+    assert result.run.summary["batch"]["batches"] == 2
+    assert result.summary.passed == 2
