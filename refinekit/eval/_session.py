@@ -15,7 +15,7 @@ from .._core.errors import CostLimitReached, RunAborted, RunStoreError
 from .._core.package import version
 from ..judges._cache_backends import JudgeCache
 from . import _results
-from ._batch_phase import BatchTally, judge_answered
+from ._batch_phase import judge_answered
 from ._batch_rounds import BatchNews
 from ._judging import Judging
 from ._plans import RunPlan
@@ -51,7 +51,6 @@ class Session:
             total=total, done=self.started.resumed, on_case=self._done, on_answer=self._answered
         )
         self._told: tuple[int, float | None] | None = None  # the last position told
-        self.batches = BatchTally()  # what this worker's batch phase did (`--batch`)
         self._tell(
             RunStarted(
                 run=self.run,
@@ -167,7 +166,7 @@ class Session:
             self._tell(BatchProgress(news.state, news.done, news.total, news.batches))
 
         async with renewing(self.store, self.run.id, self.worker):
-            tally = await judge_answered(
+            await judge_answered(
                 self.store,
                 plan,
                 self.run.id,
@@ -178,9 +177,6 @@ class Session:
                 wait_for_others=wait_for_others,
                 batched=batched,
             )
-        self.batches.batches += tally.batches
-        self.batches.items += tally.items
-        self.batches.direct += tally.direct
 
     async def execute(self, elsewhere: Callable[[], Awaitable[object]] | None = None) -> None:
         """Run the cases still to do with any other workers of the run, until none is left.
