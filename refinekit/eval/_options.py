@@ -159,7 +159,9 @@ class RunOptions:
             answered first, each kept waiting for its verdict, then judged together, each
             request waiting for its batch (minutes to hours). An interrupted run keeps its
             batches running at the provider, and the same call resumes it, polling the same
-            batches. Needs a judge built on a `JudgeModel`; see docs/batch.md.
+            batches. Needs a judge built on a `JudgeModel`; its structured requests
+            (parsed by instructor: rating judges) are sent directly, at the list price. See
+            docs/batch.md.
     """
 
     _: KW_ONLY
