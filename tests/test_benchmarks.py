@@ -199,6 +199,49 @@ def test_bench_panel_judges_smoke_run_over_the_scripted_server() -> None:
     assert out.count("| 0.00 |") == 1  # only the rule check costs no model call
 
 
+def test_bench_cascade_local_smoke_run_over_the_scripted_server(tmp_path: Path) -> None:
+    # the real model is not needed for the smoke run: a scripted judge that always says Yes
+    # at P 0.7; on 6 answers no threshold holds 0.8 at risk 0.1, so the fit abstains on all
+    from refinekit.testing import Reply, ScriptedOpenAI
+
+    db = str(tmp_path / "runs.db")
+    script = str(BENCHMARKS / "bench_cascade_local.py")
+
+    def bench(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, script, *args, "--db", db],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    with ScriptedOpenAI() as server:
+        server.script("smollm2-135m-instruct", [Reply.text("Yes", {"Yes": 0.7, "No": 0.3})] * 6)
+        done = bench("--quick", "--base-url", server.base_url)
+        asked = len(server.requests)
+        again = bench("--stored", "1,2")  # the tables from the store: no model call
+        asked_again = len(server.requests)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    # the calibration asks the model of all 6 answers; the eval, with no threshold to clear,
+    # asks no level at all
+    assert asked == asked_again == 6
+    assert "fit        thresholds numbers never, model never" in out
+    rows = [
+        "| numbers alone | 3/6 = 0.500 (0.188-0.812) |",
+        "| model alone | 3/6 = 0.500 (0.188-0.812) |",
+        "| cascade, fit of run 1 (eval, on the wire) | 0/0 = nan",
+    ]
+    assert all(r in out for r in rows)
+    assert "| 0.000 | 0.00 / 0.00 / 1.00 | 0.00 |" in out  # every answer abstained, for free
+    assert (
+        "held out   6 abstained (inconclusive), 0 unavailable; 0 model calls for 6 answers" in out
+    )
+    assert again.returncode == 0, again.stderr
+    assert all(r in again.stdout for r in rows)
+
+
 def test_the_machine_lines_name_no_path_of_the_machine() -> None:
     # they are pasted into the docs: "CPython 3.11.7", never the interpreter's full path
     sys.path.insert(0, str(BENCHMARKS))
@@ -270,3 +313,26 @@ def test_bench_escalation_smoke_run_climbs_the_ladder_over_the_scripted_server()
     # the ladders pay for tier 1's failed call on top of tier 2's: dearer per correct item
     assert summary["fresh"]["ratio_vs_tier2"] > 1
     assert summary["carried"]["ratio_vs_tier2"] > summary["fresh"]["ratio_vs_tier2"]
+
+
+def test_bench_cascade_smoke_run_keeps_the_guaranteed_agreement() -> None:
+    # exits 1 when a setting's share of runs below its target exceeds its risk
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_cascade.py"), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "| setting | target, risk | runs below target | naive: runs below |" in out
+    assert "targets: the share of runs below the target <= risk in every setting: met" in out
+    below = json.loads(out.strip().splitlines()[-1])["below_target"]
+    assert set(below) >= {"strong alone", "cheap, strong", "check, cheap, strong"}
+    assert all(share <= 0.1 for share in below.values())
+    # the cheap level decides some items: the cascade costs less than the strong judge alone
+    [row] = [x for x in out.splitlines() if x.startswith("| cheap, strong | 0.9, 0.1 |")]
+    per_item, per_verdict = (float(x) for x in row.split("|")[-3:-1])
+    assert per_item < 1.0
+    assert per_item <= per_verdict  # an abstention costs and gives no verdict

@@ -83,6 +83,12 @@ EXPECTED = {
         "passed",
     ],
     "judge_pairwise.py": ["winner: a", "winner: tie (the two orders disagreed)"],
+    "judge_cascade.py": [
+        "fitted on 400 labelled items: thresholds 0.78, 0.78, 0.78;",
+        "failed by numbers (confidence 1.00); asked: numbers",
+        "passed by cheap (confidence 0.98); asked: numbers, cheap",
+        "failed by strong (confidence 0.96); asked: numbers, cheap, strong",
+    ],
     "judge_cache.py": [
         "pass 1: 3 judgements, 3 judge calls, ",
         "  passed, failed, passed",
@@ -256,6 +262,7 @@ def test_there_is_one_example_per_judge() -> None:
         "judge_rating",
         "judge_criteria",
         "judge_pairwise",
+        "judge_cascade",  # not a judge: levels of judges, the first sure enough decides
         "judge_cache",  # not a judge: the cache every judge can use
     }
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
+from .._core.numbers import usd
 from ..eval import CalibrateOptions, Calibration, calibrate
+from ..eval._cascade_runs import CascadeCalibration
 from ._output import (
     EXIT_GATE,
     EXIT_USAGE,
@@ -99,8 +101,48 @@ def _print_agreement(io: Io, c: Calibration) -> None:
             f"votes survived swapping the answers ({p_.rate:.3f}, 95% {p_.lower:.3f} to "
             f"{p_.upper:.3f})"
         )
+    if c.cascade is not None:
+        _print_cascade(io, c.cascade)
     for warning in c.warnings:
         io.say(f"warning: {warning}")
+
+
+def _print_cascade(io: Io, k: CascadeCalibration) -> None:
+    """The fitted cascade: each level's threshold, share, agreement, and the cost."""
+    io.say(
+        f"cascade fitted on {items(k.items)}: each level's kept verdicts agree with people "
+        f"at {k.target:.2f} or better, with probability {1 - k.risk:.2f} (--target-agreement "
+        f"{k.target:g}, --risk {k.risk:g}); `refinekit eval --calibration RUN` applies it"
+    )
+    io.say(
+        f"  {'level':<28}{'threshold':>10}{'decided':>9}{'share':>7}{'guaranteed':>12}"
+        f"{'observed':>10}{'alone':>7}{'calls':>7}"
+    )
+    for level in k.levels:
+        threshold = "never" if level.threshold is None else f"{level.threshold:.3f}"
+        guaranteed = "-" if level.guaranteed is None else f">={level.guaranteed:.2f}"
+        calls = "?" if level.calls is None else f"{level.calls:g}"
+        io.say(
+            f"  {clean(level.name, 27):<28}{threshold:>10}{level.decided:>9}{level.share:>7.2f}"
+            f"{guaranteed:>12}{pct(level.agreement, 2):>10}{pct(level.alone, 2):>7}{calls:>7}"
+        )
+    io.say(
+        f"  abstained (no level sure enough): {items(k.abstained)} ({k.abstained_share:.2f}); "
+        f"decided {k.coverage:.2f}, agreement {pct(k.agreement)}, kappa {pct(k.kappa)}"
+    )
+    if k.unguaranteed:
+        io.say(
+            f"  the last level decided {items(k.unguaranteed)} below its threshold "
+            "(abstain=False): outside the guarantee"
+        )
+    if k.calls_per_verdict is not None and k.strongest_calls is not None:
+        money = ""
+        if k.cost_per_verdict is not None and k.strongest_cost is not None:
+            money = f"; {usd(k.cost_per_verdict)} against {usd(k.strongest_cost)}"
+        io.say(
+            f"  cost per verdict: {k.calls_per_verdict:.2f} model calls, against "
+            f"{k.strongest_calls:g} for the strongest level alone{money}"
+        )
 
 
 def _print_calibration(io: Io, c: Calibration) -> None:

@@ -145,6 +145,8 @@ def _print_summary(io: Io, result: EvalResult, judge: str | None) -> int:
         _print_cost(io, s.cost)
     if s.tiers is not None:
         _print_tiers(io, s.tiers)
+    if s.cascade is not None or result.cascade_fit is not None:
+        _print_cascade(io, s.cascade, result.cascade_fit)
     if result.rate_limit_waits:
         slept = "not slept: testing switch on" if is_testing() else "in all"
         waits = result.rate_limit_waits
@@ -243,6 +245,23 @@ def _print_tiers(io: Io, t: dict[str, Any]) -> None:
             f"{tier['tried']}, answered {tier['answered']}, {tier['model_calls']} calls, "
             f"{tier['tokens']:,} tokens"
         )
+
+
+def _print_cascade(io: Io, shares: dict[str, Any] | None, fit: dict[str, Any] | None) -> None:
+    """The cascade's fit (`--calibration`) and the share of the verdicts each level gave."""
+    if fit is not None:
+        shown = ", ".join("never" if t is None else f"{t:.3f}" for t in fit["thresholds"])
+        io.say(
+            f"cascade: the fit of calibration run {fit['calibration_run']} (agreement "
+            f">= {fit['target']:.2f} at risk {fit['risk']:.2f}; thresholds {shown})"
+        )
+    if shares is not None:
+        parts = [
+            f"{clean(str(x.get('name') or x['level'] + 1), 40)} {x['decided']} ({x['share']:.2f})"
+            for x in shares["levels"]
+        ]
+        parts.append(f"abstained {shares['abstained']} ({shares['abstained_share']:.2f})")
+        io.say(f"cascade levels, of {cases(shares['items'])}: " + ", ".join(parts))
 
 
 def _usage(u: dict[str, int]) -> str:

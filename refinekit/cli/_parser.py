@@ -77,7 +77,8 @@ pass/fail, and optionally context), and report how far it agrees with them: accu
 precision and recall on failures, Cohen's kappa; for judges that give probabilities, a
 reliability table, the expected calibration error, and the pass and fail thresholds that
 keep the wrong decisions on each side under --target-error, with how many answers would
-fall in between ("uncertain")."""
+fall in between ("uncertain"). A cascade judge's thresholds are fitted to
+--target-agreement at --risk and stored, for `refinekit eval --calibration RUN`."""
 
 _CALIBRATE_EPILOG = """\
 exit status:
@@ -344,7 +345,8 @@ def _add_workflow_commands(commands: Any) -> None:
         help="a `refinekit calibrate` run of this judge: correct the pass rate for the "
         "judge's errors (its sensitivity and specificity against people's labels) and gate "
         "--min-pass-rate on the corrected interval's lower bound; latest: the newest "
-        "calibration of a judge of this name in the store",
+        "calibration of a judge of this name in the store. A cascade judge judges with the "
+        "thresholds that calibration fitted",
     )
     evaluate.add_argument(
         "--min-judge-kappa",
@@ -401,6 +403,24 @@ def _add_workflow_commands(commands: Any) -> None:
         default=0.1,
         metavar="E",
         help="the most wrong decisions allowed on each side of the thresholds (default 0.1)",
+    )
+    cal.add_argument(
+        "--target-agreement",
+        type=_bounded(float, 0.0, 1.0, "a number above 0 and below 1", open_low=True),
+        default=0.9,
+        dest="target",
+        metavar="A",
+        help="for a cascade judge: the agreement with people each level's kept verdicts must "
+        "reach; the calibration fits the levels' thresholds to it and stores the fit, which "
+        "`refinekit eval --calibration RUN` applies (default 0.9)",
+    )
+    cal.add_argument(
+        "--risk",
+        type=_bounded(float, 0.0, 1.0, "a number above 0 and below 1", open_low=True),
+        default=0.1,
+        metavar="R",
+        help="for a cascade judge: the chance that a fitted level agrees less than "
+        "--target-agreement after all (default 0.1)",
     )
     cal.add_argument(
         "--bins",

@@ -35,6 +35,7 @@ from ._agreement import (
     PositionConsistency,
 )
 from ._calibration import Calibration, Thresholds
+from ._cascade_fit import CascadeFit, fit_cascade
 from ._corrected import CorrectedRate, JudgeCalibration
 from ._golden import case_slug, column_for, read_golden
 from ._options import CalibrateOptions, EvalOptions, RunOptions
@@ -60,6 +61,7 @@ __all__ = [
     "Calibration",
     "CalibrationResult",
     "CaseFinished",
+    "CascadeFit",
     "CaseOutcome",
     "CaseRecord",
     "Comparison",
@@ -93,6 +95,7 @@ __all__ = [
     "case_slug",
     "column_for",
     "compare",
+    "fit_cascade",
     "html_report",
     "read_golden",
     "run",

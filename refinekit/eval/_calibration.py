@@ -15,6 +15,7 @@ from ._agreement import (
     self_judged,
     verbosity_warning,
 )
+from ._cascade_runs import CascadeCalibration
 from ._stats import (
     ReliabilityBin,
     cohen_kappa,
@@ -160,7 +161,10 @@ class Calibration:
         self_judge_models: Those models.
         warnings: What a person should look at: verbosity bias, answers judged by the model
             that wrote them, a pairwise judge whose vote often depends on the order, a panel
-            member that adds nothing.
+            member that adds nothing, a fitted cascade that abstains on most items.
+        cascade: For a cascade judge (`refinekit.judges.cascade`): its levels' thresholds
+            fitted to the target agreement, and what the fitted cascade does on these items
+            (`CascadeCalibration`); else None.
     """
 
     items: int
@@ -188,6 +192,7 @@ class Calibration:
     self_judged: int = 0
     self_judge_models: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    cascade: CascadeCalibration | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -201,10 +206,23 @@ POSITION_FLOOR = 0.8
 """The position-consistency rate under which a calibration warns of position bias."""
 
 
+ABSTAINED_WARNING = 0.5
+"""The abstained share of a fitted cascade over which a calibration warns."""
+
+
 def calibrate(
-    cases: Sequence[CaseRecord], *, target_error: float, bins: int = 10, judge: str | None = None
+    cases: Sequence[CaseRecord],
+    *,
+    target_error: float,
+    bins: int = 10,
+    judge: str | None = None,
+    cascade: CascadeCalibration | None = None,
 ) -> Calibration:
-    """The figures of a calibration run's cases (each with its human `label`)."""
+    """The figures of a calibration run's cases (each with its human `label`).
+
+    `cascade` is the fit of a cascade judge (`_cascade_runs.cascade_calibration`), kept with
+    the figures.
+    """
     judged = [c for c in cases if c.outcome in ("passed", "failed") and c.label is not None]
     pairs = [(c.outcome == "passed", c.label == "pass") for c in judged]
     both_fail = sum(not j and not h for j, h in pairs)
@@ -243,6 +261,13 @@ def calibrate(
             "panel members that add nothing (the panel agrees with people as well without "
             f"them): {', '.join(panel.adds_nothing)}"
         )
+    if cascade is not None and cascade.abstained_share > ABSTAINED_WARNING:
+        warnings.append(
+            f"the fitted cascade abstains on {cascade.abstained} of {cascade.items} items "
+            f"({cascade.abstained_share:.0%}): no level's verdicts reach agreement "
+            f"{cascade.target:.2f} at risk {cascade.risk:.2f} on the rest; lower "
+            "--target-agreement, label more items, or use stronger levels"
+        )
     return Calibration(
         items=len(judged),
         unavailable=sum(c.outcome == "unavailable" for c in cases),
@@ -269,4 +294,5 @@ def calibrate(
         self_judged=self_count,
         self_judge_models=self_models,
         warnings=warnings,
+        cascade=cascade,
     )

@@ -127,9 +127,12 @@ def _latest(store: RunStore, judge: str | None) -> RunInfo:
 
 
 def load_calibration(
-    store: RunStore, which: int | str, judge: str | None
+    store: RunStore, which: int | str, judge: str | None, *, cascade: bool = False
 ) -> tuple[JudgeCalibration, str | None]:
     """The stored calibration `which` names (a run id, or `"latest"` of this judge).
+
+    With `cascade` (the run's judge is a cascade, which judges with the calibration's fit),
+    the figures are the fitted cascade's on the items it decided, when the run stored a fit.
 
     Returns:
         The calibration, and a note when it is of a judge of another name (None when not).
@@ -162,6 +165,9 @@ def load_calibration(
                 "judged its items; calibrate the judge again"
             )
     s = run.summary
+    fitted = s.get("cascade")
+    if cascade and isinstance(fitted, dict):
+        s = fitted  # the fitted cascade's confusion table and kappa
     both_pass = _count(s, "both_pass", run)
     judge_fail_only = _count(s, "judge_fail_only", run)
     human_fail_only = _count(s, "human_fail_only", run)

@@ -71,6 +71,13 @@ def _fraction(
     return float(value)
 
 
+def _open_fraction(name: str, value: object) -> float:
+    """A number strictly between 0 and 1 (a cascade's target agreement, its risk)."""
+    if not is_number(value) or not is_real(value) or not 0.0 < value < 1.0:
+        raise UsageProblem(f"{name} must be a number above 0 and below 1, got {shown(value)}")
+    return float(value)
+
+
 def _flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise UsageProblem(f"{name} must be True or False, not {value!r}")
@@ -227,7 +234,11 @@ class EvalOptions(RunOptions):
             the interval includes their uncertainty (`EvalResult.corrected`). Without one,
             or with a judge whose kappa's 95% lower bound is under `min_judge_kappa`, the
             gate says the judge is uncalibrated (`EvalResult.judge_warning`), and gates on
-            the Wilson bound. Needs `repeat` and `trials` of 1.
+            the Wilson bound. With a cascade judge (`refinekit.judges.cascade`) the cascade
+            judges with the fit that calibration stored (`Cascade.with_fit`), and the
+            correction uses the fitted cascade's figures; a calibration that stored no fit
+            for a cascade of as many levels is a `UsageProblem`. Needs `repeat` and `trials`
+            of 1.
         min_judge_kappa: The lowest 95% lower bound of the calibrated judge's kappa that
             lets its calibration correct the rate, from -1 to 1.
         strict_calibration: Make an uncalibrated judge an error (`UsageProblem`, before
@@ -310,6 +321,12 @@ class CalibrateOptions(RunOptions):
         bins: Bins of the reliability table, from 1 to 100.
         min_kappa: A gate: `CalibrationResult.passed` is False when Cohen's kappa is under it
             (or there is none).
+        target: For a cascade judge (`refinekit.judges.cascade`): the agreement with people
+            each level's kept verdicts must reach, above 0 and below 1; the calibration fits
+            the levels' thresholds to it (`refinekit.eval.fit_cascade`) and stores the fit,
+            which `run(calibration=...)` applies.
+        risk: The chance, above 0 and below 1, that a fitted level's agreement is under
+            `target` after all: the guarantee holds with probability `1 - risk`.
     """
 
     labelled: PathLike
@@ -318,6 +335,8 @@ class CalibrateOptions(RunOptions):
     target_error: float = 0.1
     bins: int = 10
     min_kappa: float | None = None
+    target: float = 0.9
+    risk: float = 0.1
 
     def __post_init__(self) -> None:
         """Check every option (`RunOptions`' too); see the class for each one's range.
@@ -326,6 +345,8 @@ class CalibrateOptions(RunOptions):
             UsageProblem: An option is out of range or of the wrong kind.
         """
         super().__post_init__()
+        self._set("target", _open_fraction("target", self.target))
+        self._set("risk", _open_fraction("risk", self.risk))
         self._set("bins", _whole("bins", self.bins, 1, 100))
         self._set("target_error", _fraction("target_error", self.target_error, 0.0, 0.99))
         self._set("min_kappa", _fraction("min_kappa", self.min_kappa, -1.0, 1.0))

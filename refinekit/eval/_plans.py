@@ -15,6 +15,8 @@ from .._core.errors import UsageProblem
 from .._engine.evaluators import EvaluatorLike
 from .._engine.prices import Prices
 from ._batch_calls import batch_judges
+from ._cascade_fit import CascadeFit
+from ._cascade_runs import cascade_of, stored_fit
 from ._cases import Case, labels_of, load_cases
 from ._column_checks import has_column_checks
 from ._corrected import JudgeCalibration, load_calibration, uncalibrated
@@ -49,10 +51,12 @@ class RunPlan:
         repeat: Verdicts per answer.
         trials: Runs of the answer function per case.
         max_cost: The most the run may spend, or None.
+        cascade_fit: The stored fit a cascade judge judges with (`--calibration`), or None.
     """
 
     kind: ClassVar[Literal["eval", "calibrate"]]
     target: Target | None = None
+    cascade_fit: CascadeFit | None = None
     labels: Mapping[str, str] | None = None
     repeat: int = 1
     trials: int = 1
@@ -148,6 +152,8 @@ class EvalPlan(RunPlan):
             raise UsageProblem("--calibration corrects for a judge's errors: give --judge too")
         self.judge_warning: str | None = None
         self.judge_calibration: JudgeCalibration | None = None
+        self.cascade_fit: CascadeFit | None = None
+        self.cascade_fit_run: int | None = None
         if o.calibration is None and self.judge is not None and o.min_pass_rate is not None:
             self._uncalibrated(
                 "no calibration of it was given (--calibration RUN, a `refinekit calibrate` "
@@ -174,13 +180,28 @@ class EvalPlan(RunPlan):
         before = None if which in (None, "previous") else _before(store, which)
         calibration = self.options.calibration
         if calibration is not None:
-            found, note = load_calibration(store, calibration, self.judge_name)
+            cascade = cascade_of(self.judge) is not None
+            found, note = load_calibration(store, calibration, self.judge_name, cascade=cascade)
+            if cascade:
+                self.apply_fit(store, found.run)
             why = note or uncalibrated(found, self.options.min_judge_kappa)
             if why is not None:
                 self._uncalibrated(why)
             else:
                 self.judge_calibration = found
         return before
+
+    def apply_fit(self, store: RunStore, run_id: int) -> None:
+        """Judge with the cascade fitted by calibrate run `run_id` (`Cascade.with_fit`).
+
+        Raises:
+            UsageProblem: The run stored no fit for a cascade of this one's levels.
+        """
+        cascade = cascade_of(self.judge)
+        assert cascade is not None
+        self.cascade_fit = stored_fit(store.run(run_id), cascade)
+        self.cascade_fit_run = run_id
+        self.judge = cascade.with_fit(self.cascade_fit)
 
 
 def _before(store: RunStore, which: int | str) -> RunInfo:

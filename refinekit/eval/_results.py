@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ._calibration import Calibration
 from ._corrected import CorrectedRate
@@ -170,6 +171,9 @@ class EvalResult:
         judge_warning: Why the judge is uncalibrated (no calibration given with a gate, a
             calibration of another judge, or a kappa whose lower bound is under
             `min_judge_kappa`); None when it is calibrated, or no gate asked.
+        cascade_fit: With a cascade judge and `calibration=`, the fit it judged with: the
+            `calibration_run` that stored it, and the fit's `thresholds`, `target`, `risk`
+            (`CascadeFit.to_dict()`); None otherwise.
     """
 
     run: RunInfo
@@ -186,6 +190,7 @@ class EvalResult:
     rate_limit_seconds: float
     corrected: CorrectedRate | None = None
     judge_warning: str | None = None
+    cascade_fit: dict[str, Any] | None = None
 
     @property
     def judge_cache(self) -> dict[str, int] | None:

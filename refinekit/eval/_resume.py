@@ -91,6 +91,10 @@ def start(store: RunStore, plan: RunPlan, *, version: str, worker: str) -> Start
     sha = file_sha256(plan.dataset)
     # trials join the fingerprint only when asked for: the runs of before keep theirs
     trials = (plan.trials,) if plan.trials > 1 else ()
+    # a cascade judging with a stored fit (`--calibration`) is another judge for each fit: a
+    # run is never resumed under other thresholds than its first verdicts had
+    fit = plan.cascade_fit
+    fitted = () if fit is None else (f"cascade fit {list(fit.thresholds)}",)
     key = fingerprint(
         plan.kind,
         str(plan.dataset.resolve()),
@@ -98,6 +102,7 @@ def start(store: RunStore, plan: RunPlan, *, version: str, worker: str) -> Start
         plan.judge_name,
         plan.repeat,
         *trials,
+        *fitted,
     )
     cases, run_id = plan.cases, plan.options.run_id
     keys = {c.key for c in cases}

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core.types import Usage
+from ._cascade_runs import level_shares
 from ._money import money
 from ._money import total as total_cost
 from ._stats import flip_rate, mcnemar_exact, wilson_interval
@@ -101,6 +102,10 @@ class Summary:
             `upper`; `per_trial` (the share of counted trials that passed, pass^1);
             `flipped` (cases whose trials disagreed) and `flip_rate` (the mean over the
             cases of the chance that two of its trials disagree). None otherwise.
+        cascade: With a cascade judge (`refinekit.judges.cascade`), the share of the
+            verdicts each level decided, from the verdicts' `cascade` metadata: `items`,
+            `levels` (each `level`, `name`, `decided`, `share`), `abstained`, `abstained_share`;
+            None otherwise.
     """
 
     cases: int
@@ -125,6 +130,7 @@ class Summary:
     no_context: int = 0
     trials: dict[str, Any] | None = None
     tiers: dict[str, Any] | None = None
+    cascade: dict[str, Any] | None = None
 
     @property
     def counted(self) -> int:
@@ -160,7 +166,7 @@ class Summary:
     def as_dict(self) -> dict[str, Any]:
         """The figures as a JSON-ready dict, as the run store keeps them (no `cost` unpriced)."""
         figures = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        for optional in ("cost", "trials", "tiers"):
+        for optional in ("cost", "trials", "tiers", "cascade"):
             if figures[optional] is None:
                 del figures[optional]
         return figures
@@ -209,6 +215,7 @@ def summarise(cases: Sequence[CaseRecord]) -> Summary:
         no_context=sum(c.lacks_context for c in cases),
         trials=trial_figures(cases),
         tiers=tier_figures(cases),
+        cascade=level_shares(cases),
         **count,
     )
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from .._engine.bridge import run_blocking
 from ._calibration import calibrate as calibration_of
+from ._cascade_runs import cascade_calibration
 from ._corrected import correct
 from ._money import money
 from ._options import CalibrateOptions, EvalOptions, signature_of
@@ -85,12 +86,14 @@ def _eval_result(plan: EvalPlan, session: Session, before: RunInfo | None) -> Ev
     summary = summarise(records)
     calibration = plan.judge_calibration
     corrected = None if calibration is None else correct(summary, calibration)
+    fit = _fit_used(plan)
     run, setup_failed = _complete(
         session,
         records,
         summary.as_dict()
         | {"rate_limit_waits": session.limiter.waits, "cases_in_file": len(plan.cases)}
         | ({"corrected": corrected.as_dict()} if corrected is not None else {})
+        | ({"cascade_fit": fit} if fit is not None else {})
         | ({"judge_warning": plan.judge_warning} if plan.judge_warning else {}),
     )
     comparison = None
@@ -114,15 +117,24 @@ def _eval_result(plan: EvalPlan, session: Session, before: RunInfo | None) -> Ev
         rate_limit_seconds=session.limiter.waited,
         corrected=corrected,
         judge_warning=plan.judge_warning,
+        cascade_fit=fit,
     )
+
+
+def _fit_used(plan: EvalPlan) -> dict[str, Any] | None:
+    """The cascade fit the run judged with (`calibration=`): its run and thresholds."""
+    if plan.cascade_fit is None:
+        return None
+    return {"calibration_run": plan.cascade_fit_run} | plan.cascade_fit.to_dict()
 
 
 def _calibration_result(plan: CalibratePlan, session: Session) -> CalibrationResult:
     """Store the calibration complete, with its figures."""
     o = plan.options
     records = session.records()
+    cascade = cascade_calibration(records, plan.judge, target=o.target, risk=o.risk)
     figures = calibration_of(
-        records, target_error=o.target_error, bins=o.bins, judge=plan.judge_name
+        records, target_error=o.target_error, bins=o.bins, judge=plan.judge_name, cascade=cascade
     )
     spent = money(records)
     run, setup_failed = _complete(
@@ -176,6 +188,7 @@ def _for_worker(plan: RunPlan, run_id: int) -> EvalOptions | CalibrateOptions:
     }
     options = plan.options
     if isinstance(options, EvalOptions):
+        assert isinstance(plan, EvalPlan)
         # a `module:name` (or `path.py:name`) as the module it names, from any folder
         target = plan.target_name if isinstance(options.target, str) else options.target
         assert target is not None
@@ -184,7 +197,7 @@ def _for_worker(plan: RunPlan, run_id: int) -> EvalOptions | CalibrateOptions:
             target=target,
             min_pass_rate=None,
             compare=None,
-            calibration=None,
+            calibration=plan.cascade_fit_run,  # a worker's cascade judges with the same fit
             strict_calibration=False,
             **common,
         )
@@ -202,11 +215,15 @@ def work(
     `data` is the task's copy of the run's file; `on_event` is told as it goes.
     """
     plan: RunPlan
+    fitted: int | None = None
     if isinstance(options, EvalOptions):
         plan = EvalPlan(dataclasses.replace(options, golden=data, on_event=on_event))
+        fitted = None if options.calibration is None else int(options.calibration)
     else:
         plan = CalibratePlan(dataclasses.replace(options, labelled=data, on_event=on_event))
     with open_store(plan.db) as store:
+        if isinstance(plan, EvalPlan) and fitted is not None:
+            plan.apply_fit(store, fitted)  # the fit of the driver's --calibration
         run_blocking(Session(store, plan).execute)
 
 
@@ -268,8 +285,8 @@ def calibrate(*args: Any, **kwargs: Any) -> CalibrationResult:
         *args: The labelled file, `.csv` or `.jsonl` (`CalibrateOptions.labelled`).
         **kwargs: The run's options, `CalibrateOptions`' fields: `judge` (required),
             `concurrency`, `db`, `resume`, `retry`, `target_error`, `bins`, `min_kappa`,
-            `on_event`, `run_id`, `backend`, `ray_address`, `workers`, `cache`, `prices`,
-            `batch`.
+            `target`, `risk` (a cascade judge's fit: see `CalibrateOptions`), `on_event`,
+            `run_id`, `backend`, `ray_address`, `workers`, `cache`, `prices`, `batch`.
 
     Returns:
         The complete run and its figures.

@@ -21,6 +21,10 @@ the job's `judge_usage`, apart from the answering model's `usage`.
 model judges, other panels), cheapest first, stopping once the outcome cannot change:
 see docs/panels.md.
 
+`cascade(cheap, strong)` keeps the cheap judge's verdict when it is sure enough and asks the
+strong one otherwise; thresholds fitted on labelled items (`refinekit.eval.fit_cascade`)
+guarantee its agreement with people: see docs/panels.md, "Cascades".
+
 `JudgeModel(..., cache=MemoryCache())` (or `SQLiteCache(path)`) answers a request asked
 before from the cache, with no model call: see docs/judge_cache.md.
 """
@@ -31,7 +35,9 @@ from .._core.package import rehome
 from ._base import Judge, JudgeErrorPolicy
 from ._cache import cache_salt, use_cache
 from ._cache_backends import JudgeCache, MemoryCache, PostgresCache, SQLiteCache
+from ._cascade import Cascade, cascade
 from ._client import JudgeModel
+from ._confidence import Sampled, confidence_of, sampled
 from ._criteria import Criterion, criteria
 from ._pairwise import Pairwise, Winner, pairwise
 from ._panel import Panel, PanelRule, panel
@@ -39,6 +45,7 @@ from ._rating import rating
 from ._yesno import fact_check, relevancy
 
 __all__ = [
+    "Cascade",
     "Criterion",
     "Judge",
     "JudgeCache",
@@ -51,7 +58,10 @@ __all__ = [
     "PostgresCache",
     "SQLiteCache",
     "Winner",
+    "Sampled",
     "cache_salt",
+    "cascade",
+    "confidence_of",
     "use_cache",
     "criteria",
     "fact_check",
@@ -59,6 +69,7 @@ __all__ = [
     "panel",
     "rating",
     "relevancy",
+    "sampled",
 ]
 
 rehome(globals(), __all__, __name__)  # shown as `refinekit.judges.<name>`

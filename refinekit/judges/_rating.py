@@ -108,7 +108,12 @@ class _Rating(Judge):
             passed=passed,
             score=rating / self.scale,
             feedback=feedback,
-            metadata={"judge": self.name, "rating": rating, "scale": self.scale},
+            metadata={
+                "judge": self.name,
+                "rating": rating,
+                "scale": self.scale,
+                "passing": self.passing,
+            },
         )
 
 

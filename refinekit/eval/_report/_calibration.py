@@ -8,6 +8,7 @@ from .._calibration import Calibration
 from .._stats import wilson_interval
 from .._store import CaseRecord, RunInfo, RunStore
 from .._summary import CONFIDENCE
+from ._cascade import cascade_section
 from ._cases import case_article
 from ._charts import Point, history_svg, reliability_svg
 from ._html import (
@@ -77,6 +78,11 @@ def calibration_report(
         ("gates", "Gates", gates),
         ("agreement", "Agreement with people", _agreement(c)),
         *([("panel", "Panel members", _panel(c))] if c.panel is not None else []),
+        *(
+            [("cascade", "Cascade levels", cascade_section(c.cascade))]
+            if c.cascade is not None
+            else []
+        ),
         ("bias", "Bias checks", _bias(c)),
         ("reliability", "Reliability diagram", _reliability(c)),
         ("thresholds", "Recommended thresholds", _thresholds(c)),

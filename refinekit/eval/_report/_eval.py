@@ -9,6 +9,7 @@ from ..._core.numbers import usd
 from .._money import total as total_cost
 from .._store import CaseRecord, RunInfo, RunStore
 from .._summary import Comparison, Summary, summarise
+from ._cascade import levels_section
 from ._cases import case_article
 from ._figures import (
     attempts_section,
@@ -122,6 +123,10 @@ def eval_report(
     ]
     if summary.tiers is not None:
         sections.append(("tiers", "Tiers of the escalation ladder", tiers_section(summary.tiers)))
+    if summary.cascade is not None:
+        fit = run.summary.get("cascade_fit")
+        shares = levels_section(summary.cascade, fit if isinstance(fit, dict) else None)
+        sections.append(("cascade", "Cascade levels", shares))
     if comparison is not None:
         title = f"Compared with run {comparison.before.id}"
         sections.append(("comparison", title, _comparison(comparison)))
