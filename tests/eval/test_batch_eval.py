@@ -24,7 +24,7 @@ from refinekit._engine import events
 from refinekit.eval import BatchProgress, CostLimitReached, RunEvent, UsageProblem, _batch_rounds
 from refinekit.eval._batch_calls import BatchInstrument
 from refinekit.eval._money import load_prices, price_note
-from refinekit.judges import Criterion, JudgeModel, criteria, panel
+from refinekit.judges import Criterion, JudgeModel, cascade, criteria, panel
 from refinekit.testing import ScriptedOpenAI
 
 REPLIES = {"Refund window?": "Seven days.", "Shipping cost?": "Free.", "Gift cards?": "No."}
@@ -365,3 +365,21 @@ def test_a_round_of_more_requests_than_a_batch_holds_is_split(
     assert [len(b.custom_ids) for b in server.batches] == [2, 1]
     assert result.run.summary["batch"]["batches"] == 2
     assert result.summary.passed == 2
+
+
+def test_a_cascade_batches_each_level_it_asks_in_a_round_of_its_own(
+    server: ScriptedOpenAI, golden: Path
+) -> None:
+    """The cheap level decides the answers it is sure of (0.9 and 0.1); the strong level is
+    asked about the one it is not (0.8 < 0.85), a round later."""
+    server.script("strong", judge_replies({"Free.": 0.95}), times=None)
+    with server.client() as client:
+        levels = [
+            criteria(JudgeModel(client, model), [Criterion("correct", "Is it right?")])
+            for model in ("judge", "strong")
+        ]
+        result = run(golden, cascade(*levels, thresholds=[0.85, 0.5]))
+    assert [len(b.custom_ids) for b in server.batches] == [3, 1]
+    assert {r.body["model"] for r in judged_by(server, server.batches[1].id)} == {"strong"}
+    assert result.summary.passed == 2
+    assert result.summary.failed == 1
