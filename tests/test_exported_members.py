@@ -250,6 +250,7 @@ def test_otel_names() -> None:
 
 def test_eval_names() -> None:
     assert set(refinekit.eval.__all__) == {
+        "BatchProgress",
         "CalibrateOptions",
         "Calibration",
         "CalibrationResult",

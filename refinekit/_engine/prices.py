@@ -64,28 +64,39 @@ class Prices:
     way is priced at `default` when given; without a default, pricing it raises
     `MissingPrice`, naming the model: an unpriced call never counts as free.
 
+    A call made through a provider's batch API (`refinekit eval --batch`) costs a share of
+    the list price: the provider's published batch discount (half, for OpenAI and Anthropic),
+    unless `batch_discount` says otherwise.
+
     Args:
         prices: The mapping (copied: changing yours later changes nothing here), or the
             callable. The callable is called with model None for a call that named no model.
         default: `(input, output)` per million tokens for a model the mapping does not name.
             Only with a mapping.
+        batch_discount: The share of the list price a batched call costs (0 to 1): one
+            number for every model, or a mapping of model name to share (a model it does not
+            name gets its provider's share; dated snapshots are looked up as for prices).
+            None: the provider's.
 
     Raises:
         TypeError: `prices` is neither a mapping nor callable; a model name is not a non-empty
-            str; a price is not a pair of numbers; `default` with a callable.
-        ValueError: A price is negative, infinite or NaN.
+            str; a price is not a pair of numbers; `default` with a callable; a batch share
+            is not a number.
+        ValueError: A price is negative, infinite or NaN; a batch share is not from 0 to 1.
     """
 
-    __slots__ = ("_default", "_function", "_table")
+    __slots__ = ("_batch", "_default", "_function", "_table")
 
     def __init__(
         self,
         prices: Mapping[str, tuple[float, float]] | PriceFunction,
         *,
         default: tuple[float, float] | None = None,
+        batch_discount: float | Mapping[str, float] | None = None,
     ) -> None:
         self._table: dict[str, tuple[float, float]] | None = None
         self._function: PriceFunction | None = None
+        self._batch = _shares(batch_discount)
         if isinstance(prices, Mapping):
             table = {}
             for model, value in prices.items():
@@ -172,9 +183,30 @@ class Prices:
             model=model,
         )
 
+    def batch_share(self, model: str | None, provider_share: float) -> float:
+        """The share of the list price a batched call of `model` costs.
+
+        This object's `batch_discount` for it when given, else `provider_share` (the
+        provider's published batch discount).
+        """
+        batch = self._batch
+        if batch is None:
+            return provider_share
+        if isinstance(batch, float):
+            return batch
+        if model is not None:
+            found = batch.get(model)
+            if found is None:
+                found = batch.get(_DATED.sub("", model))
+            if found is not None:
+                return found
+        return provider_share
+
     def _key(self) -> tuple[Any, ...]:
         table = None if self._table is None else tuple(sorted(self._table.items()))
-        return (table, self._function, self._default)
+        batch = self._batch
+        shares = tuple(sorted(batch.items())) if isinstance(batch, dict) else batch
+        return (table, self._function, self._default, shares)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Prices):
@@ -185,16 +217,47 @@ class Prices:
         return hash(self._key())
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return (self._table, self._function, self._default)
+        return (self._table, self._function, self._default, self._batch)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self._table, self._function, self._default = state
+        self._table, self._function, self._default = state[:3]
+        self._batch = state[3] if len(state) > 3 else None
 
     def __repr__(self) -> str:
+        batch = "" if self._batch is None else f", batch_discount={self._batch!r}"
         if self._function is not None:
-            return f"Prices({self._function!r})"
+            return f"Prices({self._function!r}{batch})"
         extra = "" if self._default is None else f", default={self._default!r}"
-        return f"Prices({self._table!r}{extra})"
+        return f"Prices({self._table!r}{extra}{batch})"
+
+
+def _share(name: str, value: object) -> float:
+    if not is_number(value) or isinstance(value, bool):
+        raise TypeError(
+            f"Prices: the batch share {name} must be a number from 0 to 1, not "
+            f"{type(value).__name__}"
+        )
+    assert isinstance(value, (int, float))
+    if not is_real(value) or not 0 <= value <= 1:
+        raise ValueError(
+            f"Prices: the batch share {name} must be from 0 to 1 (0.5: half the list price), "
+            f"got {shown(value)}"
+        )
+    return float(value)
+
+
+def _shares(value: float | Mapping[str, float] | None) -> float | dict[str, float] | None:
+    """`batch_discount=` checked: None, one share, or a share per model."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        shares = {}
+        for model, share in value.items():
+            if not isinstance(model, str) or not model:
+                raise TypeError(f"Prices: a model name must be a non-empty str, got {model!r}")
+            shares[model] = _share(f"of {model!r}", share)
+        return shares
+    return _share("batch_discount", value)
 
 
 def _limit(name: str, value: object, *, integer: bool) -> None:

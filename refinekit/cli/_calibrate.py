@@ -11,6 +11,7 @@ from ._output import (
     EXIT_GATE,
     EXIT_USAGE,
     Io,
+    batch_line,
     clean,
     cost_line,
     pct,
@@ -49,6 +50,9 @@ def calibrate_command(args: Any, out: TextIO | None = None, err: TextIO | None =
     spent = result.run.summary.get("cost")
     if isinstance(spent, dict):
         io.say(cost_line("judge cost", spent, "item"))
+    batched = batch_line(result.run.summary)
+    if batched is not None:
+        io.say(batched)
     if args.report is not None and not write_report(io, "calibrate", args.report, result):
         return EXIT_USAGE
     if result.min_kappa is not None:

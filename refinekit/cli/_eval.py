@@ -12,6 +12,7 @@ from ._output import (
     EXIT_GATE,
     EXIT_USAGE,
     Io,
+    batch_line,
     cases,
     clean,
     cost_line,
@@ -131,6 +132,9 @@ def _print_summary(io: Io, result: EvalResult, judge: str | None) -> int:
         if judge or spent
         else "model calls seen: none (column checks only)"
     )
+    batched = batch_line(result.run.summary)
+    if batched is not None:
+        io.say(batched)
     cached = result.judge_cache
     if cached is not None:
         io.say(

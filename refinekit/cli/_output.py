@@ -25,6 +25,7 @@ from typing import Any, TextIO, TypeVar, cast
 from .._core.numbers import usd
 from .._core.redact import redact
 from ..eval import (
+    BatchProgress,
     CalibrationResult,
     CaseFinished,
     CaseRecord,
@@ -107,6 +108,7 @@ class RunWatcher:
         self.command = command
         self.display = display or ProgressDisplay(io.err, command)
         self.stopped: RunStopped | None = None
+        self.batched = False  # the run waited for its judge's batches (`--batch`)
         self.no_context_told = False
 
     def __call__(self, event: RunEvent) -> None:
@@ -125,6 +127,9 @@ class RunWatcher:
                 )
         elif isinstance(event, RunProgress):
             self.display.update(event.done, event.total, event.cost)
+        elif isinstance(event, BatchProgress):
+            self.batched = self.batched or event.state != "answering"
+            self.display.batch(event.state, event.done, event.total, event.batches)
         else:
             self.display.close()
             self.stopped = event
@@ -199,7 +204,29 @@ class RunWatcher:
 
     def interrupted(self) -> int:
         """Say the run was interrupted and is stored incomplete; exit status 130."""
+        if self.batched:
+            self.io.say(
+                "the judge's batches keep running at the provider (they are not cancelled): "
+                "the same command polls them again and judges the answers with their replies"
+            )
         return self._incomplete("interrupted", EXIT_INTERRUPTED)
+
+
+def batch_line(summary: Mapping[str, Any]) -> str | None:
+    """What a batched run's batches did, in one line; None for a run without `--batch`."""
+    b = summary.get("batch")
+    if not isinstance(b, dict):
+        return None
+    saved = b.get("saved")
+    line = (
+        f"batched: {counted(b['batches'], 'batch', 'batches')} at the provider, "
+        f"{counted(b['items'], 'judge request')} in them"
+    )
+    if b["direct"]:
+        line += f", {b['direct']} sent directly (their batch could not answer them)"
+    if saved is not None:
+        line += f"; the batch price saved {usd(saved)} against the list price"
+    return line
 
 
 def cost_line(what: str, cost: Mapping[str, Any], unit: str) -> str:

@@ -250,6 +250,13 @@ def _run_options(parser: argparse.ArgumentParser, in_flight: str, *, command: st
         f"(temperature 0 judges{repeat})",
     )
     parser.add_argument(
+        "--batch",
+        action="store_true",
+        help="send the judge's requests through its provider's batch API (OpenAI, "
+        "Anthropic) at the batch price, half the list price: the judging waits for the "
+        "batches (minutes to hours); interrupted, the same command polls the same batches",
+    )
+    parser.add_argument(
         "--backend",
         choices=("local", "ray"),
         default="local",

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
 
-__all__ = ["PLAIN_SECONDS", "ProgressDisplay", "duration", "figures"]
+__all__ = ["PLAIN_SECONDS", "ProgressDisplay", "batch_text", "duration", "figures"]
 
 PLAIN_SECONDS = 10.0
 """How often, at most, the plain progress line is written when standard error is no terminal."""
@@ -59,6 +59,32 @@ def figures(
     shown = f"{rate:.1f} cases/s" if rate >= 0.95 else f"{1 / rate:.1f} s/case"
     left = f"{duration((total - done) / rate)} left" if done < total else None
     return shown, left
+
+
+_BATCH_STATES = {
+    "validating": "validating",
+    "in_progress": "in progress",
+    "finalizing": "finalizing",
+    "ended": "ended",
+    "failed": "failed",
+    "expired": "expired",
+    "cancelling": "cancelling",
+    "cancelled": "cancelled",
+}
+
+
+def batch_text(state: str, done: int, total: int, batches: int) -> str:
+    """The judge's batches in words: `judge batch in progress, 12 of 40 requests done`.
+
+    While the run answers its cases (`answering`): `answering first, 12 of 40 cases`.
+    """
+    if state == "answering":
+        return f"answering first, {done} of {total} cases (judged in batches next)"
+    what = "judge batch" if batches == 1 else f"{batches} judge batches"
+    words = _BATCH_STATES.get(state, state)
+    if state == "in_progress":
+        return f"{what} {words}, {done} of {total} requests done"
+    return f"{what} {words} ({total} requests)"
 
 
 def _outcomes(counts: Mapping[str, int]) -> str:
@@ -113,6 +139,8 @@ class ProgressDisplay:
         self.done = 0
         self.cost: float | None = None
         self.counts: Mapping[str, int] = {}
+        self.batch_state: str | None = None  # the judge's batches' state (`--batch`)
+        self.batch_line = ""
         self.last_plain: float | None = None  # when the last plain line was written
         self.plain_lines = 0
 
@@ -149,6 +177,16 @@ class ProgressDisplay:
         ):
             self._plain(now)
 
+    def batch(self, state: str, done: int, total: int, batches: int) -> None:
+        """The run waits for its judge's batches (`--batch`): their state and items done."""
+        text = batch_text(state, done, total, batches)
+        changed = state != self.batch_state
+        self.batch_state, self.batch_line = state, text
+        if self.progress is not None:
+            self.update(self.done, self.total, self.cost)
+        elif changed:  # a plain line each time the batches' state changes
+            print(f"refinekit {self.command}: {text}", file=self.stream, flush=True)
+
     def note(self, text: str) -> None:
         """A line for the user now, above the progress (`text` is made terminal-safe)."""
         line = clean(text)
@@ -177,6 +215,8 @@ class ProgressDisplay:
         parts += [p for p in (rate, left) if p]
         if self.cost is not None:
             parts.append(f"cost {usd(self.cost)}" + (" so far" if elapsed else ""))
+        if self.batch_line:
+            parts.append(self.batch_line)
         text = ", ".join(parts) if elapsed else sep.join(parts)
         outcomes = _outcomes(self.counts)
         if outcomes:

@@ -40,6 +40,7 @@ from ._corrected import CorrectedRate, JudgeCalibration
 from ._golden import case_slug, column_for, read_golden
 from ._options import CalibrateOptions, EvalOptions, RunOptions
 from ._results import (
+    BatchProgress,
     CalibrationResult,
     CaseFinished,
     EvalResult,
@@ -55,6 +56,7 @@ from ._summary import Comparison, Summary
 from ._workflow import acalibrate, arun, calibrate, run
 
 __all__ = [
+    "BatchProgress",
     "CalibrateOptions",
     "Calibration",
     "CalibrationResult",

@@ -10,6 +10,7 @@ import contextlib
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .._core.errors import JudgeError, JudgeMisconfigured, RunAborted
@@ -25,10 +26,11 @@ from ..judges._panel import every_member
 from ._cases import Case
 from ._column_checks import column_checks
 from ._ratelimit import RateLimiter
-from ._store import CaseOutcome
+from ._store import CaseOutcome, CaseRecord
 
 __all__ = [
     "CacheCounts",
+    "Deferred",
     "Judgement",
     "Judging",
     "decide",
@@ -48,6 +50,20 @@ Judgement = tuple[
 """The row's checks, the verdicts, the judge's usage and seconds, its judge cache hits and
 misses (empty without a cache), and the judging job's usage per (judge?, model), to price it
 by."""
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """An answer whose judging waits for the run's batch phase (`--batch`).
+
+    Attributes:
+        request: What the judge is to see.
+        record: The case's record so far: its answer, its answer's calls, tokens and cost
+            (its outcome is decided once it is judged).
+    """
+
+    request: EvaluationRequest
+    record: CaseRecord
 
 
 class CacheCounts:

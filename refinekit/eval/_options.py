@@ -161,6 +161,14 @@ class RunOptions:
             JSON file of that mapping, or `module:name` of a `Prices`. Each case's `cost` and
             the summary's `cost` are filled in; a model without a price stops the run
             (`RunAborted`). Not part of what a resume must match.
+        batch: Send the run judge's requests through its provider's batch API (`--batch`;
+            OpenAI and Anthropic, at their batch price, half the list price): the cases are
+            answered first, each kept waiting for its verdict, then judged together, each
+            request waiting for its batch (minutes to hours). An interrupted run keeps its
+            batches running at the provider, and the same call resumes it, polling the same
+            batches. Needs a judge built on a `JudgeModel`; its structured requests
+            (parsed by instructor: rating judges) are sent directly, at the list price. See
+            docs/batch.md.
     """
 
     _: KW_ONLY
@@ -175,6 +183,7 @@ class RunOptions:
     workers: int | None = None
     cache: bool = False
     prices: Prices | Mapping[str, Any] | PathLike | None = None
+    batch: bool = False
 
     def __post_init__(self) -> None:
         """Check the shared options, and keep each in the form a run reads.
@@ -183,6 +192,7 @@ class RunOptions:
             UsageProblem: An option is out of range or of the wrong kind.
         """
         self._set("cache", _flag("cache", self.cache))
+        self._set("batch", _flag("batch", self.batch))
         self._set("run_id", _run_id(self.run_id))
         self._set("concurrency", _whole("concurrency", self.concurrency, 1, 256))
         self._set("retry", _outcomes(self.retry))

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 from .._core.errors import UsageProblem
 from .._engine.evaluators import EvaluatorLike
 from .._engine.prices import Prices
+from ._batch_calls import batch_judges
 from ._cascade_fit import CascadeFit
 from ._cascade_runs import cascade_of, stored_fit
 from ._cases import Case, labels_of, load_cases
@@ -80,6 +81,8 @@ class RunPlan:
             self.judge_name = name_of(judge, evaluator=True)
             self.judge = check_judge(judge, self.judge_name)
         o = self.options
+        if o.batch:
+            _check_batch(self.judge, self.judge_name, self.trials)
         self.backend = check_backend(o.backend, o.ray_address, o.workers, self.db)
 
     @property
@@ -90,6 +93,26 @@ class RunPlan:
     def priced_options(self) -> dict[str, Any]:
         """The prices and cost limit this session runs with, as the run's options keep them."""
         return {"prices": price_note(self.prices), "max_cost": self.max_cost}
+
+
+def _check_batch(judge: Any | None, name: str | None, trials: int) -> None:
+    """That `--batch` can be used: a judge that asks a model through OpenAI or Anthropic.
+
+    Raises:
+        UsageProblem: No judge, a judge that asks no `JudgeModel`, or `--trials` above 1.
+    """
+    if judge is None:
+        raise UsageProblem(
+            "--batch sends the judge's requests through its provider's batch API: give "
+            "--judge, a judge built on a refinekit.judges.JudgeModel (OpenAI or Anthropic)"
+        )
+    if not batch_judges(judge):
+        raise UsageProblem(
+            f"--batch: the judge {name!r} asks no OpenAI or Anthropic model through a "
+            "refinekit.judges.JudgeModel, so it has no batch API to use; drop --batch"
+        )
+    if trials > 1:
+        raise UsageProblem("--batch judges each case once it is answered: use --trials 1")
 
 
 class EvalPlan(RunPlan):

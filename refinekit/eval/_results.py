@@ -13,6 +13,7 @@ from ._store import CaseRecord, RunInfo, StoreURL
 from ._summary import Comparison, Summary
 
 __all__ = [
+    "BatchProgress",
     "CalibrationResult",
     "CaseFinished",
     "EvalResult",
@@ -117,7 +118,29 @@ class RunStopped:
     error: BaseException
 
 
-RunEvent = RunStarted | CaseFinished | RunProgress | RunStopped
+@dataclass(frozen=True)
+class BatchProgress:
+    """A batched run's (`--batch`) progress: its answers first, then its judge's batches.
+
+    Told as each case is answered (`state` `"answering"`: `done` answers of the `total`
+    cases; the judging follows), then after each poll of the run's open batches (`state` the
+    batch's: `validating`, `in_progress`, `finalizing`, `ended`, `failed`, `expired`,
+    `cancelling` or `cancelled`; `done` judge requests finished of the `total` in them).
+
+    Attributes:
+        state: `"answering"`, or the state of the batch polled last.
+        done: Answers so far; or the judge requests those batches finished so far.
+        total: The cases; or the judge requests in those batches.
+        batches: The run's open batches this worker polls (0 while answering).
+    """
+
+    state: str
+    done: int
+    total: int
+    batches: int
+
+
+RunEvent = RunStarted | CaseFinished | RunProgress | RunStopped | BatchProgress
 """What `on_event` is told while a run goes."""
 
 

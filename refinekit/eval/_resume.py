@@ -168,7 +168,8 @@ def _resume(
     retried: dict[str, int] = {}
     for record in earlier.values():
         retried[record.outcome] = retried.get(record.outcome, 0) + 1
-    todo = [c for c in cases if c.key not in stored or c.key in earlier]
+    waiting = store.answered_keys(run.id)  # answered, waiting for verdicts (`--batch`)
+    todo = [c for c in cases if (c.key not in stored or c.key in earlier) and c.key not in waiting]
     done_before = previous.summary.get("retried", 0)
     return Started(
         run,

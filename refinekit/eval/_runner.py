@@ -36,9 +36,17 @@ from .._engine.ledger import count, first_answer, mark, per_model
 from .._engine.prices import Prices
 from .._providers.replies import answer_text
 from ..judges._cache_backends import JudgeCache
-from ._cases import Case, as_text, context_of, merged
-from ._golden import column_for
-from ._judging import Judgement, Judging, decide, error_text, probability_of, verdict_dump
+from ._cases import Case, context_of, merged
+from ._deferred import answered, calibration_request, labelled
+from ._judging import (
+    Deferred,
+    Judgement,
+    Judging,
+    decide,
+    error_text,
+    probability_of,
+    verdict_dump,
+)
 from ._money import added, case_cost
 from ._plans import RunPlan
 from ._ratelimit import RateLimiter
@@ -78,6 +86,14 @@ class Progress:
     counts: dict[str, int] = field(default_factory=dict)
     on_case: Callable[[Progress, CaseRecord], None] | None = None
     retried: int = 0  # stored cases run again (`--retry`) whose new outcome replaced the old
+    answered: int = 0  # cases answered and waiting for their verdicts (`--batch`)
+    on_answer: Callable[[Progress], None] | None = None
+
+    def answer(self) -> None:
+        """Count a case answered, its judging to come (`--batch`), and say so."""
+        self.answered += 1
+        if self.on_answer is not None:
+            self.on_answer(self)
 
     def add(self, record: CaseRecord) -> None:
         """Count a finished case, and say so."""
@@ -132,12 +148,12 @@ async def _eval_case(
     Each trial is a call of the answer function in a job of its own, judged on its own
     (`judging.repeat` times); the case's record is then made of its trials (`_of_trials`).
     """
-    if trials <= 1:
-        return await _answer_once(case, target, judging, attempts, prices)
     done = []
     for _ in range(trials):
-        done.append(await _answer_once(case, target, judging, attempts, prices))
-    return _of_trials(done)
+        record = await _answer_once(case, target, judging, attempts, prices)
+        assert isinstance(record, CaseRecord)
+        done.append(record)
+    return done[0] if trials <= 1 else _of_trials(done)
 
 
 _FIRST_OF = ("failed", "raised", "unavailable", "inconclusive")
@@ -207,8 +223,13 @@ def _of_trials(records: Sequence[CaseRecord]) -> CaseRecord:
 
 
 async def _answer_once(
-    case: Case, target: Target, judging: Judging, attempts: _Attempts, prices: Prices | None
-) -> CaseRecord:
+    case: Case,
+    target: Target,
+    judging: Judging,
+    attempts: _Attempts,
+    prices: Prices | None,
+    defer: bool = False,
+) -> CaseRecord | Deferred:
     args, kwargs = target.arguments(case)
     started = time.perf_counter()
     error: Exception | None = None
@@ -271,6 +292,9 @@ async def _answer_once(
             **cost,
         )
     request = _request_of(result, case, context)
+    if defer:  # judged in the run's batch phase
+        priced = _priced(answer_job, {}, prices)
+        return answered(case, request, tried, priced, _models(answered_by, {}), cost)
     judgement = await judging.judge(case, request)
     return _record(
         case,
@@ -336,14 +360,7 @@ def _record(
 async def _calibrate_case(
     case: Case, judging: Judging, label: str, prices: Prices | None
 ) -> CaseRecord:
-    answer_column = column_for("answer", list(case.row), loose=True)
-    assert answer_column is not None
-    request = EvaluationRequest(
-        question=case.question,
-        answer=as_text(case.row[answer_column]),
-        context=context_of(case),
-        metadata={"row": dict(case.row)},
-    )
+    request = calibration_request(case)
     judgement = await judging.judge(case, request)
     record = _record(
         case,
@@ -365,7 +382,7 @@ worker whose next case does not fit looks again while other workers' cases are i
 
 async def _run_all(
     cases: Mapping[str, Case],
-    work: Callable[[Case], Awaitable[CaseRecord]],
+    work: Callable[[Case], Awaitable[CaseRecord | Deferred]],
     concurrency: int,
     store: RunStore,
     run_id: int,
@@ -421,7 +438,10 @@ async def _run_all(
                 # reserved, go when the worker leaves the run.
                 stopping = True
                 raise
-            if store.save_case(run_id, record, worker=worker):
+            if isinstance(record, Deferred):  # answered; judged in the batch phase
+                if store.save_answered(run_id, record, worker=worker):
+                    progress.answer()
+            elif store.save_case(run_id, record, worker=worker):
                 progress.add(record)
             settled.set()
             settled = asyncio.Event()
@@ -512,21 +532,26 @@ async def run_cases(
     )
     attempts = _Attempts()
     prices = plan.prices
+    batch = plan.options.batch  # answers only: judged in the batch phase
     if plan.target is not None:
         tgt = plan.target
 
-        async def once(case: Case) -> CaseRecord:
+        async def once(case: Case) -> CaseRecord | Deferred:
+            if batch:
+                return await _answer_once(case, tgt, judging, attempts, prices, defer=True)
             return await _eval_case(case, tgt, judging, attempts, prices, plan.trials)
     else:
         assert plan.labels is not None
         lab = plan.labels
 
-        async def once(case: Case) -> CaseRecord:
+        async def once(case: Case) -> CaseRecord | Deferred:
+            if batch:
+                return labelled(case, lab[case.key], _priced(None, {}, prices))
             return await _calibrate_case(case, judging, lab[case.key], prices)
 
     stored = started.earlier
 
-    async def work(case: Case) -> CaseRecord:
+    async def work(case: Case) -> CaseRecord | Deferred:
         try:
             record = await once(case)
         except MissingPrice as e:
@@ -536,7 +561,7 @@ async def run_cases(
                 "again"
             ) from e
         old = stored.get(case.key)
-        if old is None:
+        if old is None or isinstance(record, Deferred):  # a deferred one: when judged
             return record
         progress.retried += 1
         return replace(

@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from .._core.errors import RunAborted, RunStoreError
+from .._core.errors import CostLimitReached, RunAborted, RunStoreError
 from .._core.package import version
+from ..judges._cache_backends import JudgeCache
 from . import _results
+from ._batch_phase import judge_answered
+from ._batch_rounds import BatchNews
+from ._judging import Judging
 from ._plans import RunPlan
 from ._ratelimit import RateLimiter
-from ._results import CaseFinished, RunEvent, RunProgress, RunStarted, RunStopped
+from ._results import BatchProgress, CaseFinished, RunEvent, RunProgress, RunStarted, RunStopped
 from ._resume import start
 from ._runner import Progress, alongside, renewing, run_cases
 from ._store import CaseRecord, RunInfo, RunStore
 from ._store._claims import new_worker
+from ._store._sql import SQLStore
 
 __all__ = ["Session"]
 
@@ -42,7 +47,9 @@ class Session:
         self.started = start(store, plan, version=version(), worker=self.worker)
         self.run = self.started.run
         total = len(self.cases)
-        self.progress = Progress(total=total, done=self.started.resumed, on_case=self._done)
+        self.progress = Progress(
+            total=total, done=self.started.resumed, on_case=self._done, on_answer=self._answered
+        )
         self._told: tuple[int, float | None] | None = None  # the last position told
         self._tell(
             RunStarted(
@@ -69,9 +76,16 @@ class Session:
         done, cost = self._told = self._position()
         self._tell(CaseFinished(record, done, progress.total, dict(progress.counts), cost))
 
+    def _answered(self, progress: Progress) -> None:
+        if self.on_event is not None:  # this worker's answers, those stored before included
+            done = progress.done + progress.answered
+            self._tell(BatchProgress("answering", done, progress.total, 0))
+
     def _position(self) -> tuple[int, float | None]:
         """The run's cases stored by every worker, and their cost so far (with prices)."""
         done = len(self.cases) - self.store.pending(self.run.id)
+        if self.plan.options.batch:  # an answer waiting for its verdict is not done yet
+            done -= len(self.store.answered_keys(self.run.id))
         cost = self.store.spent(self.run.id)[1] if self.plan.prices is not None else None
         return done, cost
 
@@ -109,18 +123,60 @@ class Session:
     async def _cases(self) -> None:
         cache = self.store.judge_cache() if self.plan.options.cache else None
         try:
-            await run_cases(
-                self.store,
-                self.plan,
-                self.started,
-                worker=self.worker,
-                progress=self.progress,
-                limiter=self.limiter,
-                cache=cache,
-            )
+            stopped: CostLimitReached | None = None
+            try:
+                await run_cases(
+                    self.store,
+                    self.plan,
+                    self.started,
+                    worker=self.worker,
+                    progress=self.progress,
+                    limiter=self.limiter,
+                    cache=cache,
+                )
+            except CostLimitReached as e:
+                if not self.plan.options.batch:
+                    raise
+                stopped = e  # the cases answered are judged first: they were paid for
+            # a batched run resumed without --batch judges its waiting answers directly
+            batched = self.plan.options.batch
+            if batched or self.store.answered_keys(self.run.id):
+                await self._judge_answered(cache, wait_for_others=stopped is None, batched=batched)
+            if stopped is not None:
+                raise stopped
         finally:
             if cache is not None:
                 cache.close()
+
+    async def _judge_answered(
+        self, cache: JudgeCache | None, *, wait_for_others: bool, batched: bool
+    ) -> None:
+        """The batch phase: every answered case of the run judged, its requests batched."""
+        plan = self.plan
+        judging = Judging(
+            plan.judge,
+            plan.judge_name,
+            plan.repeat,
+            self.limiter,
+            cache,
+            every_member=plan.kind == "calibrate",
+        )
+
+        def news(news: BatchNews) -> None:
+            self._tell(BatchProgress(news.state, news.done, news.total, news.batches))
+
+        async with renewing(self.store, self.run.id, self.worker):
+            await judge_answered(
+                self.store,
+                plan,
+                self.run.id,
+                worker=self.worker,
+                progress=self.progress,
+                judging=judging,
+                on_news=news,
+                wait_for_others=wait_for_others,
+                batched=batched,
+            )
 
     async def execute(self, elsewhere: Callable[[], Awaitable[object]] | None = None) -> None:
         """Run the cases still to do with any other workers of the run, until none is left.
@@ -171,6 +227,16 @@ class Session:
         if isinstance(error, RunAborted):  # what the caller needs to resume it
             error.run_id, error.stored, error.cases = self.run.id, stored, total
         self._tell(RunStopped(run, stored, total, error))
+
+    def batch_summary(self, records: Sequence[CaseRecord]) -> dict[str, Any]:
+        """A batched run's batches (`Batches.batch_summary`), and what they saved.
+
+        `saved`: what the batch price saved against the list price (None without prices).
+        """
+        store = self.store
+        assert isinstance(store, SQLStore)
+        saved = [r.cost["batch_saved"] for r in records if "batch_saved" in r.cost]
+        return store.batch_summary(self.run.id) | {"saved": sum(saved) if saved else None}
 
     def records(self) -> list[CaseRecord]:
         """Every stored case of the run, in file order."""

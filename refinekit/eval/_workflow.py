@@ -62,6 +62,8 @@ def _complete(
     """
     setup_failed = not any(measured(r) for r in records)
     kept: dict[str, Any] = {"retried": session.retried, "setup_failed": setup_failed}
+    if session.plan.options.batch:
+        kept["batch"] = session.batch_summary(records)
     if session.plan.options.cache:
         hits = sum(r.judge_cache.get("hits", 0) for r in records)
         misses = sum(r.judge_cache.get("misses", 0) for r in records)
@@ -245,7 +247,7 @@ def run(*args: Any, **kwargs: Any) -> EvalResult:
         **kwargs: The run's options, `EvalOptions`' fields: `target` (required), `judge`,
             `concurrency`, `repeat`, `db`, `resume`, `retry`, `min_pass_rate`, `compare`,
             `alpha`, `on_event`, `run_id`, `backend`, `ray_address`, `workers`, `cache`,
-            `prices`, `max_cost` (see `EvalOptions` and `RunOptions` for each).
+            `prices`, `max_cost`, `batch` (see `EvalOptions` and `RunOptions` for each).
 
     Returns:
         The complete run: its id, its cases, its figures, its comparison and gates.
@@ -284,7 +286,7 @@ def calibrate(*args: Any, **kwargs: Any) -> CalibrationResult:
         **kwargs: The run's options, `CalibrateOptions`' fields: `judge` (required),
             `concurrency`, `db`, `resume`, `retry`, `target_error`, `bins`, `min_kappa`,
             `target`, `risk` (a cascade judge's fit: see `CalibrateOptions`), `on_event`,
-            `run_id`, `backend`, `ray_address`, `workers`, `cache`, `prices`.
+            `run_id`, `backend`, `ray_address`, `workers`, `cache`, `prices`, `batch`.
 
     Returns:
         The complete run and its figures.

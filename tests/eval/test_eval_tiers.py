@@ -308,7 +308,7 @@ def test_a_store_at_schema_5_gets_the_tier_columns_and_keeps_its_cases(
     with open_store(where) as store:
         assert isinstance(store, SQLStore)
         versions = store._all("SELECT version FROM schema_version")
-        assert [dict(r) for r in versions] == [{"version": 6}]
+        assert [dict(r) for r in versions] == [{"version": 7}]
         [case] = store.cases(run.id)
         assert (case.answer, case.tier, case.tiers) == ("A", None, [])
         store.save_case(

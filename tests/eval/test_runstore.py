@@ -239,8 +239,8 @@ def versions(path: Path) -> tuple[list[int], int]:
 
 def test_a_new_store_is_at_the_current_schema_version(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "runs.db") as store:
-        assert runstore.schema_version(store._db) == len(runstore._MIGRATIONS) == 6
-    assert versions(tmp_path / "runs.db") == ([6], 6)
+        assert runstore.schema_version(store._db) == len(runstore._MIGRATIONS) == 7
+    assert versions(tmp_path / "runs.db") == ([7], 7)
 
 
 def test_a_store_from_before_the_version_table_is_version_1_and_keeps_its_runs(
@@ -262,7 +262,7 @@ def test_a_store_from_before_the_version_table_is_version_1_and_keeps_its_runs(
         assert store.cases(run.id)[0].trials == []
         assert store.cases(run.id)[0].tier is None  # version 6's columns, their defaults
         assert store.cases(run.id)[0].tiers == []
-    assert versions(path) == ([6], 6)
+    assert versions(path) == ([7], 7)
 
 
 def test_opening_an_older_store_applies_the_steps_it_lacks(
@@ -270,12 +270,12 @@ def test_opening_an_older_store_applies_the_steps_it_lacks(
 ) -> None:
     path = tmp_path / "old.db"
     old_store(path)
-    step_7 = ("ALTER TABLE runs ADD COLUMN host TEXT",)
-    step_8 = ("CREATE TABLE notes (run_id INTEGER, note TEXT)", "INSERT INTO notes VALUES (1, 'x')")
-    monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, step_7, step_8))
+    step_8 = ("ALTER TABLE runs ADD COLUMN host TEXT",)
+    step_9 = ("CREATE TABLE notes (run_id INTEGER, note TEXT)", "INSERT INTO notes VALUES (1, 'x')")
+    monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, step_8, step_9))
     with SQLiteStore(path) as store:
         assert [r.summary for r in store.runs()] == [{"rate": 1.0}]  # kept
-    assert versions(path) == ([8], 8)
+    assert versions(path) == ([9], 9)
     with sqlite3.connect(path) as db:
         assert list(db.execute("SELECT host FROM runs")) == [(None,)]
         assert list(db.execute("SELECT * FROM notes")) == [(1, "x")]
@@ -294,7 +294,7 @@ def test_a_failing_step_leaves_the_store_as_it_was(
     old_store(path)
     steps = ("ALTER TABLE runs ADD COLUMN host TEXT", "ALTER TABLE nowhere ADD COLUMN x TEXT")
     monkeypatch.setattr(runstore, "_MIGRATIONS", (*runstore._MIGRATIONS, steps))
-    with pytest.raises(RunStoreError, match="from schema 1 to 7: no such table: nowhere"):
+    with pytest.raises(RunStoreError, match="from schema 1 to 8: no such table: nowhere"):
         SQLiteStore(path)
     with sqlite3.connect(path) as db:
         assert runstore.schema_version(db) == 1
@@ -302,7 +302,7 @@ def test_a_failing_step_leaves_the_store_as_it_was(
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     db.close()
     assert "host" not in columns
-    assert "claims" not in tables  # versions 2 to 6, applied in the same transaction, undone
+    assert "claims" not in tables  # versions 2 to 7, applied in the same transaction, undone
 
 
 # --- a database holding a judge cache (`SQLiteCache`, `PostgresCache`) -----------------------
@@ -345,7 +345,7 @@ def test_a_judge_cache_in_the_database_is_kept_when_it_becomes_a_current_run_sto
     with open_store(where) as store:
         assert isinstance(store, SQLStore)
         assert [dict(r) for r in store._all("SELECT version FROM schema_version")] == [
-            {"version": 6}
+            {"version": 7}
         ]
         if version:
             assert [r.id for r in store.runs()] == [old_run]
@@ -436,7 +436,7 @@ def test_postgresql_caches_and_stores_opened_at_once_on_a_new_database_make_it_o
     errors = at_once(*(partial(open_one, make) for make in (PostgresCache, PostgresStore) * 3))
     assert errors == []
     with PostgresStore(postgres_url) as store:
-        assert store._all("SELECT version FROM schema_version") == [{"version": 6}]
+        assert store._all("SELECT version FROM schema_version") == [{"version": 7}]
         assert store._all("SELECT count(*) AS n FROM refinekit_judge_cache") == [{"n": 0}]
 
 
@@ -732,7 +732,7 @@ def test_a_store_at_schema_3_gets_reservations_and_keeps_its_claims(
     with open_store(where) as store:
         assert isinstance(store, SQLStore)
         assert [dict(r) for r in store._all("SELECT version FROM schema_version")] == [
-            {"version": 6}
+            {"version": 7}
         ]
         rows = store._all("SELECT key, worker, reserved FROM claims ORDER BY key")
         assert [(r["key"], r["worker"], r["reserved"]) for r in rows] == [
@@ -1065,7 +1065,7 @@ def test_postgresql_credentials_never_reach_an_error(
 def test_a_postgresql_store_of_a_newer_refinekit_is_refused(postgres_url: str) -> None:
     with PostgresStore(postgres_url) as store:
         store._exec("UPDATE schema_version SET version = 99")
-    with pytest.raises(RunStoreError, match=r"newer refinekit \(schema 99, this one reads 6\)"):
+    with pytest.raises(RunStoreError, match=r"newer refinekit \(schema 99, this one reads 7\)"):
         PostgresStore(postgres_url)
 
 
@@ -1074,17 +1074,17 @@ def test_a_postgresql_store_applies_the_steps_it_lacks_all_or_none(
 ) -> None:
     with PostgresStore(postgres_url) as store:
         run = start(store)
-        assert store._all("SELECT version FROM schema_version") == [{"version": 6}]
+        assert store._all("SELECT version FROM schema_version") == [{"version": 7}]
     bad = ("ALTER TABLE runs ADD COLUMN host TEXT", "ALTER TABLE nowhere ADD COLUMN x TEXT")
     monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS, bad))
-    with pytest.raises(RunStoreError, match=r"from schema 6 to 7: .*nowhere"):
+    with pytest.raises(RunStoreError, match=r"from schema 7 to 8: .*nowhere"):
         PostgresStore(postgres_url)
     good = ("ALTER TABLE runs ADD COLUMN host TEXT",)
-    monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS[:6], good))
+    monkeypatch.setattr(pgstore, "_MIGRATIONS", (*pgstore._MIGRATIONS[:7], good))
     with PostgresStore(postgres_url) as store:  # the failed step left nothing: host is new
         assert store.run(run.id).id == run.id
         assert store._all("SELECT host FROM runs") == [{"host": None}]
-        assert store._all("SELECT version FROM schema_version") == [{"version": 7}]
+        assert store._all("SELECT version FROM schema_version") == [{"version": 8}]
 
 
 def test_postgresql_stores_opened_at_once_on_a_new_database_make_it_once(
@@ -1096,7 +1096,7 @@ def test_postgresql_stores_opened_at_once_on_a_new_database_make_it_once(
     errors = at_once(*[open_one] * 4)
     assert errors == []
     with PostgresStore(postgres_url) as store:
-        assert store._all("SELECT version FROM schema_version") == [{"version": 6}]
+        assert store._all("SELECT version FROM schema_version") == [{"version": 7}]
 
 
 def test_store_location_names_a_file_or_a_url_shown_without_credentials(

@@ -302,6 +302,25 @@ def cost_section(run: RunInfo, s: Summary, cases: Sequence[CaseRecord]) -> str:
         f"cases run concurrently, so this can exceed the run's wall time){wall}.</p>"
         + (f"<p>Rate limited: the run backed off {whole(waits)} times.</p>" if waits else "")
         + judge_cache_section(cases)
+        + batch_section(run)
+    )
+
+
+def batch_section(run: RunInfo) -> str:
+    """What the provider's batch API did for the run (`--batch`), or nothing without it."""
+    b = run.summary.get("batch")
+    if not isinstance(b, dict):
+        return ""
+    saved = b.get("saved")
+    batches = count(b.get("batches"))
+    return (
+        f"<p>Batched (<code>--batch</code>): the run judge's requests went through the "
+        f"provider's batch API, <b>{whole(count(b.get('items')))}</b> requests in "
+        f"{whole(batches)} {'batch' if batches == 1 else 'batches'}; "
+        f"{whole(count(b.get('direct')))} that a "
+        "batch could not answer were sent directly"
+        + ("" if not isinstance(saved, float) else f"; the batch price saved {usd(saved)}")
+        + ".</p>"
     )
 
 

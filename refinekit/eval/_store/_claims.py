@@ -217,10 +217,14 @@ class Claims(SQLBase):
         # reads it only then)
         parts = " + ".join(self._cost_of(part) for part in ("answer", "answer_judge", "judge"))
         cost = f"coalesce(total_cost, {parts})"
+        # a case answered and waiting for its verdict (`--batch`) counts with its answer's cost
         return (
-            f"SELECT count(*) AS priced, coalesce(sum({cost}), 0) AS total, "
-            f"coalesce(max({cost}), 0) AS largest FROM cases "
-            "WHERE run_id = ? AND (total_cost IS NOT NULL OR cost <> '{}')"
+            "SELECT count(*) AS priced, coalesce(sum(c), 0) AS total, "
+            "coalesce(max(c), 0) AS largest FROM ("
+            f"SELECT run_id, {cost} AS c FROM cases "
+            "WHERE total_cost IS NOT NULL OR cost <> '{}' "
+            "UNION ALL SELECT run_id, total_cost AS c FROM answered "
+            "WHERE total_cost IS NOT NULL) AS priced_cases WHERE run_id = ?"
         )
 
     def _costs(self, run_id: int) -> tuple[int, float]:

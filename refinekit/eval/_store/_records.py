@@ -342,6 +342,18 @@ class RunStore(Protocol):
         """
         ...
 
+    def save_answered(self, run_id: int, deferred: Any, *, worker: str) -> bool:
+        """Keep an answered case waiting for its verdict (`--batch`), its claim done with.
+
+        `deferred` is a `refinekit.eval._judging.Deferred`. Only while `worker`'s claim on
+        it holds; whether it was kept.
+        """
+        ...
+
+    def answered_keys(self, run_id: int) -> set[str]:
+        """The keys of the run's cases answered and waiting for verdicts (`--batch`)."""
+        ...
+
     def drop_cases(self, run_id: int, keys: set[str]) -> None:
         """Remove cases from a run (rows no longer in its data file, on resume)."""
         ...

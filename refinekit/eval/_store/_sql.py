@@ -22,7 +22,7 @@ from typing import Any
 from ..._core.errors import RunStoreError
 from ..._core.redact import redact
 from ..._core.types import Usage
-from ._claims import Claims
+from ._batches import Batches
 from ._records import CaseRecord, RunInfo, RunKind, RunStatus
 
 __all__ = ["SQLStore", "storable"]
@@ -46,7 +46,7 @@ def _dumps(value: Any) -> str:
     return storable(json.dumps(value, ensure_ascii=False, default=str))
 
 
-class SQLStore(Claims):
+class SQLStore(Batches):
     """The store interface over a SQL database; subclasses connect and give the hooks."""
 
     def __enter__(self) -> SQLStore:

@@ -129,6 +129,45 @@ ALTER TABLE cases ADD COLUMN trials TEXT NOT NULL DEFAULT '[]'
 ALTER TABLE cases ADD COLUMN tier TEXT;
 ALTER TABLE cases ADD COLUMN tiers TEXT NOT NULL DEFAULT '[]'
 """,
+    # 7: judging through a provider's batch API (`--batch`): the cases answered and waiting
+    # for their verdicts (the judge's request, the answer's record so far, its cost so far),
+    # the batches submitted (a token of refinekit's, the provider's batch id once it gave
+    # one, what they reserve of a `--max-cost`) and each batched judge request by its key
+    # (its body as sent, then its reply or why not)
+    """
+CREATE TABLE answered (
+    run_id {run_id} NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    request TEXT NOT NULL,
+    record TEXT NOT NULL,
+    total_cost {real},
+    answered_at {real} NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
+CREATE TABLE batch_submissions (
+    token TEXT PRIMARY KEY,
+    run_id {run_id} NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    worker TEXT NOT NULL,
+    batch_id TEXT,
+    state TEXT NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0,
+    total INTEGER NOT NULL DEFAULT 0,
+    reserved {real},
+    created_at {real} NOT NULL
+);
+CREATE TABLE batch_items (
+    run_id {run_id} NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    token TEXT NOT NULL,
+    body TEXT NOT NULL,
+    result TEXT,
+    error TEXT,
+    PRIMARY KEY (run_id, key)
+);
+CREATE INDEX batch_items_by_token ON batch_items (token)
+""",
 )
 
 
