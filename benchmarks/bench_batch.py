@@ -35,7 +35,6 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
 from _machine import machine
 
@@ -83,7 +82,7 @@ anthropic_judge = judges.criteria(JudgeModel(claude, "claude-judge", temperature
 
 
 def judge_reply(request: RecordedRequest) -> Reply:
-    """"Yes" with usage of about a token per four characters of the prompt."""
+    """A "Yes" with usage of about a token per four characters of the prompt."""
     body = request.body or {}
     text = str(body.get("system", "")) + "".join(
         str(m.get("content", "")) for m in body.get("messages", [])
@@ -139,7 +138,8 @@ def main() -> None:
                 summary = result.summary
                 assert summary.cost is not None
                 judge_requests = server.http_requests - before - cases  # less the answers
-                tokens = sum(summary.usage["judge"].get(k, 0) for k in ("prompt_tokens",))
+                judged = summary.usage["judge"]
+                tokens = judged["prompt_tokens"] + judged["completion_tokens"]
                 items = len(server.requests_for(model)) - judged_before
                 rows.append(
                     (

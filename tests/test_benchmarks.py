@@ -144,6 +144,21 @@ def test_bench_eval_cache_second_run_sends_no_judge_request() -> None:
     assert rows["5. same eval, no --cache"][:1] == ["20"]
 
 
+def test_bench_batch_quick_run_judges_at_half_the_cost_in_fewer_requests() -> None:
+    out = quick_run("bench_batch.py", timeout=180)
+    rows = {
+        tuple(line.split()[:2]): line.split()[2:]
+        for line in out.splitlines()
+        if line.split()[:1] in (["openai"], ["anthropic"])
+    }
+    for provider in ("openai", "anthropic"):
+        direct, batched = rows[(provider, "direct")], rows[(provider, "batch")]
+        assert batched[1] == "0.50"  # the judge's cost at the batch price: half
+        assert batched[2] == direct[2]  # the same requests, the same tokens
+        assert direct[4] == "20"  # 10 cases, 2 criteria: a request each
+        assert int(batched[4]) < 10  # one batch: upload, create, polls, results
+
+
 def test_bench_streaming_quick_run_reads_every_reply_and_prints_the_ratios() -> None:
     """Each reader reads each reply in full (refinekit's partial reader sees no failure)."""
     out = quick_run("bench_streaming.py", timeout=300)

@@ -66,14 +66,14 @@ class Prices:
 
     A call made through a provider's batch API (`refinekit eval --batch`) costs a share of
     the list price: the provider's published batch discount (half, for OpenAI and Anthropic),
-    unless `batch_discount` says otherwise.
+    unless `batch_share` says otherwise.
 
     Args:
         prices: The mapping (copied: changing yours later changes nothing here), or the
             callable. The callable is called with model None for a call that named no model.
         default: `(input, output)` per million tokens for a model the mapping does not name.
             Only with a mapping.
-        batch_discount: The share of the list price a batched call costs (0 to 1): one
+        batch_share: The share of the list price a batched call costs (0 to 1): one
             number for every model, or a mapping of model name to share (a model it does not
             name gets its provider's share; dated snapshots are looked up as for prices).
             None: the provider's.
@@ -92,11 +92,11 @@ class Prices:
         prices: Mapping[str, tuple[float, float]] | PriceFunction,
         *,
         default: tuple[float, float] | None = None,
-        batch_discount: float | Mapping[str, float] | None = None,
+        batch_share: float | Mapping[str, float] | None = None,
     ) -> None:
         self._table: dict[str, tuple[float, float]] | None = None
         self._function: PriceFunction | None = None
-        self._batch = _shares(batch_discount)
+        self._batch = _shares(batch_share)
         if isinstance(prices, Mapping):
             table = {}
             for model, value in prices.items():
@@ -186,7 +186,7 @@ class Prices:
     def batch_share(self, model: str | None, provider_share: float) -> float:
         """The share of the list price a batched call of `model` costs.
 
-        This object's `batch_discount` for it when given, else `provider_share` (the
+        This object's `batch_share` for it when given, else `provider_share` (the
         provider's published batch discount).
         """
         batch = self._batch
@@ -224,7 +224,7 @@ class Prices:
         self._batch = state[3] if len(state) > 3 else None
 
     def __repr__(self) -> str:
-        batch = "" if self._batch is None else f", batch_discount={self._batch!r}"
+        batch = "" if self._batch is None else f", batch_share={self._batch!r}"
         if self._function is not None:
             return f"Prices({self._function!r}{batch})"
         extra = "" if self._default is None else f", default={self._default!r}"
@@ -234,20 +234,19 @@ class Prices:
 def _share(name: str, value: object) -> float:
     if not is_number(value) or isinstance(value, bool):
         raise TypeError(
-            f"Prices: the batch share {name} must be a number from 0 to 1, not "
-            f"{type(value).__name__}"
+            f"Prices: batch_share{name} must be a number from 0 to 1, not {type(value).__name__}"
         )
     assert isinstance(value, (int, float))
     if not is_real(value) or not 0 <= value <= 1:
         raise ValueError(
-            f"Prices: the batch share {name} must be from 0 to 1 (0.5: half the list price), "
+            f"Prices: batch_share{name} must be from 0 to 1 (0.5: half the list price), "
             f"got {shown(value)}"
         )
     return float(value)
 
 
 def _shares(value: float | Mapping[str, float] | None) -> float | dict[str, float] | None:
-    """`batch_discount=` checked: None, one share, or a share per model."""
+    """`batch_share=` checked: None, one share, or a share per model."""
     if value is None:
         return None
     if isinstance(value, Mapping):
@@ -255,9 +254,9 @@ def _shares(value: float | Mapping[str, float] | None) -> float | dict[str, floa
         for model, share in value.items():
             if not isinstance(model, str) or not model:
                 raise TypeError(f"Prices: a model name must be a non-empty str, got {model!r}")
-            shares[model] = _share(f"of {model!r}", share)
+            shares[model] = _share(f"[{model!r}]", share)
         return shares
-    return _share("batch_discount", value)
+    return _share("", value)
 
 
 def _limit(name: str, value: object, *, integer: bool) -> None:

@@ -25,7 +25,7 @@ from ..judges._calls import judge_error
 from ..judges._client import JudgeModel, secrets_of
 
 __all__ = [
-    "BATCH_DISCOUNT",
+    "BATCH_SHARE",
     "BatchAPI",
     "BatchState",
     "BatchStatus",
@@ -45,7 +45,7 @@ BatchState = Literal[
 ]
 """Where a batch is: OpenAI's statuses ("completed" is "ended"), Anthropic's mapped to them."""
 
-BATCH_DISCOUNT: dict[str, float] = {"openai": 0.5, "anthropic": 0.5}
+BATCH_SHARE: dict[str, float] = {"openai": 0.5, "anthropic": 0.5}
 """The providers' documented batch price as a share of the list price."""
 
 CHAT_PATH = "/v1/chat/completions"

@@ -30,7 +30,7 @@ from .._engine.ledger import per_model
 from .._engine.prices import Prices
 from ..judges._cache import cache_salt, use_cache
 from ..judges._panel import every_member
-from ._batch_api import BATCH_DISCOUNT
+from ._batch_api import BATCH_SHARE
 from ._batch_calls import Collector, Tracker, batch_judges, batching, installed
 from ._batch_rounds import BatchNews, Rounds
 from ._cases import Case
@@ -139,7 +139,7 @@ async def _judge_all(
     ]
 
     cases = {c.key: c for c in plan.cases}
-    shares = {m.model: BATCH_DISCOUNT.get(m.provider, 1.0) for m in batch_judges(plan.judge)}
+    shares = {m.model: BATCH_SHARE.get(m.provider, 1.0) for m in batch_judges(plan.judge)}
 
     async def one(item: Answered, trackers: list[Tracker]) -> None:
         case = cases[item.key]

@@ -40,7 +40,7 @@ from .._engine.budget import request_tokens
 from .._engine.prices import Prices
 from ..judges._calls import Complete
 from ..judges._client import JudgeModel
-from ._batch_api import BATCH_DISCOUNT, BatchAPI, BatchStatus, batch_api
+from ._batch_api import BATCH_SHARE, BatchAPI, BatchStatus, batch_api
 from ._batch_calls import Collector
 from ._judging import error_text
 from ._store._batches import Batches, Submission
@@ -179,7 +179,7 @@ class Rounds:
         """What the requests may cost at the batch price (their prompt, their output limit)."""
         if self.prices is None or self.max_cost is None:
             return None
-        share = self.prices.batch_share(judge.model, BATCH_DISCOUNT.get(judge.provider, 1.0))
+        share = self.prices.batch_share(judge.model, BATCH_SHARE.get(judge.provider, 1.0))
         total = 0.0
         for _, command in requests:
             kwargs = command.kwargs

@@ -35,12 +35,12 @@ PricesLike = Prices | Mapping[str, Any] | str | os.PathLike[str]
 def _from_mapping(data: Mapping[str, Any], where: str) -> Prices:
     table = dict(data)
     default = table.pop("default", None)
-    batch = table.pop("batch_discount", None)  # a share, or {model: share}
+    batch = table.pop("batch_share", None)  # a share, or {model: share}
     try:
         return Prices(
             {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()},
             default=tuple(default) if isinstance(default, list) else default,
-            batch_discount=batch,
+            batch_share=batch,
         )
     except (TypeError, ValueError) as e:
         raise UsageProblem(f"{where}: {e}") from None
@@ -118,12 +118,12 @@ def price_note(prices: Prices | None) -> Any:
     table, function, default = state[:3]
     if function is not None:
         named = {"function": getattr(function, "__qualname__", repr(function))}
-        return named | ({"batch_discount": state[3]} if state[3] is not None else {})
+        return named | ({"batch_share": state[3]} if state[3] is not None else {})
     note: dict[str, Any] = {model: list(pair) for model, pair in sorted(table.items())}
     if default is not None:
         note["default"] = list(default)
     if len(state) > 3 and state[3] is not None:
-        note["batch_discount"] = state[3]
+        note["batch_share"] = state[3]
     return note
 
 

@@ -17,7 +17,7 @@ from openai.types.chat import ChatCompletion
 
 from refinekit import JudgeMisconfigured, JudgeUnavailable
 from refinekit.eval._batch_api import (
-    BATCH_DISCOUNT,
+    BATCH_SHARE,
     BatchAPI,
     BatchStatus,
     ItemResult,
@@ -249,4 +249,4 @@ def test_bad_items_are_refused_before_any_call(
 
 
 def test_the_documented_discount() -> None:
-    assert BATCH_DISCOUNT == {"openai": 0.5, "anthropic": 0.5}
+    assert BATCH_SHARE == {"openai": 0.5, "anthropic": 0.5}

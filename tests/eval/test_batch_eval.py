@@ -130,7 +130,7 @@ def test_the_judge_cost_is_the_batch_price(
     report = refinekit.eval.html_report(batched)
     assert "provider's batch API, <b>3</b> requests in 1 batch;" in report
     assert "the batch price saved" in report
-    own = refinekit.Prices({"judge": (1.0, 2.0)}, batch_discount={"judge": 0.25})
+    own = refinekit.Prices({"judge": (1.0, 2.0)}, batch_share={"judge": 0.25})
     cheaper = run(golden, judge, prices=own, resume=False)
     assert cheaper.summary.cost is not None
     assert cheaper.summary.cost["judge"] == pytest.approx(listed.summary.cost["judge"] / 4)
@@ -299,24 +299,24 @@ def test_a_batched_run_resumed_without_batch_judges_its_waiting_answers_directly
 
 
 def test_prices_take_a_batch_share_for_every_model_or_per_model(tmp_path: Path) -> None:
-    one = refinekit.Prices({"judge": (1.0, 2.0)}, batch_discount=0.4)
+    one = refinekit.Prices({"judge": (1.0, 2.0)}, batch_share=0.4)
     assert one.batch_share("judge", 0.5) == 0.4
-    per_model = refinekit.Prices({"judge": (1.0, 2.0)}, batch_discount={"judge": 0.3})
+    per_model = refinekit.Prices({"judge": (1.0, 2.0)}, batch_share={"judge": 0.3})
     assert per_model.batch_share("judge-2025-01-01", 0.5) == 0.3  # a dated snapshot
     assert per_model.batch_share("other", 0.5) == 0.5  # its provider's
     assert refinekit.Prices({"judge": (1.0, 2.0)}).batch_share("judge", 0.5) == 0.5
     assert per_model != refinekit.Prices({"judge": (1.0, 2.0)})
     assert pickle.loads(pickle.dumps(per_model)) == per_model
-    with pytest.raises(ValueError, match="batch share batch_discount must be from 0 to 1"):
-        refinekit.Prices({"judge": (1.0, 2.0)}, batch_discount=1.5)
+    with pytest.raises(ValueError, match=r"batch_share must be from 0 to 1"):
+        refinekit.Prices({"judge": (1.0, 2.0)}, batch_share=1.5)
     with pytest.raises(TypeError, match="must be a number from 0 to 1, not str"):
-        refinekit.Prices({"judge": (1.0, 2.0)}, batch_discount={"judge": "half"})  # type: ignore[dict-item]
+        refinekit.Prices({"judge": (1.0, 2.0)}, batch_share={"judge": "half"})  # type: ignore[dict-item]
     file = tmp_path / "prices.json"
-    file.write_text(json.dumps({"judge": [1.0, 2.0], "batch_discount": {"judge": 0.25}}))
+    file.write_text(json.dumps({"judge": [1.0, 2.0], "batch_share": {"judge": 0.25}}))
     loaded = load_prices(file)
     assert loaded is not None
     assert loaded.batch_share("judge", 0.5) == 0.25
-    assert price_note(loaded) == {"judge": [1.0, 2.0], "batch_discount": {"judge": 0.25}}
+    assert price_note(loaded) == {"judge": [1.0, 2.0], "batch_share": {"judge": 0.25}}
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
