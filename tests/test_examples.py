@@ -127,6 +127,16 @@ EXPECTED = {
         "gate: Cohen's kappa 0.667 >= --min-kappa 0.600: pass",
         "every outcome as expected",
     ],
+    "eval_batch.py": [
+        "the batch, as polled: in_progress 5/10, finalizing 10/10, ended 10/10",
+        "direct: 8/10 passed, judge cost $0.002890, answers $0.000144",
+        "batched: 8/10 passed, judge cost $0.001445, answers $0.000144",
+        "batched: 1 batch, 10 judge requests in it",
+        "judge cost batched / direct: 0.50",
+        "stopped with 2 batches submitted so far; resuming",
+        "resumed run 3: 8/10 passed, batches submitted in all: 2",
+        "every outcome as expected",
+    ],
     "eval_python.py": [
         "run 1: 10 cases, 0 resumed",
         "main: pass rate 0.800 (8/10), 95% lower bound 0.490; gate held: True",
