@@ -84,7 +84,8 @@ def main() -> int:
             )
         batch = batched.run.summary["batch"]
         print(f"batched: {batch['batches']} batch, {batch['items']} judge requests in it")
-        assert direct.summary.cost is not None and batched.summary.cost is not None
+        assert direct.summary.cost is not None
+        assert batched.summary.cost is not None
         ratio = batched.summary.cost["judge"] / direct.summary.cost["judge"]
         print(f"judge cost batched / direct: {ratio:.2f}")
         expect(
