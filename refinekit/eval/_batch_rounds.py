@@ -31,13 +31,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
-
 from .._core.config import is_testing
 from .._core.errors import CostLimitReached, JudgeError, MissingPrice, RunAborted
 from .._core.numbers import usd
 from .._engine.budget import request_tokens
 from .._engine.prices import Prices
+from ..judges._cache import completion_type
 from ..judges._calls import Complete
 from ..judges._client import JudgeModel
 from ._batch_api import BATCH_SHARE, BatchAPI, BatchStatus, batch_api
@@ -45,7 +44,7 @@ from ._batch_calls import Collector
 from ._judging import error_text
 from ._store._batches import Batches, Submission
 
-__all__ = ["MAX_ITEMS", "POLL_SECONDS", "BatchNews", "Rounds", "reply_type"]
+__all__ = ["MAX_ITEMS", "POLL_SECONDS", "BatchNews", "Rounds"]
 
 logger = logging.getLogger("refinekit")
 
@@ -78,17 +77,6 @@ class BatchNews:
     done: int
     total: int
     batches: int
-
-
-def reply_type(judge: JudgeModel) -> type[BaseModel]:
-    """What a judge model's direct chat request returns: a `ChatCompletion` or a `Message`."""
-    if judge.provider == "anthropic":
-        from anthropic.types import Message
-
-        return Message
-    from openai.types.chat import ChatCompletion
-
-    return ChatCompletion
 
 
 @dataclass
@@ -330,7 +318,7 @@ class Rounds:
         value = None
         if reply is not None and error is None:
             try:
-                value = reply_type(judge).model_validate_json(reply)
+                value = completion_type(judge).model_validate_json(reply)
             except ValueError:
                 value = None
         self.collector.resolve(key, value)

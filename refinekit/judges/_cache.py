@@ -48,6 +48,7 @@ __all__ = [
     "cache_of",
     "cache_salt",
     "cached",
+    "completion_type",
     "use_cache",
 ]
 
@@ -202,7 +203,7 @@ class Cached:
             }
             self.stored_type = command.response_model
         else:
-            self.stored_type = _completion_type(judge)
+            self.stored_type = completion_type(judge)
         self.key = request_key(judge, kind, command.kwargs, structured)
 
     def map_commands(self, change: Callable[[Any], Any]) -> Cached:
@@ -311,7 +312,11 @@ class Cached:
         )
 
 
-def _completion_type(judge: JudgeModel) -> type[BaseModel]:
+def completion_type(judge: JudgeModel) -> type[BaseModel]:
+    """What a judge model's direct chat request returns: a `ChatCompletion` or a `Message`.
+
+    `anthropic` is imported only for an Anthropic judge: refinekit does not depend on it.
+    """
     if judge.provider == "anthropic":
         from anthropic.types import Message
 
