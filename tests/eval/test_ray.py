@@ -346,3 +346,42 @@ def test_eval_on_ray_prices_every_case_and_keeps_to_max_cost(
         assert store.spent(stopped.id) == (5, pytest.approx(5 * per_case))
         assert store.spent(stopped.id)[1] <= per_case * 5.5
     assert len(server.requests_for("answer")) == 24 + 5
+
+
+BATCH_JUDGE = """
+import openai
+from refinekit import judges
+
+client = openai.OpenAI(base_url="{base_url}", api_key="test-key", max_retries=0)
+judge = judges.relevancy(judges.JudgeModel(client, "judge"))
+"""
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_batched_eval_on_ray_workers_submits_each_judge_request_once(
+    ws: Workspace, server: ScriptedOpenAI
+) -> None:
+    target = ray_golden(ws, server)
+    judge = ws.module(BATCH_JUDGE.format(base_url=server.base_url), stem="raybatchjudge")
+    server.script("judge", "Yes", times=None)
+    server.script_batches(polls=1)  # each batch has ended when first polled
+
+    result = refinekit.eval.run(
+        "golden.csv",
+        target=f"{target}:answer",
+        judge=f"{judge}:judge",
+        backend="ray",
+        workers=2,
+        db="runs.db",
+        batch=True,
+    )
+
+    assert result.run.status == "complete"
+    assert (result.summary.passed, result.summary.cases) == (24, 24)
+    assert sorted(asked(server)) == sorted(RAY_QUESTIONS)  # each answered once
+    submitted = [key for batch in server.batches for key in batch.custom_ids]
+    assert len(submitted) == len(set(submitted)) == 24  # each judge request in one batch
+    judged = server.requests_for("judge")
+    assert len(judged) == 24
+    assert all(r.batch_id is not None for r in judged)  # none sent directly
+    assert result.run.summary["batch"]["items"] == 24
