@@ -29,6 +29,20 @@ def calibration_request(case: Case) -> EvaluationRequest:
     )
 
 
+def _waiting(case: Case, request: EvaluationRequest, **fields: Any) -> Deferred:
+    """`case` waiting for its verdict: the judge's request, and its record so far."""
+    record = CaseRecord(
+        key=case.key,
+        position=case.position,
+        question=case.question,
+        row=case.row,
+        outcome="inconclusive",  # decided once judged
+        answer=request.answer,
+        **fields,
+    )
+    return Deferred(request, record)
+
+
 def answered(
     case: Case,
     request: EvaluationRequest,
@@ -42,35 +56,12 @@ def answered(
     `fields` are the answer's own (`corrections`, `answer_usage`, `answer_judge_usage`,
     `answer_seconds`, `tier`, `tiers`); `cost` and `models` its answer calls'.
     """
-    record = CaseRecord(
-        key=case.key,
-        position=case.position,
-        question=case.question,
-        row=case.row,
-        outcome="inconclusive",  # decided once judged
-        answer=request.answer,
-        attempts=attempts,
-        cost=cost,
-        models=models,
-        **fields,
-    )
-    return Deferred(request, record)
+    return _waiting(case, request, attempts=attempts, cost=cost, models=models, **fields)
 
 
 def labelled(case: Case, label: str, cost: dict[str, float]) -> Deferred:
     """A labelled item to judge later: its request, its label, and its cost so far."""
-    request = calibration_request(case)
-    record = CaseRecord(
-        key=case.key,
-        position=case.position,
-        question=case.question,
-        row=case.row,
-        outcome="inconclusive",  # decided once judged
-        answer=request.answer,
-        label=label,
-        cost=cost,
-    )
-    return Deferred(request, record)
+    return _waiting(case, calibration_request(case), label=label, cost=cost)
 
 
 def record_fields(record: CaseRecord) -> dict[str, Any]:

@@ -14,10 +14,10 @@ from typing import Any, Protocol
 
 from .._core.numbers import is_number, is_real, shown
 from .._core.types import EvaluationRequest, Verdict
-from .._engine.evaluators import Adapted, EvaluatorLike, FlowEvaluator, as_evaluator
+from .._engine.evaluators import Adapted, EvaluatorLike, FlowEvaluator
 from .._engine.flow import Evaluate, Flow
 from ._confidence import ConfidenceFn, confidence_of
-from ._panel import _EVERY_MEMBER, _abstention, expected_calls
+from ._panel import _EVERY_MEMBER, _abstention, named_evaluators
 
 __all__ = ["Cascade", "CascadeFitLike", "cascade"]
 
@@ -37,26 +37,7 @@ class CascadeFitLike(Protocol):
 
 def _levels(levels: Sequence[Any]) -> list[tuple[str, Adapted, float]]:
     """Each level's name, evaluator and expected model calls."""
-    made: list[tuple[str, Adapted, float]] = []
-    names: dict[str, int] = {}
-    for item in levels:
-        given = None
-        if isinstance(item, tuple):
-            if len(item) != 2 or not isinstance(item[0], str) or not item[0]:
-                raise TypeError(
-                    f"a cascade level is an evaluator or a (name, evaluator) pair, got {item!r}"
-                )
-            given, item = item
-        adapted = as_evaluator(item)
-        name = given or adapted.name
-        if name in names:  # two levels of the same kind: told apart by their place
-            names[name] += 1
-            if given is not None:
-                raise ValueError(f"two cascade levels are named {given!r}: names must be unique")
-            name = f"{name}#{names[name]}"
-        names.setdefault(name, 1)
-        made.append((name, adapted, expected_calls(adapted)))
-    return made
+    return named_evaluators(levels, "cascade level")
 
 
 def _check_thresholds(given: object, levels: int) -> tuple[float | None, ...] | None:

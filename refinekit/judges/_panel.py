@@ -38,6 +38,7 @@ __all__ = [
     "Vote",
     "every_member",
     "expected_calls",
+    "named_evaluators",
     "outcome",
     "panel",
 ]
@@ -176,27 +177,41 @@ class _Member:
     calls: float
 
 
-def _members(members: Sequence[Any]) -> list[_Member]:
-    made: list[_Member] = []
+def named_evaluators(items: Sequence[Any], what: str) -> list[tuple[str, Adapted, float]]:
+    """Each item's name, evaluator and expected model calls: a panel's members, a cascade's levels.
+
+    An item is an evaluator or a `(name, evaluator)` pair; unnamed items of the same kind are
+    told apart by their place (`relevancy#2`). `what` names an item in errors ("panel
+    member").
+
+    Raises:
+        TypeError: An item is a tuple that is not a (non-empty name, evaluator) pair.
+        ValueError: Two items are given the same name.
+    """
+    made: list[tuple[str, Adapted, float]] = []
     names: dict[str, int] = {}
-    for item in members:
+    for item in items:
         given = None
         if isinstance(item, tuple):
             if len(item) != 2 or not isinstance(item[0], str) or not item[0]:
                 raise TypeError(
-                    f"a panel member is an evaluator or a (name, evaluator) pair, got {item!r}"
+                    f"a {what} is an evaluator or a (name, evaluator) pair, got {item!r}"
                 )
             given, item = item
         adapted = as_evaluator(item)
         name = given or adapted.name
-        if name in names:  # two members of the same kind: told apart by their place
+        if name in names:  # two of the same kind: told apart by their place
             names[name] += 1
             if given is not None:
-                raise ValueError(f"two panel members are named {given!r}: names must be unique")
+                raise ValueError(f"two {what}s are named {given!r}: names must be unique")
             name = f"{name}#{names[name]}"
         names.setdefault(name, 1)
-        made.append(_Member(name, adapted, expected_calls(adapted)))
+        made.append((name, adapted, expected_calls(adapted)))
     return made
+
+
+def _members(members: Sequence[Any]) -> list[_Member]:
+    return [_Member(*named) for named in named_evaluators(members, "panel member")]
 
 
 def _vote_of(verdict: Verdict, rule: PanelRule) -> float:
