@@ -29,6 +29,7 @@ from .._engine.budget import without_attempts
 from .._engine.decorated import AsyncStreamingFunction, StreamingFunction
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Flow
+from .._engine.grounded import pinning
 from .._engine.job import Job, check_budget_option
 from .._engine.ladder import Escalate, Ladder, Rung, Tally, climb, tier_step
 from .._engine.ledger import take_correction, tier_corrections
@@ -328,7 +329,9 @@ def _correct_flow(
             info=info,
             enter=info is not None,
         )
-        with (yield from tier_step(made, tally, planned)) as step:
+        with pinning(parser.schema, None if resume is None else resume.restated()):
+            held = yield from tier_step(made, tally, planned)  # `response_format` pins them
+        with held as step:
             previous, reply, started = step.held, step.value, step.started
             if is_streamed(reply):  # read as it comes (correct_partials); its usage counted
                 reply = yield from read_reply(

@@ -139,6 +139,12 @@ class ResumePoint:
     keys: Mapping[str, str]
     key: str | None
 
+    def restated(self) -> dict[str, Any] | None:
+        """The kept fields by key in their JSON form, for a restated request (else None)."""
+        if self.way != "restate" or not self.kept:
+            return None
+        return {self.keys[name]: value for name, value in self.shown.items()}
+
 
 def continues(head: str, point: ResumePoint) -> bool | None:
     """Whether a prefilled reply's start `head` continues the prefix (None: cannot tell yet).

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
+import openai
 import pytest
 from pydantic import BaseModel
 from streaming_helpers import GOOD, INVOICE, USER, Invoice
@@ -25,8 +27,12 @@ from refinekit import (
     Partial,
     Reset,
     ResponseValidationError,
+    response_format,
     self_correct,
 )
+from refinekit._decorators.correct_partials import StreamedReply, _openai_host, resume_point
+from refinekit._engine.stream_commands import StreamRead
+from refinekit._structure.parse import Parser
 from refinekit.testing import Reply, ScriptedOpenAI
 
 __all__ = ["clients", "sdk"]  # fixtures
@@ -304,3 +310,94 @@ def test_early_abort_true_still_starts_again() -> None:
     assert self_correct(schema=Invoice)(model)(USER) == INVOICE
     assert [m["role"] for m in sent[1]] == ["user", "user"]
     assert "keep them exactly" not in sent[1][-1]["content"]
+
+
+async def test_a_restated_request_pins_the_kept_fields_in_a_strict_schema(
+    server: ScriptedOpenAI, clients: dict[str, Any], kind: str
+) -> None:
+    server.script("m", [aborted_at_currency(), Reply.text(GOOD, chunks=4)])
+    client = clients[f"openai-{kind}"]
+
+    def request(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"model": "m", "messages": messages, "stream": True, **response_format(Invoice)}
+
+    if kind == "sync":
+
+        def extract(messages: list[dict[str, Any]]) -> Any:
+            return client.chat.completions.create(**request(messages))
+
+    else:
+
+        async def extract(messages: list[dict[str, Any]]) -> Any:  # type: ignore[misc]
+            return await client.chat.completions.create(**request(messages))
+
+    decorated = self_correct(schema=Invoice, early_abort="restate")(extract)
+    items = await collect(kind, decorated, USER)
+    assert items[-1] == Final(INVOICE, 2)
+    schemas = [r.body["response_format"]["json_schema"]["schema"] for r in server.requests]
+    assert schemas[0]["properties"]["number"] == {"title": "Number", "type": "string"}
+    assert schemas[1]["properties"]["number"] == {"type": "string", "enum": ["A-1"]}
+    assert schemas[1]["properties"]["currency"] == schemas[0]["properties"]["currency"]
+    # outside the resumed request nothing is pinned
+    assert (
+        "enum"
+        not in response_format(Invoice)["response_format"]["json_schema"]["schema"]["properties"][
+            "number"
+        ]
+    )
+
+
+async def test_a_tool_call_is_resumed_by_restating(
+    server: ScriptedOpenAI, clients: dict[str, Any], kind: str
+) -> None:
+    # a tool call's arguments are no assistant text a server could continue
+    bad = Reply.tool_call("invoice", "".join(BAD), chunks=BAD)
+    server.script("m", [Reply.hang(after=2, then=bad), Reply.tool_call("invoice", GOOD, chunks=4)])
+    extract = self_correct(schema=Invoice, early_abort="resume")(streaming("openai", kind, clients))
+    items = await collect(kind, extract, USER)
+    assert items[-1] == Final(INVOICE, 2)
+    sent = messages_of(server, 1)
+    assert [m["role"] for m in sent] == ["user", "user"]
+    assert 'keep them exactly as they are: "number": "A-1"' in text_of(sent[1])
+
+
+@pytest.mark.parametrize(
+    ("wire", "way"),
+    [
+        ("anthropic", "prefill"),
+        ("compatible", "prefill"),
+        ("openai", "restate"),
+        ("other", "restate"),
+    ],
+)
+def test_resume_prefills_where_the_endpoint_continues_an_assistant_message(
+    wire: str, way: str
+) -> None:
+    reply = StreamedReply(
+        StreamRead(),
+        '{"number": "A-1", "currency": "GBP"',
+        None,
+        validated={"number": "A-1"},
+        wire=wire,
+    )
+    parser = Parser(Invoice)
+    made = resume_point(reply, "resume", parser)
+    assert made is not None
+    assert (made.way, made.prefix, dict(made.kept)) == (way, PREFIX, {"number": "A-1"})
+    forced = resume_point(reply, "prefill", parser)
+    assert forced is not None
+    assert forced.way == "prefill"
+    assert resume_point(reply, "restart", parser) is None
+
+
+def test_the_openai_wire_is_told_by_the_client_s_host() -> None:
+    for host, wire in [
+        ("https://api.openai.com/v1", "openai"),
+        ("https://x.openai.azure.com/openai", "openai"),
+        ("http://127.0.0.1:8080/v1", "compatible"),
+    ]:
+        client = openai.OpenAI(api_key="k", base_url=host)
+        response = httpx.Response(200, request=httpx.Request("POST", f"{host}/chat/completions"))
+        stream = openai.Stream(cast_to=object, response=response, client=client)
+        assert _openai_host(stream) == wire
+        client.close()
