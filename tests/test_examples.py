@@ -169,6 +169,17 @@ EXPECTED = {
         "invoice 108: 18 EUR, 0 correction(s), 1 call(s)",
         "7/8 extracted; model calls 13, tokens 476, corrections 5",
     ],
+    "stream_resume.py": [
+        "form (attempt 1): {'number': 'INV-7'}",
+        "form (attempt 2): {'number': 'INV-7', 'currency': 'EUR'}",
+        "final (attempt 2): Invoice(number='INV-7', currency='EUR', total_cents=1250)",
+        "the resumed request ends with: {'role': 'assistant', 'content': '{\"number\": "
+        '"INV-7", "currency":\'}',
+        "restate: Invoice(number='INV-7', currency='EUR', total_cents=1250)",
+        'its correction says: These fields are right; keep them exactly as they are: "number": '
+        '"INV-7".',
+        "its schema pins the number: {'type': 'string', 'enum': ['INV-7']}",
+    ],
     "stream_self_correct.py": [
         "form (attempt 1): {'number': 'INV-7'}",
         "reset (stream closed early: True): 1 validation error, first: currency: Input should "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import (
@@ -23,7 +22,7 @@ from .._core.errors import ReplyShapeError
 from .._core.errtext import correction_text, utf8_text
 from .._core.stream_items import Final, Partial, Reset
 from .._core.tiers import Escalation, EscalationLike, ModelRefused
-from .._core.types import Attempt, Verdict
+from .._core.types import Verdict
 from .._engine.attempt import attempt_step
 from .._engine.budget import without_attempts
 from .._engine.decorated import AsyncStreamingFunction, StreamingFunction
@@ -59,6 +58,7 @@ from .correct_turns import (
     conversation_of,
     diagnosis_of,
     placeholder_failure,
+    record_attempt,
     request_of,
     resumed_turn,
     sendable,
@@ -375,7 +375,7 @@ def _correct_flow(
                 emit(_event(cfg, job, "attempt", number, possible, repairs=result[1]))
             if record is not None:
                 verdict = Verdict(passed=True, metadata={"repairs": list(result[1])})
-                _add(record, number, result[0], verdict, started, added, name)
+                record_attempt(record, number, result[0], verdict, started, added, name)
             yield from final(result[0], number)  # fn.stream(...)'s last item
             return cast(T, result[0])
         if wants_debug_events():
@@ -390,7 +390,7 @@ def _correct_flow(
             verdict = Verdict(
                 passed=False, feedback=failure.summary, metadata={"failure": diagnosis.kind}
             )
-            _add(record, number, text, verdict, started, added, name)
+            record_attempt(record, number, text, verdict, started, added, name)
         if not take_correction(job, limit, tier):
             error = failure.error_type(
                 failure.summary,
@@ -451,22 +451,6 @@ def _correct_flow(
                 kept=None if resume is None else len(resume.kept),
             )
         )
-
-
-def _add(
-    record: Record,
-    number: int,
-    answer: Any,
-    verdict: Verdict,
-    started: float,
-    added: list[dict[str, Any]],
-    tier: str | None,
-) -> None:
-    """A reply in the outcome: its verdict says whether it parsed and validated."""
-    correction = "\n\n".join(str(m.get("content", "")) for m in added) or None
-    duration = time.perf_counter() - started
-    record.attempts.append(Attempt(number, answer, verdict, duration, correction, tier))
-    record.verdicts.append(verdict)
 
 
 _FLOW = without_attempts(_correct_flow, "self_correct")
@@ -556,12 +540,19 @@ def self_correct(
             judge calls included): the call raises `refinekit.BudgetExceeded` as soon as a
             reply has taken the job over it. Inside another refinekit call it can only
             tighten that job's budget. See docs/budgets.md.
-        early_abort: For a function that returns a stream: whether a field that completes and
-            fails closes the stream there, its correction sent at once (True: fewer tokens
-            generated for a reply that failed), or the failed reply is read to its end first,
-            so that its correction names every field that failed, as for a whole reply (False:
-            no partial value is shown after the failure). docs/streaming.md has the
-            trade-off as measured on a real model.
+        early_abort: For a function that returns a stream: what a field that completes and
+            fails does. True: the stream is closed there and the correction sent at once
+            (fewer tokens generated for a reply that failed); the model writes the whole
+            object again. "resume": closed there too, and the next request keeps the fields
+            validated before it, so the model writes only the rest: by prefill (the reply's
+            text up to the failed field sent as the start of the assistant's reply) over
+            Anthropic's API and OpenAI-compatible servers other than OpenAI's own, else
+            restated (the correction names them as fixed; `response_format` pins them).
+            "prefill" / "restate" force one way. A resumed reply that changes a kept field
+            fails. False: the failed reply is read to its end, so that its correction names
+            every field that failed, as for a whole reply (no partial value is shown after
+            the failure). docs/streaming.md has the ways and the trade-off as measured on a
+            real model.
         escalate: An escalation ladder, cheapest tier first: a list of model names (passed
             to the function as its `model` keyword argument), callables (called instead of
             the function, with its arguments) or `refinekit.Tier`s, or a

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._core.errtext import correction_text, utf8_text
+from .._core.types import Attempt, Verdict
+from .._engine.outcome import Record
 from .._structure.corrections import CorrectionRequest
 from .._structure.diagnose import Diagnosis, diagnose
 from .._structure.parse import CorrectionFailure, Parser, python_json
@@ -16,6 +19,7 @@ __all__ = [
     "conversation_of",
     "diagnosis_of",
     "placeholder_failure",
+    "record_attempt",
     "request_of",
     "resumed_turn",
     "sendable",
@@ -133,3 +137,19 @@ def placeholder_failure(text: str, copied: tuple[str, ...]) -> CorrectionFailure
     return CorrectionFailure(
         summary, errors, text=text, parsed=True, value=value, placeholders=copied
     )
+
+
+def record_attempt(
+    record: Record,
+    number: int,
+    answer: Any,
+    verdict: Verdict,
+    started: float,
+    added: list[dict[str, Any]],
+    tier: str | None,
+) -> None:
+    """A reply in the outcome: its verdict says whether it parsed and validated."""
+    correction = "\n\n".join(str(m.get("content", "")) for m in added) or None
+    duration = time.perf_counter() - started
+    record.attempts.append(Attempt(number, answer, verdict, duration, correction, tier))
+    record.verdicts.append(verdict)

@@ -694,6 +694,26 @@ def test_a_streamed_replys_attempt_span_says_how_its_stream_went(
     assert names.STREAM_ABORTED not in complete
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_resumed_streams_attempt_span_says_it_resumed_and_what_it_kept(
+    kind: str, exporter: InMemorySpanExporter
+) -> None:
+    from streaming_helpers import Source, StreamingModel, collect
+
+    bad = ['{"number": "INV-1", ', '"total_cents": "lots", ', '"note": "x"}']
+    model = StreamingModel(kind, Source(*bad), Source(" 1200}"))
+    decorated = self_correct(schema=Invoice, early_abort="prefill")(model.function())
+    items = collect(kind, decorated, [{"role": "user", "content": "the invoice"}])
+    assert items[-1].value == Invoice(number="INV-1", total_cents=1200)
+    tree = Tree(exporter.get_finished_spans())
+    first, second = tree.children(tree.one(f"refinekit.self_correct {decorated.__qualname__}"))
+    assert names.STREAM_RESUMED not in (first.attributes or {})
+    resumed = second.attributes or {}
+    assert resumed[names.STREAM_RESUMED] is True
+    assert resumed[names.STREAM_KEPT] == 1
+    assert "refinekit.reset" not in [e.name for e in first.events]  # the number stands
+
+
 async def test_a_retried_text_streams_attempt_spans_say_how_each_stream_went_over_http(
     kind: str, server: ScriptedOpenAI, exporter: InMemorySpanExporter
 ) -> None:
