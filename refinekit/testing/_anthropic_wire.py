@@ -153,8 +153,25 @@ def _tool_input(reply: ToolCall) -> dict[str, Any] | Response:
     return arguments
 
 
+def _refused(request: RecordedRequest) -> Response | None:
+    """The 400 the Messages API gives a prefilled assistant turn that ends with whitespace."""
+    messages = (request.body or {}).get("messages")
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return None
+    content = last.get("content")
+    if isinstance(content, list) and content and isinstance(content[-1], dict):
+        content = content[-1].get("text")
+    if isinstance(content, str) and content != content.rstrip():
+        return error(400, "messages: final assistant content cannot end with trailing whitespace")
+    return None
+
+
 def answer(reply: Reply, request: RecordedRequest, ids: Ids) -> Response:
     """A reply that carries an answer, as the Messages API sends it."""
+    refused = _refused(request)
+    if refused is not None:
+        return refused
     if isinstance(reply, Text):
         stop = _STOP_REASONS.get(reply.finish_reason, reply.finish_reason)
         blocks = [{"type": "text", "text": reply.content, "citations": None}]
@@ -196,6 +213,9 @@ def _event(data: dict[str, Any], role: Role = "chunk") -> Event:
 
 def stream(reply: Reply, request: RecordedRequest, ids: Ids) -> Streamed | Response:
     """A reply that carries an answer, streamed as the Messages API streams it."""
+    refused = _refused(request)
+    if refused is not None:
+        return refused
     if isinstance(reply, Text):
         output, prompt, completion = reply.content, reply.prompt_tokens, reply.completion_tokens
         stop = _STOP_REASONS.get(reply.finish_reason, reply.finish_reason)

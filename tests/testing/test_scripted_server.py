@@ -804,3 +804,24 @@ def test_a_server_can_run_again_after_exit() -> None:
         with server, server.client() as client:
             reply = client.chat.completions.create(model="m", messages=USER)
             assert reply.choices[0].message.content == expected
+
+
+def test_an_anthropic_prefill_that_ends_with_whitespace_is_refused(
+    server: ScriptedOpenAI,
+) -> None:
+    import anthropic
+
+    server.script("claude", [' "EUR"}', "refused", "refused"])
+    with server.anthropic_client(max_retries=0) as client:
+        prefilled = [
+            {"role": "user", "content": "The currency?"},
+            {"role": "assistant", "content": '{"currency":'},
+        ]
+        message = client.messages.create(model="claude", max_tokens=20, messages=prefilled)
+        assert message.content[0].text == ' "EUR"}'  # type: ignore[union-attr]
+        prefilled[-1] = {"role": "assistant", "content": '{"currency": '}
+        for stream in (False, True):
+            with pytest.raises(anthropic.BadRequestError, match="trailing whitespace"):
+                client.messages.create(
+                    model="claude", max_tokens=20, messages=prefilled, stream=stream
+                )
