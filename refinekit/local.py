@@ -229,7 +229,7 @@ class LocalModel:
         return [
             sys.executable,
             "-m",
-            "llama_cpp.server",
+            "refinekit._local.server",  # llama_cpp.server, continuing an assistant message
             "--model",
             str(path),
             "--model_alias",
