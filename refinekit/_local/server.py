@@ -6,9 +6,10 @@ Run as `python -m refinekit._local.server` with `llama_cpp.server`'s own argumen
 - A conversation whose last message is the assistant's is continued, as llama.cpp's own
   server does: the reply's text is only the continuation. Any other request is rendered and
   answered exactly as before (the chat format llama-cpp-python picks for the model).
-- `response_format={"type": "json_schema", "json_schema": {"schema": ...}}` (the OpenAI
-  form, which llama-cpp-python refuses) is read as `{"type": "json_object", "schema": ...}`.
-  On a continued reply the schema holds the rest of the object (see `continuation`).
+- On a continued reply, a JSON schema in `response_format` holds the rest of the object (see
+  `continuation`), given as `{"type": "json_object", "schema": ...}` or in the OpenAI form
+  `{"type": "json_schema", "json_schema": {"schema": ...}}` (which llama-cpp-python refuses
+  on any other request, as before).
 
 Unless `--chat_format` is given, the model's own chat template (`tokenizer.chat_template` in
 the GGUF file) renders the open message.
@@ -161,15 +162,18 @@ def _lstripped(chunks: Iterator[Any]) -> Iterator[Any]:
 
 
 def _json_schema_as_json_object(body: bytes) -> bytes:
-    """A chat request's body with an OpenAI `json_schema` response format in llama-cpp's form.
+    """A continued reply's request with an OpenAI `json_schema` response format in llama-cpp's form.
 
-    Any other body is returned as it is.
+    Only a request whose last message is the assistant's: any other body is returned as it
+    is, so llama-cpp-python answers it as before (it refuses `json_schema`).
     """
     try:
         request = json.loads(body)
     except ValueError:
         return body
-    if not isinstance(request, dict):
+    if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
+        return body
+    if continued([m for m in request["messages"] if isinstance(m, dict)][-1:]) is None:
         return body
     response_format = request.get("response_format")
     if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
@@ -182,7 +186,7 @@ def _json_schema_as_json_object(body: bytes) -> bytes:
 
 
 class JsonSchemaFormat:
-    """ASGI middleware: a chat request's `json_schema` response format, read as llama-cpp's.
+    """ASGI middleware: a continued reply's `json_schema` response format, read as llama-cpp's.
 
     Args:
         app: The server's application.
