@@ -57,6 +57,8 @@ __all__ = [
     "STREAM_ABORTED",
     "STREAM_CHUNKS",
     "STREAM_FIRST_CHUNK",
+    "STREAM_KEPT",
+    "STREAM_RESUMED",
     "STREAM_USAGE_ESTIMATED",
     "TRACER_NAME",
     "USAGE_INPUT_TOKENS",
@@ -154,3 +156,7 @@ STREAM_ABORTED = "refinekit.stream.aborted"
 broke (`interrupted: ...`); absent when it was read to its end."""
 STREAM_USAGE_ESTIMATED = "refinekit.stream.usage_estimated"
 """Whether the stream's usage was estimated (characters / 4): the server reported none."""
+STREAM_RESUMED = "refinekit.stream.resumed"
+"""Whether the stream's request resumed a failed reply from its validated fields."""
+STREAM_KEPT = "refinekit.stream.kept_fields"
+"""How many validated fields a resumed request kept (only on a resumed stream)."""

@@ -85,12 +85,16 @@ class Reset:
             Credentials in it are redacted.
         aborted: Whether that attempt's stream was closed before its end (so the model stopped
             generating).
+        kept: The fields of the last `Partial` that still stand: a correction that resumes
+            from the reply's validated fields keeps them (`@self_correct(early_abort=
+            "resume")`); empty when everything is void.
     """
 
     cause: ResetCause
     attempt: int
     reason: str
     aborted: bool = False
+    kept: tuple[str, ...] = ()
     final: Literal[False] = False
 
     def __post_init__(self) -> None:

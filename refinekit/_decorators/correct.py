@@ -6,7 +6,18 @@ import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeAlias, TypeVar, cast, overload
+from typing import (
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+    cast,
+    overload,
+)
 
 from .._core.errors import ReplyShapeError
 from .._core.errtext import correction_text, utf8_text
@@ -18,6 +29,7 @@ from .._engine.budget import without_attempts
 from .._engine.decorated import AsyncStreamingFunction, StreamingFunction
 from .._engine.events import Event, EventKind, emit, make_event, wants_debug_events
 from .._engine.flow import Call, Flow
+from .._engine.grounded import pinning
 from .._engine.job import Job, check_budget_option
 from .._engine.ladder import Escalate, Ladder, Rung, Tally, climb, tier_step
 from .._engine.ledger import take_correction, tier_corrections
@@ -32,12 +44,23 @@ from .._engine.wrapper import wrap
 from .._providers.replies import Reply, finish_reason_of, refusal_of, reply_text
 from .._structure.corrections import CHECK_MARKER, CorrectionRequest, default_correction
 from .._structure.parse import CorrectionFailure, Parsed, Parser, parse_failure
-from .correct_partials import StreamedReply, final, read_reply, void
+from .._structure.resume import ResumePoint
+from .correct_partials import (
+    AbortMode,
+    StreamedReply,
+    abort_mode,
+    final,
+    kept_check,
+    read_reply,
+    resume_point,
+    void,
+)
 from .correct_turns import (
     conversation_of,
     diagnosis_of,
     placeholder_failure,
     request_of,
+    resumed_turn,
     sendable,
 )
 
@@ -58,6 +81,9 @@ MAX_CORRECTIONS_LIMIT = 10
 
 CorrectionBuilder = Callable[[CorrectionRequest], "str | Sequence[Mapping[str, Any]]"]
 """A `correction=` hook: the turn to send for a failed reply, as text or as messages."""
+
+EarlyAbort: TypeAlias = 'bool | Literal["resume", "prefill", "restate"]'
+"""`@self_correct(early_abort=...)`: what a streamed reply's failed field does."""
 
 ValidationContext: TypeAlias = (
     "Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None"
@@ -151,9 +177,10 @@ class _CorrectOptions(Options, Generic[T]):
     correction: CorrectionBuilder | None = None
     validation_context: ValidationContext = None
     budget: Budget | None = None
-    early_abort: bool = True
+    early_abort: EarlyAbort = True
     escalate: EscalationLike | None = None
     # What the checks make of them:
+    abort_mode: AbortMode = field(init=False, repr=False, compare=False)
     parser: Parser[T] = field(init=False, repr=False, compare=False)
     job_budget: Budget | None = field(init=False, repr=False, compare=False)
     escalation: Escalation | None = field(init=False, repr=False, compare=False)
@@ -161,10 +188,19 @@ class _CorrectOptions(Options, Generic[T]):
     def __post_init__(self) -> None:
         check_budget("max_corrections", self.max_corrections, MAX_CORRECTIONS_LIMIT)
         job_budget = check_budget_option(self.budget)
-        for name in ("repair", "early_abort"):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
+        if not isinstance(self.repair, bool):
+            raise TypeError(f"repair must be True or False, got {type(self.repair).__name__}")
+        mode = abort_mode(self.early_abort)
+        if mode is None and not isinstance(self.early_abort, (bool, str)):
+            raise TypeError(
+                'early_abort must be True, False, "resume", "prefill" or "restate", got '
+                f"{type(self.early_abort).__name__}"
+            )
+        if mode is None:
+            raise ValueError(
+                'early_abort must be True, False, "resume", "prefill" or "restate", got '
+                f"{self.early_abort!r}"[:200]
+            )
         if self.correction is not None and not callable(self.correction):
             raise TypeError(
                 "correction= must be a callable taking a refinekit.CorrectionRequest, got "
@@ -184,7 +220,12 @@ class _CorrectOptions(Options, Generic[T]):
                     tier.max_corrections,
                     MAX_CORRECTIONS_LIMIT,
                 )
-        self.keep(parser=Parser(self.schema), job_budget=job_budget, escalation=escalation)
+        self.keep(
+            parser=Parser(self.schema),
+            job_budget=job_budget,
+            escalation=escalation,
+            abort_mode=mode,
+        )
 
     def decorate(self, fn: Any) -> Any:
         return wrap(fn, _FLOW if self.escalation is None else _LADDER_FLOW, self)
@@ -251,6 +292,7 @@ def _correct_flow(
     later = 0 if rung is None or cfg.ladder is None else cfg.ladder.after(rung)
     call = 0
     previous: Reservation | None = None  # what the last call held and used
+    resume: ResumePoint | None = None  # what the next call keeps of a reply whose field failed
     while True:
         call += 1
         if shared is None:
@@ -287,7 +329,9 @@ def _correct_flow(
             info=info,
             enter=info is not None,
         )
-        with (yield from tier_step(made, tally, planned)) as step:
+        with pinning(parser.schema, None if resume is None else resume.restated()):
+            held = yield from tier_step(made, tally, planned)  # `response_format` pins them
+        with held as step:
             previous, reply, started = step.held, step.value, step.started
             if is_streamed(reply):  # read as it comes (correct_partials); its usage counted
                 reply = yield from read_reply(
@@ -299,6 +343,7 @@ def _correct_flow(
                     number=number,
                     maximum=possible,
                     prompt_chars=sum(len(str(m.get("content") or "")) for m in sent),
+                    resume=resume,
                 )
         if rung is not None:
             refused = refusal_of(reply)
@@ -322,6 +367,8 @@ def _correct_flow(
                 copied = parser.placeholders(result[0], text)
                 if copied:
                     result = placeholder_failure(text, copied)
+            if not isinstance(result, CorrectionFailure) and resume is not None:
+                result = kept_check(result, resume, text)
         name = None if rung is None else rung.name
         if not isinstance(result, CorrectionFailure):
             if wants_debug_events():
@@ -374,8 +421,10 @@ def _correct_flow(
             ended = f"{type(error).__name__}: {failure.summary}"
             emit(_event(cfg, job, "exhausted", number, number, error=ended, failure=diagnosis.kind))
             raise error
-        if streamed is not None:  # what fn.stream(...) showed of it is void
-            yield from void(streamed, job, cfg.function, number, possible, failure.summary)
+        resume = None if streamed is None else resume_point(streamed, opts.abort_mode, parser)
+        if streamed is not None:  # what fn.stream(...) showed of it is void (but kept fields)
+            reason = failure.summary
+            yield from void(streamed, job, cfg.function, number, possible, reason, resume)
         request = request_of(
             parser,
             job.corrections_used if tier is None else tier_corrections(job, tier),
@@ -385,8 +434,9 @@ def _correct_flow(
             text,
             finish,
             conversation,
+            resume,
         )
-        added = cfg.turn(request)
+        added = resumed_turn(cfg.turn(request), resume)
         emit(
             _event(
                 cfg,
@@ -397,6 +447,8 @@ def _correct_flow(
                 error=failure.summary,
                 detail="\n\n".join(str(m.get("content", "")) for m in added),
                 failure=diagnosis.kind,
+                resumed=resume is not None,
+                kept=None if resume is None else len(resume.kept),
             )
         )
 

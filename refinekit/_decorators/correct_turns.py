@@ -10,8 +10,16 @@ from .._core.errtext import correction_text, utf8_text
 from .._structure.corrections import CorrectionRequest
 from .._structure.diagnose import Diagnosis, diagnose
 from .._structure.parse import CorrectionFailure, Parser, python_json
+from .._structure.resume import ResumePoint
 
-__all__ = ["conversation_of", "diagnosis_of", "placeholder_failure", "request_of", "sendable"]
+__all__ = [
+    "conversation_of",
+    "diagnosis_of",
+    "placeholder_failure",
+    "request_of",
+    "resumed_turn",
+    "sendable",
+]
 
 
 def conversation_of(messages: object, function: str) -> list[dict[str, Any]]:
@@ -75,8 +83,9 @@ def request_of(
     text: str,
     finish: str | None,
     conversation: list[dict[str, Any]],
+    resume: ResumePoint | None = None,
 ) -> CorrectionRequest:
-    """What the correction builder gets for a failed reply."""
+    """What the correction builder gets for a failed reply (`resume`: what the next keeps)."""
     template = None
     if parser.template is not None:
         keep = diagnosis.kept is not None and diagnosis.kind not in ("schema_echo", "placeholder")
@@ -97,7 +106,20 @@ def request_of(
         json_schema=parser.json_schema,
         template=None if template is None else utf8_text(template),
         messages=tuple(dict(m) for m in conversation),
+        resume=None if resume is None else resume.way,
+        kept={} if resume is None else {resume.keys[n]: v for n, v in resume.shown.items()},
+        prefix=None if resume is None or resume.way != "prefill" else resume.prefix,
     )
+
+
+def resumed_turn(turn: list[dict[str, Any]], resume: ResumePoint | None) -> list[dict[str, Any]]:
+    """A correction's messages, then (prefill) the kept prefix as the assistant's reply's start.
+
+    A builder whose turn already ends with an assistant message wrote its own prefill.
+    """
+    if resume is None or resume.way != "prefill" or (turn and turn[-1].get("role") == "assistant"):
+        return turn
+    return [*turn, {"role": "assistant", "content": utf8_text(resume.prefix)}]
 
 
 def placeholder_failure(text: str, copied: tuple[str, ...]) -> CorrectionFailure:

@@ -115,6 +115,9 @@ class Event:
             it broke (`"interrupted: ..."`); None when it was read to its end (`stream`).
         estimated: Whether the stream's usage in `usage` is an estimate (characters / 4): the
             server reported none before the stream ended or was closed (`stream`).
+        resumed: Whether the stream's request resumed a reply whose field failed from its
+            validated fields (`stream`; `correction` of `@self_correct(early_abort="resume")`).
+        kept: How many validated fields that request kept (`stream`, `correction`).
         tier: The tier an `escalate=` ladder moved to (`escalation`).
         left: What the tier it left did: its calls, usage and cost (`escalation`).
     """
@@ -142,6 +145,8 @@ class Event:
     first_chunk: float | None = None
     aborted: str | None = None
     estimated: bool = False
+    resumed: bool = False
+    kept: int | None = None
     tier: str | None = None
     left: TierReport | None = None
 

@@ -6,7 +6,9 @@ knows: a `grounding` event for each grounded field that could not be constrained
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from .._core.types import Usage
@@ -14,7 +16,27 @@ from .._structure.formats import MAX_CANDIDATES, MAX_SPAN_WORDS, Dialect, constr
 from .events import Event, emit
 from .job import current_job
 
-__all__ = ["response_format"]
+__all__ = ["pinning", "response_format"]
+
+_PINNED: ContextVar[tuple[Any, Mapping[str, Any]] | None] = ContextVar(
+    "refinekit_pinned", default=None
+)
+
+
+@contextmanager
+def pinning(schema: Any, values: Mapping[str, Any] | None) -> Iterator[None]:
+    """While the block runs, `response_format(schema, ...)` holds these fields to these values.
+
+    `values`: JSON key -> JSON value (a resumed request's kept fields); None pins nothing.
+    """
+    token = _PINNED.set(None if not values else (schema, dict(values)))
+    try:
+        yield
+    finally:
+        try:
+            _PINNED.reset(token)
+        except ValueError:  # resumed in another context (a stream iterated elsewhere)
+            _PINNED.set(None)
 
 
 def response_format(
@@ -48,6 +70,12 @@ def response_format(
     (`1.000000000000000001`, which a float makes 1.0; more than 4,300 digits). Its value is
     then checked by the validator alone.
 
+    **Inside a resumed request.** Called by a `@self_correct(early_abort="resume")` function
+    while it makes a request that restates a failed reply's validated fields (see
+    docs/streaming.md), the fields kept are pinned: each becomes a single-value `enum` of
+    its kept value (a string, number, boolean or null one), so a strict schema keeps the
+    model from changing them. Only for that function's own `schema`.
+
     Dialects:
 
     - `"openai"`: `response_format={"type": "json_schema", "json_schema": {..., "strict":
@@ -79,12 +107,14 @@ def response_format(
         TypeError: `schema` is not a type, pydantic cannot write its JSON schema, or
             `source` is neither a str nor a mapping.
     """
+    pins = _PINNED.get()
     made, free = constrained_format(
         schema,
         dialect=dialect,
         source=source,
         max_span_words=max_span_words,
         max_candidates=max_candidates,
+        pinned=pins[1] if pins is not None and pins[0] is schema else None,
     )
     if free:
         job = current_job()

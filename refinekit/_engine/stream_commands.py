@@ -232,6 +232,7 @@ def read_stream(
     maximum: int,
     prompt_chars: int = 0,
     count: bool = True,
+    kept: int | None = None,
 ) -> Flow[StreamRead]:
     """Read `stream` to its end (or until `sink` aborts it); its usage counted in `job`.
 
@@ -246,6 +247,8 @@ def read_stream(
         prompt_chars: The characters of the request's prompt, when known: the estimate of the
             prompt's tokens when the server reports none.
         count: Count its usage in the job (`@reviewed`'s mode "off" counts nothing).
+        kept: For a request that resumed a failed reply: how many validated fields it kept
+            (the `stream` event says so, `resumed`).
 
     Raises:
         BudgetExceeded: The job's budget ran out mid-stream: the stream was closed first and
@@ -319,12 +322,12 @@ def read_stream(
         if read.aborted is None and read.interrupted is None:
             read.aborted = "budget" if isinstance(ended, BudgetExceeded) else "closed"
         _finish(read, reader, parts, reported, prompt_chars, chars, job, hold, count)
-        _event(read, job, decorator, function, number, maximum)
+        _event(read, job, decorator, function, number, maximum, kept)
         if isinstance(ended, BudgetExceeded):
             _budget.recount(ended, job)  # its usage as it is now, this stream's counted
         raise
     _finish(read, reader, parts, reported, prompt_chars, chars, job, hold, count)
-    _event(read, job, decorator, function, number, maximum)
+    _event(read, job, decorator, function, number, maximum, kept)
     if stopped is not None:
         _budget.check()  # the job is over its budget now that the stream's tokens count
         _budget.recount(stopped, job)  # else the calls in flight beside it will take it over
@@ -354,12 +357,18 @@ def _finish(
 
 
 def _event(
-    read: StreamRead, job: Job, decorator: str, function: str, number: int, maximum: int
+    read: StreamRead,
+    job: Job,
+    decorator: str,
+    function: str,
+    number: int,
+    maximum: int,
+    kept: int | None = None,
 ) -> None:
     why = read.aborted
     if why is None and read.interrupted is not None:
         why = f"interrupted: {read.interrupted.reason}"
-    if why is None and not wants_debug_events():
+    if why is None and kept is None and not wants_debug_events():
         return
     emit(
         make_event(
@@ -373,5 +382,7 @@ def _event(
             first_chunk=read.first_chunk,
             aborted=why,
             estimated=read.estimated,
+            resumed=kept is not None,
+            kept=kept,
         )
     )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .diagnose import FailureKind, ReplyProblem
+from .resume import ResumeWay
 
 __all__ = ["CHECK_MARKER", "CorrectionRequest", "default_correction"]
 
@@ -37,6 +39,15 @@ class CorrectionRequest:
             validator's message names them, the source text holds them), or None when the
             type has no JSON schema.
         messages: The conversation the call started from (copies; never the caller's objects).
+        resume: How the request after this correction keeps the failed reply's validated
+            fields (`@self_correct(early_abort="resume")`): `"prefill"` (the reply's text up to
+            the failed field, `prefix`, is sent after the turn as the start of the
+            assistant's reply, which the model continues), `"restate"` (the turn states
+            them, and the whole object is asked for), or None (no resume: the reply is
+            written again).
+        kept: The validated fields kept, by key (as the reply wrote it), each in its JSON
+            form, in the reply's order (empty without a resume).
+        prefix: Under prefill, the assistant message's text the model continues.
     """
 
     number: int
@@ -50,6 +61,9 @@ class CorrectionRequest:
     json_schema: Mapping[str, Any] | None
     template: str | None
     messages: tuple[Mapping[str, Any], ...] = field(repr=False)
+    resume: ResumeWay | None = None
+    kept: Mapping[str, Any] = field(default_factory=dict)
+    prefix: str | None = field(default=None, repr=False)
 
     def default(self) -> str:
         """The text the default builder writes for this request (to extend rather than redo)."""
@@ -79,6 +93,18 @@ def default_correction(request: CorrectionRequest) -> str:
     The JSON schema is never repeated: shown one, small models answer with the schema itself.
     """
     lines = [CHECK_MARKER, *(_sentence(p.message) for p in request.problems)]
+    if request.kept:
+        shown = ", ".join(
+            f"{json.dumps(name)}: {json.dumps(value, ensure_ascii=False)}"
+            for name, value in request.kept.items()
+        )
+        lines.append(f"These fields are right; keep them exactly as they are: {shown}.")
+    if request.resume == "prefill":
+        lines.append("Continue your reply from where it stops, with the right value.")
+        if request.template is not None:
+            lines.append("The whole reply must be a JSON object like this one:")
+            lines.append(request.template)
+        return "\n".join(lines)
     if request.template is None:
         lines.append("Reply with only the corrected JSON, no other text.")
     else:

@@ -263,6 +263,28 @@ def _ground(
     return tuple(free)
 
 
+_JSON_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (type(None), "null"),
+)
+
+
+def _pin(json_schema: dict[str, Any], pinned: Mapping[str, Any]) -> dict[str, Any]:
+    """`json_schema` with each pinned top-level property one value (a primitive one only)."""
+    properties = json_schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return json_schema
+    properties = dict(properties)
+    for key, value in pinned.items():
+        kind = next((name for t, name in _JSON_TYPES if type(value) is t), None)
+        if key in properties and kind is not None:
+            properties[key] = {"type": kind, "enum": [value]}
+    return {**json_schema, "properties": properties}
+
+
 def constrained_format(
     schema: Any,
     *,
@@ -270,10 +292,12 @@ def constrained_format(
     source: str | Mapping[str, Any] | None = None,
     max_span_words: int = MAX_SPAN_WORDS,
     max_candidates: int = MAX_CANDIDATES,
+    pinned: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], tuple[LeftFree, ...]]:
     """`response_format`'s keyword arguments, and the grounded fields it left unconstrained.
 
-    See `refinekit.response_format` for the arguments and errors.
+    See `refinekit.response_format` for the arguments and errors. `pinned`: top-level
+    fields (by JSON key) held to one JSON value each (a single-value `enum`).
     """
     if dialect not in _DIALECTS:
         choices = ", ".join(map(repr, _DIALECTS))
@@ -295,6 +319,8 @@ def constrained_format(
         json_schema = copy.deepcopy(json_schema)
         free = _ground(json_schema, texts, dialect, max_span_words, max_candidates)
         json_schema = _strip(json_schema)
+    if pinned:
+        json_schema = _pin(json_schema, pinned)
     if dialect == "openai":
         if json_schema.get("type") != "object":
             raise ValueError(

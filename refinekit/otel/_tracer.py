@@ -279,6 +279,9 @@ class OtelTracing:
                 streamed[n.STREAM_FIRST_CHUNK] = event.first_chunk
             if event.aborted is not None:
                 streamed[n.STREAM_ABORTED] = _text(event.aborted)
+            if event.resumed:
+                streamed[n.STREAM_RESUMED] = True
+                streamed[n.STREAM_KEPT] = event.kept or 0
             state.current.set_attributes(streamed)
             attributes.update(streamed)
         state.current.add_event(n.EVENT_PREFIX + event.kind, attributes)

@@ -263,9 +263,11 @@ def test_an_aborted_replys_template_never_keeps_a_value_half_written_after_the_f
     )
 
 
-def test_early_abort_must_be_a_bool() -> None:
-    with pytest.raises(TypeError, match="early_abort must be True or False, got str"):
+def test_early_abort_must_be_a_bool_or_a_resume_mode() -> None:
+    with pytest.raises(ValueError, match=r'early_abort must be True, False, "resume", .*\'no\''):
         self_correct(schema=Invoice, early_abort="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"early_abort must be .* got int"):
+        self_correct(schema=Invoice, early_abort=1)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("kind", KINDS)
