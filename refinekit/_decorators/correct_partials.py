@@ -319,6 +319,8 @@ def read_reply(
     validated = sink.value if sink.failure is not None else None
     if failure is not None and sink.failure is None and not read.tools:  # it stopped midway
         validated = sink.reader.value  # the fields it completed stand
+    if failure is not None and validated is None and sink.reader.reader is not None:
+        validated = {}  # a model's reply that failed before any field passed: nothing kept
     wire = sink.wire
     if wire == "openai":
         wire = _openai_host(stream)

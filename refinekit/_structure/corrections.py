@@ -99,11 +99,8 @@ def default_correction(request: CorrectionRequest) -> str:
             for name, value in request.kept.items()
         )
         lines.append(f"These fields are right; keep them exactly as they are: {shown}.")
-    if request.resume == "prefill":
+    if request.resume == "prefill":  # no template: its placeholders are what models copy
         lines.append("Continue your reply from where it stops, with the right value.")
-        if request.template is not None:
-            lines.append("The whole reply must be a JSON object like this one:")
-            lines.append(request.template)
         return "\n".join(lines)
     if request.template is None:
         lines.append("Reply with only the corrected JSON, no other text.")
