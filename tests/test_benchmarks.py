@@ -162,7 +162,7 @@ def test_bench_batch_quick_run_judges_at_half_the_cost_in_fewer_requests() -> No
 def test_bench_streaming_quick_run_reads_every_reply_and_prints_the_ratios() -> None:
     """Each reader reads each reply in full (refinekit's partial reader sees no failure)."""
     out = quick_run("bench_streaming.py", timeout=300)
-    assert "| reply | size | chunks | reader | CPU per reply | reader / bare |" in out
+    assert "| reply | size | chunks | reader | CPU per reply | median | reader / bare |" in out
     rows = (
         "| invoice object | 1 KB | 256 | refinekit fn.stream |",
         "| invoice object | 10 KB | 2504 | instructor Partial |",

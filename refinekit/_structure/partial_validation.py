@@ -41,8 +41,9 @@ member is left out, no failure).
   the input), or for a reply whose top-level value is not the schema's (an array where an
   object is expected: the full parse may still unwrap it). Each `Progress`
   that changed holds its own copy (one made per completed member: the earlier ones are never
-  changed under the caller). It is never the final value: the whole reply is parsed at its end
-  (with its repairs) by `Parser`, and that value is the reply's.
+  changed under the caller); a feed that completed nothing may give the very `Progress` the
+  feed before it gave (it says the same). It is never the final value: the whole reply is
+  parsed at its end (with its repairs) by `Parser`, and that value is the reply's.
 - `changed`: whether this feed completed a member that passed (a new partial is worth
   showing).
 - `failures`: the errors of the members this feed completed, in order, as pydantic error dicts
