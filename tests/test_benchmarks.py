@@ -162,13 +162,18 @@ def test_bench_batch_quick_run_judges_at_half_the_cost_in_fewer_requests() -> No
 def test_bench_streaming_quick_run_reads_every_reply_and_prints_the_ratios() -> None:
     """Each reader reads each reply in full (refinekit's partial reader sees no failure)."""
     out = quick_run("bench_streaming.py", timeout=300)
-    assert "| reply | size | chunks | bare openai stream | refinekit | instructor Partial" in out
-    rows = ("| invoice object | 1 KB |", "| invoice object | 10 KB |", "| list[Line] | 10 KB |")
+    assert "| reply | size | chunks | reader | CPU per reply | median | reader / bare |" in out
+    rows = (
+        "| invoice object | 1 KB | 256 | refinekit fn.stream |",
+        "| invoice object | 10 KB | 2504 | instructor Partial |",
+        "| list[Line] | 10 KB | 2475 | refinekit reader |",
+    )
     for row in rows:
         assert row in out, f"{row!r} missing from the benchmark's output:\n{out}"
     ratios = json.loads(out.strip().splitlines()[-1])["ratios"]
     assert set(ratios) == {"invoice_1kb", "invoice_10kb", "list_1kb", "list_10kb"}
-    assert set(ratios["invoice_10kb"]) == {"bare", "refinekit", "instructor"}
+    assert set(ratios["invoice_10kb"]) == {"bare", "refinekit", "fn_stream", "instructor"}
+    assert set(ratios["list_10kb"]) == {"bare", "refinekit", "fn_stream"}
     assert all(r["refinekit"] > 0 for r in ratios.values())
 
 

@@ -269,9 +269,11 @@ def read_stream(
         reader = yield Open(stream, function)
         opened = time.perf_counter()
         tools = read.tools
+        step = Next(reader)  # one command for every delta: it holds nothing of its own
+        prompt_estimate = _estimate(prompt_chars) if hold is not None else 0
         while True:
             try:
-                delta: Delta | None = yield Next(reader)
+                delta: Delta | None = yield step
             except StreamInterrupted as broken:
                 read.interrupted = broken
                 break
@@ -279,15 +281,17 @@ def read_stream(
                 break
             if read.first_chunk is None:
                 read.first_chunk = time.perf_counter() - opened
-            if delta.text:
-                parts.append(delta.text)
-                chars += len(delta.text)
-            if delta.tool_name is not None or delta.tool_arguments:
+            text = delta.text
+            if text:
+                parts.append(text)
+                chars += len(text)
+            arguments = delta.tool_arguments
+            if arguments or delta.tool_name is not None:
                 call = tools.setdefault(delta.tool_index, [None, ""])
                 if delta.tool_name is not None:
                     call[0] = delta.tool_name
-                call[1] += delta.tool_arguments
-                chars += len(delta.tool_arguments)
+                call[1] += arguments
+                chars += len(arguments)
             if delta.usage is not None:
                 reported = delta.usage
             if delta.finish_reason is not None and read.finish_reason != "refusal":
@@ -302,15 +306,12 @@ def read_stream(
                 yield Close(reader)
                 break
             if hold is not None:
-                running = Usage(
-                    1,
-                    reported.prompt_tokens if reported is not None else _estimate(prompt_chars),
-                    max(
-                        reported.completion_tokens if reported is not None else 0,
-                        _estimate(chars),
-                    ),
-                )
-                stopped = hold.grow(running, read.model)
+                if reported is None:
+                    prompt, completion = prompt_estimate, _estimate(chars)
+                else:
+                    prompt = reported.prompt_tokens
+                    completion = max(reported.completion_tokens, _estimate(chars))
+                stopped = hold.grow(Usage(1, prompt, completion), read.model)
                 if stopped is not None:
                     read.aborted = "budget"
                     yield Close(reader)

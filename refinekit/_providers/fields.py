@@ -10,9 +10,19 @@ from .._core.types import Usage
 __all__ = ["call_usage", "get", "tokens"]
 
 
+_MAPPINGS: dict[type, bool] = {}
+"""Whether a type is a `Mapping`, by type: `get` reads every field of every streamed chunk, and
+an abstract class's `isinstance` costs more than the read itself."""
+
+
 def get(obj: Any, name: str) -> Any:
     """`obj[name]` for a mapping, else `obj.name`; None when it has no such field."""
-    if isinstance(obj, Mapping):
+    mapping = _MAPPINGS.get(type(obj))
+    if mapping is None:
+        mapping = isinstance(obj, Mapping)
+        if len(_MAPPINGS) < 256:  # a program's chunk and reply types are few
+            _MAPPINGS[type(obj)] = mapping
+    if mapping:
         return obj.get(name)
     return getattr(obj, name, None)
 

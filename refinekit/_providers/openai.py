@@ -122,7 +122,7 @@ class ChunkReader:
 
         A `ChatCompletionStream` event gives its chunk's (`"chunk"`), or None (the others).
         """
-        if is_helper_event(chunk) and not is_chunk(chunk):
+        if not is_chunk(chunk) and is_helper_event(chunk):
             if get(chunk, "type") != "chunk":
                 return None
             chunk = get(chunk, "chunk")

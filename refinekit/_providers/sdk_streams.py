@@ -222,6 +222,8 @@ class _Reading:
 
     def _whole(self, delta: Delta) -> Delta:
         """`delta` with a surrogate pair split from the one before joined (see the class)."""
+        if not self._held and delta.text.isascii() and delta.tool_arguments.isascii():
+            return delta  # no half of a pair held, none in it: as it came (most deltas)
         if delta.text:
             delta = replace(delta, text=self._join(-1, delta.text, delta))
         if delta.tool_arguments:
@@ -350,7 +352,9 @@ class Deltas(_Reader, Iterator[Delta]):
         return self
 
     def __next__(self) -> Delta:
-        while not self._pending:
+        if self._pending:
+            return self._pending.popleft()
+        while True:
             if self._closed:
                 raise StopIteration
             try:
@@ -361,19 +365,21 @@ class Deltas(_Reader, Iterator[Delta]):
                 held = self._reading.flush()
                 self.close()
                 if held:  # half a surrogate pair at the very end: given as it came
-                    self._pending.extend(held)
-                    break
+                    self._pending.extend(held[1:])
+                    return held[0]
                 raise StopIteration from None
             except Exception as e:
                 self._close_quietly()
                 self._reading.raise_broken(e)
                 raise
             try:
-                self._pending.extend(self._reading.deltas(item))
+                read = self._reading.deltas(item)
             except Exception:
                 self._close_quietly()
                 raise
-        return self._pending.popleft()
+            if read:  # most chunks give one delta: handed on without the queue
+                self._pending.extend(read[1:])
+                return read[0]
 
     def close(self) -> None:
         """Close the underlying stream (its HTTP response, its generator); idempotent."""
@@ -436,7 +442,9 @@ class AsyncDeltas(_Reader, AsyncIterator[Delta]):
         return entered
 
     async def __anext__(self) -> Delta:
-        while not self._pending:
+        if self._pending:
+            return self._pending.popleft()
+        while True:
             if self._closed:
                 raise StopAsyncIteration
             try:
@@ -450,19 +458,21 @@ class AsyncDeltas(_Reader, AsyncIterator[Delta]):
                 held = self._reading.flush()
                 await self.aclose()
                 if held:  # half a surrogate pair at the very end: given as it came
-                    self._pending.extend(held)
-                    break
+                    self._pending.extend(held[1:])
+                    return held[0]
                 raise StopAsyncIteration from None
             except Exception as e:
                 await self._close_quietly()
                 self._reading.raise_broken(e)
                 raise
             try:
-                self._pending.extend(self._reading.deltas(item))
+                read = self._reading.deltas(item)
             except Exception:
                 await self._close_quietly()
                 raise
-        return self._pending.popleft()
+            if read:  # most chunks give one delta: handed on without the queue
+                self._pending.extend(read[1:])
+                return read[0]
 
     async def aclose(self) -> None:
         """Close the underlying stream (its HTTP response, its generator); idempotent."""

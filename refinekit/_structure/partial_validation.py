@@ -41,8 +41,9 @@ member is left out, no failure).
   the input), or for a reply whose top-level value is not the schema's (an array where an
   object is expected: the full parse may still unwrap it). Each `Progress`
   that changed holds its own copy (one made per completed member: the earlier ones are never
-  changed under the caller). It is never the final value: the whole reply is parsed at its end
-  (with its repairs) by `Parser`, and that value is the reply's.
+  changed under the caller); a feed that completed nothing may give the very `Progress` the
+  feed before it gave (it says the same). It is never the final value: the whole reply is
+  parsed at its end (with its repairs) by `Parser`, and that value is the reply's.
 - `changed`: whether this feed completed a member that passed (a new partial is worth
   showing).
 - `failures`: the errors of the members this feed completed, in order, as pydantic error dicts
@@ -288,6 +289,7 @@ class PartialReader(Generic[T]):
         self._count = 0  # members closed
         self._value: dict[Any, Any] | list[Any] | None = None
         self._gap = False  # an item failed, or was not judged: later ones are not shown
+        self._idle: Progress[T] = Progress(None, False)  # what a feed that completes nothing gives
 
     def feed(self, text: str) -> Progress[T]:
         """The reply's next text delta: what it completed (see `Progress`).
@@ -304,6 +306,8 @@ class PartialReader(Generic[T]):
             self._state = "unreadable"
         closed: list[tuple[int, str]] = []
         trailing = bool(text) and self._state != "unreadable" and self._scan(text, closed)
+        if not closed and not trailing:
+            return self._unchanged()
         changed = False
         failures: list[dict[str, Any]] = []
         last = len(closed) - 1
@@ -322,6 +326,22 @@ class PartialReader(Generic[T]):
             readable=self._state != "unreadable",
             closed=self._state == "after",
         )
+
+    def _unchanged(self) -> Progress[T]:
+        """The `Progress` of a feed that completed nothing: the one before's, when it is the same.
+
+        Most deltas complete nothing: their `Progress` is made once per state, not per delta
+        (and again if its empty `failures` list was added to).
+        """
+        idle, readable, closed = self._idle, self._state != "unreadable", self._state == "after"
+        if (
+            idle.value is not self._value
+            or idle.readable != readable
+            or idle.closed != closed
+            or idle.failures
+        ):
+            idle = self._idle = Progress(self._value, False, readable=readable, closed=closed)
+        return idle
 
     # --- the scan -------------------------------------------------------------------------
 
