@@ -107,13 +107,16 @@ class _FieldReader:
         """A reader of the same schema that has read nothing."""
         return _FieldReader(self.parser, self.context)
 
-    def feed(self, text: str) -> tuple[bool, list[dict[str, Any]]]:
-        """(whether a field completed and passed, the errors of the fields this text completed)."""
+    def feed(self, text: str) -> tuple[bool, Sequence[dict[str, Any]]]:
+        """(whether a field completed and passed, the errors of the fields this text completed).
+
+        The errors are the reader's own list: read them, never change them.
+        """
         if self.reader is None:
-            return False, []
+            return False, ()
         progress = self.reader.feed(text)
         self.value = progress.value
-        return progress.changed, list(progress.failures)
+        return progress.changed, progress.failures
 
 
 class _StructuredSink:
@@ -160,7 +163,8 @@ class _StructuredSink:
     def feed(self, delta: Delta) -> tuple[Sequence[Any], str | None]:
         if self.wire is None:
             self.wire = _wire_of(delta.raw)
-        self.says_finish = self.says_finish or says_finish(delta.raw)
+        if not self.says_finish:
+            self.says_finish = says_finish(delta.raw)
         piece = delta.tool_arguments if delta.tool_index == 0 else ""
         reader = self.tools if piece else self.reader
         piece = piece or delta.text
