@@ -2,8 +2,10 @@
 
 A ScriptedOpenAI server on 127.0.0.1 streams the replies over real HTTP (server-sent events,
 as OpenAI sends them). The first reply writes a currency outside the schema's choices: the
-stream is closed at that field, before the rest of the reply is generated, the consumer gets a
-Reset (clear the form), and the correction's stream fills the form again. With
+stream is closed at that field, before the rest of the reply is generated. With
+early_abort=True the model writes the whole object again: the consumer gets a Reset (clear
+the form), and the correction's stream fills the form again (the default, "resume", keeps the
+fields that passed: examples/stream_resume.py). With
 early_abort=False the failed reply is read to its end instead, so its correction keeps the
 total written after the bad currency (fewer corrections, more tokens generated).
 Run: python examples/stream_self_correct.py
@@ -51,7 +53,7 @@ def main() -> None:
                 stream_options={"include_usage": True},
             )
 
-        extract = self_correct(schema=Invoice)(create)
+        extract = self_correct(schema=Invoice, early_abort=True)(create)
 
         conversation = [{"role": "user", "content": "Extract the invoice: INV-7, 12.50 EUR"}]
         for item in extract.stream(conversation):

@@ -177,7 +177,7 @@ class _CorrectOptions(Options, Generic[T]):
     correction: CorrectionBuilder | None = None
     validation_context: ValidationContext = None
     budget: Budget | None = None
-    early_abort: EarlyAbort = True
+    early_abort: EarlyAbort = "resume"
     escalate: EscalationLike | None = None
     # What the checks make of them:
     abort_mode: AbortMode = field(init=False, repr=False, compare=False)
@@ -493,7 +493,7 @@ def self_correct(
     | Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
     | None = None,
     budget: Budget | None = None,
-    early_abort: bool = True,
+    early_abort: bool | Literal["resume", "prefill", "restate"] = "resume",
     escalate: EscalationLike | None = None,
 ) -> SelfCorrecting[T]:
     """Parse and validate the decorated function's reply; correct a bad one in conversation.

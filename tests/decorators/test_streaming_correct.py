@@ -102,7 +102,7 @@ def test_stream_yields_completed_fields_then_the_final_value(kind: str) -> None:
 def test_a_completed_field_that_fails_aborts_the_stream_and_corrects(kind: str) -> None:
     bad = Source(*chunked(BAD_CURRENCY, 6))
     model = StreamingModel(kind, bad, Source(*chunked(GOOD, 6)))
-    extract = self_correct(schema=Invoice)(model.function())
+    extract = self_correct(early_abort=True, schema=Invoice)(model.function())
     seen, subscription = events()
     with subscription:
         items = collect(kind, extract, USER)
@@ -191,9 +191,9 @@ def test_grounding_and_field_validators_abort_as_their_field_completes(kind: str
     for reply, field in ((invented, "number"), (zero, "total_cents")):
         bad = Source(*chunked(reply, 5))
         model = StreamingModel(kind, bad, '{"number": "A-1", "total_cents": 1250}')
-        extract = self_correct(schema=Checked, validation_context={"source": source_text})(
-            model.function()
-        )
+        extract = self_correct(
+            early_abort=True, schema=Checked, validation_context={"source": source_text}
+        )(model.function())
         items = collect(kind, extract, USER)
         assert bad.closed, field
         assert bad.given < len(bad.parts), field
@@ -274,7 +274,7 @@ def test_early_abort_must_be_a_bool_or_a_resume_mode() -> None:
 def test_a_stream_that_breaks_is_a_cut_off_reply(kind: str) -> None:
     broken = Source('{"number": "A-1", ', '"currency": "EU', error=ConnectionError("reset"))
     model = StreamingModel(kind, broken, GOOD)
-    extract = self_correct(schema=Invoice)(model.function())
+    extract = self_correct(early_abort=True, schema=Invoice)(model.function())
     seen, subscription = events()
     with subscription:
         items = collect(kind, extract, USER)

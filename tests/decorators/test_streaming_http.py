@@ -118,7 +118,7 @@ async def test_self_correct_closes_the_http_stream_at_a_failed_field_and_correct
     server: ScriptedOpenAI, clients: dict[str, Any], sdk: str, kind: str
 ) -> None:
     server.script("m", bad_then_good())
-    extract = self_correct(schema=Invoice)(streaming(sdk, kind, clients))
+    extract = self_correct(schema=Invoice, early_abort=True)(streaming(sdk, kind, clients))
     items = await collect(kind, extract, USER)
     first, second = streams(server)
     assert first.client_closed  # the HTTP response was closed: the server stopped there

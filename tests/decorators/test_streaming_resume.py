@@ -307,7 +307,7 @@ def test_early_abort_true_still_starts_again() -> None:
         sent.append(messages)
         return iter(next(replies))
 
-    assert self_correct(schema=Invoice)(model)(USER) == INVOICE
+    assert self_correct(schema=Invoice, early_abort=True)(model)(USER) == INVOICE
     assert [m["role"] for m in sent[1]] == ["user", "user"]
     assert "keep them exactly" not in sent[1][-1]["content"]
 

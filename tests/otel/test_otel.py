@@ -673,7 +673,7 @@ def test_a_streamed_replys_attempt_span_says_how_its_stream_went(
     bad = '{"number": 7, "total_cents": "lots", "note": "' + "x" * 40 + '"}'
     good = '{"number": "INV-1", "total_cents": 1200}'
     model = StreamingModel(kind, Source(*chunked(bad, 4)), Source(*chunked(good, 4)))
-    decorated = self_correct(schema=Invoice)(model.function())
+    decorated = self_correct(schema=Invoice, early_abort=True)(model.function())
     items = collect(kind, decorated, [{"role": "user", "content": "the invoice"}])
     assert items[-1].value == Invoice(number="INV-1", total_cents=1200)
     tree = Tree(exporter.get_finished_spans())
