@@ -10,6 +10,7 @@ Nothing asserts a wording: what holds for any model is asserted.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import urllib.request
@@ -20,10 +21,16 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from refinekit._local.continuation import rest_of_object_grammar
 from refinekit.local import LocalModel
 
 pytestmark = pytest.mark.local_model
+
+
+def rest_of_object_grammar(schema: Any, prefix: str) -> str | None:
+    """The server's grammar of a continued object (its module needs the `local` extra)."""
+    continuation = importlib.import_module("refinekit._local.continuation")
+    made: str | None = continuation.rest_of_object_grammar(schema, prefix)
+    return made
 
 
 class Invoice(BaseModel):
