@@ -69,7 +69,8 @@ def stream_of(*pieces: str, finish: str | None = "stop", done: bool = True) -> R
 
 def correcting(server: ScriptedOpenAI, kind: str, schema: Any, *, stream: bool = True) -> Any:
     """A `@self_correct` function streaming (or not) from model "m" with kind's client."""
-    decorate = self_correct(schema=schema, max_corrections=1)
+    # early_abort=True: a failed reply is written again, and the consumer told so (a Reset)
+    decorate = self_correct(schema=schema, max_corrections=1, early_abort=True)
     if kind == "sync":
         client = server.client(timeout=2, max_retries=0)
 
@@ -205,7 +206,7 @@ async def test_the_streams_own_client_key_of_no_known_shape_is_redacted_too(
             return client.chat.completions.create(model="m", messages=messages, stream=True)
 
         extract.client = client  # type: ignore[attr-defined]
-        fn = self_correct(schema=Note, max_corrections=1)(extract)
+        fn = self_correct(schema=Note, max_corrections=1, early_abort=True)(extract)
     else:
         aclient = server.async_client(timeout=2, max_retries=0, api_key=key)
 
@@ -213,7 +214,7 @@ async def test_the_streams_own_client_key_of_no_known_shape_is_redacted_too(
             return await aclient.chat.completions.create(model="m", messages=messages, stream=True)
 
         aextract.client = aclient  # type: ignore[attr-defined]
-        fn = self_correct(schema=Note, max_corrections=1)(aextract)
+        fn = self_correct(schema=Note, max_corrections=1, early_abort=True)(aextract)
     events: list[Event] = []
     with subscribe(events.append):
         got = await items(kind, fn)
